@@ -1,0 +1,62 @@
+"""`parasim` command line: a thin layer over the library.
+
+Each command lives in its own module of this package and is registered here. Bad input anywhere
+below raises `InputError`; `main` turns it into a one-line `error: ...` on stderr and exit code 2,
+never a traceback.
+"""
+import sys
+
+import click
+
+from ..errors import InputError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="parasim")
+def cli():
+    """parasim: predict per-GPU memory, step time, pipeline bubble and MFU of transformer training
+    under every parallel layout, before renting the GPUs.
+
+    \b
+    Examples:
+      parasim memory scenarios/llama3-70b-64xh100.toml
+      parasim memory --model llama3-70b --hardware dgx-h100 --gpus 64 --tp 8 --pp 2 --seq 8192
+      parasim schedule --schedule 1f1b --pp 8 --microbatches 32
+    """
+
+
+def _register():
+    import importlib
+
+    for name in ("presets", "memory", "estimate", "schedule", "sweep", "plot", "calibrate", "validate"):
+        try:
+            mod = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:  # command not written yet
+            if exc.name == f"{__name__}.{name}":
+                continue
+            raise
+        for cmd in getattr(mod, "COMMANDS", ()):
+            cli.add_command(cmd)
+
+
+_register()
+
+
+def main(argv=None):
+    """Entry point of the `parasim` console script."""
+    try:
+        rv = cli.main(args=argv, prog_name="parasim", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:  # usage errors: unknown option, bad choice, ...
+        msg = exc.format_message().splitlines()[0] if exc.format_message() else str(exc)
+        click.echo(f"error: {msg}", err=True)
+        sys.exit(2)
+    except InputError as exc:
+        click.echo(f"error: {str(exc).splitlines()[0]}", err=True)
+        sys.exit(2)
+    except FileNotFoundError as exc:
+        click.echo(f"error: file not found: {exc.filename or exc}", err=True)
+        sys.exit(2)
+    sys.exit(rv if isinstance(rv, int) else 0)
