@@ -1,0 +1,1 @@
+"""Frozen, validated inputs (model, hardware, training, layout) and their loaders."""
