@@ -1,0 +1,66 @@
+"""Options shared by the commands that take a scenario (memory, estimate, sweep)."""
+from __future__ import annotations
+
+import functools
+
+import click
+
+from ..spec.scenario import load_scenario
+
+# (flag, destination keyword of load_scenario, click type, help)
+_FLAGS = [
+    ("--model", "model", str, "model preset name or path to a Hugging Face config.json"),
+    ("--hardware", "hardware", str, "hardware preset name or profile TOML path"),
+    ("--gpus", "num_gpus", int, "number of GPUs"),
+    ("--seq", "seq_length", int, "sequence length (tokens)"),
+    ("--global-batch", "global_batch_size", int, "global batch size (sequences)"),
+    ("--micro-batch", "micro_batch_size", int, "micro-batch size (sequences)"),
+    ("--tp", "tp", int, "tensor-parallel degree"),
+    ("--pp", "pp", int, "pipeline-parallel degree"),
+    ("--dp", "dp", int, "data-parallel degree (default: derived)"),
+    ("--cp", "cp", int, "context-parallel degree"),
+    ("--ep", "ep", int, "expert-parallel degree (MoE)"),
+    ("--vpp", "vpp", int, "virtual pipeline chunks per rank (interleaved schedule)"),
+    ("--zero", "zero", int, "ZeRO stage 0-3 (3 = FSDP full shard)"),
+    ("--shard-group", "shard_group_size", int, "ZeRO/FSDP shard group size (hybrid sharding)"),
+    ("--recompute", "recompute", click.Choice(["none", "selective", "full"]), "activation recomputation"),
+    ("--schedule", "schedule", click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe",
+                                             "dualpipev", "pipedream"]), "pipeline schedule"),
+    ("--precision", "precision", click.Choice(["bf16", "fp16", "fp8", "fp32"]), "training precision"),
+    ("--optimizer", "optimizer", click.Choice(["adam", "adamw", "sgd", "sgd-momentum"]), "optimizer"),
+    ("--grad-dtype", "grad_dtype", click.Choice(["fp32", "bf16", "fp16"]), "gradient accumulation/reduction dtype"),
+    ("--cp-algorithm", "cp_algorithm", click.Choice(["ring", "ulysses"]), "context-parallel algorithm"),
+    ("--dp-mode", "dp_mode", click.Choice(["ddp", "dataparallel", "async"]),
+     "ddp: DistributedDataParallel, one process per GPU, gradients all-reduced in buckets during backward; "
+     "dataparallel: single-process torch DataParallel, inputs scattered and outputs/gradients gathered "
+     "through one master GPU each step; async: asynchronous data parallel, workers never wait for the "
+     "gradient sync (stale gradients)"),
+]
+
+
+def scenario_options(fn):
+    """Decorate a click command with the scenario argument and the DESIGN.md flags."""
+    @click.argument("scenario", required=False)
+    @click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
+                  help="Megatron sequence parallelism (with TP)")
+    @click.option("--flash-attention/--no-flash-attention", "flash_attention", default=None,
+                  help="FlashAttention (no a·s² tensors stored)")
+    @click.option("--offload-optimizer/--no-offload-optimizer", "offload_optimizer", default=None,
+                  help="ZeRO-Offload: optimizer states in host memory")
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    for flag, dest, typ, hlp in reversed(_FLAGS):
+        wrapper = click.option(flag, dest, type=typ, default=None, help=hlp)(wrapper)
+    return wrapper
+
+
+SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + ["sequence_parallel", "flash_attention", "offload_optimizer"]
+
+
+def scenario_from_options(kwargs: dict, *, require_layout: bool = True):
+    """Pop the scenario argument and flags from a command's kwargs and load the Scenario."""
+    path = kwargs.pop("scenario", None)
+    over = {k: kwargs.pop(k) for k in SCENARIO_KEYS if k in kwargs}
+    return load_scenario(path, require_layout=require_layout, **over)

@@ -1,0 +1,112 @@
+"""Layout: how the job is split over the GPUs (glossary below), validated at construction.
+
+Glossary (torchtitan / Megatron vocabulary):
+- degree: the size of one parallel dimension (tp, cp, pp, dp; ep is carved out of dp·cp for experts);
+- rank: one GPU; ranks are placed TP innermost, then CP, DP, PP (cost/topology.py documents it);
+- stage: the layers one pipeline rank holds; chunk (virtual stage): one of its `vpp` slices;
+- microbatch: `micro_batch_size` sequences; a step runs `num_microbatches` of them per DP replica.
+
+Internal rules are checked here; rules that involve the model or training (heads % tp, layers % pp,
+batch % dp·mbs, experts % ep, sequence % cp) live in spec/validate.py, the one place for them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError, check_positive
+
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev", "pipedream")
+DP_MODES = ("ddp", "dataparallel", "async")  # DDP (default), single-process DataParallel, asynchronous DP
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """A parallel layout. `dp` may be None and is then derived as num_gpus / (tp·cp·pp)."""
+
+    num_gpus: int
+    tp: int = 1
+    pp: int = 1
+    dp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    micro_batch_size: int = 1
+    zero: int = 0  # 0 none, 1 optimizer, 2 + gradients, 3 + parameters (= FSDP full shard)
+    shard_group_size: int | None = None  # ZeRO/FSDP shard group (HSDP); None: the whole DP group
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    schedule: str = "1f1b"
+    cp_algorithm: str = "ring"  # ring (Megatron p2p ring attention) or ulysses (all-to-all)
+    dp_mode: str = "ddp"
+    layers_per_stage: tuple[int, ...] | None = None  # uneven pipeline split
+
+    def __post_init__(self):
+        check_positive("num_gpus", self.num_gpus, integer=True)
+        for name in ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):
+            check_positive(name, getattr(self, name), integer=True)
+        tcp = self.tp * self.cp * self.pp
+        if self.dp is None:
+            if self.num_gpus % tcp:
+                raise InputError(f"num_gpus({self.num_gpus}) is not divisible by tp({self.tp}) * cp({self.cp}) * "
+                                 f"pp({self.pp}) = {tcp}, so dp cannot be derived")
+            object.__setattr__(self, "dp", self.num_gpus // tcp)
+        check_positive("dp", self.dp, integer=True)
+        if tcp * self.dp != self.num_gpus:
+            raise InputError(f"tp({self.tp}) * cp({self.cp}) * pp({self.pp}) * dp({self.dp}) = {tcp * self.dp} "
+                             f"!= num_gpus({self.num_gpus})")
+        if (self.dp * self.cp) % self.ep:
+            raise InputError(f"ep({self.ep}) must divide dp({self.dp}) * cp({self.cp}) = {self.dp * self.cp}")
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
+            raise InputError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.shard_group_size is not None:
+            check_positive("shard_group_size", self.shard_group_size, integer=True)
+            if self.zero == 0:
+                raise InputError("shard_group_size needs zero >= 1")
+            if self.dp % self.shard_group_size:
+                raise InputError(f"shard_group_size({self.shard_group_size}) must divide dp({self.dp})")
+        if self.recompute not in RECOMPUTE:
+            raise InputError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if self.schedule not in SCHEDULES:
+            raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.cp_algorithm not in ("ring", "ulysses"):
+            raise InputError(f"cp_algorithm must be ring or ulysses, got {self.cp_algorithm!r}")
+        if self.dp_mode not in DP_MODES:
+            raise InputError(f"dp_mode must be one of {', '.join(DP_MODES)}, got {self.dp_mode!r}")
+        if not isinstance(self.sequence_parallel, bool):
+            raise InputError(f"sequence_parallel must be true or false, got {self.sequence_parallel!r}")
+        if self.vpp > 1 and self.schedule != "interleaved":
+            raise InputError(f"vpp({self.vpp}) > 1 needs schedule = 'interleaved', got {self.schedule!r}")
+        if self.schedule == "interleaved" and self.pp == 1:
+            raise InputError("schedule 'interleaved' needs pp > 1")
+        if self.layers_per_stage is not None:
+            object.__setattr__(self, "layers_per_stage", tuple(int(x) for x in self.layers_per_stage))
+            if len(self.layers_per_stage) != self.pp:
+                raise InputError(f"layers_per_stage has {len(self.layers_per_stage)} entries, expected pp({self.pp})")
+
+    @property
+    def label(self) -> str:
+        """Canonical short label, e.g. `TP8-CP1-PP4-DP16` (+ `-EP8` for MoE layouts, `-V2` interleaved)."""
+        s = f"TP{self.tp}-CP{self.cp}-PP{self.pp}-DP{self.dp}"
+        if self.ep > 1:
+            s += f"-EP{self.ep}"
+        if self.vpp > 1:
+            s += f"-V{self.vpp}"
+        return s
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tp * self.cp * self.pp
+
+    def num_microbatches(self, global_batch_size: int) -> int:
+        """m = B / (dp·b): microbatches per DP replica per step (exact; validate.py checks divisibility)."""
+        return global_batch_size // (self.dp * self.micro_batch_size)
+
+    @property
+    def pipeline_chunks(self) -> int:
+        """Model chunks per pipeline rank: vpp for interleaved, 2 for the V/bidirectional schedules."""
+        if self.schedule in ("zb-v", "dualpipev"):
+            return 2
+        if self.schedule == "dualpipe":
+            return 2
+        return self.vpp

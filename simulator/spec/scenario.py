@@ -1,0 +1,151 @@
+"""Scenario = ModelSpec + HardwareProfile + Training + Layout (+ a sweep space), from TOML and/or flags.
+
+File format (DESIGN.md): sections [model] (preset, hf_config, or inline Hugging Face keys), [hardware]
+(preset or path, num_gpus), [training], [layout] (dp may be omitted), optional [sweep]. Flags override
+the file. Unknown keys are rejected with the closest known name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from ..errors import InputError
+from .hf import load_hf_config, model_from_hf
+from .layout import Layout
+from .load import load_model
+from .model import ModelSpec
+from .presets import check_keys, read_toml, resolve
+from .training import Training
+from .validate import validate
+
+SECTIONS = ("model", "hardware", "training", "layout", "sweep", "name", "description")
+TRAINING_KEYS = tuple(f.name for f in fields(Training))
+LAYOUT_KEYS = tuple(f.name for f in fields(Layout) if f.name != "num_gpus")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """Everything one estimate needs. `layout` is None for a scenario that only defines a sweep space."""
+
+    name: str
+    model: ModelSpec
+    hardware: object  # HardwareProfile (spec/hardware.py)
+    training: Training
+    layout: Layout | None
+    num_gpus: int
+    micro_batch_size: int = 1
+    sweep: dict = field(default_factory=dict)
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.layout.num_microbatches(self.training.global_batch_size)
+
+
+def _load_model_table(table: dict, base: Path | None, where: str) -> ModelSpec:
+    table = dict(table)
+    if "preset" in table or "hf_config" in table:
+        check_keys(table, where=where, optional=("preset", "hf_config", "name"))
+        if "preset" in table and "hf_config" in table:
+            raise InputError(f"give either preset or hf_config in {where}, not both")
+        if "preset" in table:
+            return load_model(str(table["preset"]))
+        p = Path(str(table["hf_config"]))
+        if base is not None and not p.is_absolute():
+            p = base / p
+        return load_hf_config(p, name=table.get("name"))
+    return model_from_hf(table, name=str(table.get("name", "inline")), strict=True, where=where)
+
+
+def _load_hardware(table: dict, base: Path | None, where: str):
+    from .hardware import hardware_from_dict, load_hardware
+
+    table = {k: v for k, v in table.items() if k != "num_gpus"}
+    if "preset" in table or "path" in table:
+        check_keys(table, where=where, optional=("preset", "path"))
+        ref = str(table.get("preset") or table.get("path"))
+        if "path" in table and base is not None and not Path(ref).is_absolute():
+            ref = str(base / ref)
+        return load_hardware(ref)
+    if not table:
+        raise InputError(f"missing key 'preset' in {where}")
+    return hardware_from_dict(table, where=where)
+
+
+def load_scenario(path: str | None = None, **overrides) -> Scenario:
+    """Build a Scenario from a TOML file (or scenario preset name) and/or flag overrides.
+
+    Overrides use the flag names' long forms: model, hardware, num_gpus, seq_length, global_batch_size,
+    micro_batch_size, any Training field, any Layout field. None values are ignored. A scenario with no
+    layout fields at all and `require_layout=False` returns layout=None (sweep spaces).
+    """
+    require_layout = overrides.pop("require_layout", True)
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    doc: dict = {}
+    base = None
+    where = "flags"
+    if path is not None:
+        p = resolve("scenarios", str(path))
+        doc = read_toml(p)
+        base = p.parent
+        where = str(p)
+        unknown = [k for k in doc if k not in SECTIONS]
+        if unknown:
+            raise InputError(f"unknown section [{unknown[0]}] in {where}; expected {', '.join(SECTIONS[:5])}")
+        for sec in ("model", "hardware", "training", "layout", "sweep"):
+            if sec in doc and not isinstance(doc[sec], dict):
+                raise InputError(f"{sec} in {where} must be a table [{sec}]")
+
+    # model
+    if "model" in overrides:
+        model = load_model(str(overrides.pop("model")))
+    elif "model" in doc:
+        model = _load_model_table(doc["model"], base, f"[model] of {where}")
+    else:
+        raise InputError(f"no model: give --model or a [model] section in {where}")
+
+    # hardware
+    hw_table = dict(doc.get("hardware", {}))
+    if "hardware" in overrides:
+        hardware = _load_hardware({"preset": overrides.pop("hardware")}, None, "--hardware")
+    elif hw_table:
+        hardware = _load_hardware(hw_table, base, f"[hardware] of {where}")
+    else:
+        raise InputError(f"no hardware: give --hardware or a [hardware] section in {where}")
+    num_gpus = overrides.pop("num_gpus", hw_table.get("num_gpus"))
+    if num_gpus is None:
+        raise InputError(f"missing num_gpus: give --gpus or num_gpus in [hardware] of {where}")
+
+    # training
+    tr = dict(doc.get("training", {}))
+    check_keys(tr, where=f"[training] of {where}", optional=TRAINING_KEYS + ("micro_batch_size",))
+    lay = dict(doc.get("layout", {}))
+    check_keys(lay, where=f"[layout] of {where}", optional=LAYOUT_KEYS)
+    if "micro_batch_size" in tr:
+        lay.setdefault("micro_batch_size", tr.pop("micro_batch_size"))
+    for k in list(overrides):
+        if k in TRAINING_KEYS:
+            tr[k] = overrides.pop(k)
+        elif k in LAYOUT_KEYS:
+            lay[k] = overrides.pop(k)
+    if overrides:
+        raise InputError(f"unknown setting {sorted(overrides)[0]!r}")
+    for key in ("seq_length", "global_batch_size"):
+        if key not in tr:
+            raise InputError(f"missing key {key!r} in [training] of {where} (or give the flag)")
+    try:
+        training = Training(**tr)
+    except TypeError as exc:
+        raise InputError(f"[training] of {where}: {exc}") from None
+
+    sweep = dict(doc.get("sweep", {}))
+    has_layout = bool(doc.get("layout")) or any(k in lay for k in ("tp", "pp", "dp", "cp", "ep"))
+    layout = None
+    if has_layout or require_layout:
+        try:
+            layout = Layout(num_gpus=num_gpus, **lay)
+        except TypeError as exc:
+            raise InputError(f"[layout] of {where}: {exc}") from None
+        validate(model, training, layout)
+    return Scenario(name=str(doc.get("name", Path(str(path)).stem if path else model.name)), model=model,
+                    hardware=hardware, training=training, layout=layout, num_gpus=int(num_gpus),
+                    micro_batch_size=int(lay.get("micro_batch_size", 1)), sweep=sweep)

@@ -1,0 +1,93 @@
+"""Training: what is trained and how (sequence, batch, precision, optimizer, dtypes, kernels).
+
+Dtype defaults follow Megatron-LM for mixed precision (formulas.md §3.1): bf16/fp16 parameters, an
+fp32 master copy, fp32 gradient accumulation and reduction (`grad_dtype = "fp32"`, Megatron's default
+for bf16 unless `--grad-reduce-in-bf16`), fp32 Adam moments. Set `grad_dtype = "bf16"` for the
+ZeRO-paper / DeepSpeed accounting (2-byte gradients, 16 bytes/param).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError, check_positive
+from ..units import DTYPE_BYTES
+
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum")
+ATTENTION_FLOP_CONVENTIONS = ("causal", "full")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Training:
+    """Training setup. Batch sizes count sequences; `seq_length` counts tokens."""
+
+    seq_length: int
+    global_batch_size: int
+    precision: str = "bf16"  # GEMM precision; fp8 keeps bf16 weights and runs GEMMs at the FP8 peak
+    optimizer: str = "adam"
+    grad_dtype: str = "fp32"  # dtype of the accumulated and reduced gradient buffer
+    master_weights: bool = True  # fp32 master copy when parameters are not fp32
+    optimizer_dtype: str = "fp32"  # dtype of optimizer moments
+    flash_attention: bool = True  # False: the a·s² score/softmax tensors are stored (Korthikanti)
+    dropout: bool = False  # True: dropout masks are stored (Korthikanti's counts)
+    offload_optimizer: bool = False  # ZeRO-Offload: optimizer states (and master copy) in host memory
+    offload_params: bool = False  # ZeRO-Infinity-style parameter offload (ZeRO-3 only)
+    moe_capacity_factor: float = 0.0  # 0: dropless (tokens routed as chosen); else C·k·T/E slots per expert
+    fused_cross_entropy: bool = False  # True: logits are never materialised in fp32 for the loss
+    attention_flops: str = "causal"  # "causal" (Megatron-current) or "full" (PaLM / Narayanan) count
+
+    def __post_init__(self):
+        check_positive("seq_length", self.seq_length, integer=True)
+        check_positive("global_batch_size", self.global_batch_size, integer=True)
+        for name, allowed in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS),
+                              ("attention_flops", ATTENTION_FLOP_CONVENTIONS)):
+            v = getattr(self, name)
+            if v not in allowed:
+                raise InputError(f"{name} must be one of {', '.join(allowed)}, got {v!r}")
+        for name in ("grad_dtype", "optimizer_dtype"):
+            v = getattr(self, name)
+            if v not in DTYPE_BYTES or v in ("fp8", "int8"):
+                raise InputError(f"{name} must be one of fp32, bf16, fp16, got {v!r}")
+        for name in ("master_weights", "flash_attention", "dropout", "offload_optimizer", "offload_params",
+                     "fused_cross_entropy"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        check_positive("moe_capacity_factor", self.moe_capacity_factor, allow_zero=True)
+
+    # ---- bytes per element ---------------------------------------------------------------------
+    @property
+    def param_dtype(self) -> str:
+        """Dtype of the working weights: fp8 training keeps bf16 weights (TransformerEngine)."""
+        return "bf16" if self.precision == "fp8" else self.precision
+
+    @property
+    def param_bytes(self) -> int:
+        return DTYPE_BYTES[self.param_dtype]
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per stored activation element: 2 for bf16/fp16/fp8 training, 4 for fp32."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def grad_bytes(self) -> int:
+        return DTYPE_BYTES[self.grad_dtype]
+
+    @property
+    def master_bytes(self) -> int:
+        """fp32 master copy: 4 bytes when parameters are not already fp32 and master_weights is on."""
+        return 4 if (self.master_weights and self.param_dtype != "fp32") else 0
+
+    @property
+    def optimizer_state_count(self) -> int:
+        """Tensors of optimizer state per parameter: Adam/AdamW 2 (m, v), SGD-momentum 1, SGD 0."""
+        return {"adam": 2, "adamw": 2, "sgd-momentum": 1, "sgd": 0}[self.optimizer]
+
+    @property
+    def optimizer_bytes(self) -> int:
+        """K of ZeRO §3.1: master copy + moments, bytes per parameter (Adam, fp32: 4 + 4 + 4 = 12)."""
+        return self.master_bytes + self.optimizer_state_count * DTYPE_BYTES[self.optimizer_dtype]
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_length * self.global_batch_size

@@ -1,0 +1,88 @@
+"""Rules between the model, the training setup and the layout, in one place.
+
+`layout_violations` is vectorised: the numeric layout fields may be numpy arrays (the sweep passes
+millions of candidates at once) and it returns, per candidate, the first broken rule as a message
+naming every factor ('' when valid). `validate` applies it to one Layout and raises InputError.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputError
+from .layout import Layout
+from .model import ModelSpec
+from .training import Training
+
+
+def layout_violations(model: ModelSpec, training: Training, *, tp, pp, dp, cp, ep, vpp, micro_batch_size,
+                      sequence_parallel: bool = False, schedule: str = "1f1b", uneven_layers: bool = False,
+                      messages: bool = True) -> np.ndarray:
+    """First violated divisibility rule per candidate ('' if none). Rules (Megatron-LM arguments.py):
+
+    - num_attention_heads % tp == 0 and num_key_value_heads % tp == 0 (TP shards whole heads);
+    - num_hidden_layers % (pp·chunks) == 0 unless an uneven split is given (chunks = vpp, or 2 for
+      zb-v/dualpipev; dualpipe holds 2 copies of L/pp layers);
+    - global_batch_size % (dp·micro_batch_size) == 0;
+    - num_experts % ep == 0 (MoE), ep == 1 for dense models;
+    - seq_length % (2·cp) == 0 when cp > 1 (load-balanced causal split, Megatron CP docs), and
+      num_attention_heads % cp for Ulysses is checked by the cost model;
+    - seq_length % tp == 0 with sequence parallelism.
+    """
+    tp, pp, dp, cp, ep, vpp, mbs = (np.asarray(x) for x in (tp, pp, dp, cp, ep, vpp, micro_batch_size))
+    shape = np.broadcast(tp, pp, dp, cp, ep, vpp, mbs).shape
+    out = np.full(shape, "", dtype=object) if messages else None
+    valid = np.ones(shape, dtype=bool)
+
+    def rule(bad, msg_fn):
+        bad = np.broadcast_to(bad, shape)
+        valid[...] &= ~bad
+        if messages and bad.any():
+            bad = bad & (out == "")
+            idx = np.nonzero(bad)
+            for i in zip(*idx) if shape else [()]:
+                out[i] = msg_fn(i)
+
+    def at(a, i):
+        a = np.broadcast_to(a, shape)
+        return int(a[i])
+
+    h, kv = model.num_heads, model.num_kv_heads
+    rule(h % tp != 0, lambda i: f"num_attention_heads({h}) is not divisible by tp({at(tp, i)})")
+    rule(kv % tp != 0, lambda i: f"num_key_value_heads({kv}) is not divisible by tp({at(tp, i)})")
+    chunks = 2 if schedule in ("zb-v", "dualpipev") else (1 if schedule == "dualpipe" else vpp)
+    if not uneven_layers:
+        L = model.num_layers
+        rule(L % (pp * chunks) != 0,
+             lambda i: f"num_hidden_layers({L}) is not divisible by pp({at(pp, i)}) * chunks({at(chunks, i)})")
+    B = training.global_batch_size
+    rule(B % (dp * mbs) != 0,
+         lambda i: f"global_batch_size({B}) is not divisible by dp({at(dp, i)}) * micro_batch_size({at(mbs, i)})")
+    if model.is_moe:
+        E = model.num_experts
+        rule(E % ep != 0, lambda i: f"num_experts({E}) is not divisible by ep({at(ep, i)})")
+    else:
+        rule(ep != 1, lambda i: f"ep({at(ep, i)}) > 1 needs an MoE model")
+    s = training.seq_length
+    rule((cp > 1) & (s % (2 * cp) != 0), lambda i: f"seq_length({s}) is not divisible by 2 * cp({at(cp, i)})")
+    if sequence_parallel:
+        rule(s % tp != 0, lambda i: f"seq_length({s}) is not divisible by tp({at(tp, i)}) (sequence parallel)")
+    return out if messages else valid
+
+
+def layout_valid_mask(model: ModelSpec, training: Training, **layout) -> np.ndarray:
+    """Boolean array: True where `layout_violations` finds no broken rule (fast, no messages)."""
+    return layout_violations(model, training, messages=False, **layout)
+
+
+def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
+    """Raise InputError with the first rule the (model, training, layout) triple breaks."""
+    msg = layout_violations(model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp,
+                            ep=layout.ep, vpp=layout.vpp, micro_batch_size=layout.micro_batch_size,
+                            sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,
+                            uneven_layers=layout.layers_per_stage is not None)
+    msg = str(msg.item() if hasattr(msg, "item") else msg)
+    if msg:
+        raise InputError(msg)
+    if layout.layers_per_stage is not None and sum(layout.layers_per_stage) != model.num_layers:
+        raise InputError(f"layers_per_stage sums to {sum(layout.layers_per_stage)} != "
+                         f"num_hidden_layers({model.num_layers})")
