@@ -109,6 +109,7 @@ class HardwareProfile:
     nvlink_link_bytes_per_s: float
     nvls: bool
     nvlink_latency_s: float
+    nvls_latency_s: float = 0.0
     nics_per_node: int
     nic_bytes_per_s: float
     ib_latency_s: float
@@ -124,7 +125,7 @@ class HardwareProfile:
             v = getattr(self, k)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise InputError(f"{self.name}: {k} must be a finite number > 0, got {v!r}")
-        for k in ("nvlink_latency_s", "ib_latency_s"):
+        for k in ("nvlink_latency_s", "ib_latency_s", "nvls_latency_s"):
             v = getattr(self, k)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise InputError(f"{self.name}: {k} must be a finite number >= 0, got {v!r}")
@@ -210,7 +211,7 @@ _TOP_OPT = ("description", "provenance")
 _GPU_REQ = ("model", "hbm_gb", "hbm_gb_per_s", "peak_tflops", "source")
 _PEAK_OPT = DTYPES + ("source",)
 _NODE_REQ = ("gpus_per_node", "nvlink_gb_per_s", "nvls", "nvlink_latency_us", "source")
-_NODE_OPT = ("nvlink_domain_gpus", "nvlink_topology", "nvlink_link_gb_per_s")
+_NODE_OPT = ("nvlink_domain_gpus", "nvlink_topology", "nvlink_link_gb_per_s", "nvls_latency_us")
 _NET_REQ = ("nics_per_node", "nic_gbit_per_s", "ib_latency_us", "nodes_per_leaf", "leaf_oversubscription", "source")
 _EFF_REQ = ("x", "efficiency", "x_unit", "source")
 _PROV_OPT = ("device", "versions", "date", "protocol", "source", "notes", "host")
@@ -273,6 +274,8 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
     nvls = n["nvls"]
     if not isinstance(nvls, bool):
         raise InputError(f"{where} node.nvls must be true or false, got {nvls!r}")
+    if nvls and "nvls_latency_us" not in n:
+        raise InputError(f"missing key 'nvls_latency_us' in {where} [node] (needed with nvls = true)")
     sources = {"gpu": str(g["source"]), "node": str(n["source"]), "network": str(w["source"])}
     if "source" in pk:
         sources["peak_tflops"] = str(pk["source"])
@@ -290,6 +293,7 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
         nvlink_link_bytes_per_s=_num(n.get("nvlink_link_gb_per_s", n["nvlink_gb_per_s"]), f"{where} node.nvlink_link_gb_per_s") * 1e9,
         nvls=nvls,
         nvlink_latency_s=_num(n["nvlink_latency_us"], f"{where} node.nvlink_latency_us") * 1e-6,
+        nvls_latency_s=_num(n.get("nvls_latency_us", 0.0), f"{where} node.nvls_latency_us") * 1e-6,
         nics_per_node=_int(w["nics_per_node"], f"{where} network.nics_per_node"),
         nic_bytes_per_s=_num(w["nic_gbit_per_s"], f"{where} network.nic_gbit_per_s") * 1e9 / 8,
         ib_latency_s=_num(w["ib_latency_us"], f"{where} network.ib_latency_us") * 1e-6,

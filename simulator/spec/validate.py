@@ -38,8 +38,7 @@ def layout_violations(model: ModelSpec, training: Training, *, tp, pp, dp, cp, e
         valid[...] &= ~bad
         if messages and bad.any():
             bad = bad & (out == "")
-            idx = np.nonzero(bad)
-            for i in zip(*idx) if shape else [()]:
+            for i in (zip(*np.nonzero(bad)) if shape else ([()] if bad else [])):
                 out[i] = msg_fn(i)
 
     def at(a, i):
@@ -66,7 +65,9 @@ def layout_violations(model: ModelSpec, training: Training, *, tp, pp, dp, cp, e
     rule((cp > 1) & (s % (2 * cp) != 0), lambda i: f"seq_length({s}) is not divisible by 2 * cp({at(cp, i)})")
     if sequence_parallel:
         rule(s % tp != 0, lambda i: f"seq_length({s}) is not divisible by tp({at(tp, i)}) (sequence parallel)")
-    return out if messages else valid
+    if not messages:
+        return valid
+    return out.item() if out.shape == () else out
 
 
 def layout_valid_mask(model: ModelSpec, training: Training, **layout) -> np.ndarray:
@@ -80,7 +81,7 @@ def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
                             ep=layout.ep, vpp=layout.vpp, micro_batch_size=layout.micro_batch_size,
                             sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,
                             uneven_layers=layout.layers_per_stage is not None)
-    msg = str(msg.item() if hasattr(msg, "item") else msg)
+    msg = str(msg)
     if msg:
         raise InputError(msg)
     if layout.layers_per_stage is not None and sum(layout.layers_per_stage) != model.num_layers:

@@ -1,0 +1,190 @@
+"""Pipeline schedules as plain data: frozen `Op` records, ordered per rank, and the one dependency rule.
+
+Glossary (DESIGN.md): a *rank* is one pipeline device; a *stage* is one contiguous block of layers
+(a "virtual stage" or chunk when a rank holds several); a *microbatch* is one slice of the batch.
+Stages are numbered in the order a microbatch's forward visits them (0 .. num_stages-1), whatever
+rank they live on (Megatron interleaving, V shapes, DualPipe's two directions).
+
+Kinds: ``F`` forward; ``B`` backward — the input-gradient part when the schedule splits the
+backward (then a ``W`` weight-gradient op follows), or the full backward when ``includes_weight``;
+``W`` weight-gradient. Text notation (as in the zero-bubble scheduler and
+`torch.distributed.pipelining`): ``<stage><letter><microbatch>`` with letters ``F``, ``B`` (full
+backward), ``I`` (input-gradient only), ``W``; e.g. ``0F0 0F1 0B0``.
+
+Dependency rule (one rule for every schedule; formulas.md §5.3, sail-sg ``zb.py: build_graph``):
+``F(s, j)`` waits for ``F(s-1, j)``; ``B(s, j)`` waits for ``B(s+1, j)``, or for ``F(s, j)`` on
+the last stage; ``W(s, j)`` waits for ``B(s, j)``. Add a p2p transfer when the two ops run on
+different ranks. Everything else — which op a rank runs next — is the per-rank order, which is
+what distinguishes one schedule from another.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from ..errors import InputError
+
+KINDS = ("F", "B", "W")
+KIND_INDEX = {"F": 0, "B": 1, "W": 2}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Op:
+    """One compute op of one microbatch on one (virtual) stage, run by `rank`."""
+
+    kind: str
+    stage: int
+    microbatch: int
+    rank: int
+    includes_weight: bool = False  # a B that also computes the weight gradient (full backward)
+
+    @property
+    def label(self) -> str:
+        """Compact notation: ``0F0``, ``3B1`` (full backward), ``3I1`` (input-gradient), ``3W1``."""
+        letter = self.kind if self.kind != "B" else ("B" if self.includes_weight else "I")
+        return f"{self.stage}{letter}{self.microbatch}"
+
+
+def dependency(kind: str, stage: int, microbatch: int, *, num_stages: int):
+    """The op that `(kind, stage, microbatch)` waits for, as `(kind, stage, microbatch)`, or None.
+
+    F(s,j) <- F(s-1,j); B(s,j) <- B(s+1,j), last stage: F(s,j); W(s,j) <- B(s,j).
+    Source: formulas.md §5.3 (sail-sg zero-bubble ``scheduler/zb.py: build_graph``).
+    """
+    if kind == "F":
+        return ("F", stage - 1, microbatch) if stage > 0 else None
+    if kind == "B":
+        return ("B", stage + 1, microbatch) if stage < num_stages - 1 else ("F", stage, microbatch)
+    if kind == "W":
+        return ("B", stage, microbatch)
+    raise InputError(f"op kind must be one of F, B, W, got {kind!r}")
+
+
+@dataclass(frozen=True)
+class OpArrays:
+    """The schedule flattened in rank order (rank 0's ops, then rank 1's, ...) as integer arrays.
+
+    `dep[i]` is the index of the op that op i waits for (-1: none); `boundary[i]` the stage boundary
+    its input crosses (boundary b lies between stages b and b+1), -1 when the dependency is on the
+    same rank (no p2p); `rank_prev[i]` the previous op on the same rank (-1: first).
+    """
+
+    kind: np.ndarray
+    stage: np.ndarray
+    microbatch: np.ndarray
+    rank: np.ndarray
+    includes_weight: np.ndarray
+    dep: np.ndarray
+    boundary: np.ndarray
+    rank_prev: np.ndarray
+    rank_offsets: np.ndarray  # ops of rank r are [rank_offsets[r], rank_offsets[r+1])
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Schedule:
+    """Per-rank ordered op lists of one pipeline schedule (data only; no timing).
+
+    `num_ranks` devices, `num_stages` (virtual) stages, `num_microbatches` microbatches,
+    `chunks_per_rank` stages held by each rank (1; vpp for interleaved; 2 for V shapes and DualPipe).
+    `asynchronous`: no flush at the end of a step (PipeDream).
+    """
+
+    name: str
+    num_ranks: int
+    num_stages: int
+    num_microbatches: int
+    chunks_per_rank: int
+    ranks: tuple[tuple[Op, ...], ...]
+    asynchronous: bool = False
+    notes: str = field(default="")
+
+    def __post_init__(self):
+        if len(self.ranks) != self.num_ranks:
+            raise InputError(f"schedule {self.name}: {len(self.ranks)} rank lists for {self.num_ranks} ranks")
+
+    @property
+    def num_ops(self) -> int:
+        return sum(len(r) for r in self.ranks)
+
+    @property
+    def split_backward(self) -> bool:
+        """True when at least one backward is split into B (input gradient) and W."""
+        return any(op.kind == "W" for ops in self.ranks for op in ops)
+
+    def notation(self, rank: int) -> str:
+        """The rank's op order in compact text, e.g. ``0F0 0F1 0B0 0F2 0B1 0B2``."""
+        return " ".join(op.label for op in self.ranks[rank])
+
+    def notation_rows(self) -> list[str]:
+        return [self.notation(r) for r in range(self.num_ranks)]
+
+    @cached_property
+    def arrays(self) -> OpArrays:
+        """Flatten, resolve every op's dependency (the one rule) and check the schedule is complete.
+
+        Raises InputError if an op is duplicated, a microbatch misses an op, or an op sits on a
+        rank different from the one its stage's other ops of the same microbatch use.
+        """
+        ops = [op for r in self.ranks for op in r]
+        n = len(ops)
+        S, M = self.num_stages, self.num_microbatches
+        kind = np.fromiter((KIND_INDEX[o.kind] for o in ops), dtype=np.int64, count=n)
+        stage = np.fromiter((o.stage for o in ops), dtype=np.int64, count=n)
+        mb = np.fromiter((o.microbatch for o in ops), dtype=np.int64, count=n)
+        rank = np.fromiter((o.rank for o in ops), dtype=np.int64, count=n)
+        incw = np.fromiter((o.includes_weight for o in ops), dtype=bool, count=n)
+        counts = np.array([len(r) for r in self.ranks], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        if n and ((stage < 0).any() or (stage >= S).any() or (mb < 0).any() or (mb >= M).any()):
+            raise InputError(f"schedule {self.name}: an op's stage or microbatch is out of range")
+        expect_rank = np.repeat(np.arange(self.num_ranks), counts)
+        if not np.array_equal(rank, expect_rank):
+            raise InputError(f"schedule {self.name}: an op's rank differs from the list holding it")
+        key = (kind * S + stage) * M + mb
+        table = np.full(3 * S * M, -1, dtype=np.int64)
+        table[key] = np.arange(n)
+        if (np.bincount(key, minlength=3 * S * M) > 1).any():
+            dup = ops[int(np.flatnonzero(np.bincount(key, minlength=3 * S * M)[key] > 1)[0])]
+            raise InputError(f"schedule {self.name}: op {dup.label} appears more than once")
+        # every (stage, microbatch) needs F and B; W exactly when its B does not include the weight
+        need_w = np.zeros(S * M, dtype=bool)
+        is_b = kind == 1
+        need_w[(stage * M + mb)[is_b & ~incw]] = True
+        for k, need in ((0, np.ones(S * M, bool)), (1, np.ones(S * M, bool)), (2, need_w)):
+            have = table[k * S * M:(k + 1) * S * M] >= 0
+            if not np.array_equal(have, need):
+                bad = int(np.flatnonzero(have != need)[0])
+                s, j = divmod(bad, M)
+                what = "missing" if need[bad] else "unexpected"
+                raise InputError(f"schedule {self.name}: {what} op {s}{'FBW'[k] if k != 1 else 'B'}{j}")
+        # the one dependency rule, vectorised
+        dkind = np.where(kind == 0, 0, np.where(kind == 1, np.where(stage == S - 1, 0, 1), 1))
+        dstage = np.where(kind == 0, stage - 1, np.where(kind == 1, np.where(stage == S - 1, stage, stage + 1), stage))
+        has_dep = ~((kind == 0) & (stage == 0))
+        dkey = (dkind * S + np.clip(dstage, 0, S - 1)) * M + mb
+        dep = np.where(has_dep, table[dkey], -1)
+        cross = has_dep & (rank[np.maximum(dep, 0)] != rank)
+        bnd = np.where(kind == 0, stage - 1, stage)  # F crosses s-1|s, B crosses s|s+1
+        boundary = np.where(cross & (kind != 2), bnd, -1)
+        rank_prev = np.arange(n) - 1
+        rank_prev[offsets[:-1][counts > 0]] = -1
+        return OpArrays(kind, stage, mb, rank, incw, dep, boundary, rank_prev, offsets)
+
+
+def make_schedule(name: str, per_rank: list[list[Op]], *, num_stages: int, num_microbatches: int,
+                  chunks_per_rank: int, asynchronous: bool = False, notes: str = "") -> Schedule:
+    """Freeze per-rank op lists into a `Schedule`."""
+    return Schedule(name=name, num_ranks=len(per_rank), num_stages=num_stages,
+                    num_microbatches=num_microbatches, chunks_per_rank=chunks_per_rank,
+                    ranks=tuple(tuple(r) for r in per_rank), asynchronous=asynchronous, notes=notes)
+
+
+def check_counts(name: str, *, pp, microbatches, vpp=1):
+    """Validate the integer shape arguments of a schedule builder (InputError naming the value)."""
+    for label, v in (("pp", pp), ("microbatches", microbatches), ("vpp", vpp)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise InputError(f"{name}: {label} must be an integer, got {v!r}")
+        if v < 1:
+            raise InputError(f"{name}: {label} must be >= 1, got {v}")

@@ -1,0 +1,21 @@
+"""PipeDream (asynchronous 1F1B with weight stashing; Narayanan et al. 2019, SOSP, §3.2-3.3).
+
+The op order of one window of m microbatches is 1F1B's (startup, then one forward and one backward
+alternately), but there is no flush: the next step's forwards follow directly, so what matters is
+the steady-state time per microbatch (the slowest stage's F+B when p2p is hidden) and the weight
+versions each stage stashes: one per microbatch in flight, ``p - r`` on stage r (§3.3: "the number
+of weight versions stashed is at most the number of in-flight microbatches").
+"""
+from ..errors import InputError
+from .one_f_one_b import one_f_one_b_rank
+from .op import check_counts, make_schedule
+
+
+def build_pipedream(*, pp: int, microbatches: int, vpp: int = 1):
+    check_counts("pipedream", pp=pp, microbatches=microbatches, vpp=vpp)
+    if vpp != 1:
+        raise InputError(f"pipedream: vpp must be 1, got {vpp}")
+    ranks = [one_f_one_b_rank(r, pp=pp, microbatches=microbatches) for r in range(pp)]
+    return make_schedule("pipedream", ranks, num_stages=pp, num_microbatches=microbatches,
+                         chunks_per_rank=1, asynchronous=True,
+                         notes="asynchronous: no flush; read the steady state, not the makespan")

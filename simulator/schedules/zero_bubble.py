@@ -1,0 +1,44 @@
+"""Handcrafted zero-bubble schedules ZB-H1 and ZB-H2 (Qi et al. 2024, "Zero Bubble Pipeline
+Parallelism", ICLR, §2.1-2.2): the backward is split into B (input gradient, on the critical path)
+and W (weight gradient, free to move).
+
+ZB-H1: 1F1B's warm-up and F/B alternation; rank r runs the W of microbatch j after the B of
+microbatch j+r, so the W's fill the drain. Same peak memory as 1F1B (p microbatches on rank 0);
+idle per rank (uniform stages, zero p2p) = (p-1)(F+B-W) (paper §2.1; formulas.md §5.2). This is
+the op order of `torch.distributed.pipelining.ScheduleInterleavedZeroBubble` with one stage per rank.
+
+ZB-H2: rank r runs ``min(m, 2(p-r)-1)`` warm-up forwards (peak 2p-1 microbatches on rank 0, paper
+§2.2), then ``B_j W_j F_{j+warm-up}`` cycles, then the remaining ``B_j W_j``. The paper's zero
+bubble for ZB-H2 also needs its optimizer post-validation, which lets one step's tail overlap the
+next step's warm-up; within one flushed step the last rank still waits (p-1)F for its first input.
+"""
+from ..errors import InputError
+from .one_f_one_b import one_f_one_b_rank
+from .op import Op, check_counts, make_schedule
+
+
+def build_zb_h1(*, pp: int, microbatches: int, vpp: int = 1):
+    check_counts("zb-h1", pp=pp, microbatches=microbatches, vpp=vpp)
+    if vpp != 1:
+        raise InputError(f"zb-h1: vpp must be 1, got {vpp} (zb-v holds two chunks per rank)")
+    ranks = [one_f_one_b_rank(r, pp=pp, microbatches=microbatches, split=True, weight_delay=r)
+             for r in range(pp)]
+    return make_schedule("zb-h1", ranks, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=1)
+
+
+def build_zb_h2(*, pp: int, microbatches: int, vpp: int = 1):
+    check_counts("zb-h2", pp=pp, microbatches=microbatches, vpp=vpp)
+    if vpp != 1:
+        raise InputError(f"zb-h2: vpp must be 1, got {vpp}")
+    m = microbatches
+    ranks = []
+    for r in range(pp):
+        warm = min(m, 2 * (pp - r) - 1)
+        ops = [Op(kind="F", stage=r, microbatch=j, rank=r) for j in range(warm)]
+        for j in range(m):
+            ops.append(Op(kind="B", stage=r, microbatch=j, rank=r))
+            ops.append(Op(kind="W", stage=r, microbatch=j, rank=r))
+            if j + warm < m:
+                ops.append(Op(kind="F", stage=r, microbatch=j + warm, rank=r))
+        ranks.append(ops)
+    return make_schedule("zb-h2", ranks, num_stages=pp, num_microbatches=m, chunks_per_rank=1)
