@@ -39,6 +39,7 @@ class Op:
     microbatch: int
     rank: int
     includes_weight: bool = False  # a B that also computes the weight gradient (full backward)
+    paired: bool = False  # overlapped with the next op on the rank (DualPipe F&B): also waits for its input
 
     @property
     def label(self) -> str:
@@ -79,7 +80,9 @@ class OpArrays:
     dep: np.ndarray
     boundary: np.ndarray
     rank_prev: np.ndarray
-    rank_offsets: np.ndarray  # ops of rank r are [rank_offsets[r], rank_offsets[r+1])
+    rank_offsets: np.ndarray
+    dep2: np.ndarray = None       # second dependency (paired ops: the partner's input), -1: none
+    boundary2: np.ndarray = None  # ops of rank r are [rank_offsets[r], rank_offsets[r+1])
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -170,7 +173,18 @@ class Schedule:
         boundary = np.where(cross & (kind != 2), bnd, -1)
         rank_prev = np.arange(n) - 1
         rank_prev[offsets[:-1][counts > 0]] = -1
-        return OpArrays(kind, stage, mb, rank, incw, dep, boundary, rank_prev, offsets)
+        # paired (overlapped) ops start only when the partner's input is there too
+        paired = np.fromiter((o.paired for o in ops), dtype=bool, count=n)
+        dep2 = np.full(n, -1, dtype=np.int64)
+        boundary2 = np.full(n, -1, dtype=np.int64)
+        if paired.any():
+            idx = np.flatnonzero(paired)
+            nxt = idx + 1
+            if (nxt >= n).any() or (rank[np.minimum(nxt, n - 1)] != rank[idx]).any():
+                raise InputError(f"schedule {self.name}: a paired op is the last op of its rank")
+            dep2[idx] = dep[nxt]
+            boundary2[idx] = boundary[nxt]
+        return OpArrays(kind, stage, mb, rank, incw, dep, boundary, rank_prev, offsets, dep2, boundary2)
 
 
 def make_schedule(name: str, per_rank: list[list[Op]], *, num_stages: int, num_microbatches: int,

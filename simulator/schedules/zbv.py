@@ -36,7 +36,6 @@ def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
                 f0 += 1
             seq += [("B", c0), ("W", c0), ("F", c1), ("B", c1), ("W", c1)]
             f1 += 1
-        b0 = f0 - (pp - r) - r  # B's of c0 issued so far equal the stable-phase iterations
         seq += [("B", c0), ("B", c1)] * r
         seq += [("B", c0), ("W", c0)] * (pp - r)
         counters = {}
@@ -44,10 +43,7 @@ def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
         for kind, chunk in seq:
             j = counters.get((kind, chunk), 0)
             counters[(kind, chunk)] = j + 1
-            if kind == "W" and (("B", chunk) in counters) and j >= counters[("B", chunk)]:
-                raise AssertionError("zb-v: W before its B")
             ops.append((kind, chunk, j))
-        del b0
         # trailing W's: c1 first, then c0
         for chunk in (c1, c0):
             for j in range(counters.get(("W", chunk), 0), counters[("B", chunk)]):

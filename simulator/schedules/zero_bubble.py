@@ -8,9 +8,10 @@ idle per rank (uniform stages, zero p2p) = (p-1)(F+B-W) (paper §2.1; formulas.m
 the op order of `torch.distributed.pipelining.ScheduleInterleavedZeroBubble` with one stage per rank.
 
 ZB-H2: rank r runs ``min(m, 2(p-r)-1)`` warm-up forwards (peak 2p-1 microbatches on rank 0, paper
-§2.2), then ``B_j W_j F_{j+warm-up}`` cycles, then the remaining ``B_j W_j``. The paper's zero
-bubble for ZB-H2 also needs its optimizer post-validation, which lets one step's tail overlap the
-next step's warm-up; within one flushed step the last rank still waits (p-1)F for its first input.
+§2.2), then cycles ``B_j, W_(j-r), F_(j+warm-up)``, then the remaining W's. The paper's zero bubble
+for ZB-H2 also needs its optimizer post-validation, which lets one step's tail overlap the next
+step's warm-up; within one flushed step the last rank still waits (p-1)F for its first input, and
+our replays find ZB-H2's flushed makespan equal to ZB-H1's (docs/pipeline.md).
 """
 from ..errors import InputError
 from .one_f_one_b import one_f_one_b_rank
@@ -35,10 +36,14 @@ def build_zb_h2(*, pp: int, microbatches: int, vpp: int = 1):
     for r in range(pp):
         warm = min(m, 2 * (pp - r) - 1)
         ops = [Op(kind="F", stage=r, microbatch=j, rank=r) for j in range(warm)]
+        next_w = 0
         for j in range(m):
             ops.append(Op(kind="B", stage=r, microbatch=j, rank=r))
-            ops.append(Op(kind="W", stage=r, microbatch=j, rank=r))
+            if j >= r:  # as ZB-H1: rank r runs W(j-r) after B(j)
+                ops.append(Op(kind="W", stage=r, microbatch=next_w, rank=r))
+                next_w += 1
             if j + warm < m:
                 ops.append(Op(kind="F", stage=r, microbatch=j + warm, rank=r))
+        ops += [Op(kind="W", stage=r, microbatch=j, rank=r) for j in range(next_w, m)]
         ranks.append(ops)
     return make_schedule("zb-h2", ranks, num_stages=pp, num_microbatches=m, chunks_per_rank=1)

@@ -1,0 +1,70 @@
+"""`parasim memory`: per-GPU memory breakdown per pipeline stage."""
+import json
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+from .common import scenario_from_options, scenario_options
+
+_COLS = (("params_bytes", "weights"), ("grads_bytes", "grads"), ("optimizer_bytes", "optim"),
+         ("activations_bytes", "activ"), ("kv_cache_bytes", "kv"), ("other_bytes", "other"),
+         ("peak_bytes", "peak"), ("host_bytes", "host"))
+
+
+def _table(result) -> str:
+    from ..units import GiB
+
+    lay = result.layout
+    head = f"{'stage':>5} {'layers':>6} {'in-flight':>9} " + " ".join(f"{lbl + ' GiB':>11}" for _, lbl in _COLS)
+    lines = [f"{result.model.name}: {lay.label}, zero={lay.zero}, recompute={lay.recompute}, "
+             f"schedule={lay.schedule}, micro-batch={lay.micro_batch_size}, "
+             f"seq={result.training.seq_length}{', inference' if result.inference else ''}", head]
+    for s in result.per_stage:
+        lines.append(f"{s.stage:>5} {s.layers:>6} {s.inflight_microbatches:>9.2f} "
+                     + " ".join(f"{getattr(s, k) / GiB:>11.2f}" for k, _ in _COLS))
+    hbm = result.hbm_bytes
+    lines.append(f"HBM capacity: {hbm / GiB:.2f} GiB per GPU" if hbm else "HBM capacity: unknown")
+    w = result.worst
+    verdict = "fits" if result.feasible else "does NOT fit"
+    lines.append(f"worst stage {w.stage}: peak {w.peak_bytes / GiB:.2f} GiB -> {verdict}"
+                 + (f" ({result.reason})" if result.reason else ""))
+    return "\n".join(lines)
+
+
+@click.command("memory")
+@scenario_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--inference", is_flag=True, default=False,
+              help="inference memory: weights + KV cache (batch global_batch/dp, context seq) + one layer")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="write stacked bars per stage with the HBM line (.png or .svg)")
+def memory(fmt, inference, plot, **kwargs):
+    """Per-GPU memory per pipeline stage: weights, gradients, optimizer, activations, KV cache, other.
+
+    \b
+    Examples:
+      parasim memory scenarios/llama3-70b-64xh100.toml
+      parasim memory --model llama3-70b --hardware dgx-h100 --gpus 64 --tp 8 --pp 2 --zero 1 \\
+          --micro-batch 1 --seq 8192 --global-batch 64 --sequence-parallel --format json
+      parasim memory --model llama3-8b --hardware dgx-h100 --gpus 8 --tp 8 --seq 8192 \\
+          --global-batch 32 --inference --plot memory.png
+    """
+    from ..memory import memory_breakdown
+
+    if plot and Path(plot).suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise InputError(f"--plot must end in .png, .svg or .pdf, got {plot!r}")
+    sc = scenario_from_options(kwargs)
+    result = memory_breakdown(sc.model, sc.training, sc.layout, sc.hardware, inference=inference)
+    if plot:
+        from ..report.memory_plot import save_memory_plot
+        save_memory_plot(result, plot)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    elif fmt == "csv":
+        click.echo(result.to_frame().to_csv(index=False), nl=False)
+    else:
+        click.echo(_table(result))
+
+
+COMMANDS = [memory]

@@ -1,0 +1,172 @@
+"""`parasim plot ...`: charts from sweep results files and from replayed schedules (PNG or SVG)."""
+from __future__ import annotations
+
+import click
+
+from ..errors import InputError
+
+
+def _ints(name: str, text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--{name} must be a comma list of integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise InputError(f"--{name} must list integers >= 1, got {text!r}")
+    return vals
+
+
+def _out_option(fn):
+    return click.option("--out", required=True, type=click.Path(dir_okay=False), help="chart.png or chart.svg")(fn)
+
+
+def _title_option(fn):
+    return click.option("--title", default=None, help="chart title")(fn)
+
+
+def _check_out(out):
+    from pathlib import Path
+
+    if Path(out).suffix.lower() not in (".png", ".svg"):
+        raise InputError(f"--out must end in .png or .svg, got {out!r}")
+
+
+@click.group("plot")
+def plot():
+    """Charts: MFU heatmap, Pareto front, bubble vs microbatches, memory of the top layouts, Gantt.
+
+    \b
+    Examples:
+      parasim sweep scenarios/llama3-70b-512xh100.toml --out r.csv
+      parasim plot mfu r.csv --out mfu.png
+      parasim plot pareto r.csv --out pareto.svg
+      parasim plot memory r.csv --top 8 --out memory.png
+      parasim plot bubble --pp 8 --microbatches 8,16,32,64 --schedules 1f1b,interleaved,zb-h1 --out bubble.png
+      parasim plot timeline --schedule interleaved --pp 4 --vpp 2 --microbatches 8 --out gantt.png
+    """
+
+
+@plot.command("mfu")
+@click.argument("results")
+@_out_option
+@_title_option
+def plot_mfu(results, out, title):
+    """Heatmap of the best MFU per TP × PP from a sweep results file (.csv or .parquet)."""
+    from ..report.sweep_plots import mfu_heatmap, save_figure
+    from ..sweep import read_results
+
+    _check_out(out)
+    save_figure(mfu_heatmap(read_results(results), title=title), out)
+    click.echo(f"wrote {out}")
+
+
+@plot.command("pareto")
+@click.argument("results")
+@_out_option
+@_title_option
+def plot_pareto(results, out, title):
+    """Throughput vs memory headroom of the feasible layouts, with the Pareto front."""
+    from ..report.sweep_plots import pareto_chart, save_figure
+    from ..sweep import read_results
+
+    _check_out(out)
+    save_figure(pareto_chart(read_results(results), title=title), out)
+    click.echo(f"wrote {out}")
+
+
+@plot.command("memory")
+@click.argument("results")
+@click.option("--top", type=int, default=8, show_default=True, help="layouts to draw (best first)")
+@click.option("--all-rows", is_flag=True, help="include infeasible rows (default: feasible only)")
+@_out_option
+@_title_option
+def plot_memory(results, top, all_rows, out, title):
+    """Stacked per-GPU memory of the top layouts of a sweep results file."""
+    from ..report.sweep_plots import memory_bars, save_figure
+    from ..sweep import read_results
+
+    _check_out(out)
+    if top < 1:
+        raise InputError(f"--top must be >= 1, got {top}")
+    df = read_results(results)
+    if not all_rows and "feasible" in df:
+        df = df[df["feasible"].astype(bool)]
+    save_figure(memory_bars(df, top=top, title=title), out)
+    click.echo(f"wrote {out}")
+
+
+def _schedule_times(fn):
+    fn = click.option("--p2p", type=float, default=0.0, show_default=True, help="p2p time between stages, s")(fn)
+    fn = click.option("--weight", type=float, default=0.0, show_default=True,
+                      help="W (weight-gradient) time per microbatch per rank, s")(fn)
+    fn = click.option("--backward", type=float, default=2.0, show_default=True,
+                      help="B (input-gradient) time per microbatch per rank, s")(fn)
+    fn = click.option("--forward", type=float, default=1.0, show_default=True,
+                      help="F time per microbatch per rank, s")(fn)
+    return fn
+
+
+def _check_times(**kw):
+    import math
+
+    for k, v in kw.items():
+        if not math.isfinite(v) or v < 0:
+            raise InputError(f"--{k} must be a finite number >= 0, got {v!r}")
+
+
+@plot.command("bubble")
+@click.option("--pp", type=int, required=True, help="pipeline ranks")
+@click.option("--microbatches", default="4,8,16,32,64", show_default=True, help="comma list of microbatch counts")
+@click.option("--schedules", default="gpipe,1f1b,interleaved,zb-h1,zb-h2", show_default=True,
+              help="comma list of schedules")
+@click.option("--vpp", type=int, default=2, show_default=True, help="chunks per rank for interleaved")
+@_schedule_times
+@_out_option
+@_title_option
+def plot_bubble(pp, microbatches, schedules, vpp, forward, backward, weight, p2p, out, title):
+    """Bubble fraction vs microbatches per schedule, each point replayed on the pipeline engine."""
+    from ..report.sweep_plots import bubble_chart, save_figure
+    from ..sweep import bubble_vs_microbatches
+
+    _check_out(out)
+    _check_times(forward=forward, backward=backward, weight=weight, p2p=p2p)
+    if pp < 1:
+        raise InputError(f"--pp must be >= 1, got {pp}")
+    names = [s.strip().lower() for s in schedules.split(",") if s.strip()]
+    t = bubble_vs_microbatches(names, pp=pp, microbatches=_ints("microbatches", microbatches), vpp=vpp,
+                               forward_s=forward, backward_s=backward, weight_s=weight, p2p_s=p2p)
+    missing = sorted(set(names) - set(t["schedule"]))
+    if missing:
+        click.echo(f"note: no valid point for {', '.join(missing)} with pp={pp}", err=True)
+    save_figure(bubble_chart(t, title=title), out)
+    click.echo(f"wrote {out}")
+
+
+@plot.command("timeline")
+@click.option("--schedule", "name", required=True, help="gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, ...")
+@click.option("--pp", type=int, required=True, help="pipeline ranks")
+@click.option("--microbatches", type=int, required=True, help="microbatches per step")
+@click.option("--vpp", type=int, default=None, help="chunks per rank (interleaved; default 2 there)")
+@_schedule_times
+@_out_option
+@_title_option
+def plot_timeline(name, pp, microbatches, vpp, forward, backward, weight, p2p, out, title):
+    """Gantt chart of one replayed schedule (the same replay as `parasim schedule --plot`)."""
+    from ..pipeline import replay
+    from ..report.gantt import gantt_figure
+    from ..report.sweep_plots import save_figure
+    from ..schedules import build
+
+    _check_out(out)
+    _check_times(forward=forward, backward=backward, weight=weight, p2p=p2p)
+    key = name.strip().lower()
+    if vpp is None:
+        vpp = 2 if key == "interleaved" else 1
+    sch = build(key, pp=pp, microbatches=microbatches, vpp=vpp)
+    per = sch.num_stages // sch.num_ranks if key != "dualpipe" else 1
+    tl = replay(sch, forward_s=forward / per, backward_s=backward / per, weight_s=weight / per, p2p_s=p2p)
+    save_figure(gantt_figure(tl, title=title), out)
+    click.echo(f"wrote {out}")
+
+
+COMMANDS = [plot]

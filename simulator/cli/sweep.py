@@ -1,0 +1,159 @@
+"""`parasim sweep`: evaluate every valid layout of a scenario and rank them by throughput."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+
+# scenario flags passed through to load_scenario (not layout fields: those are lists here)
+_SCENARIO_FLAGS = [
+    ("--model", "model", str, "model preset name or path to a Hugging Face config.json"),
+    ("--hardware", "hardware", str, "hardware preset name or profile TOML path"),
+    ("--gpus", "num_gpus", int, "number of GPUs"),
+    ("--seq", "seq_length", int, "sequence length (tokens)"),
+    ("--global-batch", "global_batch_size", int, "global batch size (sequences)"),
+    ("--precision", "precision", click.Choice(["bf16", "fp16", "fp8", "fp32"]), "training precision"),
+    ("--optimizer", "optimizer", click.Choice(["adam", "adamw", "sgd", "sgd-momentum"]), "optimizer"),
+    ("--grad-dtype", "grad_dtype", click.Choice(["fp32", "bf16", "fp16"]), "gradient accumulation/reduction dtype"),
+]
+# sweep axes: comma lists or "auto"
+_LIST_FLAGS = [
+    ("--tp", "tp", "tensor-parallel degrees, e.g. 1,2,4,8"),
+    ("--pp", "pp", "pipeline-parallel degrees"),
+    ("--dp", "dp", "data-parallel degrees (default: whatever is left)"),
+    ("--cp", "cp", "context-parallel degrees"),
+    ("--ep", "ep", "expert-parallel degrees (MoE)"),
+    ("--vpp", "vpp", "virtual pipeline chunks (interleaved schedule)"),
+    ("--micro-batch", "micro_batch_size", "micro-batch sizes"),
+    ("--zero", "zero", "ZeRO stages 0-3 (3 = FSDP full shard)"),
+    ("--recompute", "recompute", "recompute modes: none,selective,full"),
+    ("--schedule", "schedule", "pipeline schedules, e.g. 1f1b,interleaved,zb-h1"),
+    ("--sequence-parallel", "sequence_parallel", "sequence parallelism: true,false"),
+]
+_INT_FLAGS = [
+    ("--max-tp", "max_tp", "largest TP degree"),
+    ("--max-pp", "max_pp", "largest PP degree"),
+    ("--max-cp", "max_cp", "largest CP degree"),
+    ("--max-ep", "max_ep", "largest EP degree"),
+    ("--max-vpp", "max_vpp", "largest vpp"),
+    ("--min-micro-batch", "min_micro_batch_size", "smallest micro-batch size (default 1)"),
+    ("--max-micro-batch", "max_micro_batch_size", "largest micro-batch size (default 8)"),
+]
+
+
+def _options(fn):
+    for flag, dest, hlp in reversed(_INT_FLAGS):
+        fn = click.option(flag, dest, type=int, default=None, help=hlp)(fn)
+    for flag, dest, hlp in reversed(_LIST_FLAGS):
+        fn = click.option(flag, dest, type=str, default=None, metavar="LIST|auto", help=hlp)(fn)
+    fn = click.option("--flash-attention/--no-flash-attention", "flash_attention", default=None,
+                      help="FlashAttention (no a·s² tensors stored)")(fn)
+    for flag, dest, typ, hlp in reversed(_SCENARIO_FLAGS):
+        fn = click.option(flag, dest, type=typ, default=None, help=hlp)(fn)
+    return click.argument("scenario", required=False)(fn)
+
+
+def chart_paths(plot: str) -> dict[str, Path]:
+    """`--plot FILE`: FILE gets the MFU heatmap; FILE's stem + -pareto / -memory the other charts."""
+    p = Path(plot)
+    if p.suffix.lower() not in (".png", ".svg"):
+        raise InputError(f"--plot must end in .png or .svg, got {plot!r}")
+    return {"mfu": p, "pareto": p.with_name(f"{p.stem}-pareto{p.suffix}"),
+            "memory": p.with_name(f"{p.stem}-memory{p.suffix}")}
+
+
+def _fmt_table(df, top: int) -> str:
+    from ..report.sweep_plots import short_variant
+
+    d = df.head(top)
+    head = (f"{'rank':>5} {'label':<24} {'choices':<32} {'tokens/s':>12} {'MFU':>6} {'step s':>9} "
+            f"{'bubble':>7} {'peak GiB':>9}  feasible")
+    lines = [head]
+    for _, r in d.iterrows():
+        bub = r.get("bubble_fraction", float("nan"))
+        lines.append(f"{int(r['rank']):>5} {r['label']:<24} {short_variant(r):<32} {r['tokens_per_s']:>12,.0f} "
+                     f"{100 * r['mfu']:>5.1f}% {r['step_s']:>9.3f} {100 * bub:>6.1f}% "
+                     f"{r['peak_bytes'] / 2**30:>9.1f}  {'yes' if r['feasible'] else 'no: ' + str(r['reason'])}")
+    return "\n".join(lines)
+
+
+@click.command("sweep")
+@_options
+@click.option("--max-tp-within-node", is_flag=True, default=None, help="keep TP inside one node (tp <= gpus per node)")
+@click.option("--top", "top", type=int, default=10, show_default=True, help="rows to print")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="write all rows to results.csv or .parquet")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="charts: FILE.png|svg gets the MFU heatmap, FILE-pareto and FILE-memory the others")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="format of the top-K rows on stdout")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True)
+@click.option("--scheduler", default=None, help="Dask scheduler address (default: a local cluster)")
+@click.option("--chunk-size", type=int, default=50_000, show_default=True, help="layouts per resumable chunk")
+@click.option("--resume/--no-resume", default=True, show_default=True,
+              help="reuse finished chunks in OUT.parts/ of an interrupted run")
+@click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: when a terminal)")
+def sweep(scenario, top, out, plot, fmt, executor, scheduler, chunk_size, resume, progress, max_tp_within_node,
+          **kwargs):
+    """Evaluate every valid layout (tp·cp·pp·dp, ep, vpp, micro-batch, ZeRO, recompute, sequence
+    parallelism, schedule) and rank them by tokens/s among those that fit.
+
+    The space comes from the scenario's [sweep] table; flags override it (comma lists or 'auto').
+    An interrupted run (Ctrl-C) resumes from OUT.parts/ when run again with the same arguments.
+
+    \b
+    Examples:
+      parasim sweep scenarios/llama3-70b-512xh100.toml --top 10 --out results.csv --plot mfu.png
+      parasim sweep --model llama3-8b --hardware dgx-h100 --gpus 16 --seq 4096 --global-batch 64 \\
+          --tp 1,2,4,8 --schedule 1f1b,interleaved,zb-h1 --out r.parquet
+    """
+    from ..spec.scenario import load_scenario
+    from ..sweep import LIST_FIELDS, SweepSpace, explain_winner, run_sweep
+
+    if top < 0:
+        raise InputError(f"--top must be >= 0, got {top}")
+    over = {dest: kwargs.pop(dest) for _, dest, _, _ in _SCENARIO_FLAGS}
+    over["flash_attention"] = kwargs.pop("flash_attention")
+    sc = load_scenario(scenario, require_layout=False, **over)
+    space = SweepSpace.from_table(sc.sweep, where=f"[sweep] of {scenario}" if scenario else "[sweep]")
+    changes = {k: kwargs.pop(k) for k in list(kwargs) if k in LIST_FIELDS or k.startswith(("max_", "min_"))}
+    changes["max_tp_within_node"] = max_tp_within_node
+    space = space.replace(**changes)
+    if plot:
+        chart_paths(plot)  # check the suffix before the work
+    if progress is None:
+        progress = sys.stderr.isatty()
+    t0 = time.perf_counter()
+    df = run_sweep(sc, space, executor=executor, scheduler=scheduler, out=out, chunk_size=chunk_size,
+                   resume=resume, progress=progress)
+    dt = time.perf_counter() - t0
+    nfeas = int(df["feasible"].sum()) if len(df) else 0
+    if fmt == "json":
+        click.echo(json.dumps(json.loads(df.head(top).to_json(orient="records")), indent=2))
+    elif fmt == "csv":
+        click.echo(df.head(top).to_csv(index=False), nl=False)
+    else:
+        click.echo(f"{sc.name}: {len(df):,} layouts on {sc.num_gpus} GPUs, {nfeas:,} fit; "
+                   f"{dt:.2f} s ({len(df) / dt if dt > 0 else 0:,.0f} layouts/s)")
+        if len(df) and top:
+            click.echo(_fmt_table(df, top))
+        click.echo(explain_winner(df))
+        if out:
+            click.echo(f"wrote {out}")
+    if plot and len(df):
+        from ..report.sweep_plots import memory_bars, mfu_heatmap, pareto_chart, save_figure
+
+        paths = chart_paths(plot)
+        save_figure(mfu_heatmap(df, title=f"{sc.name}: best MFU per TP × PP"), paths["mfu"])
+        save_figure(pareto_chart(df, title=f"{sc.name}: throughput vs memory headroom"), paths["pareto"])
+        save_figure(memory_bars(df[df["feasible"]].head(max(top, 1)) if nfeas else df, top=min(max(top, 1), 12),
+                                hbm_bytes=sc.hardware.hbm_bytes), paths["memory"])
+        if fmt == "table":
+            click.echo("charts: " + ", ".join(str(p) for p in paths.values()))
+
+
+COMMANDS = [sweep]

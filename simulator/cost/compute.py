@@ -1,0 +1,733 @@
+"""Compute time per op, per (virtual) pipeline stage and per microbatch: F, B, W, recompute; optimizer step.
+
+Time per op (formulas.md §6.3, §7.1; scaling-book `T = max(T_math, T_mem)`):
+- GEMM:        t_math = FLOPs / (peak(dtype) · η_gemm(FLOPs of one GEMM call)),
+               t_mem  = bytes / (HBM bytes/s · η_memory(bytes)), bytes = operands + result.
+               FP8 training runs the transformer-layer linears at the FP8 peak (TransformerEngine); the
+               router, the LM head and attention stay in bf16 (DeepSeek-V3 report §3.3, Megatron).
+- Attention:   FlashAttention kernels at peak(bf16) · η_attention(s) (forward) and
+               η_attention_bwd(s) (backward, which also recomputes QKᵀ: 2.5× forward FLOPs when
+               d_qk = d_v); FLOPs executed skip masked blocks (causal: s²/2). Without FlashAttention
+               QKᵀ and A·V are batched GEMMs over the whole s² matrix plus a memory-bound softmax.
+- Memory-bound ops (norms, SwiGLU/GeLU, residual adds, RoPE, dropout, softmax when not flash, MoE
+               permutation, cross-entropy, embedding lookup, optimizer step): bytes / (HBM bytes/s ·
+               η_memory(bytes per kernel)).
+- Per op: `roofline=True` (default) takes max(t_math, t_mem); `roofline=False` adds them (Calculon's
+  `no_overlap` mode, the one its shipped A100/H100 configs use; formulas.md §7.1).
+
+The efficiency curves (η) are data of the hardware profile (`[efficiency.gemm]`, `[efficiency.attention]`,
+optional `[efficiency.attention_bwd]`, `[efficiency.gemm_fp8]`, `[efficiency.memory]`), read with
+`hardware.interp_efficiency(name, x)`; this module holds no efficiency numbers.
+
+Byte counts of memory-bound ops (e = bytes per activation element, T = b·s/c tokens on a rank, T_sp =
+T/t with sequence parallelism else T): each kernel reads its inputs and writes its outputs once
+(fused kernels as in Megatron/TransformerEngine); the per-op counts are in `memory_ops`. They are
+first-order counts to be refined by calibration.
+
+Stages. `num_virtual_stages` = pp·vpp (interleaved), 2·pp (zb-v, dualpipev: V shape), else pp. Layers
+are split over virtual stages in layer order (evenly, or `layers_per_stage`), the MoE layer pattern
+follows `ModelSpec.moe_layer_mask`, the embedding is on the first virtual stage, the final norm, LM
+head and loss on the last. Results carry a trailing virtual-stage axis: shape (S,) for scalar layout
+fields, (N, S) when tp, cp, ep, micro_batch_size are arrays of shape (N,) (vectorisation contract).
+
+B/W split: weight-gradient GEMMs (and the embedding-table gradient) are W; everything else in the
+backward (dgrad GEMMs, attention backward, memory-bound backward ops) is B. The recompute forward
+(selective: core attention; full: the whole layer forward; never the LM head) is `recompute_s`, to be
+run before B by the pipeline engine.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..errors import InputError
+from ..spec.model import ModelSpec, stage_layer_counts
+from ..spec.training import Training
+from . import flops as F
+
+__all__ = [
+    "StageTimes",
+    "OpTime",
+    "MemoryOp",
+    "gemm_dtype",
+    "mfu_peak_flops",
+    "num_virtual_stages",
+    "stage_rank",
+    "stage_rank_matrix",
+    "stage_layer_split",
+    "memory_ops",
+    "layer_op_times",
+    "stage_compute_times",
+    "stage_param_counts",
+    "optimizer_bytes_per_param",
+    "optimizer_step_s",
+]
+
+_V_SCHEDULES = ("zb-v", "dualpipev")
+
+
+# ---- dtypes and peaks -------------------------------------------------------------------------------
+def gemm_dtype(training: Training) -> str:
+    """Dtype whose dense peak the transformer-layer GEMMs run at: the training precision (fp8 → fp8)."""
+    return training.precision
+
+
+def _peak(hardware, dtype: str) -> float:
+    """Dense peak FLOP/s for dtype; fp16 falls back to bf16 (equal dense peaks on every listed GPU,
+    formulas.md §6.1) when a profile lists only bf16."""
+    if dtype == "fp16" and "fp16" not in hardware.peak_flops_per_s:
+        dtype = "bf16"
+    return hardware.peak_flops(dtype)
+
+
+def mfu_peak_flops(hardware, training: Training) -> float:
+    """Denominator peak of the MFU parasim reports: the dense peak of the training GEMM dtype
+    (bf16 989 TFLOP/s on H100 SXM; fp8 training: the fp8 peak)."""
+    return _peak(hardware, gemm_dtype(training))
+
+
+def _combine(t_math, t_mem, roofline: bool):
+    """Op time from its compute and memory times: max (roofline) or sum (Calculon no_overlap)."""
+    return np.maximum(t_math, t_mem) if roofline else t_math + t_mem
+
+
+def _memory_time(bytes_, kernels, hardware):
+    """bytes / (HBM bytes/s · η_memory(bytes per kernel)); 0 for 0 bytes."""
+    bytes_ = np.asarray(bytes_, dtype=float)
+    per_kernel = np.maximum(bytes_ / kernels, 1.0)
+    return bytes_ / (hardware.hbm_bytes_per_s * hardware.interp_efficiency("memory", per_kernel))
+
+
+# ---- stages ----------------------------------------------------------------------------------------
+def num_virtual_stages(pp: int, vpp: int = 1, schedule: str = "1f1b") -> int:
+    """Model chunks in layer order: pp·vpp (interleaved), 2·pp (zb-v, dualpipev), else pp (dualpipe
+    keeps pp stages, each rank holding stage r and stage pp−1−r)."""
+    if schedule in _V_SCHEDULES:
+        return 2 * pp
+    return pp * (vpp if schedule == "interleaved" else 1)
+
+
+def stage_rank(pp: int, vpp: int = 1, schedule: str = "1f1b") -> np.ndarray:
+    """Pipeline rank of each virtual stage: j mod pp (interleaved, Megatron: rank r holds chunks r, r+p,
+    ...), V shape j < pp → j else 2pp−1−j (zb-v/dualpipev), else j (for dualpipe: the rank that runs
+    stage j for microbatches entering at rank 0; the reverse direction uses pp−1−j)."""
+    S = num_virtual_stages(pp, vpp, schedule)
+    j = np.arange(S)
+    if schedule in _V_SCHEDULES:
+        return np.where(j < pp, j, 2 * pp - 1 - j)
+    return j % pp
+
+
+def stage_rank_matrix(pp: int, vpp: int = 1, schedule: str = "1f1b") -> np.ndarray:
+    """(S, pp) 0/1 matrix: which ranks hold a copy of each virtual stage (dualpipe: ranks j and pp−1−j).
+    `x @ M` turns per-virtual-stage quantities into per-rank sums."""
+    S = num_virtual_stages(pp, vpp, schedule)
+    M = np.zeros((S, pp))
+    M[np.arange(S), stage_rank(pp, vpp, schedule)] = 1.0
+    if schedule == "dualpipe":
+        M[np.arange(S), pp - 1 - np.arange(S)] = 1.0
+    return M
+
+
+def stage_layer_split(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = "1f1b",
+                      layers_per_stage=None) -> tuple[np.ndarray, np.ndarray]:
+    """(dense layers, MoE layers) per virtual stage, in layer order, following `moe_layer_mask`.
+
+    `layers_per_stage` (uneven split) must have one entry per virtual stage.
+    """
+    S = num_virtual_stages(pp, vpp, schedule)
+    if layers_per_stage is not None and len(layers_per_stage) != S:
+        raise InputError(f"layers_per_stage has {len(layers_per_stage)} entries, expected one per virtual "
+                         f"stage ({S} for pp={pp}, vpp={vpp}, schedule={schedule!r})")
+    counts = stage_layer_counts(model.num_layers, S, tuple(layers_per_stage) if layers_per_stage else None)
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    c = np.concatenate([[0], np.cumsum(model.moe_layer_mask.astype(np.int64))])
+    n_moe = c[ends] - c[starts]
+    return (counts - n_moe).astype(float), n_moe.astype(float)
+
+
+# ---- op tables -------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class MemoryOp:
+    """A memory-bound op of one layer (or of the embedding/head) for one microbatch on one rank.
+
+    Bytes moved in the forward, in the backward input-gradient (B) and weight-gradient (W) kernels;
+    `kernels` is how many kernels share the bytes (the x of η_memory is bytes per kernel).
+    """
+
+    name: str
+    forward_bytes: object
+    backward_bytes: object
+    weight_bytes: object = 0.0
+    kernels: float = 1.0
+    core_attention: bool = False
+    ffn: bool = False  # part of the FFN (dense or MoE), not of the attention block
+
+
+def memory_ops(model: ModelSpec, training: Training, *, moe: bool = False, tp=1, cp=1, ep=1, micro_batch_size=1,
+               sequence_parallel: bool = False) -> tuple[MemoryOp, ...]:
+    """Memory-bound ops of one layer per rank, with their byte counts (e = activation bytes).
+
+    - norms (norms_per_layer of them, over h, in the SP region): fwd read x + write y = 2·T_sp·h·e;
+      bwd read x, dy, write dx = 3·T_sp·h·e.
+    - residual adds (2): fwd read 2 + write 1 = 3·T_sp·h·e each; bwd the same.
+    - RoPE on Q and K (T·(q_rope + k_rope)/t elements): fwd and bwd read + write. MLA: n_h·d_r per
+      query, one shared d_r key (replicated across TP).
+    - qk_norm (Qwen3): 2 and 3 passes over T·(q + kv)/t. MLA latent norms over r_q and r_kv.
+    - hidden dropout (if training.dropout, 2 sites): fwd read x, write y, write 1-byte mask; bwd
+      read dy, mask, write dx: (2e + 1)·T_sp·h each.
+    - FFN activation: SwiGLU/GeGLU fwd read gate, up + write = 3·T·f/t·e, bwd read gate, up, dy +
+      write dgate, dup = 5·T·f/t·e; GeLU 2 and 3 passes. MoE: routed tokens ρ·k·T with f_e/t, shared
+      experts T with f_sh/t.
+    - MoE token permutation (dispatch and combine): fwd and bwd (1 + k)·T·h·e each; router softmax
+      and top-k over T'·E fp32 scores (read + write).
+    - softmax over the score matrix (no FlashAttention only; full s/c × s, causal masking does not
+      skip work): fwd read S + write P = 2·e per element, bwd read P, dP + write dS = 3·e (+ dropout
+      mask (2e + 1) per element when training.dropout).
+    """
+    e = float(training.activation_bytes)
+    tp, cp, ep, b = (F._f(x) for x in (tp, cp, ep, micro_batch_size))
+    s = float(training.seq_length)
+    T = b * s / cp
+    T_sp = T / tp if sequence_parallel else T
+    h = model.hidden_size
+    ops = [MemoryOp(name="norms", forward_bytes=model.norms_per_layer * 2 * T_sp * h * e,
+                    backward_bytes=model.norms_per_layer * 3 * T_sp * h * e, kernels=model.norms_per_layer),
+           MemoryOp(name="residual_adds", forward_bytes=2 * 3 * T_sp * h * e, backward_bytes=2 * 3 * T_sp * h * e,
+                    kernels=2.0)]
+    if model.is_mla:
+        rope = T * model.num_heads * model.qk_rope_head_dim / tp + (T / tp if sequence_parallel else T) * model.qk_rope_head_dim
+        lat = (T / tp if sequence_parallel else T) * (model.q_lora_rank + model.kv_lora_rank)
+        ops.append(MemoryOp(name="latent_norms", forward_bytes=2 * lat * e, backward_bytes=3 * lat * e, kernels=2.0))
+    else:
+        rope = T * (model.q_size + model.kv_size) / tp
+    ops.append(MemoryOp(name="rope", forward_bytes=2 * rope * e, backward_bytes=2 * rope * e, kernels=2.0))
+    if model.qk_norm:
+        qk = T * (model.q_size + model.kv_size) / tp
+        ops.append(MemoryOp(name="qk_norm", forward_bytes=2 * qk * e, backward_bytes=3 * qk * e, kernels=2.0))
+    if training.dropout:
+        d = 2 * (2 * e + 1) * T_sp * h
+        ops.append(MemoryOp(name="hidden_dropout", forward_bytes=d, backward_bytes=d, kernels=2.0))
+    if not training.flash_attention:
+        elems = b * model.num_heads / tp * (s / cp) * s
+        fwd, bwd = 2 * e * elems, 3 * e * elems
+        if training.dropout:
+            fwd, bwd = fwd + (2 * e + 1) * elems, bwd + (2 * e + 1) * elems
+        ops.append(MemoryOp(name="softmax", forward_bytes=fwd, backward_bytes=bwd, core_attention=True))
+    glu = model.glu_matrices == 3
+    act_f, act_b = (3.0, 5.0) if glu else (2.0, 3.0)
+    if moe:
+        k, E = model.experts_per_token, model.num_experts
+        rho = training.moe_capacity_factor if training.moe_capacity_factor > 0 else 1.0
+        width = rho * k * T * model.moe_ffn_hidden_size / tp + T * model.shared_expert_ffn_hidden_size / tp
+        T_rep = T / tp if sequence_parallel else T
+        perm = 2 * (1 + k) * T * h * e
+        ops += [MemoryOp(name="mlp_activation", forward_bytes=act_f * width * e, backward_bytes=act_b * width * e,
+                         ffn=True),
+                MemoryOp(name="moe_permute", forward_bytes=perm, backward_bytes=perm, kernels=2.0, ffn=True),
+                MemoryOp(name="router_softmax_topk", forward_bytes=2 * 4 * T_rep * E, backward_bytes=2 * 4 * T_rep * E,
+                         ffn=True)]
+    else:
+        width = T * model.ffn_hidden_size / tp
+        ops.append(MemoryOp(name="mlp_activation", forward_bytes=act_f * width * e, backward_bytes=act_b * width * e,
+                            ffn=True))
+    return tuple(ops)
+
+
+def _embedding_memory_op(model, training, *, tp, cp, micro_batch_size, sequence_parallel) -> MemoryOp:
+    """Input embedding lookup (first stage): fwd read T rows + write T×h (2·T·h·e, + the position table
+    when learned); the table gradient (a scatter-add: read dy, read + write rows = 3·T·h·e) is W."""
+    e = float(training.activation_bytes)
+    T = F._f(micro_batch_size) * training.seq_length / F._f(cp)
+    tables = 2.0 if model.learned_position_embeddings else 1.0
+    h = model.hidden_size
+    return MemoryOp(name="embedding", forward_bytes=tables * 2 * T * h * e, backward_bytes=0.0 * T,
+                    weight_bytes=tables * 3 * T * h * e, kernels=tables)
+
+
+def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_parallel) -> tuple[MemoryOp, ...]:
+    """Final norm and the loss on the last stage.
+
+    Loss over X = T·V/t logits per rank: unfused (Megatron vocab-parallel CE in PyTorch ops): fwd read
+    logits (e) + write and read an fp32 copy (4 + 4) + write fp32 softmax (4) = (e + 12)·X; bwd read
+    the fp32 softmax + write the logit gradient = (4 + e)·X. Fused (training.fused_cross_entropy): fwd
+    one read e·X, bwd read logits + write gradient 2e·X.
+    """
+    e = float(training.activation_bytes)
+    tp, cp, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
+    T = b * training.seq_length / cp
+    T_sp = T / tp if sequence_parallel else T
+    X = T * model.vocab_size / tp
+    if training.fused_cross_entropy:
+        lf, lb = e * X, 2 * e * X
+    else:
+        lf, lb = (e + 12.0) * X, (4.0 + e) * X
+    return (MemoryOp(name="final_norm", forward_bytes=2 * T_sp * model.hidden_size * e,
+                     backward_bytes=3 * T_sp * model.hidden_size * e),
+            MemoryOp(name="loss", forward_bytes=lf, backward_bytes=lb, kernels=2.0))
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpTime:
+    """Time of one op for one microbatch on one rank: forward, B (input gradient), W (weight gradient),
+    and its executed FLOPs (hardware FLOPs: B includes FlashAttention's QKᵀ recompute)."""
+
+    name: str
+    kind: str  # gemm | attention | memory
+    forward_s: object
+    backward_s: object
+    weight_s: object
+    forward_flops: object = 0.0
+    backward_flops: object = 0.0
+    weight_flops: object = 0.0
+    core_attention: bool = False
+
+
+def _stack(values) -> np.ndarray:
+    """Scalars/arrays -> one float array with a leading op axis (broadcast to a common shape).
+
+    All-scalar input (a single layout) takes the cheap path: one small 1-D array.
+    """
+    if all(isinstance(v, (float, int)) for v in values):
+        return np.array(values, dtype=float)
+    return np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=float) for v in values]))
+
+
+_TIME_KEYS = ("forward_s", "backward_s", "weight_s", "forward_flops", "backward_flops", "weight_flops")
+
+
+def _table(*rows) -> np.ndarray:
+    """Rows in `_TIME_KEYS` order, each with a leading op axis -> one array (6, ops, ...)."""
+    if len({np.shape(r) for r in rows}) != 1:
+        rows = np.broadcast_arrays(*rows)
+    return np.array(rows, dtype=float)
+
+
+def _gemm_times(ops, training: Training, hardware, roofline: bool) -> np.ndarray:
+    """Weight GEMMs as a `_table` (rows forward_s, backward_s, weight_s and their FLOPs; one column per op):
+
+        t_math = FLOPs / (peak · η_gemm(FLOPs per call)),  t_mem = bytes / (HBM · η_memory(bytes per call)),
+        t = max(t_math, t_mem) (roofline) or t_math + t_mem.
+
+    Bytes per call: forward and dgrad read two operands and write one, e_in·(m·k + k·n) + e_out·m·n;
+    wgrad reads the two activations and accumulates into the gradient buffer (read + write at
+    grad_bytes, Megatron gradient-accumulation fusion): e_in·(m·k + m·n) + 2·g·k·n.
+    FP8 (precision fp8 and op.fp8): FP8 peak, 1-byte operands, η from `[efficiency.gemm_fp8]` when the
+    profile has that table, else `[efficiency.gemm]` (as a fraction of the FP8 peak).
+    """
+    m, n, k, calls, fl = (_stack([getattr(o, a) for o in ops]) for a in ("m", "n", "k", "calls", "forward_flops"))
+    pad = (len(ops),) + (1,) * (m.ndim - 1)
+    fp8 = np.array([o.fp8 and training.precision == "fp8" for o in ops]).reshape(pad)
+    base = "bf16" if training.precision == "fp8" else training.precision
+    peak = np.where(fp8, _peak(hardware, "fp8") if fp8.any() else 0.0, _peak(hardware, base))
+    x = np.maximum(fl / calls, 1.0)
+    eff = hardware.interp_efficiency("gemm", x)
+    if fp8.any() and hardware.has_efficiency("gemm_fp8"):
+        eff = np.where(fp8, hardware.interp_efficiency("gemm_fp8", x), eff)
+    e = float(training.activation_bytes)
+    e_in = np.where(fp8, 1.0, e)
+    t_math = fl / (peak * eff)
+    by = np.stack([calls * (e_in * (m * k + k * n) + e * m * n),
+                   calls * (e_in * (m * k + m * n) + 2.0 * training.grad_bytes * k * n)])
+    t_mem = _memory_time(by, calls, hardware)
+    t_f = _combine(t_math, t_mem[0], roofline)
+    return _table(t_f, t_f, _combine(t_math, t_mem[1], roofline), fl, _stack([o.dgrad_flops for o in ops]),
+                  _stack([o.wgrad_flops for o in ops]))
+
+
+def _memory_times(ops, hardware) -> np.ndarray:
+    """Memory-bound ops as a `_table`: bytes / (HBM bytes/s · η_memory(bytes per kernel)); no FLOPs."""
+    n = len(ops)
+    by = _stack([o.forward_bytes for o in ops] + [o.backward_bytes for o in ops] + [o.weight_bytes for o in ops])
+    kernels = np.array([o.kernels for o in ops] * 3).reshape((3 * n,) + (1,) * (by.ndim - 1))
+    t = _memory_time(by, kernels, hardware)
+    z = np.zeros_like(t[:n])
+    return _table(t[:n], t[n:2 * n], t[2 * n:], z, z, z)
+
+
+def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size, cp_algorithm, roofline) -> np.ndarray:
+    """Core attention (QKᵀ and A·V) as a `_table` (one column with FlashAttention, two without).
+
+    FlashAttention (one fused kernel per pass): forward t = FLOPs_fwd / (peak · η_attention(x)),
+    backward t = (2·FLOPs_fwd + QKᵀ recompute) / (peak · η_attention_bwd(x)) (η_attention when the
+    profile has no backward table), x = s/c (ring CP: each kernel sees s/c queries) or s (Ulysses);
+    memory: Q, K, V, O once in the forward, twice in the backward. Peak: bf16 (fp16/fp32 when training
+    in those), also under fp8 training.
+    Without FlashAttention: QKᵀ and A·V are batched GEMMs (b·n_h/t heads) timed with η_gemm(FLOPs of
+    the whole batched call); bytes e·(m·k + k·n + m·n) per head; backward = 2 such GEMMs.
+    """
+    dt = "bf16" if training.precision == "fp8" else training.precision
+    peak = _peak(hardware, dt)
+    e = float(training.activation_bytes)
+    fl = _stack([o.forward_flops for o in ops])
+    bwd_fl = _stack([o.dgrad_flops + o.backward_recompute_flops for o in ops])
+    if not training.flash_attention:
+        m, n, k, calls = (_stack([getattr(o, a) for o in ops]) for a in ("m", "n", "k", "calls"))
+        t_math = fl / (peak * hardware.interp_efficiency("gemm", np.maximum(fl, 1.0)))
+        t = _combine(t_math, _memory_time(calls * e * (m * k + k * n + m * n), 1.0, hardware), roofline)
+        return _table(t, 2.0 * t, 0.0 * t, fl, bwd_fl, 0.0 * fl)
+    fwd, bwd = fl.sum(axis=0, keepdims=True), bwd_fl.sum(axis=0, keepdims=True)
+    x = np.maximum(float(training.seq_length) / (F._f(cp) if cp_algorithm == "ring" else 1.0), 1.0)
+    eff_f = hardware.interp_efficiency("attention", x)
+    eff_b = hardware.interp_efficiency("attention_bwd" if hardware.has_efficiency("attention_bwd") else "attention", x)
+    tp_, cp_, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
+    s = float(training.seq_length)
+    if model.is_mla:
+        qk_w = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
+        v_w = model.num_heads * model.v_head_dim
+        kv_w = qk_w + v_w
+    else:
+        qk_w, v_w, kv_w = model.q_size, model.q_size, 2 * model.kv_size
+    by = e * b / tp_ * ((s / cp_) * (qk_w + v_w) + s * kv_w)  # Q, O of the rank's queries; K, V of all s keys
+    t_mem = _memory_time(np.stack(np.broadcast_arrays(by, 2.0 * by)), 1.0, hardware)
+    t_f = _combine(fwd / (peak * eff_f), t_mem[0], roofline)
+    t_b = _combine(bwd / (peak * eff_b), t_mem[1], roofline)
+    return _table(t_f, t_b, 0.0 * t_f, fwd, bwd, 0.0 * fwd)
+
+
+def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool = False, tp=1, cp=1, ep=1,
+                   micro_batch_size=1, sequence_parallel: bool = False, cp_algorithm: str = "ring",
+                   roofline: bool = True) -> list[OpTime]:
+    """Per-op times of one transformer layer for one microbatch on one rank (a breakdown table).
+
+    Executed attention FLOPs: causal halving with FlashAttention (masked blocks are skipped), the full
+    s² without it — independent of the `attention_flops` reporting convention.
+    """
+    one = np.ones(1)
+    groups = _stage_op_groups(model, training, tp=tp, cp=cp, ep=ep, micro_batch_size=micro_batch_size,
+                              sequence_parallel=sequence_parallel, n_dense=0 * one if moe else one,
+                              n_moe=one if moe else 0 * one, first=0 * one, last=0 * one, recompute="none")
+    out = []
+    for kind, ops, _, _ in groups:
+        t = _evaluate(kind, ops, model, training, hardware, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                      cp_algorithm=cp_algorithm, roofline=roofline)
+        names = [o.name for o in ops] if (kind != "attention" or not training.flash_attention) else ["attention"]
+        for i, name in enumerate(names):
+            core = kind == "attention" or (kind == "memory" and ops[i].core_attention)
+            out.append(OpTime(name=name, kind=kind, core_attention=core,
+                              **{k: t[j, i] for j, k in enumerate(_TIME_KEYS)}))
+    return out
+
+
+def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_parallel, n_dense, n_moe, first, last,
+                     recompute):
+    """Every op a virtual stage runs, grouped by kind, with per-stage multiplicities.
+
+    Returns [(kind, ops, W, R)]: W[o, j] = how many times op o runs on virtual stage j per microbatch
+    (layers holding it; 1 for the embedding on the first and the head on the last stage); R[o, j] = the
+    same for the recompute forward (selective: core attention; full: every layer op; never the
+    embedding or head).
+    """
+    kw = dict(seq_length=training.seq_length, tp=tp, cp=cp, micro_batch_size=micro_batch_size)
+    mkw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
+    flash = training.flash_attention
+    L = n_dense + n_moe
+    zero = 0.0 * L
+    full, sel = recompute == "full", recompute == "selective"
+    has_dense, has_moe = bool(np.any(n_dense)), bool(np.any(n_moe))
+
+    g_ops, g_w, g_r = [], [], []
+    for op in F.projection_ops(model, sequence_parallel=sequence_parallel, **kw):
+        g_ops.append(op); g_w.append(L); g_r.append(L if full else zero)  # noqa: E702
+    ffn = []
+    if has_dense:
+        ffn += [(op, n_dense) for op in F.dense_mlp_ops(model, **kw)]
+    if has_moe:
+        ffn += [(op, n_moe) for op in F.moe_ops(model, ep=ep, sequence_parallel=sequence_parallel,
+                                                  capacity_factor=training.moe_capacity_factor, **kw)]
+    for op, w in ffn:
+        g_ops.append(op); g_w.append(w); g_r.append(w if full else zero)  # noqa: E702
+    for op in F.head_ops(model, training, **mkw):
+        g_ops.append(op); g_w.append(last); g_r.append(zero)  # noqa: E702
+
+    a_ops = list(F.attention_ops(model, attention_flops="causal" if flash else "full", flash_attention=flash, **kw))
+    n_att = len(a_ops) if not flash else 1
+    a_w = [L] * n_att
+    a_r = [L if (full or sel) else zero] * n_att
+
+    m_ops, m_w, m_r = [], [], []
+    mem = memory_ops(model, training, moe=False, ep=ep, sequence_parallel=sequence_parallel, **mkw)
+    for op in mem:
+        if op.ffn and not has_dense:
+            continue
+        w = n_dense if op.ffn else L
+        m_ops.append(op); m_w.append(w); m_r.append(w if (full or (sel and op.core_attention)) else zero)  # noqa: E702
+    if has_moe:
+        for op in memory_ops(model, training, moe=True, ep=ep, sequence_parallel=sequence_parallel, **mkw):
+            if op.ffn:
+                m_ops.append(op); m_w.append(n_moe); m_r.append(n_moe if full else zero)  # noqa: E702
+    m_ops.append(_embedding_memory_op(model, training, sequence_parallel=sequence_parallel, **mkw))
+    m_w.append(first); m_r.append(zero)  # noqa: E702
+    for op in _head_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):
+        m_ops.append(op); m_w.append(last); m_r.append(zero)  # noqa: E702
+    return [("gemm", g_ops, np.array(g_w), np.array(g_r)), ("attention", a_ops, np.array(a_w), np.array(a_r)),
+            ("memory", m_ops, np.array(m_w), np.array(m_r))]
+
+
+def _evaluate(kind, ops, model, training, hardware, *, tp, cp, micro_batch_size, cp_algorithm, roofline) -> np.ndarray:
+    if kind == "gemm":
+        return _gemm_times(ops, training, hardware, roofline)
+    if kind == "attention":
+        return _attention_times(ops, model, training, hardware, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                                cp_algorithm=cp_algorithm, roofline=roofline)
+    return _memory_times(ops, hardware)
+
+
+def _per_stage(t: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """Σ_ops t[r, o, ...] · W[o, j]: (rows, ops) -> (rows, S); (rows, ops, n, 1) -> (rows, n, S)."""
+    if t.ndim == 2:
+        return t @ W
+    return np.swapaxes(t[..., 0], 1, 2) @ W
+
+
+# ---- per-stage times -------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class StageTimes:
+    """Compute time and executed FLOPs per microbatch for each virtual stage (trailing axis, layer order).
+
+    forward_s: F; backward_s: B (input gradient, incl. FlashAttention's QKᵀ recompute); weight_s: W
+    (weight gradients); recompute_s: the recompute forward run before B (0 without recompute).
+    *_flops: hardware FLOPs executed by one rank for one microbatch in each part.
+    dense_layers, moe_layers: layer counts per virtual stage; stage_rank: the pipeline rank of each.
+    """
+
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    weight_s: np.ndarray
+    recompute_s: np.ndarray
+    forward_flops: np.ndarray
+    backward_flops: np.ndarray
+    weight_flops: np.ndarray
+    recompute_flops: np.ndarray
+    dense_layers: np.ndarray
+    moe_layers: np.ndarray
+    stage_rank: np.ndarray
+
+    @property
+    def full_backward_s(self) -> np.ndarray:
+        """recompute + B + W: the unsplit backward of 1F1B-type schedules."""
+        return self.recompute_s + self.backward_s + self.weight_s
+
+    @property
+    def total_s(self) -> np.ndarray:
+        """F + recompute + B + W per microbatch per virtual stage."""
+        return self.forward_s + self.full_backward_s
+
+    def per_rank(self, name: str, pp: int, vpp: int = 1, schedule: str = "1f1b") -> np.ndarray:
+        """Sum of field `name` over the virtual stages each pipeline rank holds: (..., pp)."""
+        return getattr(self, name) @ stage_rank_matrix(pp, vpp, schedule)
+
+
+_LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "schedule",
+                  "cp_algorithm", "layers_per_stage")
+_DEFAULTS = dict(tp=1, pp=1, cp=1, ep=1, vpp=1, micro_batch_size=1, recompute="none", sequence_parallel=False,
+                 schedule="1f1b", cp_algorithm="ring", layers_per_stage=None, dp=1, zero=0, shard_group_size=None)
+
+
+def _layout_args(layout, overrides: dict, names) -> SimpleNamespace:
+    """Layout fields from a Layout (or any object with those attributes), then explicit keywords."""
+    out = {}
+    for n in names:
+        v = overrides.get(n)
+        if v is None and layout is not None:
+            v = getattr(layout, n, None)
+        out[n] = _DEFAULTS[n] if v is None else v
+    return SimpleNamespace(**out)
+
+
+def _col(x):
+    """A numeric layout field with room for the stage axis: a Python float for a scalar (fast path),
+    shape (N, 1) for an array of N layouts."""
+    if np.ndim(x) == 0:
+        return float(x)
+    return np.asarray(x, dtype=float)[..., None]
+
+
+def _unique_layouts(values):
+    """Distinct combinations of the numeric layout fields: (unique columns, inverse index, batch shape).
+
+    A sweep repeats few distinct (tp, cp, ep, micro_batch_size) tuples many times (they differ in dp,
+    schedule, ...); evaluating each distinct tuple once and gathering is exact and much faster.
+    """
+    arrays = np.broadcast_arrays(*[np.asarray(v) for v in values])
+    shape = arrays[0].shape
+    flat = [x.ravel() for x in arrays]
+    code, radix = np.zeros(flat[0].shape, dtype=np.int64), 1
+    for x in flat:
+        u, inv = np.unique(x, return_inverse=True)
+        code, radix = code * len(u) + inv, radix * len(u)
+    if radix >= 2**62:  # too many distinct values to mix into one int64 code: row-wise unique
+        _, first, inverse = np.unique(np.stack(flat, axis=1), axis=0, return_index=True, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    return [x[first] for x in flat], inverse, shape
+
+
+def _check_scalar(name, v):
+    if np.ndim(v) != 0:
+        raise InputError(f"{name} must be a scalar (the sweep groups layouts by it), got an array of shape {np.shape(v)}")
+
+
+def stage_compute_times(model: ModelSpec, training: Training, layout=None, hardware=None, *, tp=None, pp=None, cp=None,
+                        ep=None, vpp=None, micro_batch_size=None, recompute=None, sequence_parallel=None,
+                        schedule=None, cp_algorithm=None, layers_per_stage=None, roofline: bool = True,
+                        _deduplicated: bool = False) -> StageTimes:
+    """F, B, W and recompute times per microbatch per virtual stage (trailing axis) on one rank.
+
+    `layout` is a Layout or any object with its attribute names (a "layout-like" namespace of arrays);
+    keyword arguments override it. tp, cp, ep, micro_batch_size may be numpy arrays of shape (N,);
+    pp, vpp and the categorical fields are scalars. Shapes: (S,) or (N, S), S = num_virtual_stages.
+
+    Per stage: dense_layers·t_dense + moe_layers·t_moe (+ embedding on the first, final norm + LM head +
+    loss on the last virtual stage); recompute: selective → core-attention forward of each layer, full →
+    each layer's whole forward (formulas.md §2.6).
+    """
+    if hardware is None:
+        raise InputError("stage_compute_times needs a hardware profile")
+    a = _layout_args(layout, dict(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size,
+                                  recompute=recompute, sequence_parallel=sequence_parallel, schedule=schedule,
+                                  cp_algorithm=cp_algorithm, layers_per_stage=layers_per_stage), _LAYOUT_FIELDS)
+    for n in ("pp", "vpp", "recompute", "sequence_parallel", "schedule", "cp_algorithm"):
+        _check_scalar(n, getattr(a, n))
+    if a.recompute not in F.RECOMPUTE_MODES:
+        raise InputError(f"recompute must be one of {', '.join(F.RECOMPUTE_MODES)}, got {a.recompute!r}")
+    if a.cp_algorithm not in ("ring", "ulysses"):
+        raise InputError(f"cp_algorithm must be ring or ulysses, got {a.cp_algorithm!r}")
+    vectorised = any(np.ndim(getattr(a, n)) > 0 for n in ("tp", "cp", "ep", "micro_batch_size"))
+    if vectorised and not _deduplicated:
+        cols, inverse, shape = _unique_layouts([a.tp, a.cp, a.ep, a.micro_batch_size])
+        u = stage_compute_times(model, training, None, hardware, tp=cols[0], pp=a.pp, cp=cols[1], ep=cols[2], vpp=a.vpp,
+                                micro_batch_size=cols[3], recompute=a.recompute, sequence_parallel=a.sequence_parallel,
+                                schedule=a.schedule, cp_algorithm=a.cp_algorithm, layers_per_stage=a.layers_per_stage,
+                                roofline=roofline, _deduplicated=True)
+        per = {f.name: getattr(u, f.name) for f in fields(StageTimes)}
+        for key in _TIME_KEYS + ("recompute_s", "recompute_flops"):
+            per[key] = per[key][inverse].reshape(shape + per[key].shape[-1:])
+        return StageTimes(**per)
+    kw = dict(tp=_col(a.tp), cp=_col(a.cp), micro_batch_size=_col(a.micro_batch_size))
+    sp = bool(a.sequence_parallel)
+    n_dense, n_moe = stage_layer_split(model, pp=int(a.pp), vpp=int(a.vpp), schedule=a.schedule,
+                                      layers_per_stage=a.layers_per_stage)
+    S = n_dense.shape[0]
+    first = (np.arange(S) == 0).astype(float)
+    last = (np.arange(S) == S - 1).astype(float)
+
+    groups = _stage_op_groups(model, training, ep=_col(a.ep), sequence_parallel=sp, n_dense=n_dense, n_moe=n_moe,
+                              first=first, last=last, recompute=a.recompute, **kw)
+    acc = 0.0
+    for kind, ops, W, R in groups:
+        t = _evaluate(kind, ops, model, training, hardware, cp_algorithm=a.cp_algorithm, roofline=roofline, **kw)
+        rows = _per_stage(t, W)
+        rc = _per_stage(t[0::3], R)  # forward_s and forward_flops of the recomputed ops
+        if rows.shape[1:] != rc.shape[1:]:
+            common = np.broadcast_shapes(rows.shape[1:], rc.shape[1:])
+            rows, rc = np.broadcast_to(rows, (6,) + common), np.broadcast_to(rc, (2,) + common)
+        both = np.concatenate([rows, rc])
+        acc = acc + (both[:, None, :] if (vectorised and both.ndim == 2) else both)
+    shape = np.broadcast_shapes(*(np.shape(v) for v in kw.values()), np.shape(_col(a.ep)), (1,))[:-1] + (S,)
+    names = _TIME_KEYS + ("recompute_s", "recompute_flops")
+    if acc.shape[1:] != shape:
+        acc = np.broadcast_to(acc, acc.shape[:1] + shape)
+    out = {key: np.array(acc[i]) for i, key in enumerate(names)}
+    return StageTimes(**out, dense_layers=n_dense, moe_layers=n_moe,
+                      stage_rank=stage_rank(int(a.pp), int(a.vpp), a.schedule))
+
+
+# ---- optimizer step --------------------------------------------------------------------------------
+def optimizer_bytes_per_param(training: Training) -> float:
+    """HBM bytes the optimizer step moves per parameter (one fused multi-tensor kernel pass).
+
+    Adam/AdamW: read the gradient (grad_bytes), read + write the fp32 master (2·4 when present),
+    read + write each moment (2·states·optimizer dtype bytes), write the working copy (param_bytes),
+    and read it too when there is no master copy. bf16 mixed precision, fp32 grads, Adam:
+    4 + 8 + 16 + 2 = 30 bytes. SGD: gradient + parameter read and write.
+    """
+    from ..units import DTYPE_BYTES
+
+    states = training.optimizer_state_count * 2 * DTYPE_BYTES[training.optimizer_dtype]
+    master = 2 * training.master_bytes
+    param = training.param_bytes * (1 if training.master_bytes else 2)
+    return float(training.grad_bytes + master + states + param)
+
+
+def stage_param_counts(model: ModelSpec, *, tp=1, ep=1, pp: int = 1, vpp: int = 1, schedule: str = "1f1b",
+                       layers_per_stage=None) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) parameters one rank holds for each virtual stage (trailing axis).
+
+    Non-expert: attention, dense/shared FFN split by t; norms, router and MLA down-projections
+    (h·r_q + h·(r_kv + d_r) and their latent norms) replicated across TP. Embedding (first stage) and
+    LM head (last stage) split by vocabulary over t; a tied head is a second copy on the last stage
+    when it lives on another rank than the embedding (Megatron). Expert: E·c_f·h·f_e/(e·t).
+    (A local count for the optimizer step; the memory model owns the full residency accounting.)
+    """
+    tp = np.asarray(tp, dtype=float)[..., None]
+    ep = np.asarray(ep, dtype=float)[..., None]
+    n_dense, n_moe = stage_layer_split(model, pp=pp, vpp=vpp, schedule=schedule, layers_per_stage=layers_per_stage)
+    h = model.hidden_size
+    rep_attn = 0.0
+    if model.is_mla:
+        rep_attn = h * (model.kv_lora_rank + model.qk_rope_head_dim) + model.kv_lora_rank
+        if model.q_lora_rank:
+            rep_attn += h * model.q_lora_rank + model.q_lora_rank
+    norms = model.norms_per_layer * model.norm_params
+    attn = (model.attention_params() - rep_attn) / tp + rep_attn + norms
+    dense_layer = attn + model.ffn_params() / tp
+    moe_shared = 0.0
+    if model.is_moe:
+        moe_all = model.moe_ffn_params()
+        router = h * model.num_experts + (h if model.shared_expert_gate else 0)
+        routed = model.num_experts * model.expert_params()
+        moe_shared = (moe_all - router - routed) / tp + router
+    S = n_dense.shape[0]
+    first = (np.arange(S) == 0).astype(float)
+    last = (np.arange(S) == S - 1).astype(float)
+    ranks = stage_rank(pp, vpp, schedule)
+    head = model.norm_params + model.vocab_size * h / tp * (0.0 if model.tie_word_embeddings and ranks[0] == ranks[-1]
+                                                             else 1.0)
+    emb = model.embedding_params() / tp
+    non_expert = n_dense * dense_layer + n_moe * (attn + moe_shared) + first * emb + last * head
+    expert = n_moe * (model.num_experts * model.expert_params() / (ep * tp) if model.is_moe else 0.0)
+    shape = np.broadcast_shapes(np.shape(non_expert), np.shape(expert))
+    return np.broadcast_to(non_expert, shape), np.broadcast_to(expert, shape)
+
+
+def optimizer_step_s(model: ModelSpec, training: Training, layout=None, hardware=None, *, tp=None, pp=None, dp=None,
+                     cp=None, ep=None, vpp=None, zero=None, shard_group_size=None, schedule=None,
+                     layers_per_stage=None) -> np.ndarray:
+    """Optimizer-step time per pipeline rank, shape (pp,) or (N, pp): a memory-bound pass over the
+    parameters whose optimizer state the rank owns,
+
+        t = P_rank · optimizer_bytes_per_param / (HBM bytes/s · η_memory(bytes)),
+
+    P_rank = Σ over the rank's virtual stages of non-expert / Z + expert / Z_e, with Z = 1 and Z_e = 1
+    without ZeRO, Z = (shard_group_size or dp)·cp and Z_e = dp·cp/ep with zero ≥ 1 (Megatron's
+    distributed optimizer shards over the data-parallel × context-parallel group; experts over the
+    expert-data-parallel group). With `offload_optimizer` the step runs on the host: 0 GPU time here.
+    """
+    if hardware is None:
+        raise InputError("optimizer_step_s needs a hardware profile")
+    a = _layout_args(layout, dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero, shard_group_size=shard_group_size,
+                                  schedule=schedule, layers_per_stage=layers_per_stage),
+                     ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "shard_group_size", "schedule", "layers_per_stage"))
+    for n in ("pp", "vpp", "zero", "schedule", "shard_group_size"):
+        _check_scalar(n, getattr(a, n))
+    non_expert, expert = stage_param_counts(model, tp=a.tp, ep=a.ep, pp=int(a.pp), vpp=int(a.vpp), schedule=a.schedule,
+                                            layers_per_stage=a.layers_per_stage)
+    M = stage_rank_matrix(int(a.pp), int(a.vpp), a.schedule)
+    dp = np.asarray(a.dp, dtype=float)[..., None]
+    cp = np.asarray(a.cp, dtype=float)[..., None]
+    ep = np.asarray(a.ep, dtype=float)[..., None]
+    if a.zero >= 1:
+        z = (float(a.shard_group_size) if a.shard_group_size else dp) * cp
+        z_e = dp * cp / ep
+    else:
+        z = z_e = 1.0
+    params = (non_expert / z + expert / z_e) @ M
+    bytes_ = params * optimizer_bytes_per_param(training)
+    if training.offload_optimizer:
+        return np.zeros_like(bytes_)
+    return _memory_time(bytes_, 1.0, hardware)

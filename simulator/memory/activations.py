@@ -1,0 +1,261 @@
+"""Activation memory per layer per micro-batch (bytes): Korthikanti et al. 2022 generalised.
+
+Notation: T = b·s/c tokens of one micro-batch on one rank (c = context-parallel degree), h hidden,
+q = n_h·d_h query width, k_w / v_w key / value widths (GQA: n_kv·d_h; MLA: n_h·(d_nope + d_rope) and
+n_h·d_v), o_w attention-output width, f FFN width, a heads, t tensor-parallel degree, t_s = t with
+sequence parallelism else 1, e bytes per activation element (2 for bf16/fp16/fp8, 4 for fp32).
+
+Implementation followed: Megatron-LM / Megatron-Core with fused kernels (the accounting of Korthikanti
+et al. 2022 §4, and formulas.md §3.4 for Llama-style layers):
+- a norm stores its input (e·T·h/t_s) and fp32 statistics (rstd, + mean for LayerNorm);
+- the QKV GEMM stores its input; RoPE is fused (stores only cos/sin tables); core attention stores
+  Q, K, V (post-RoPE, with GQA's n_kv heads — no repeat_kv copy), and either the output O and an
+  fp32 log-sum-exp (FlashAttention) or the a·s² softmax output (+ dropout mask and output) (no flash);
+  the output projection stores O (same tensor);
+- the MLP stores its input; SwiGLU/GeGLU is one fused kernel storing its 2f-wide input (gate and up);
+  the down projection stores its f-wide input; GeLU MLPs store the GeLU input and the fc2 input;
+- dropout (if on) stores 1-byte masks after attention and MLP (and on the attention probabilities
+  without FlashAttention).
+This matches Korthikanti's Table 2 exactly for GPT (34·s·b·h + 5·a·s²·b without parallelism).
+Other implementations store more (e.g. Hugging Face's Llama keeps fp32 RMSNorm intermediates, a
+repeat_kv copy of K/V and unfused SwiGLU intermediates); docs/memory.md gives the measured errors.
+
+All functions broadcast over numpy arrays of tp, cp, micro_batch_size; categorical settings
+(recompute, sequence_parallel, flash_attention, dropout) are scalars.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..spec.model import ModelSpec
+from ..spec.training import Training
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+# ---- widths of a layer ----------------------------------------------------------------------------
+def attention_widths(model: ModelSpec) -> dict[str, int]:
+    """Widths of the tensors core attention stores: q, k, v, o (output), heads.
+
+    GQA/MHA: q = n_h·d_h, k = v = n_kv·d_h, o = q. MLA (DeepSeek-V2 §2.1): q = k = n_h·(d_nope + d_rope),
+    v = o = n_h·d_v.
+    """
+    if model.is_mla:
+        qk = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
+        v = model.num_heads * model.v_head_dim
+        return {"q": qk, "k": qk, "v": v, "o": v, "heads": model.num_heads}
+    return {"q": model.q_size, "k": model.kv_size, "v": model.kv_size, "o": model.q_size,
+            "heads": model.num_heads}
+
+
+# ---- terms (bytes per micro-batch per layer) -------------------------------------------------------
+def norm_bytes(*, tokens, hidden: int, e: int, t_s, layernorm: bool) -> np.ndarray:
+    """One norm: its input e·T·h/t_s plus fp32 statistics 4·T/t_s (RMSNorm rstd) or 8·T/t_s (LayerNorm
+    mean and rstd). Korthikanti §4.1 counts the input (2sbh per LayerNorm) and neglects the statistics."""
+    return _f(tokens) / t_s * (e * hidden + (8 if layernorm else 4))
+
+
+def qkv_input_bytes(*, tokens, hidden: int, e: int, t_s) -> np.ndarray:
+    """Input of the QKV projection (the norm output), e·T·h/t_s. Korthikanti §4.1 ("QKV input 2sbh")."""
+    return e * hidden * _f(tokens) / t_s
+
+
+def mla_latent_bytes(model: ModelSpec, *, tokens, e: int) -> np.ndarray:
+    """MLA latents stored for backward (replicated over TP): the q and kv latent-norm inputs and the
+    up-projection inputs, e·T·(2·r_q + 2·r_kv) + the decoupled RoPE key e·T·d_r [derived from the
+    DeepSeek-V2 §2.1 dataflow: c_q -> norm -> W_uq, c_kv -> norm -> W_ukv]."""
+    if not model.is_mla:
+        return np.zeros_like(_f(tokens))
+    return e * _f(tokens) * (2 * model.q_lora_rank + 2 * model.kv_lora_rank + model.qk_rope_head_dim)
+
+
+def qkv_bytes(*, tokens, q: int, k: int, v: int, e: int, t) -> np.ndarray:
+    """Q, K, V kept by core attention: e·T·(q + k + v)/t. Korthikanti §4.1 (Q, K 4sbh; V 2sbh), GQA:
+    k = v = n_kv·d_h (formulas.md §3.4)."""
+    return e * (q + k + v) * _f(tokens) / t
+
+
+def attention_scores_bytes(*, tokens, seq_kv, heads: int, e: int, t, dropout: bool) -> np.ndarray:
+    """Materialised attention matrices (no FlashAttention): softmax output e·a·T·s_kv/t, plus with
+    dropout its 1-byte mask and e-byte output: (2e + 1)·a·T·s_kv/t → 5·a·s²·b for e = 2
+    (Korthikanti §4.1). s_kv is the full key length (each CP rank's queries see all keys)."""
+    per = (2 * e + 1) if dropout else e
+    return per * heads * _f(tokens) * _f(seq_kv) / t
+
+
+def flash_lse_bytes(*, tokens, heads: int, t) -> np.ndarray:
+    """FlashAttention's fp32 log-sum-exp per query row and head: 4·T·a/t (Dao et al. 2022, Alg. 2)."""
+    return 4.0 * heads * _f(tokens) / t
+
+
+def attention_output_bytes(*, tokens, o: int, e: int, t) -> np.ndarray:
+    """Attention output O, the input of the output projection: e·T·o/t (Korthikanti "2sbh")."""
+    return e * o * _f(tokens) / t
+
+
+def dropout_mask_bytes(*, tokens, hidden: int, t_s, dropout: bool) -> np.ndarray:
+    """1-byte dropout mask after the attention or MLP block: T·h/t_s (Korthikanti "sbh")."""
+    return (hidden * _f(tokens) / t_s) if dropout else np.zeros_like(_f(tokens))
+
+
+def mlp_bytes(*, tokens, hidden: int, ffn: int, e: int, t, t_s, glu: bool) -> np.ndarray:
+    """MLP stored tensors: input e·T·h/t_s, then
+    GLU (fused SwiGLU/GeGLU, Megatron `bias_swiglu`): its 2f-wide input + the f-wide down-projection
+    input = 3·e·T·f/t; GeLU: GeLU input + fc2 input = 2·e·T·f/t (Korthikanti §4.1: 2sbh + 8sbh + 8sbh
+    at f = 4h)."""
+    inter = (3 if glu else 2) * e * ffn * _f(tokens) / t
+    return e * hidden * _f(tokens) / t_s + inter
+
+
+def routed_tokens(*, tokens, experts_per_token: int, capacity_factor: float) -> np.ndarray:
+    """Token copies processed by the experts of one rank per MoE layer: k·T (dropless, uniform routing),
+    or C·k·T slots with capacity factor C (GShard/Switch: each expert gets C·k·T_group/E slots and a
+    rank holds E/ep experts of an ep-rank group with T_group = ep·T, so ep cancels)."""
+    c = capacity_factor if capacity_factor > 0 else 1.0
+    return experts_per_token * c * _f(tokens)
+
+
+def moe_bytes(model: ModelSpec, *, tokens, e: int, t, t_s, capacity_factor: float) -> np.ndarray:
+    """MoE FFN stored tensors (Megatron-Core MoE with all-to-all dispatch; expert TP = TP):
+    - input (norm output) e·T·h/t_s and fp32 router probabilities 4·T·E/t_s;
+    - per routed token: the permuted token (expert input) e·h, the fused GLU input and down-projection
+      input 3·e·f_e/t (2·e·f_e/t for GeLU), the expert output kept for the probability-weighted combine
+      e·h;
+    - shared experts on every token: 3·e·T·f_sh/t.
+    Tokens entering the experts on a rank are all T of the micro-batch (with TP the dispatcher gathers
+    the sequence-parallel shards)."""
+    glu = model.glu_matrices == 3
+    T = _f(tokens)
+    R = routed_tokens(tokens=T, experts_per_token=model.experts_per_token, capacity_factor=capacity_factor)
+    inter = (3 if glu else 2) * e
+    out = e * model.hidden_size * T / t_s + 4.0 * model.num_experts * T / t_s
+    out = out + R * (2 * e * model.hidden_size + inter * model.moe_ffn_hidden_size / t)
+    if model.shared_expert_ffn_hidden_size:
+        out = out + inter * model.shared_expert_ffn_hidden_size * T / t
+    return out
+
+
+# ---- one layer -------------------------------------------------------------------------------------
+def _setup(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size, sequence_parallel: bool):
+    t = _f(tp)
+    t_s = t if sequence_parallel else np.ones_like(t)
+    tokens = _f(micro_batch_size) * training.seq_length / _f(cp)
+    return t, t_s, tokens, training.activation_bytes
+
+
+def attention_block_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
+                          sequence_parallel: bool, recompute: str) -> np.ndarray:
+    """Attention half of a layer without its norm: QKV input, (MLA latents), Q/K/V, scores or LSE, O,
+    output dropout mask. Korthikanti §4.1 "11sbh + 5as²b" generalised to GQA/MLA and FlashAttention;
+    selective recompute drops the score terms (Korthikanti §5)."""
+    t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                          sequence_parallel=sequence_parallel)
+    w = attention_widths(model)
+    h = model.hidden_size
+    out = qkv_input_bytes(tokens=T, hidden=h, e=e, t_s=t_s) + mla_latent_bytes(model, tokens=T, e=e)
+    out = out + qkv_bytes(tokens=T, q=w["q"], k=w["k"], v=w["v"], e=e, t=t)
+    if training.flash_attention:
+        out = out + flash_lse_bytes(tokens=T, heads=w["heads"], t=t)
+    elif recompute == "none":
+        s_kv = _f(micro_batch_size) * 0 + training.seq_length
+        out = out + attention_scores_bytes(tokens=T, seq_kv=s_kv, heads=w["heads"], e=e, t=t,
+                                           dropout=training.dropout)
+    out = out + attention_output_bytes(tokens=T, o=w["o"], e=e, t=t)
+    return out + dropout_mask_bytes(tokens=T, hidden=h, t_s=t_s, dropout=training.dropout)
+
+
+def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
+                           sequence_parallel: bool, recompute: str, moe: bool = False) -> np.ndarray:
+    """Bytes one layer keeps for backward per micro-batch, before pipeline/in-flight multiplication.
+
+    recompute 'none'/'selective': norms + attention block + MLP (dense or MoE) + dropout masks
+      GPT, no parallelism: s·b·h·(34 + 5·a·s/h)            (Korthikanti Eq. 1)
+      TP:                   s·b·h·(10 + 24/t + 5·a·s/(h·t))  (Eq. 2); TP+SP: ÷ t (Eq. 3)
+      selective:            the 5·a·s/h term removed         (Table 2)
+      Llama-style (flash):  s·b·(8h + 4q + 4kv + 6f)         (formulas.md §3.4) + small fp32 stats
+    recompute 'full': only the layer input e·T·h/t_s (Korthikanti Table 2, "2sbh"); the working set of
+      one recomputed layer is added once per stage by `stage_activation_bytes`.
+    """
+    t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                          sequence_parallel=sequence_parallel)
+    h = model.hidden_size
+    if recompute == "full":
+        return e * h * T / t_s
+    ln = model.norm == "layernorm"
+    out = model.norms_per_layer * norm_bytes(tokens=T, hidden=h, e=e, t_s=t_s, layernorm=ln)
+    out = out + attention_block_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                                      sequence_parallel=sequence_parallel, recompute=recompute)
+    if moe and model.is_moe:
+        out = out + moe_bytes(model, tokens=T, e=e, t=t, t_s=t_s, capacity_factor=training.moe_capacity_factor)
+    else:
+        out = out + mlp_bytes(tokens=T, hidden=h, ffn=model.ffn_hidden_size, e=e, t=t, t_s=t_s,
+                              glu=model.glu_matrices == 3)
+    return out + dropout_mask_bytes(tokens=T, hidden=h, t_s=t_s, dropout=training.dropout)
+
+
+def layer_weight_grad_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
+                            sequence_parallel: bool, moe: bool = False) -> np.ndarray:
+    """M_W: bytes one layer keeps from its B (input-gradient) pass until its W (weight-gradient) pass:
+    for every GEMM its input X and its output gradient dY, e·T·(d_in + d_out) (column-parallel:
+    input h/t_s, output /t; row-parallel: input /t, output gradient h). GPT without parallelism:
+    2·s·b·(4h + 2h + 5h + 5h) = 32·s·b·h, the M_W of sail-sg/zero-bubble-pipeline-parallelism
+    `zerobubble/runtime.py` (formulas.md §3.5)."""
+    t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                          sequence_parallel=sequence_parallel)
+    w = attention_widths(model)
+    h = model.hidden_size
+    qkv = h / t_s + (w["q"] + w["k"] + w["v"]) / t
+    o = w["o"] / t + h
+    cf = model.glu_matrices
+    if moe and model.is_moe:
+        R = routed_tokens(tokens=T, experts_per_token=model.experts_per_token,
+                          capacity_factor=training.moe_capacity_factor)
+        fe, fsh = model.moe_ffn_hidden_size, model.shared_expert_ffn_hidden_size
+        ffn_tok = R * (h + (cf - 1) * fe / t + fe / t + h) / T
+        ffn = ffn_tok + ((h / t_s + (cf - 1) * fsh / t + fsh / t + h) if fsh else 0.0)
+    else:
+        f = model.ffn_hidden_size
+        ffn = h / t_s + (cf - 1) * f / t + f / t + h
+    return e * T * (qkv + o + ffn)
+
+
+# ---- embedding and head -------------------------------------------------------------------------
+def embedding_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
+                               sequence_parallel: bool) -> np.ndarray:
+    """First stage, per micro-batch: int64 token ids 8·T and, with dropout, the 1-byte embedding-dropout
+    mask T·h/t_s (Korthikanti §4.3 "sbhp/t" for p in-flight micro-batches; Megatron
+    theoretical_memory_usage.py adds 8·s·b·p for the ids)."""
+    t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                          sequence_parallel=sequence_parallel)
+    return 8.0 * T + dropout_mask_bytes(tokens=T, hidden=model.hidden_size, t_s=t_s, dropout=training.dropout)
+
+
+def logits_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size) -> np.ndarray:
+    """fp32 logits kept by the (vocab-parallel) cross-entropy: 4·T·V/t (Korthikanti §4.3); 0 with a
+    fused/chunked cross-entropy that never materialises them."""
+    if training.fused_cross_entropy:
+        return np.zeros_like(_f(tp) * _f(cp) * _f(micro_batch_size))
+    T = _f(micro_batch_size) * training.seq_length / _f(cp)
+    return 4.0 * model.vocab_size * T / _f(tp)
+
+
+def head_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
+                          sequence_parallel: bool) -> np.ndarray:
+    """Last stage, per micro-batch: final-norm input and LM-head input (2·e·T·h/t_s + stats) plus the
+    fp32 logits: 4·s·b·h/t·(1 + V/h) with SP (Korthikanti §4.3; formulas.md pitfall 13)."""
+    t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                          sequence_parallel=sequence_parallel)
+    h = model.hidden_size
+    out = norm_bytes(tokens=T, hidden=h, e=e, t_s=t_s, layernorm=model.norm == "layernorm")
+    out = out + e * h * T / t_s
+    return out + logits_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size)
+
+
+def head_weight_grad_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
+                           sequence_parallel: bool) -> np.ndarray:
+    """M_W of the LM head GEMM: input e·T·h/t_s + logits gradient e·T·V/t (see layer_weight_grad_bytes)."""
+    t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                          sequence_parallel=sequence_parallel)
+    return e * T * (model.hidden_size / t_s + model.vocab_size / t)

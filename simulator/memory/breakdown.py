@@ -1,0 +1,269 @@
+"""Compose the per-GPU, per-stage memory breakdown (no formulas of its own).
+
+    peak = params + grads + optimizer + activations + kv_cache + other
+    other = runtime overheads (overheads.py) + transient ZeRO-3/FSDP gather buffers (states.py)
+    activations = in_flight · (per-micro-batch bytes of the rank's layers + embedding extras)
+                  + loss_in_flight · (head + logits) [+ one layer's working set with full recompute]
+
+Two forms: `stage_memory_arrays` (numeric layout fields as numpy arrays of shape (N,), categorical
+fields scalar, results of shape (N, pp)) for sweeps, and `memory_breakdown` (one Layout ->
+MemoryResult with a per-stage list, the worst stage, a feasibility verdict and `to_dict()` following
+the JSON contract of DESIGN.md).
+
+Inference (`inference=True`): weights only (no gradients or optimizer state; data parallelism
+replicates, ZeRO settings are ignored), a KV cache for global_batch_size/dp sequences of seq_length
+tokens (each DP replica serves its share of the batch; pipeline stages hold the cache of their
+layers), one layer's forward working set for a micro-batch, and last-token logits on the head rank.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+from ..errors import InputError
+from ..spec.layout import Layout
+from ..spec.model import ModelSpec
+from ..spec.training import Training
+from ..units import GiB
+from .activations import (embedding_activation_bytes, head_activation_bytes, head_weight_grad_bytes,
+                          layer_activation_bytes, layer_weight_grad_bytes)
+from .inflight import inflight_microbatches, loss_inflight_microbatches
+from .kv_cache import kv_cache_bytes
+from .overheads import Overheads, overhead_bytes
+from .stages import stage_placement
+from .states import model_state_bytes
+
+CONSUMERS = ("params", "grads", "optimizer", "activations", "kv_cache", "other")
+
+
+def _check_inflight(inflight_per_stage, pp: int) -> np.ndarray:
+    a = np.asarray(inflight_per_stage, dtype=float)
+    if a.ndim == 0 or a.shape[-1] != pp:
+        raise InputError(f"inflight_per_stage must have one entry per stage (pp={pp}), got shape {a.shape}")
+    if not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise InputError(f"inflight_per_stage must be finite and >= 0, got {a.tolist()}")
+    return a
+
+
+def stage_activation_split(model: ModelSpec, training: Training, *, tp, pp: int, cp=1, vpp: int = 1,
+                           micro_batch_size=1, recompute: str = "none", sequence_parallel: bool = False,
+                           schedule: str = "1f1b", layers_per_stage=None) -> dict[str, np.ndarray]:
+    """Activation bytes of ONE micro-batch on each stage, split for zero-bubble accounting
+    (formulas.md §3.5, sail-sg zerobubble/runtime.py): F allocates `forward_bytes`; B frees
+    `backward_free_bytes` = forward − weight; W frees `weight_free_bytes` (GEMM inputs and output
+    gradients kept for the weight gradient, at most what F allocated). Without a B/W split, B frees
+    everything. Shapes (pp,) or (N, pp). Full recompute: F keeps only layer inputs; B re-creates the
+    rest, so W's share is capped by F's.
+    """
+    pl = stage_placement(model, pp=pp, vpp=vpp, schedule=schedule, layers_per_stage=layers_per_stage)
+    kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size, sequence_parallel=sequence_parallel)
+    a_d = layer_activation_bytes(model, training, recompute=recompute, moe=False, **kw)[..., None]
+    a_m = layer_activation_bytes(model, training, recompute=recompute, moe=True, **kw)[..., None]
+    w_d = layer_weight_grad_bytes(model, training, moe=False, **kw)[..., None]
+    w_m = layer_weight_grad_bytes(model, training, moe=True, **kw)[..., None]
+    emb = embedding_activation_bytes(model, training, **kw)[..., None]
+    head = head_activation_bytes(model, training, **kw)[..., None]
+    w_head = head_weight_grad_bytes(model, training, **kw)[..., None]
+    fwd = pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb + pl.head * head
+    w = pl.dense_layers * w_d + pl.moe_layers * w_m + pl.head * w_head
+    w = np.minimum(w, fwd)
+    return {"forward_bytes": fwd, "backward_free_bytes": fwd - w, "weight_free_bytes": w}
+
+
+def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp, cp=1, ep=1, vpp: int = 1,
+                        micro_batch_size=1, num_microbatches=1, zero: int = 0,
+                        shard_group_size: int | None = None, recompute: str = "none",
+                        sequence_parallel: bool = False, schedule: str = "1f1b", layers_per_stage=None,
+                        inference: bool = False, inflight_per_stage=None,
+                        overheads: Overheads | None = None) -> dict[str, np.ndarray]:
+    """Per-stage memory of many layouts at once (vectorisation contract of the sweep).
+
+    pp, vpp and the categorical fields are scalars; tp, dp, cp, ep, micro_batch_size and
+    num_microbatches are ints or arrays of shape (N,). Every returned array has shape (pp,) or (N, pp):
+    params_bytes, grads_bytes, optimizer_bytes, activations_bytes, kv_cache_bytes, other_bytes,
+    peak_bytes, host_bytes, overhead_bytes, transient_bytes, inflight_microbatches, layers, params.
+    """
+    overheads = Overheads() if overheads is None else overheads
+    pl = stage_placement(model, pp=pp, vpp=vpp, schedule=schedule, layers_per_stage=layers_per_stage)
+    st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero,
+                           shard_group_size=shard_group_size, inference=inference)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (tp, dp, cp, ep, micro_batch_size, num_microbatches)))
+    zeros = np.zeros(shape + (int(pp),))
+    kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size, sequence_parallel=sequence_parallel)
+    has_dense = (pl.dense_layers > 0)
+    has_moe = (pl.moe_layers > 0)
+
+    def working_set():
+        wd = layer_activation_bytes(model, training, recompute="none", moe=False, **kw)[..., None]
+        wm = layer_activation_bytes(model, training, recompute="none", moe=True, **kw)[..., None]
+        return np.maximum(wd * has_dense, wm * has_moe)
+
+    if inference:
+        t = np.asarray(tp, dtype=float)[..., None]
+        last_logits = 4.0 * model.vocab_size * np.asarray(micro_batch_size, dtype=float)[..., None] / t
+        act = zeros + working_set() + pl.head * last_logits
+        batch = training.global_batch_size / np.asarray(dp, dtype=float)
+        kv = zeros + kv_cache_bytes(model, layers=pl.layers, batch=batch, context=training.seq_length,
+                                    tp=tp, cp=cp, dtype_bytes=training.activation_bytes)
+        inflight = zeros + 1.0
+    else:
+        if inflight_per_stage is not None:
+            inflight = zeros + _check_inflight(inflight_per_stage, int(pp))
+        else:
+            inflight = zeros + inflight_microbatches(schedule, pp=pp, num_microbatches=num_microbatches, vpp=vpp)
+        a_d = layer_activation_bytes(model, training, recompute=recompute, moe=False, **kw)[..., None]
+        a_m = layer_activation_bytes(model, training, recompute=recompute, moe=True, **kw)[..., None]
+        emb = embedding_activation_bytes(model, training, **kw)[..., None]
+        head = head_activation_bytes(model, training, **kw)[..., None]
+        loss_m = loss_inflight_microbatches(schedule, num_microbatches=num_microbatches)[..., None]
+        act = inflight * (pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb)
+        act = act + np.minimum(loss_m, np.maximum(inflight, 1.0)) * pl.head * head
+        if recompute == "full":
+            act = act + working_set()
+        kv = zeros
+    params, grads, opt = zeros + st["params"], zeros + st["grads"], zeros + st["optimizer"]
+    transient = zeros + st["gather"]
+    tensor = params + grads + opt + act + kv + transient
+    over = overhead_bytes(overheads, tensor_bytes=tensor, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+    other = transient + over
+    peak = params + grads + opt + act + kv + other
+    return {"params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt, "activations_bytes": act,
+            "kv_cache_bytes": kv, "other_bytes": other, "peak_bytes": peak, "host_bytes": zeros + st["host"],
+            "overhead_bytes": over, "transient_bytes": transient, "inflight_microbatches": inflight,
+            "layers": zeros + pl.layers, "params": zeros + st["params_count"]}
+
+
+# ---- one layout ---------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class MemoryBreakdown:
+    """Memory of one GPU of one pipeline stage, bytes. peak = the six consumers above `peak_bytes`.
+
+    other_bytes = overhead_bytes (CUDA context, NCCL, allocator reserve) + transient_bytes (ZeRO-3
+    gather buffers). host_bytes: CPU memory per GPU for offloaded states (not part of peak).
+    """
+
+    stage: int
+    layers: int
+    params: float  # parameters resident on the GPU before ZeRO sharding (count)
+    inflight_microbatches: float
+    params_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    kv_cache_bytes: float
+    other_bytes: float
+    peak_bytes: float
+    host_bytes: float
+    overhead_bytes: float
+    transient_bytes: float
+
+    def biggest_consumer(self) -> tuple[str, float]:
+        """(name, bytes) of the largest of params, grads, optimizer, activations, kv_cache, other."""
+        vals = [(getattr(self, f"{c}_bytes"), c) for c in CONSUMERS]
+        b, name = max(vals)
+        return name, b
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def feasibility_reason(stage: MemoryBreakdown, hbm_bytes: float) -> str:
+    """'' when the stage fits, else e.g. 'activations: 92.1 GiB > 80.0 GiB HBM (stage 0)' when the
+    largest consumer alone exceeds HBM, or 'peak 85.0 GiB > 80.0 GiB HBM (stage 0; largest: params
+    40.1 GiB)'."""
+    if stage.peak_bytes <= hbm_bytes:
+        return ""
+    name, b = stage.biggest_consumer()
+    if b > hbm_bytes:
+        return f"{name}: {b / GiB:.1f} GiB > {hbm_bytes / GiB:.1f} GiB HBM (stage {stage.stage})"
+    return (f"peak {stage.peak_bytes / GiB:.1f} GiB > {hbm_bytes / GiB:.1f} GiB HBM "
+            f"(stage {stage.stage}; largest: {name} {b / GiB:.1f} GiB)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryResult:
+    """Per-stage breakdowns of one layout, the worst stage, and the verdict against HBM."""
+
+    per_stage: tuple[MemoryBreakdown, ...]
+    hbm_bytes: float | None
+    feasible: bool
+    reason: str
+    inference: bool
+    model: ModelSpec = field(repr=False)
+    training: Training = field(repr=False)
+    layout: Layout = field(repr=False)
+
+    @property
+    def worst(self) -> MemoryBreakdown:
+        """The stage with the highest peak (first one on ties)."""
+        return max(self.per_stage, key=lambda s: (s.peak_bytes, -s.stage))
+
+    @property
+    def peak_bytes(self) -> float:
+        return self.worst.peak_bytes
+
+    def to_frame(self):
+        """One row per stage; columns are the MemoryBreakdown field names."""
+        import pandas as pd
+
+        return pd.DataFrame([s.to_dict() for s in self.per_stage])
+
+    def to_dict(self) -> dict:
+        """The JSON contract of DESIGN.md: model, layout, memory (worst-stage values + per_stage),
+        feasible, reason; plus `hbm_bytes` and `inference`."""
+        lay, tr, m = self.layout, self.training, self.model
+        keys = [f"{c}_bytes" for c in CONSUMERS] + ["peak_bytes"]
+        w = self.worst
+        memory = {"peak_bytes": w.peak_bytes}
+        memory.update({k: getattr(w, k) for k in keys if k != "peak_bytes"})
+        memory.update({"host_bytes": w.host_bytes, "worst_stage": w.stage, "hbm_bytes": self.hbm_bytes,
+                       "per_stage": [s.to_dict() for s in self.per_stage]})
+        return {
+            "model": {"name": m.name, "params": m.total_params(), "active_params": m.active_params()},
+            "layout": {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
+                       "zero": lay.zero, "recompute": lay.recompute, "micro_batch_size": lay.micro_batch_size,
+                       "global_batch_size": tr.global_batch_size,
+                       "num_microbatches": lay.num_microbatches(tr.global_batch_size),
+                       "schedule": lay.schedule, "sequence_parallel": lay.sequence_parallel,
+                       "shard_group_size": lay.shard_group_size, "label": lay.label},
+            "memory": memory,
+            "inference": self.inference,
+            "feasible": self.feasible,
+            "reason": self.reason,
+        }
+
+
+def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardware=None, *,
+                     inference: bool = False, inflight_per_stage=None,
+                     overheads: Overheads | None = None) -> MemoryResult:
+    """Per-stage memory of one layout and its verdict against `hardware.hbm_bytes` (None: no verdict,
+    feasible=True, reason 'no hardware given')."""
+    arrays = stage_memory_arrays(
+        model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp, ep=layout.ep, vpp=layout.vpp,
+        micro_batch_size=layout.micro_batch_size, num_microbatches=layout.num_microbatches(training.global_batch_size),
+        zero=layout.zero, shard_group_size=layout.shard_group_size, recompute=layout.recompute,
+        sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,
+        layers_per_stage=layout.layers_per_stage, inference=inference, inflight_per_stage=inflight_per_stage,
+        overheads=overheads)
+    names = [f.name for f in fields(MemoryBreakdown) if f.name != "stage"]
+    stages = []
+    for i in range(layout.pp):
+        vals = {k: float(arrays[k][i]) for k in names}
+        vals["layers"] = int(round(vals["layers"]))
+        stages.append(MemoryBreakdown(stage=i, **vals))
+    stages = tuple(stages)
+    hbm = getattr(hardware, "hbm_bytes", None) if hardware is not None else None
+    if hbm is None:
+        feasible, reason = True, "no hardware given"
+    else:
+        worst = max(stages, key=lambda s: (s.peak_bytes, -s.stage))
+        reason = feasibility_reason(worst, float(hbm))
+        feasible = reason == ""
+    return MemoryResult(per_stage=stages, hbm_bytes=None if hbm is None else float(hbm), feasible=feasible,
+                        reason=reason, inference=inference, model=model, training=training, layout=layout)
+
+
+def feasible_mask(arrays: dict[str, np.ndarray], hbm_bytes: float) -> np.ndarray:
+    """Vectorised verdict for sweeps: True where every stage's peak fits in `hbm_bytes`; shape (N,) or ()."""
+    return np.all(arrays["peak_bytes"] <= hbm_bytes, axis=-1)

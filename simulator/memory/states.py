@@ -1,0 +1,187 @@
+"""Model states per GPU: weights, gradients, optimizer states (ZeRO 0-3, FSDP, HSDP, offload).
+
+Notation (formulas.md §0, §3.1): Ψ parameters resident on a rank before data-parallel sharding,
+P/G bytes per parameter of weights/gradients, K bytes per parameter of optimizer state (fp32 master
+copy + moments: 12 for mixed-precision Adam), d the sharding degree.
+
+Parameters resident on a rank (formulas.md §1.5, Megatron-LM `theoretical_memory_usage.py`):
+    Ψ_rank = Ψ_tp / t + Ψ_rep + Ψ_exp / (e · t)
+- Ψ_tp: tensor-parallel weights (QKV/out projections, dense and shared-expert MLPs, vocab-parallel
+  embedding and LM head), split over t;
+- Ψ_rep: weights every TP rank keeps whole: norms, MoE router, row-parallel biases, QK-norm, MLA
+  down-projections (Megatron-Core builds `linear_q_down_proj`/`linear_kv_down_proj` duplicated),
+  learned position table;
+- Ψ_exp: routed experts, split over e (expert parallel) and over t (expert tensor parallel =
+  tensor parallel, Megatron-LM's default `expert_tensor_parallel_size`).
+Sharding degrees: dense states shard over the data-parallel group including CP,
+d = (shard_group_size or dp) · cp (Megatron's distributed optimizer and FSDP shard over dp×cp);
+expert states over the expert-data-parallel group d_e = d / e (Megatron "expert data parallel"),
+at least 1.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..spec.model import ModelSpec
+from ..spec.training import Training
+from .stages import StagePlacement
+
+
+# ---- parameter categories ---------------------------------------------------------------------
+def attention_param_split(model: ModelSpec) -> tuple[int, int]:
+    """(TP-sharded, replicated) parameters of one attention block (sum = model.attention_params()).
+
+    Replicated: the row-parallel output bias (h), QK-norm weights (2·d_h), and for MLA the down
+    projections h·r_q and h·(r_kv + d_r) with their latent norms r_q + r_kv (Megatron-Core MLA builds
+    them duplicated on every TP rank).
+    """
+    total = model.attention_params()
+    rep = model.hidden_size if model.out_bias else 0
+    if model.qk_norm:
+        rep += 2 * model.head_dim
+    if model.is_mla:
+        h = model.hidden_size
+        rep += h * (model.kv_lora_rank + model.qk_rope_head_dim) + model.kv_lora_rank
+        if model.q_lora_rank:
+            rep += h * model.q_lora_rank + model.q_lora_rank
+    return total - rep, rep
+
+
+def ffn_param_split(model: ModelSpec, ffn_hidden_size: int | None = None) -> tuple[int, int]:
+    """(TP-sharded, replicated) parameters of one dense FFN: the down-projection bias (h) is replicated."""
+    total = model.ffn_params(ffn_hidden_size)
+    rep = model.hidden_size if model.mlp_bias else 0
+    return total - rep, rep
+
+
+def layer_param_split(model: ModelSpec) -> dict[str, np.ndarray]:
+    """Per-layer parameter counts by sharding class for a dense and an MoE layer.
+
+    Returns {'dense': (tp, rep, exp), 'moe': (tp, rep, exp)}: counts for one layer of each kind.
+    The three parts add up to `model.layer_params()` of that layer kind.
+    """
+    a_tp, a_rep = attention_param_split(model)
+    norms = model.norms_per_layer * model.norm_params
+    f_tp, f_rep = ffn_param_split(model)
+    dense = (a_tp + f_tp, a_rep + f_rep + norms, 0)
+    if not model.is_moe:
+        return {"dense": dense, "moe": dense}
+    h, E = model.hidden_size, model.num_experts
+    shared = model.glu_matrices * h * model.shared_expert_ffn_hidden_size
+    router = h * E + (h if model.shared_expert_gate else 0)
+    moe = (a_tp + shared, a_rep + norms + router, E * model.expert_params())
+    return {"dense": dense, "moe": moe}
+
+
+def stage_param_split(model: ModelSpec, placement: StagePlacement) -> dict[str, np.ndarray]:
+    """Unsharded parameter counts per rank by sharding class: {'tp', 'rep', 'exp'}, each shape (pp,).
+
+    Embedding V·h is vocab-parallel (TP-sharded); a learned position table is replicated; the head is
+    the final norm (replicated) plus the untied LM head V·h (TP-sharded); `tied_copy` adds V·h on a
+    head rank that does not hold the embedding (Megatron's last-stage copy of tied embeddings).
+    """
+    split = layer_param_split(model)
+    d, m = split["dense"], split["moe"]
+    Vh = model.vocab_size * model.hidden_size
+    pos = model.learned_position_embeddings * model.hidden_size
+    head_tp = 0 if model.tie_word_embeddings else Vh
+    tp = (placement.dense_layers * d[0] + placement.moe_layers * m[0] + placement.embedding * Vh
+          + placement.head * head_tp + placement.tied_copy * Vh)
+    rep = (placement.dense_layers * d[1] + placement.moe_layers * m[1] + placement.embedding * pos
+           + placement.head * model.norm_params)
+    exp = placement.moe_layers * m[2]
+    return {"tp": tp.astype(np.int64), "rep": rep.astype(np.int64), "exp": exp.astype(np.int64)}
+
+
+def params_per_rank(split: dict[str, np.ndarray], *, tp, ep) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters resident on one rank: Ψ_tp/t + Ψ_rep and Ψ_exp/(e·t).
+
+    Shapes: (pp,) for scalar tp/ep, (N, pp) for arrays of shape (N,). Source: formulas.md §1.5.
+    """
+    t = np.asarray(tp, dtype=float)[..., None]
+    e = np.asarray(ep, dtype=float)[..., None]
+    dense = split["tp"] / t + split["rep"]
+    expert = split["exp"] / (e * t)
+    return dense, expert
+
+
+# ---- sharding ---------------------------------------------------------------------------------
+def shard_degrees(*, dp, cp, ep, shard_group_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(d, d_e): ZeRO/FSDP sharding degree of dense and of expert states.
+
+    d = (shard_group_size or dp) · cp   (FSDP HYBRID_SHARD shards inside a group, replicates across;
+    CP ranks join the data-parallel shard group as in Megatron's dp×cp group and torchtitan);
+    d_e = max(d / ep, 1)                (Megatron expert-data-parallel group dp·cp/ep).
+    """
+    g = np.asarray(dp if shard_group_size is None else shard_group_size, dtype=float)
+    d = g * np.asarray(cp, dtype=float)
+    return d, np.maximum(d / np.asarray(ep, dtype=float), 1.0)
+
+
+def zero_state_bytes_per_param(*, zero: int, shard_degree, param_bytes: float, grad_bytes: float,
+                               optimizer_bytes: float, offload_optimizer: bool = False,
+                               offload_params: bool = False) -> dict[str, np.ndarray]:
+    """Bytes per parameter on the GPU and on the host under ZeRO stage `zero` (ZeRO §5, Fig. 1).
+
+        stage 0 (DDP):        P + G + K
+        stage 1 (P_os):       P + G + K/d
+        stage 2 (P_os+g):     P + (G + K)/d
+        stage 3 (P_os+g+p):   (P + G + K)/d      (= FSDP FULL_SHARD; HYBRID_SHARD with d = group size)
+    Megatron's distributed optimizer with bf16 params and fp32 main grads is stage 1 with G = 4:
+    2 + 4 + 12/d (Megatron-LM README, "6 + 12/d"; 18 without it).
+    ZeRO-Offload (Ren et al. 2021, §4.1): the optimizer state (fp32 master + moments, K/d) and an fp32
+    gradient partition (4/d) live in host memory; the GPU keeps weights and gradients.
+    Parameter offload (ZeRO-Infinity, stage 3 only): the weight shard P/d lives on the host.
+    Returns {'params', 'grads', 'optimizer', 'host'} (bytes per parameter; arrays if d is).
+    """
+    d = np.asarray(shard_degree, dtype=float)
+    one = np.ones_like(d)
+    params = param_bytes * (one / d if zero >= 3 else one)
+    grads = grad_bytes * (one / d if zero >= 2 else one)
+    opt = optimizer_bytes * (one / d if zero >= 1 else one)
+    host = np.zeros_like(d)
+    if offload_optimizer:
+        host = host + opt + 4.0 * (one / d if zero >= 1 else one)
+        opt = np.zeros_like(d)
+    if offload_params:
+        host = host + params
+        params = np.zeros_like(d)
+    return {"params": params, "grads": grads, "optimizer": opt, "host": host}
+
+
+def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlacement, *, tp, dp, cp, ep,
+                      zero: int, shard_group_size: int | None = None,
+                      inference: bool = False) -> dict[str, np.ndarray]:
+    """Weights, gradients, optimizer state (GPU) and host bytes per rank per stage.
+
+    Combines `params_per_rank` with `zero_state_bytes_per_param` for the dense (degree d) and expert
+    (degree d_e) parts. Inference keeps only the weights, unsharded over data parallelism.
+    Also returns 'gather' = transient bytes of ZeRO-3/FSDP: the all-gathered weights of the layer being
+    computed and of the prefetched next layer plus the unsharded gradient of one layer before its
+    reduce-scatter, 2·P·Ψ_layer + G·Ψ_layer (formulas.md §3.2, [derived]; Playbook: prefetch layer n+1
+    during layer n). Shapes (pp,) or (N, pp).
+    """
+    split = stage_param_split(model, placement)
+    dense, expert = params_per_rank(split, tp=tp, ep=ep)
+    P, G, K = training.param_bytes, training.grad_bytes, training.optimizer_bytes
+    zeros = np.zeros_like(dense + expert)
+    if inference:
+        return {"params": P * (dense + expert), "grads": zeros, "optimizer": zeros, "host": zeros,
+                "gather": zeros, "params_count": dense + expert}
+    if training.offload_params and zero != 3:
+        from ..errors import InputError
+        raise InputError(f"offload_params needs zero = 3, got zero({zero})")
+    d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size)
+    kw = dict(zero=zero, param_bytes=P, grad_bytes=G, optimizer_bytes=K,
+              offload_optimizer=training.offload_optimizer, offload_params=training.offload_params)
+    bd = zero_state_bytes_per_param(shard_degree=d, **kw)
+    be = zero_state_bytes_per_param(shard_degree=d_e, **kw)
+    out = {k: bd[k][..., None] * dense + be[k][..., None] * expert for k in ("params", "grads", "optimizer", "host")}
+    if zero == 3:
+        layers = np.maximum(placement.layers, 1)
+        per_layer = (dense + expert) / layers * (placement.layers > 0)
+        out["gather"] = (2 * P + G) * per_layer
+    else:
+        out["gather"] = zeros
+    out["params_count"] = dense + expert
+    return out

@@ -1,0 +1,1 @@
+"""Reports: tables, plots (matplotlib, Agg) and traces. Charts turn results into figures; no physics."""

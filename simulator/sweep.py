@@ -1,0 +1,827 @@
+"""Layout sweeps: enumerate every valid layout of a scenario, evaluate them vectorised, rank them.
+
+Pipeline of a sweep (docs/sweep.md has the user's view):
+
+1. `SweepSpace` says which values each layout field may take (a list, or "auto") and a few
+   constraints; it comes from the scenario's `[sweep]` table and/or CLI flags (unknown keys rejected).
+2. `enumerate_layouts` builds the candidates with numpy: every factorization num_gpus = tp·cp·pp·dp
+   (ep carved out of dp·cp for MoE), crossed with micro-batch sizes, schedules, vpp, sequence
+   parallelism, ZeRO stage and recompute mode, and keeps those that `spec.validate.layout_valid_mask`
+   (the one place for divisibility rules) accepts. Rows come out in a deterministic order, grouped
+   by the scalar fields (pp, schedule, vpp, sequence_parallel, zero, recompute).
+3. `run_sweep` cuts the candidates into fixed chunks (chunk k = rows [k·size, (k+1)·size)), evaluates
+   each group of a chunk with one call of the vectorised kernel (`estimate.evaluate_layouts`),
+   and writes each finished chunk atomically (temp file + os.replace) into `<out>.parts/`, so an
+   interrupted sweep resumes without losing or duplicating rows. Chunks can run on Dask.
+4. Results are ranked: feasible first, tokens/s descending, ties broken by the label and then every
+   other layout field (a total order, so the ranking is the same on every run).
+
+"auto" defaults (chosen to keep the space to layouts a practitioner would run; pass explicit lists
+to widen it):
+
+| field             | auto means                                                                   |
+|-------------------|------------------------------------------------------------------------------|
+| tp                | divisors of num_gpus up to the NVLink domain (`nvlink_domain_gpus`, 8 on DGX) |
+| pp                | divisors of num_gpus up to num_layers (a stage holds at least one layer)       |
+| cp                | divisors of num_gpus keeping >= `min_tokens_per_cp_rank` (2048) tokens per rank |
+| dp                | whatever is left: num_gpus / (tp·cp·pp)                                      |
+| ep                | 1 for dense models; divisors of num_experts that divide dp·cp for MoE          |
+| vpp               | interleaved only: every vpp >= 2 with num_layers % (pp·vpp) == 0             |
+| micro_batch_size  | divisors of global_batch_size in [min_micro_batch_size, max_micro_batch_size] (1..8) |
+| zero              | 0, 1, 2, 3 (zero > 0 only where dp·cp > 1: with nothing to shard it equals 0) |
+| recompute         | none, selective, full                                                        |
+| sequence_parallel | false, true (true only with tp > 1: it is a no-op without TP)               |
+| schedule          | 1f1b, interleaved; pp = 1 rows always carry 1f1b (there is no pipeline)       |
+
+A list given for `vpp` applies to the interleaved schedule only (vpp >= 2); the other schedules run
+with vpp = 1 (zb-v, dualpipe and dualpipev hold their two chunks implicitly).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from .errors import InputError
+from .spec.layout import RECOMPUTE, SCHEDULES
+from .spec.validate import layout_valid_mask
+
+AUTO = "auto"
+LIST_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero", "recompute",
+               "sequence_parallel", "schedule")
+NUMERIC_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero")
+DEFAULT_SCHEDULES = ("1f1b", "interleaved")
+TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")
+# columns of a candidate table, in order (layout fields + derived num_microbatches)
+CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
+                     "recompute", "sequence_parallel", "schedule")
+# step-time components compared by `winner_comparison` (those the kernel returns)
+TIME_COMPONENTS = ("compute_s", "bubble_s", "exposed_comm_s")
+
+
+# ---------------------------------------------------------------------------------------------
+# the space
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class SweepSpace:
+    """Values each layout field may take ("auto" or a tuple) and constraints; see the module table.
+
+    Constraints: `max_tp`, `max_pp`, `max_cp`, `max_ep`, `max_vpp` (upper bounds, None = none);
+    `max_tp_within_node` (tp <= gpus_per_node); `min_micro_batch_size`/`max_micro_batch_size`
+    (bounds of the auto micro-batch sizes and of given lists); `min_tokens_per_cp_rank` (auto cp only).
+    """
+
+    tp: tuple | str = AUTO
+    pp: tuple | str = AUTO
+    dp: tuple | str = AUTO
+    cp: tuple | str = AUTO
+    ep: tuple | str = AUTO
+    vpp: tuple | str = AUTO
+    micro_batch_size: tuple | str = AUTO
+    zero: tuple | str = AUTO
+    recompute: tuple | str = AUTO
+    sequence_parallel: tuple | str = AUTO
+    schedule: tuple | str = AUTO
+    max_tp: int | None = None
+    max_tp_within_node: bool = False
+    max_pp: int | None = None
+    max_cp: int | None = None
+    max_ep: int | None = None
+    max_vpp: int | None = None
+    min_micro_batch_size: int = 1
+    max_micro_batch_size: int = 8
+    min_tokens_per_cp_rank: int = 2048
+
+    def __post_init__(self):
+        for name in LIST_FIELDS:
+            object.__setattr__(self, name, _normalise_values(name, getattr(self, name)))
+        for name in ("max_tp", "max_pp", "max_cp", "max_ep", "max_vpp"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InputError(f"sweep {name} must be an integer >= 1, got {v!r}")
+        for name in ("min_micro_batch_size", "max_micro_batch_size", "min_tokens_per_cp_rank"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(f"sweep {name} must be an integer >= 1, got {v!r}")
+        if self.min_micro_batch_size > self.max_micro_batch_size:
+            raise InputError(f"sweep min_micro_batch_size({self.min_micro_batch_size}) > "
+                             f"max_micro_batch_size({self.max_micro_batch_size})")
+        if not isinstance(self.max_tp_within_node, bool):
+            raise InputError(f"sweep max_tp_within_node must be true or false, got {self.max_tp_within_node!r}")
+
+    @classmethod
+    def from_table(cls, table: dict | None, *, where: str = "[sweep]") -> "SweepSpace":
+        """Build from a scenario's `[sweep]` table; unknown keys raise InputError naming the closest."""
+        table = dict(table or {})
+        known = [f.name for f in fields(cls)]
+        for k in table:
+            if k not in known:
+                import difflib
+
+                close = difflib.get_close_matches(k, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+                raise InputError(f"unknown key {k!r} in {where}{hint}")
+        return cls(**table)
+
+    def replace(self, **changes) -> "SweepSpace":
+        """A copy with some fields changed; None values are ignored (convenient for CLI flags)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _normalise_values(name: str, v):
+    if isinstance(v, str):
+        if v.strip().lower() == AUTO:
+            return AUTO
+        v = [x for x in v.split(",") if x.strip()]
+    if isinstance(v, (int, bool, np.integer)):
+        v = [v]
+    if not isinstance(v, (list, tuple)) or not v:
+        raise InputError(f"sweep {name} must be 'auto' or a non-empty list, got {v!r}")
+    out = []
+    for x in v:
+        if name == "recompute":
+            x = str(x).strip().lower()
+            if x not in RECOMPUTE:
+                raise InputError(f"sweep recompute value {x!r} is not one of {', '.join(RECOMPUTE)}")
+        elif name == "schedule":
+            x = str(x).strip().lower()
+            if x not in SCHEDULES:
+                raise InputError(f"sweep schedule value {x!r} is not one of {', '.join(SCHEDULES)}")
+        elif name == "sequence_parallel":
+            if isinstance(x, str):
+                s = x.strip().lower()
+                if s not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                    raise InputError(f"sweep sequence_parallel value {x!r} is not true or false")
+                x = s in ("true", "1", "yes", "on")
+            elif not isinstance(x, (bool, np.bool_)):
+                raise InputError(f"sweep sequence_parallel value {x!r} is not true or false")
+            x = bool(x)
+        else:
+            try:
+                xi = int(str(x).strip()) if isinstance(x, str) else x
+            except ValueError:
+                raise InputError(f"sweep {name} value {x!r} is not an integer") from None
+            if isinstance(xi, bool) or not isinstance(xi, (int, np.integer)) or xi != int(xi):
+                raise InputError(f"sweep {name} value {x!r} is not an integer")
+            xi = int(xi)
+            lo = 0 if name == "zero" else 1
+            if xi < lo or (name == "zero" and xi > 3):
+                raise InputError(f"sweep {name} value {xi} is out of range")
+            x = xi
+        if x not in out:
+            out.append(x)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# enumeration
+# ---------------------------------------------------------------------------------------------
+def divisors(n: int) -> np.ndarray:
+    """Sorted positive divisors of n."""
+    n = int(n)
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return np.array(sorted(set(small + [n // d for d in small])), dtype=np.int64)
+
+
+def _pick(values, auto: np.ndarray) -> np.ndarray:
+    return auto if values == AUTO else np.array(sorted(values), dtype=np.int64)
+
+
+def _numeric_candidates(model, training, hardware, num_gpus: int, space: SweepSpace) -> dict:
+    """tp, cp, pp, dp, ep, micro_batch_size arrays of every factorization before schedule choices."""
+    N = int(num_gpus)
+    divs = divisors(N)
+    tp_cap = space.max_tp or int(getattr(hardware, "nvlink_domain_gpus", getattr(hardware, "gpus_per_node", N)))
+    if space.tp != AUTO and space.max_tp is None:
+        tp_cap = N
+    if space.max_tp_within_node:
+        tp_cap = min(tp_cap, int(hardware.gpus_per_node))
+    tp = _pick(space.tp, divs)
+    tp = tp[tp <= tp_cap]
+    pp = _pick(space.pp, divs[divs <= model.num_layers])
+    if space.max_pp:
+        pp = pp[pp <= space.max_pp]
+    s = training.seq_length
+    cp = _pick(space.cp, divs[(divs == 1) | (s // divs >= space.min_tokens_per_cp_rank)])
+    if space.max_cp:
+        cp = cp[cp <= space.max_cp]
+    T, C, P = np.meshgrid(tp, cp, pp, indexing="ij")
+    T, C, P = T.ravel(), C.ravel(), P.ravel()
+    prod = T * C * P
+    ok = N % prod == 0
+    T, C, P = T[ok], C[ok], P[ok]
+    D = N // (T * C * P)
+    if space.dp != AUTO:
+        ok = np.isin(D, np.array(space.dp, dtype=np.int64))
+        T, C, P, D = T[ok], C[ok], P[ok], D[ok]
+    # ep: carved out of dp·cp (Layout rule), only for MoE
+    if model.is_moe:
+        ep_auto = divisors(model.num_experts)
+        ep = _pick(space.ep, ep_auto)
+        if space.max_ep:
+            ep = ep[ep <= space.max_ep]
+    else:
+        ep = np.array([1], dtype=np.int64) if space.ep == AUTO else np.array(sorted(space.ep), dtype=np.int64)
+    n, k = len(T), len(ep)
+    T, C, P, D = (np.repeat(a, k) for a in (T, C, P, D))
+    E = np.tile(ep, n)
+    ok = (D * C) % E == 0
+    T, C, P, D, E = T[ok], C[ok], P[ok], D[ok], E[ok]
+    # micro-batch sizes
+    B = training.global_batch_size
+    mb = _pick(space.micro_batch_size, divisors(B))
+    mb = mb[(mb >= space.min_micro_batch_size) & (mb <= space.max_micro_batch_size)]
+    n, k = len(T), len(mb)
+    T, C, P, D, E = (np.repeat(a, k) for a in (T, C, P, D, E))
+    M = np.tile(mb, n)
+    return {"tp": T, "cp": C, "pp": P, "dp": D, "ep": E, "micro_batch_size": M}
+
+
+def _schedule_choices(model, space: SweepSpace) -> list[tuple[str, int]]:
+    """(schedule, vpp) pairs in sweep order."""
+    scheds = DEFAULT_SCHEDULES if space.schedule == AUTO else space.schedule
+    out = []
+    for s in scheds:
+        if s == "interleaved":
+            vpps = range(2, model.num_layers + 1) if space.vpp == AUTO else [v for v in space.vpp if v >= 2]
+            for v in vpps:
+                if space.max_vpp is None or v <= space.max_vpp:
+                    out.append((s, int(v)))
+        else:
+            out.append((s, 1))
+    return out
+
+
+def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None = None, *,
+                      hardware=None) -> pd.DataFrame:
+    """Every valid layout of the space, one row each, in sweep order (see module docstring).
+
+    Columns: CANDIDATE_COLUMNS (`schedule` and `recompute` as strings, `sequence_parallel` bool,
+    `num_microbatches` = global_batch_size / (dp·micro_batch_size)). `hardware` gives the auto tp
+    cap (NVLink domain) and `max_tp_within_node`; without it tp is capped only by the space.
+    """
+    space = space or SweepSpace()
+    if hardware is None:
+        hardware = _NoHardware(num_gpus)
+    base = _numeric_candidates(model, training, hardware, num_gpus, space)
+    zeros = (0, 1, 2, 3) if space.zero == AUTO else space.zero
+    recs = RECOMPUTE if space.recompute == AUTO else space.recompute
+    sps = (False, True) if space.sequence_parallel == AUTO else space.sequence_parallel
+    choices = _schedule_choices(model, space)
+    if not any(s == "1f1b" for s, _ in choices):
+        choices = [("1f1b", 1)] + choices  # pp = 1 rows (no pipeline) carry 1f1b; see below
+    user_has_1f1b = space.schedule == AUTO or "1f1b" in space.schedule
+    blocks = []
+    tp, cp, pp, dp, ep, mb = (base[k] for k in ("tp", "cp", "pp", "dp", "ep", "micro_batch_size"))
+    for sched, vpp in choices:
+        for sp in sps:
+            mask = layout_valid_mask(model, training, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
+                                     micro_batch_size=mb, sequence_parallel=sp, schedule=sched)
+            if sp:
+                mask &= tp > 1
+            if sched == "1f1b":
+                if not user_has_1f1b:
+                    mask &= pp == 1
+            else:
+                mask &= pp > 1
+            if sched in ("dualpipe", "dualpipev"):
+                mask &= pp % 2 == 0
+            if not mask.any():
+                continue
+            idx = np.flatnonzero(mask)
+            shard = (dp[idx] * cp[idx]) > 1
+            for z in zeros:
+                zidx = idx if z == 0 else idx[shard]
+                if not len(zidx):
+                    continue
+                for r in recs:
+                    blocks.append((sched, vpp, sp, z, r, zidx))
+    if not blocks:
+        return _empty_candidates()
+    sizes = np.array([len(b[5]) for b in blocks])
+    rows = np.concatenate([b[5] for b in blocks])
+    block_id = np.repeat(np.arange(len(blocks)), sizes)
+    # pp outermost, then block (schedule, vpp, sp, zero, recompute), then base order (tp, cp, pp, dp, ep, mb)
+    order = np.lexsort((np.arange(len(rows)), block_id, pp[rows]))
+    rows, block_id = rows[order], block_id[order]
+    sched_arr = np.array([b[0] for b in blocks], dtype=object)[block_id]
+    df = pd.DataFrame({
+        "tp": tp[rows], "cp": cp[rows], "pp": pp[rows], "dp": dp[rows], "ep": ep[rows],
+        "vpp": np.array([b[1] for b in blocks], dtype=np.int64)[block_id],
+        "micro_batch_size": mb[rows],
+        "num_microbatches": training.global_batch_size // (dp[rows] * mb[rows]),
+        "zero": np.array([b[3] for b in blocks], dtype=np.int64)[block_id],
+        "recompute": np.array([b[4] for b in blocks], dtype=object)[block_id],
+        "sequence_parallel": np.array([b[2] for b in blocks], dtype=bool)[block_id],
+        "schedule": sched_arr,
+    })
+    return df
+
+
+class _NoHardware:
+    def __init__(self, n):
+        self.nvlink_domain_gpus = self.gpus_per_node = int(n)
+
+
+def _empty_candidates() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=object if c in ("recompute", "schedule") else
+                                      (bool if c == "sequence_parallel" else np.int64)) for c in CANDIDATE_COLUMNS})
+
+
+def group_runs(cands: pd.DataFrame) -> list[tuple[int, int]]:
+    """[start, stop) row ranges of consecutive rows sharing pp, vpp, schedule, zero, recompute, sp."""
+    n = len(cands)
+    if n == 0:
+        return []
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for c in ("pp", "vpp", "zero", "sequence_parallel"):
+        a = cands[c].to_numpy()
+        change[1:] |= a[1:] != a[:-1]
+    for c in ("schedule", "recompute"):
+        a = cands[c].to_numpy()
+        change[1:] |= a[1:] != a[:-1]
+    starts = np.flatnonzero(change)
+    stops = np.append(starts[1:], n)
+    return list(zip(starts.tolist(), stops.tolist()))
+
+
+def layout_labels(df: pd.DataFrame) -> np.ndarray:
+    """Canonical labels (`Layout.label`: `TP8-CP1-PP4-DP16`, `-EP8` if ep > 1, `-V2` if vpp > 1), vectorised
+    over the distinct (tp, cp, pp, dp, ep, vpp) combinations."""
+    if len(df) == 0:
+        return np.array([], dtype=object)
+    keys = df[["tp", "cp", "pp", "dp", "ep", "vpp"]].to_numpy(dtype=np.int64)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    labels = []
+    for tp, cp, pp, dp, ep, vpp in uniq.tolist():
+        s = f"TP{tp}-CP{cp}-PP{pp}-DP{dp}"
+        if ep > 1:
+            s += f"-EP{ep}"
+        if vpp > 1:
+            s += f"-V{vpp}"
+        labels.append(s)
+    return np.array(labels, dtype=object)[np.asarray(inv).ravel()]
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation
+# ---------------------------------------------------------------------------------------------
+def _default_evaluator():
+    from . import estimate
+
+    fn = getattr(estimate, "evaluate_layouts", None)
+    if fn is None:
+        raise InputError("simulator.estimate.evaluate_layouts is not available yet")
+    return fn
+
+
+def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.DataFrame, *,
+                        evaluator: Callable | None = None) -> pd.DataFrame:
+    """Evaluate candidate rows: one kernel call per run of equal scalar fields. Returns the candidate
+    columns followed by the kernel's columns, in the candidates' order (index 0..n-1)."""
+    evaluator = evaluator or _default_evaluator()
+
+    def call(g):
+        r0 = g.iloc[0]
+        res = evaluator(model, training, hardware, num_gpus=int(num_gpus), pp=int(r0["pp"]), vpp=int(r0["vpp"]),
+                        schedule=str(r0["schedule"]), zero=int(r0["zero"]), recompute=str(r0["recompute"]),
+                        sequence_parallel=bool(r0["sequence_parallel"]),
+                        tp=g["tp"].to_numpy(), dp=g["dp"].to_numpy(), cp=g["cp"].to_numpy(),
+                        ep=g["ep"].to_numpy(), micro_batch_size=g["micro_batch_size"].to_numpy())
+        if len(res) != len(g):
+            raise AssertionError(f"evaluator returned {len(res)} rows for {len(g)} layouts")
+        return res.reset_index(drop=True)
+
+    parts = []
+    for a, b in group_runs(cands):
+        g = cands.iloc[a:b]
+        try:
+            parts.append(call(g))
+        except InputError:
+            # a schedule that cannot run some microbatch counts (e.g. dualpipe needs m >= 2·pp): evaluate
+            # per microbatch count and keep the ones it refuses as infeasible rows naming the reason
+            parts.append(_per_microbatch_count(g, call))
+    if not parts:
+        return cands.reset_index(drop=True)
+    res = pd.concat(parts, ignore_index=True)
+    res = res.drop(columns=[c for c in res.columns if c in cands.columns])
+    out = pd.concat([cands.reset_index(drop=True), res], axis=1)
+    hbm = getattr(hardware, "hbm_bytes", None)
+    if hbm is not None and "peak_bytes" in out:
+        out["memory_headroom_bytes"] = float(hbm) - out["peak_bytes"].to_numpy(dtype=float)
+    return out
+
+
+def _per_microbatch_count(g: pd.DataFrame, call) -> pd.DataFrame:
+    m = g["num_microbatches"].to_numpy()
+    pieces, refused = {}, {}
+    for mv in np.unique(m):
+        sub = g[m == mv]
+        try:
+            pieces[mv] = call(sub)
+        except InputError as exc:
+            refused[mv] = str(exc).splitlines()[0]
+    template = next(iter(pieces.values()), None)
+    out = []
+    for mv in np.unique(m):
+        n = int((m == mv).sum())
+        if mv in pieces:
+            out.append(pieces[mv])
+            continue
+        if template is None:
+            t = pd.DataFrame({"feasible": np.zeros(n, bool), "reason": [refused[mv]] * n,
+                              "tokens_per_s": np.full(n, np.nan)})
+        else:
+            t = pd.DataFrame({c: pd.Series(np.full(n, np.nan)) if template[c].dtype.kind in "fiu"
+                              else pd.Series([None] * n, dtype=object) for c in template.columns})
+            t["feasible"] = False
+            t["reason"] = refused[mv]
+        out.append(t)
+    # back to the group's row order (rows of one count were taken in order)
+    res = pd.concat(out, ignore_index=True)
+    order = np.concatenate([np.flatnonzero(m == mv) for mv in np.unique(m)])
+    inv = np.empty_like(order)
+    inv[order] = np.arange(len(order))
+    return res.iloc[inv].reset_index(drop=True)
+
+
+def rank_results(df: pd.DataFrame) -> pd.DataFrame:
+    """Sort: feasible first, tokens_per_s descending, then label and every layout field ascending
+    (a total order: identical inputs give identical rankings). Adds `label` if missing and a 1-based `rank`."""
+    df = df.copy()
+    if "label" not in df:
+        df.insert(0, "label", layout_labels(df))
+    tput = df["tokens_per_s"].to_numpy(dtype=float)
+    tmp = pd.DataFrame({"_k0": (~df["feasible"].to_numpy(dtype=bool)).astype(np.int8),
+                        "_k1": -np.where(np.isnan(tput), -np.inf, tput),
+                        "_k2": df["label"].astype(str).to_numpy()})
+    extra = [c for c in ("schedule", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "ep")
+             if c in df]
+    for c in extra:
+        tmp[f"_{c}"] = df[c].astype(str).to_numpy() if df[c].dtype == object else df[c].to_numpy()
+    order = tmp.sort_values(list(tmp.columns), kind="mergesort").index.to_numpy()
+    df = df.iloc[order].reset_index(drop=True)
+    if "rank" in df:
+        df = df.drop(columns="rank")
+    df.insert(0, "rank", np.arange(1, len(df) + 1))
+    return df
+
+
+def _order_columns(df: pd.DataFrame) -> pd.DataFrame:
+    first = ["rank", "label", "tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
+             "recompute", "sequence_parallel", "schedule", "feasible", "reason", "tokens_per_s", "mfu", "step_s",
+             "peak_bytes", "memory_headroom_bytes"]
+    cols = [c for c in first if c in df] + [c for c in df.columns if c not in first]
+    return df[cols]
+
+
+# ---------------------------------------------------------------------------------------------
+# chunked, resumable, optionally distributed run
+# ---------------------------------------------------------------------------------------------
+def _portable(obj):
+    """A picklable stand-in for a frozen spec whose Mapping fields are read-only proxies (which
+    pickle refuses): the class and its init fields, rebuilt by `_rebuild` on a Dask worker."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        kw = {}
+        for f in fields(obj):
+            if not f.init:
+                continue
+            v = getattr(obj, f.name)
+            kw[f.name] = dict(v) if isinstance(v, MappingProxyType) else v
+        return ("__portable__", type(obj), kw)
+    return obj
+
+
+def _rebuild(obj):
+    if isinstance(obj, tuple) and len(obj) == 3 and obj[0] == "__portable__":
+        return obj[1](**obj[2])
+    return obj
+
+
+def _evaluate_chunk_task(ctx, cands: pd.DataFrame) -> pd.DataFrame:
+    model, training, hardware, num_gpus, evaluator = (_rebuild(x) for x in ctx)
+    return evaluate_candidates(model, training, hardware, num_gpus, cands, evaluator=evaluator)
+
+
+def _fingerprint(model, training, hardware, num_gpus, cands: pd.DataFrame, chunk_size: int) -> str:
+    h = hashlib.sha256()
+    h.update(repr((model, training, getattr(hardware, "name", repr(hardware)), num_gpus, chunk_size)).encode())
+    h.update(repr(hardware).encode())
+    h.update(pd.util.hash_pandas_object(cands, index=False).to_numpy().tobytes())
+    return h.hexdigest()
+
+
+def _parts_dir(out: str | os.PathLike) -> Path:
+    return Path(str(out) + ".parts")
+
+
+def _chunk_path(parts: Path, k: int) -> Path:
+    return parts / f"chunk-{k:06d}.pkl"
+
+
+def _write_atomic_pickle(df: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    df.to_pickle(tmp)
+    os.replace(tmp, path)
+
+
+def write_results(df: pd.DataFrame, out: str | os.PathLike) -> None:
+    """Write a results table to .csv or .parquet (atomically: temp file + os.replace)."""
+    out = Path(out)
+    suffix = out.suffix.lower()
+    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
+    if suffix == ".csv":
+        df.to_csv(tmp, index=False)
+    elif suffix in (".parquet", ".pq"):
+        df.to_parquet(tmp, index=False)
+    else:
+        raise InputError(f"--out must end in .csv or .parquet, got {str(out)!r}")
+    os.replace(tmp, out)
+
+
+def read_results(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a results table written by `write_results` (.csv or .parquet)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"file not found: {path}")
+    if p.suffix.lower() == ".csv":
+        df = pd.read_csv(p, keep_default_na=False, na_values=[""])
+        if "reason" in df:
+            df["reason"] = df["reason"].fillna("").astype(str)
+        return df
+    if p.suffix.lower() in (".parquet", ".pq"):
+        return pd.read_parquet(p)
+    raise InputError(f"results file must be .csv or .parquet, got {str(path)!r}")
+
+
+def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "local", scheduler=None,
+              out: str | os.PathLike | None = None, chunk_size: int = 50_000, resume: bool = True,
+              progress: bool | Callable[[int], None] = False, evaluator: Callable | None = None,
+              keep_parts: bool = False, stop_after_chunks: int | None = None) -> pd.DataFrame:
+    """Enumerate, evaluate and rank every layout of `scenario` within `space`.
+
+    - `space`: default `SweepSpace.from_table(scenario.sweep)`.
+    - `executor`: "local" (this process) or "dask"; `scheduler`: a Dask scheduler address, a
+      `distributed.Client`, or None (a LocalCluster is started for the run).
+    - `out`: results file (.csv/.parquet). Finished chunks go to `<out>.parts/chunk-NNNNNN.pkl`
+      (written atomically); with `resume` the chunks already there are reused (the parts folder
+      carries a fingerprint of the sweep and is refused if it belongs to a different one); the
+      folder is removed once `out` is written unless `keep_parts`.
+    - `progress`: True for a tqdm bar on stderr, or a callable receiving the rows finished.
+    - `evaluator`: the vectorised kernel (default `simulator.estimate.evaluate_layouts`).
+    - `stop_after_chunks`: evaluate at most this many new chunks, then raise KeyboardInterrupt
+      (tests and demos of resumption).
+    Returns the ranked DataFrame (`rank_results`), one row per layout.
+    """
+    if executor not in ("local", "dask"):
+        raise InputError(f"executor must be local or dask, got {executor!r}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise InputError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    space = space if space is not None else SweepSpace.from_table(getattr(scenario, "sweep", {}))
+    model, training, hardware, N = scenario.model, scenario.training, scenario.hardware, scenario.num_gpus
+    evaluator = evaluator or _default_evaluator()
+    cands = enumerate_layouts(model, training, N, space, hardware=hardware)
+    n = len(cands)
+    nchunks = -(-n // chunk_size)
+    results: dict[int, pd.DataFrame] = {}
+
+    parts = None
+    if out is not None:
+        suffix = Path(out).suffix.lower()
+        if suffix not in (".csv", ".parquet", ".pq"):
+            raise InputError(f"--out must end in .csv or .parquet, got {str(out)!r}")
+        parts = _parts_dir(out)
+        fp = _fingerprint(model, training, hardware, N, cands, chunk_size)
+        manifest = parts / "manifest.json"
+        if parts.exists() and not resume:
+            shutil.rmtree(parts)
+        if parts.exists():
+            try:
+                old = json.loads(manifest.read_text())
+            except (OSError, ValueError):
+                old = {}
+            if old.get("fingerprint") != fp:
+                raise InputError(f"{parts} holds chunks of a different sweep; delete it or run without resume")
+            for k in range(nchunks):
+                p = _chunk_path(parts, k)
+                if p.is_file():
+                    results[k] = pd.read_pickle(p)
+        else:
+            parts.mkdir(parents=True)
+            tmp = manifest.with_name("manifest.json.tmp")
+            tmp.write_text(json.dumps({"fingerprint": fp, "rows": n, "chunk_size": chunk_size, "chunks": nchunks}))
+            os.replace(tmp, manifest)
+
+    todo = [k for k in range(nchunks) if k not in results]
+    bar = None
+    if progress is True:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n, initial=sum(len(r) for r in results.values()), unit="layout", unit_scale=True,
+                   desc="sweep", leave=False)
+        tick = bar.update
+    elif callable(progress):
+        tick = progress
+    else:
+        tick = None
+
+    def finish(k, df):
+        results[k] = df
+        if parts is not None:
+            _write_atomic_pickle(df, _chunk_path(parts, k))
+        if tick:
+            tick(len(df))
+
+    def chunk(k):
+        return cands.iloc[k * chunk_size:(k + 1) * chunk_size]
+
+    budget = len(todo) if stop_after_chunks is None else stop_after_chunks
+    try:
+        if executor == "local":
+            for k in todo[:budget]:
+                finish(k, evaluate_candidates(model, training, hardware, N, chunk(k), evaluator=evaluator))
+        else:
+            _run_dask(todo[:budget], chunk, finish, (model, training, hardware, N, evaluator), scheduler)
+        if budget < len(todo):
+            raise KeyboardInterrupt(f"stopped after {budget} chunks")
+    finally:
+        if bar is not None:
+            bar.close()
+
+    if n == 0:
+        df = _empty_candidates()
+        for c in ("feasible",):
+            df[c] = pd.Series([], dtype=bool)
+        df["reason"] = pd.Series([], dtype=object)
+        df["tokens_per_s"] = pd.Series([], dtype=float)
+    else:
+        df = pd.concat([results[k] for k in range(nchunks)], ignore_index=True)
+    df = _order_columns(rank_results(df))
+    if out is not None:
+        write_results(df, out)
+        if not keep_parts:
+            shutil.rmtree(parts, ignore_errors=True)
+    return df
+
+
+def _run_dask(todo: list[int], chunk, finish, ctx, scheduler) -> None:
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise InputError("executor 'dask' needs dask[distributed] installed") from None
+    own = None
+    if scheduler is None:
+        own = Client(LocalCluster(processes=False))
+        client = own
+    elif isinstance(scheduler, str):
+        own = Client(scheduler)
+        client = own
+    else:
+        client = scheduler
+    try:
+        ctx_f = client.scatter([_portable(x) for x in ctx], broadcast=True)
+        nthreads = max(1, sum(client.nthreads().values()))
+        window = 2 * nthreads
+        pending = {}
+        it = iter(todo)
+        ac = as_completed()
+
+        def submit_next():
+            k = next(it, None)
+            if k is not None:
+                f = client.submit(_evaluate_chunk_task, ctx_f, chunk(k), pure=False)
+                pending[f] = k
+                ac.add(f)
+
+        for _ in range(window):
+            submit_next()
+        for f in ac:
+            k = pending.pop(f)
+            finish(k, f.result())
+            submit_next()
+    finally:
+        if own is not None:
+            cluster = getattr(own, "cluster", None)
+            own.close()
+            if cluster is not None:
+                cluster.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# reading the results
+# ---------------------------------------------------------------------------------------------
+def pareto_mask(df: pd.DataFrame, *, x: str = "memory_headroom_bytes", y: str = "tokens_per_s") -> np.ndarray:
+    """True for rows on the Pareto front maximising both `x` and `y` (feasible rows only):
+    no other feasible row has x' >= x and y' >= y with one strictly greater."""
+    mask = np.zeros(len(df), dtype=bool)
+    feas = np.flatnonzero(df["feasible"].astype(bool).to_numpy())
+    if not len(feas):
+        return mask
+    xv = df[x].to_numpy(dtype=float)[feas]
+    yv = df[y].to_numpy(dtype=float)[feas]
+    order = np.lexsort((-xv, -yv))  # y descending, then x descending
+    best_x = -np.inf
+    for i in order:
+        if xv[i] > best_x:
+            mask[feas[i]] = True
+            best_x = xv[i]
+    return mask
+
+
+def winner_comparison(df: pd.DataFrame) -> pd.DataFrame | None:
+    """Step-time components of the winner (rank 1) and the runner-up: the best feasible row with a
+    different label (else the second feasible row). Columns: component, winner_s, runner_up_s,
+    difference_s (runner-up minus winner), sorted by |difference|. None without two feasible rows."""
+    feas = df[df["feasible"].astype(bool)]
+    if len(feas) < 2:
+        return None
+    w = feas.iloc[0]
+    other = feas[feas["label"] != w["label"]]
+    r = other.iloc[0] if len(other) else feas.iloc[1]
+    comps = [c for c in df.columns if c.endswith("_s") and c != "step_s"
+             and (c in TIME_COMPONENTS or c.startswith("exposed_")) and c != "exposed_comm_s"]
+    comps = [c for c in TIME_COMPONENTS if c in df] + [c for c in comps if c not in TIME_COMPONENTS]
+    rows = [{"component": c, "winner_s": float(w[c]), "runner_up_s": float(r[c]),
+             "difference_s": float(r[c]) - float(w[c])} for c in comps]
+    t = pd.DataFrame(rows, columns=["component", "winner_s", "runner_up_s", "difference_s"])
+    t = t.reindex(t["difference_s"].abs().sort_values(ascending=False, kind="mergesort").index).reset_index(drop=True)
+    t.attrs["winner"] = w.to_dict()
+    t.attrs["runner_up"] = r.to_dict()
+    return t
+
+
+def _describe(row) -> str:
+    sp = "SP" if bool(row.get("sequence_parallel", False)) else "no SP"
+    return (f"{row['label']} ({row['schedule']}, mbs {row['micro_batch_size']}, ZeRO-{row['zero']}, "
+            f"recompute {row['recompute']}, {sp})")
+
+
+def explain_winner(df: pd.DataFrame) -> str:
+    """A short text: the winner, the runner-up, and the step-time components where they differ most."""
+    t = winner_comparison(df)
+    if t is None:
+        nfeas = int(df["feasible"].astype(bool).sum()) if len(df) else 0
+        if nfeas == 1:
+            return f"Only one feasible layout: {_describe(df.iloc[0])}."
+        reasons = df["reason"].astype(str).value_counts().head(3) if len(df) else pd.Series(dtype=int)
+        common = "; ".join(f"{k} ({v})" for k, v in reasons.items())
+        return "No feasible layout." + (f" Most common reasons: {common}." if common else "")
+    w, r = t.attrs["winner"], t.attrs["runner_up"]
+    gain = w["tokens_per_s"] / r["tokens_per_s"] - 1 if r["tokens_per_s"] else float("inf")
+    lines = [f"Winner:    {_describe(w)}: {w['tokens_per_s']:,.0f} tokens/s, MFU {100 * w['mfu']:.1f}%, "
+             f"step {w['step_s']:.3f} s",
+             f"Runner-up: {_describe(r)}: {r['tokens_per_s']:,.0f} tokens/s, MFU {100 * r['mfu']:.1f}%, "
+             f"step {r['step_s']:.3f} s ({100 * gain:+.1f}% for the winner)",
+             "Largest differences in step time (s), winner vs runner-up:"]
+    for _, row in t.head(4).iterrows():
+        lines.append(f"  {row['component']:<28} {row['winner_s']:9.4f} vs {row['runner_up_s']:9.4f} "
+                     f"({row['difference_s']:+.4f})")
+    return "\n".join(lines)
+
+
+def best_per(df: pd.DataFrame, by: Iterable[str], value: str = "mfu") -> pd.DataFrame:
+    """The best feasible row (highest `value`) for each combination of the `by` columns."""
+    by = list(by)
+    feas = df[df["feasible"].astype(bool)]
+    if feas.empty:
+        return feas
+    idx = feas.groupby(by, sort=True)[value].idxmax()
+    return feas.loc[idx.to_numpy()].reset_index(drop=True)
+
+
+def bubble_vs_microbatches(schedules: Iterable[str], *, pp: int, microbatches: Iterable[int], vpp: int = 2,
+                           forward_s: float = 1.0, backward_s: float = 2.0, weight_s: float = 0.0,
+                           p2p_s: float = 0.0) -> pd.DataFrame:
+    """Bubble fraction (1 − busy / (ranks × makespan)) of each schedule for each microbatch count,
+    replayed on the pipeline engine (not a closed form). Times are per microbatch for one rank's
+    whole share of the model, split evenly over its chunks (as `parasim schedule` does); `vpp`
+    applies to 'interleaved'. Combinations a schedule cannot run (e.g. dualpipe with m < 2·pp)
+    are left out. Columns: schedule, pp, vpp, microbatches, bubble_fraction, makespan_s."""
+    from .pipeline import replay
+    from .schedules import build
+
+    rows = []
+    for name in schedules:
+        key = str(name).strip().lower()
+        for m in microbatches:
+            try:
+                sch = build(key, pp=int(pp), microbatches=int(m), vpp=int(vpp) if key == "interleaved" else 1)
+            except InputError:
+                continue
+            per = sch.num_stages // sch.num_ranks if key != "dualpipe" else 1
+            tl = replay(sch, forward_s=forward_s / per, backward_s=backward_s / per, weight_s=weight_s / per,
+                        p2p_s=p2p_s)
+            rows.append({"schedule": key, "pp": int(pp), "vpp": int(sch.chunks_per_rank), "microbatches": int(m),
+                         "bubble_fraction": float(tl.bubble_fraction), "makespan_s": float(tl.makespan_s)})
+    return pd.DataFrame(rows, columns=["schedule", "pp", "vpp", "microbatches", "bubble_fraction", "makespan_s"])

@@ -1,0 +1,107 @@
+"""Calibration microbenchmarks on the CPU with tiny shapes (torch-backed; skipped without torch)."""
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from simulator.calibrate import microbench as mb
+from simulator.calibrate.run import GRIDS, Grid
+
+
+def test_gemm_shapes_follow_the_megatron_tp_split():
+    s = mb.transformer_gemm_shapes(hidden_sizes=[1024], tokens=[2048], tp_degrees=[4], ffn_multiplier=4, glu=False)
+    shapes = {(x.m, x.n, x.k) for x in s}
+    assert len(shapes) == len(s)  # duplicates removed
+    assert (2048, 3 * 1024 // 4, 1024) in shapes  # QKV fwd, column parallel: output split
+    assert (2048, 1024, 1024 // 4) in shapes  # attention out fwd, row parallel: input split
+    assert (2048, 4096 // 4, 1024) in shapes  # MLP up fwd
+    assert (2048, 1024, 4096 // 4) in shapes  # MLP down fwd (same shape as MLP up dgrad)
+    assert (1024, 768, 2048) in shapes  # QKV wgrad dW = x^T dy
+    # 4 linears x 3 products = 12; with f/p = h = 1024 the MLP down products repeat MLP up's (3) and
+    # MLP up fwd = its dgrad (1): 8 distinct shapes
+    assert len(shapes) == 8
+
+
+def test_time_callable_reports_the_median_of_timed_calls():
+    calls = []
+
+    def f():
+        calls.append(1)
+        time.sleep(0.002)
+
+    t = mb.time_callable(f, warmup=2, iters=5)
+    assert len(calls) == 7 and t.samples == 5 and t.timer == "perf_counter"
+    assert 0.002 <= t.median_s < 0.02 and t.min_s <= t.median_s <= t.max_s
+
+
+def test_flop_counts_agree_with_torch_flop_counter():
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    a, b = torch.randn(32, 48), torch.randn(48, 40)
+    with FlopCounterMode(display=False) as fc:
+        torch.matmul(a, b)
+    assert fc.get_total_flops() == mb.gemm_flops(32, 40, 48)
+    q = torch.randn(2, 3, 64, 16, requires_grad=True)
+    with FlopCounterMode(display=False) as fc:  # attention written out as matmuls: torch counts the bmm's
+        o = torch.softmax(q @ q.transpose(-1, -2), dim=-1) @ q
+    assert fc.get_total_flops() == mb.attention_forward_flops(2, 3, 64, 16, causal=False)
+    with FlopCounterMode(display=False) as fc:
+        o.sum().backward()
+    assert fc.get_total_flops() == mb.attention_backward_flops(2, 3, 64, 16, causal=False)
+
+
+TINY = Grid(hidden_sizes=(32, 64), tokens=(16,), tp_degrees=(1, 2), kv_fraction=1.0, seq_lengths=(32, 64),
+            head_dims=(16,), attention_heads=2, memory_sizes_bytes=(2**14, 2**16), collective_sizes_bytes=(2**10,),
+            warmup=1, iters=3)
+
+
+def test_cpu_calibration_writes_a_loadable_profile_with_provenance(tmp_path):
+    pytest.importorskip("torch")
+    from simulator.calibrate.profile_writer import write_profile
+    from simulator.calibrate.run import run_calibration
+    from simulator.spec.hardware import load_hardware
+
+    res = run_calibration(["gemm", "attention", "memory"], device="cpu", name="cpu-test", grid=TINY)
+    g = res.measurements["gemm"]
+    # efficiency = achieved / measured peak on a CPU base: the best GEMM is exactly 1
+    peak = g["flops_per_s"].max()
+    assert res.profile["gpu"]["peak_tflops"]["fp32"] == pytest.approx(peak / 1e12)
+    assert np.all(g["flops"] == 2 * g["m"] * g["n"] * g["k"])
+    p = write_profile(tmp_path / "cpu-test.toml", res.profile)
+    hw = load_hardware(str(p))
+    for t in ("gemm", "attention", "attention_bwd", "memory"):
+        assert t in hw.efficiency and "fitted to" in hw.efficiency[t].source
+    assert "not measured" in hw.efficiency["nvlink_ring"].source  # no collectives run: marked, not invented
+    prov = hw.provenance
+    assert prov["device"].startswith("CPU") and "torch" in prov["versions"] and "median" in prov["protocol"]
+    a = res.measurements["attention"]
+    assert set(a["pass"]) == {"fwd", "bwd"} and (a["time_s"] > 0).all()
+
+
+def test_cpu_collectives_through_gloo_feed_the_ring_table():
+    pytest.importorskip("torch")
+    from simulator.calibrate.collectives import bench_collectives
+
+    d = bench_collectives(world_size=2, sizes_bytes=(2**12, 2**16), collectives=("all_reduce", "sendrecv"), iters=3)
+    ok = d[d["error"].isna()]
+    assert set(ok["collective"]) == {"all_reduce", "sendrecv"} and (ok["time_s"] > 0).all()
+    ar = ok[ok.collective == "all_reduce"]
+    np.testing.assert_allclose(ar["busbw_bytes_per_s"], ar["size_bytes"] / ar["time_s"] * 1.0)  # 2(n-1)/n = 1 at n=2
+
+
+def test_calibrate_without_torch_is_a_one_line_error_exit_2(monkeypatch, capsys, tmp_path):
+    from simulator.cli import main
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ModuleNotFoundError
+    with pytest.raises(SystemExit) as e:
+        main(["calibrate", "gemm", "--device", "cpu", "--out", str(tmp_path / "x.toml")])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip() == "error: calibrate needs torch: pip install torch"
+
+
+def test_grids_cover_the_documented_ranges():
+    g = GRIDS["gpu"]
+    assert min(g.hidden_sizes) == 1024 and max(g.hidden_sizes) == 8192 and max(g.tp_degrees) == 8
+    assert max(g.seq_lengths) == 32768

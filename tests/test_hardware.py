@@ -1,0 +1,111 @@
+"""HardwareProfile presets and loader: SI conversion, per-direction bandwidths, strict keys, curves."""
+import copy
+
+import numpy as np
+import pytest
+
+from simulator.errors import InputError
+from simulator.spec.hardware import hardware_from_dict, list_hardware, load_hardware
+from simulator.spec.presets import read_toml, resolve
+
+PRESETS = ["dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "dgx-h800", "dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x"]
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_binding_preset_loads_with_sources(name):
+    p = load_hardware(name)
+    assert p.name == name
+    assert set(p.sources) >= {"gpu", "node", "network"} and all(p.sources.values())
+    for curve in p.efficiency.values():
+        assert curve.source
+
+
+def test_h100_units_are_si_and_nvlink_is_per_direction():
+    p = load_hardware("dgx-h100")
+    assert p.hbm_bytes == 80e9                       # 80 GB decimal
+    assert p.nvlink_bytes_per_s == 450e9             # NVIDIA's "900 GB/s" is bidirectional
+    assert p.nic_bytes_per_s == 400e9 / 8            # NDR 400 Gb/s = 50 GB/s per direction
+    assert p.peak_flops("bf16") == pytest.approx(989.4e12)
+    assert p.nvls and p.gpus_per_node == 8
+
+
+def test_a100_has_no_fp8_peak():
+    with pytest.raises(InputError, match="fp8"):
+        load_hardware("dgx-a100-80g").peak_flops("fp8")
+
+
+def test_gemm_top_end_is_the_published_mamf_fraction():
+    # formulas.md §6.3: A100 271.2/312, H100 794.5/989, B200 1745/2250, MI300X 781.9/1300
+    for name, mamf in [("dgx-a100-80g", 271.2 / 312), ("dgx-h100", 794.5 / 989), ("dgx-b200", 1745 / 2250),
+                       ("mi300x", 781.9 / 1300)]:
+        assert load_hardware(name).interp_efficiency("gemm", 1e13) == pytest.approx(mamf, abs=0.002)
+
+
+def test_interp_efficiency_is_log_linear_and_clamped():
+    p = load_hardware("dgx-h100")
+    x, e = p.efficiency_curve("memory")               # 1e5..1e8 bytes
+    mid = np.sqrt(x[1] * x[2])                        # halfway in log10
+    got = p.interp_efficiency("memory", np.array([1.0, mid, 1e12]))
+    np.testing.assert_allclose(got, [e[0], (e[1] + e[2]) / 2, e[-1]])
+
+
+def test_ring_plateau_matches_the_nccl_maintainer_figure():
+    # nccl-tests #212: ~370 GB/s busbw of 450 on H100 NVLink for ring collectives
+    p = load_hardware("dgx-h100")
+    assert p.interp_efficiency("nvlink_ring", 16 * 2**30) * 450 == pytest.approx(370, abs=1)
+
+
+def _raw(name="dgx-h100"):
+    return read_toml(resolve("hardware_profiles", name))
+
+
+def test_unknown_key_is_rejected_with_a_hint():
+    d = _raw()
+    d["node"]["nvlink_gbps"] = 1
+    with pytest.raises(InputError, match="nvlink_gbps"):
+        hardware_from_dict(d, where="x.toml")
+
+
+def test_missing_key_is_rejected():
+    d = _raw()
+    del d["gpu"]["hbm_gb"]
+    with pytest.raises(InputError, match="hbm_gb"):
+        hardware_from_dict(d, where="x.toml")
+
+
+def test_unknown_preset_suggests_close_names():
+    with pytest.raises(InputError, match="dgx-h100"):
+        load_hardware("dgx-h10")
+
+
+def test_bad_values_raise_input_error():
+    d = _raw()
+    d["node"]["nvlink_gb_per_s"] = -1
+    with pytest.raises(InputError, match="nvlink"):
+        hardware_from_dict(d, where="x.toml")
+    d = _raw()
+    d["efficiency"]["gemm"]["x"] = [3, 2, 1, 0.5]
+    with pytest.raises(InputError, match="increase"):
+        hardware_from_dict(d, where="x.toml")
+
+
+def test_provenance_section_is_accepted_for_measured_profiles():
+    d = _raw()
+    d["provenance"] = {"device": "H100 SXM", "versions": "torch 2.13", "date": "2025-01-01", "protocol": "mamf"}
+    p = hardware_from_dict(copy.deepcopy(d), where="measured.toml")
+    assert p.provenance["device"] == "H100 SXM"
+
+
+def test_profile_is_frozen_and_mappings_read_only():
+    p = load_hardware("dgx-h100")
+    with pytest.raises(Exception):
+        p.hbm_bytes = 1
+    with pytest.raises(TypeError):
+        p.peak_flops_per_s["bf16"] = 1
+
+
+def test_list_hardware_has_one_row_per_preset():
+    df = list_hardware()
+    assert set(PRESETS) <= set(df.name)
+    row = df.set_index("name").loc["dgx-h100"]
+    assert row.nvlink_gb_per_s_per_dir == 450 and row.bf16_tflops == pytest.approx(989.4)

@@ -1,0 +1,194 @@
+"""Composition of the per-stage breakdown: KV cache, overheads, inference, feasibility, JSON contract,
+vectorised sweep form, zero-bubble split."""
+import json
+
+import numpy as np
+import pytest
+
+from simulator.errors import InputError
+from simulator.memory import MemoryResult, Overheads, memory_breakdown, stage_memory_arrays
+from simulator.memory.breakdown import feasible_mask, stage_activation_split
+from simulator.memory.kv_cache import kv_cache_bytes
+from simulator.memory.overheads import overhead_bytes
+from simulator.spec.layout import Layout
+from simulator.spec.load import load_model
+from simulator.spec.training import Training
+from simulator.units import GiB, KiB
+
+
+class HBM:
+    """Stand-in for a HardwareProfile: only the capacity matters here."""
+
+    def __init__(self, gib):
+        self.hbm_bytes = gib * GiB
+
+
+def _l70(**kw):
+    return load_model("llama3-70b"), Training(seq_length=8192, global_batch_size=64, **kw)
+
+
+# ---- KV cache --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, per_token", [("llama3-8b", 128 * KiB), ("llama3-70b", 320 * KiB),
+                                             ("llama3.1-405b", 504 * KiB), ("deepseek-v3", 70_272)])
+def test_kv_cache_per_token_matches_published_sizes(name, per_token):
+    # formulas.md §3.7: Llama-3 8B/70B/405B 128/320/504 KiB per token in bf16; DeepSeek-V3 MLA 70,272 B
+    m = load_model(name)
+    got = float(kv_cache_bytes(m, layers=[m.num_layers], batch=1, context=1, tp=1)[0])
+    assert got == per_token
+
+
+def test_kv_cache_shards_heads_over_tp_and_replicates_when_tp_exceeds_kv_heads():
+    m = load_model("llama3-70b")  # 8 KV heads
+    full = float(kv_cache_bytes(m, layers=[80], batch=4, context=8192, tp=1)[0])
+    assert float(kv_cache_bytes(m, layers=[80], batch=4, context=8192, tp=8)[0]) == full / 8
+    assert float(kv_cache_bytes(m, layers=[80], batch=4, context=8192, tp=16)[0]) == full / 8  # 1 head/rank
+
+
+def test_inference_has_weights_and_kv_cache_but_no_grads_or_optimizer():
+    m = load_model("llama3-8b")
+    tr = Training(seq_length=8192, global_batch_size=16)
+    lay = Layout(num_gpus=8, tp=8, pp=1, micro_batch_size=1)
+    r = memory_breakdown(m, tr, lay, HBM(80), inference=True)
+    s = r.worst
+    assert s.grads_bytes == 0 and s.optimizer_bytes == 0
+    # 16 sequences / dp 1, 8192 tokens, 128 KiB per token split over 8 ranks
+    assert s.kv_cache_bytes == pytest.approx(16 * 8192 * 128 * KiB / 8)
+    assert s.params_bytes == pytest.approx(2 * (m.total_params() - 2 * m.hidden_size * 32 - m.hidden_size) / 8
+                                           + 2 * (2 * m.hidden_size * 32 + m.hidden_size), rel=1e-9)
+
+
+# ---- overheads ------------------------------------------------------------------------------------
+def test_overheads_are_documented_defaults_and_can_be_turned_off():
+    o = Overheads()
+    got = overhead_bytes(o, tensor_bytes=np.array([10 * GiB]), tp=8, pp=1, dp=4, cp=1, ep=1)
+    assert float(got[0]) == pytest.approx(o.cuda_context_bytes + 2 * o.nccl_bytes_per_group + 0.05 * 10 * GiB)
+    m, tr = _l70()
+    lay = Layout(num_gpus=64, tp=8, pp=2, zero=1)
+    r = memory_breakdown(m, tr, lay, HBM(80), overheads=Overheads.none())
+    assert all(s.other_bytes == 0 for s in r.per_stage)
+    with pytest.raises(InputError, match="allocator_reserve_fraction"):
+        Overheads(allocator_reserve_fraction=float("nan"))
+
+
+# ---- breakdown --------------------------------------------------------------------------------------
+def test_peak_is_the_sum_of_the_consumers_and_stages_differ():
+    m, tr = _l70()
+    lay = Layout(num_gpus=64, tp=8, pp=4, zero=1, sequence_parallel=True)
+    r = memory_breakdown(m, tr, lay, HBM(80))
+    for s in r.per_stage:
+        parts = s.params_bytes + s.grads_bytes + s.optimizer_bytes + s.activations_bytes + s.kv_cache_bytes + s.other_bytes
+        assert s.peak_bytes == pytest.approx(parts)
+    st = r.per_stage
+    assert st[0].params_bytes > st[1].params_bytes  # embedding on the first stage
+    assert st[3].params_bytes > st[1].params_bytes  # LM head on the last
+    assert st[0].activations_bytes > st[1].activations_bytes > st[2].activations_bytes  # 1F1B p − i
+    assert [s.inflight_microbatches for s in st] == [4, 3, 2, 1]
+
+
+def test_infeasible_layout_names_the_biggest_consumer():
+    m, tr = _l70()
+    r = memory_breakdown(m, tr, Layout(num_gpus=8, tp=8, pp=1), HBM(80))
+    assert not r.feasible
+    name, b = r.worst.biggest_consumer()
+    assert r.reason.startswith(f"{name}: ") and "GiB HBM" in r.reason
+    ok = memory_breakdown(m, tr, Layout(num_gpus=64, tp=8, pp=4, zero=1, sequence_parallel=True,
+                                        recompute="full"), HBM(80))
+    assert ok.feasible and ok.reason == ""
+
+
+def test_full_recompute_and_sequence_parallel_shrink_activations():
+    m, tr = _l70()
+    base = dict(num_gpus=64, tp=8, pp=4, zero=1)
+    a = memory_breakdown(m, tr, Layout(**base), HBM(80)).worst.activations_bytes
+    sp = memory_breakdown(m, tr, Layout(sequence_parallel=True, **base), HBM(80)).worst.activations_bytes
+    full = memory_breakdown(m, tr, Layout(recompute="full", sequence_parallel=True, **base), HBM(80)).worst.activations_bytes
+    assert a > sp > full
+
+
+def test_inflight_override_replaces_the_closed_form():
+    m, tr = _l70()
+    lay = Layout(num_gpus=64, tp=8, pp=4, zero=1, sequence_parallel=True)
+    r = memory_breakdown(m, tr, lay, HBM(80), inflight_per_stage=[1, 1, 1, 1])
+    assert [s.inflight_microbatches for s in r.per_stage] == [1, 1, 1, 1]
+    with pytest.raises(InputError, match="inflight_per_stage"):
+        memory_breakdown(m, tr, lay, HBM(80), inflight_per_stage=[1, 1])
+    with pytest.raises(InputError, match="inflight_per_stage"):
+        memory_breakdown(m, tr, lay, HBM(80), inflight_per_stage=[1, 1, float("nan"), 1])
+
+
+def test_to_dict_follows_the_json_contract():
+    m, tr = _l70()
+    lay = Layout(num_gpus=64, tp=8, pp=2, zero=1)
+    d = json.loads(json.dumps(memory_breakdown(m, tr, lay, HBM(80)).to_dict()))
+    assert d["model"] == {"name": "llama3-70b", "params": m.total_params(), "active_params": m.active_params()}
+    for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "recompute", "micro_batch_size", "global_batch_size",
+              "num_microbatches", "schedule"):
+        assert k in d["layout"]
+    keys = ("peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+            "kv_cache_bytes", "other_bytes")
+    assert len(d["memory"]["per_stage"]) == 2
+    worst = max(d["memory"]["per_stage"], key=lambda s: s["peak_bytes"])
+    for k in keys:
+        assert d["memory"][k] == worst[k]
+    assert isinstance(d["feasible"], bool) and isinstance(d["reason"], str)
+
+
+def test_sweep_form_equals_the_scalar_form_row_by_row():
+    m, tr = _l70()
+    tp = np.array([8, 4, 2, 8])
+    dp = np.array([8, 16, 32, 4])
+    cp = np.array([1, 1, 1, 2])
+    mbs = np.array([1, 1, 2, 1])
+    mb = tr.global_batch_size // (dp * mbs)
+    arr = stage_memory_arrays(m, tr, tp=tp, pp=2, dp=dp, cp=cp, ep=1, micro_batch_size=mbs, num_microbatches=mb,
+                              zero=1, recompute="selective", sequence_parallel=True)
+    assert arr["peak_bytes"].shape == (4, 2)
+    for i in range(4):
+        lay = Layout(num_gpus=int(tp[i] * dp[i] * cp[i] * 2), tp=int(tp[i]), pp=2, cp=int(cp[i]), zero=1,
+                     micro_batch_size=int(mbs[i]), recompute="selective", sequence_parallel=True)
+        r = memory_breakdown(m, tr, lay, HBM(80))
+        np.testing.assert_allclose(arr["peak_bytes"][i], [s.peak_bytes for s in r.per_stage])
+    assert feasible_mask(arr, 80 * GiB).shape == (4,)
+
+
+def test_sweep_form_evaluates_a_million_layouts_quickly():
+    import time
+
+    m, tr = _l70()
+    n = 1_000_000
+    rng = np.random.default_rng(0)
+    tp = rng.choice([1, 2, 4, 8], n)
+    dp = rng.choice([1, 2, 4, 8, 16], n)
+    t0 = time.perf_counter()
+    arr = stage_memory_arrays(m, tr, tp=tp, pp=4, dp=dp, cp=1, ep=1, micro_batch_size=1, num_microbatches=8,
+                              zero=1, sequence_parallel=True)
+    elapsed = time.perf_counter() - t0
+    assert arr["peak_bytes"].shape == (n, 4)
+    assert elapsed < 20  # measured ≈ 1 s on 2 shared cores; generous bound for a loaded machine
+
+
+def test_moe_expert_parallel_reduces_weights_per_gpu():
+    m = load_model("mixtral-8x7b")
+    tr = Training(seq_length=4096, global_batch_size=64)
+    lays = [Layout(num_gpus=64, tp=2, pp=1, ep=ep, zero=1, sequence_parallel=True) for ep in (1, 8)]
+    w = [memory_breakdown(m, tr, lay, HBM(80)).worst.params_bytes for lay in lays]
+    assert w[1] < w[0] / 4
+
+
+def test_zero_bubble_split_frees_everything_between_b_and_w():
+    m = load_model("gpt3-175b")
+    tr = Training(seq_length=2048, global_batch_size=64, flash_attention=False, dropout=True, precision="fp16")
+    sp = stage_activation_split(m, tr, tp=1, pp=8)
+    np.testing.assert_allclose(sp["backward_free_bytes"] + sp["weight_free_bytes"], sp["forward_bytes"])
+    # middle stage, per layer: M_B = sbh(34 + 5as/h) (+ norm stats), M_W = 32·sbh (ZB runtime)
+    s, h, a, L = 2048, m.hidden_size, m.num_heads, m.num_layers // 8
+    assert float(sp["weight_free_bytes"][3]) == L * 32 * s * h
+    assert float(sp["forward_bytes"][3]) == pytest.approx(L * s * h * (34 + 5 * a * s / h), rel=5e-4)
+
+
+def test_result_is_frozen():
+    m, tr = _l70()
+    r = memory_breakdown(m, tr, Layout(num_gpus=64, tp=8, pp=2, zero=1), HBM(80))
+    assert isinstance(r, MemoryResult)
+    with pytest.raises(Exception):
+        r.feasible = True

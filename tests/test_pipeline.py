@@ -1,0 +1,216 @@
+"""Replay of pipeline schedules against independent truths: closed-form bubbles, the longest path of
+the op DAG (networkx), busy-time conservation, the vectorised fast path, the event engine."""
+import networkx as nx
+import numpy as np
+import pytest
+
+from simulator.errors import InputError
+from simulator.pipeline import compile_schedule, makespan_batch, replay, split_layers, stage_times
+from simulator.schedules import SCHEDULE_NAMES, build
+
+
+def _vpp(name):
+    return 2 if name == "interleaved" else 1
+
+
+def _ok_m(name, p):
+    return max(2 * p, 8) if name in ("dualpipe", "dualpipev") else 8
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", [(2, 1), (4, 8), (8, 32), (5, 3)])
+def test_gpipe_and_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1(name, p, m):
+    t = replay(build(name, pp=p, microbatches=m), forward_s=1.0, backward_s=2.0)
+    assert t.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), abs=1e-15)
+    assert t.makespan_s == (m + p - 1) * 3.0  # (m+p-1)(F+B), Narayanan et al. 2021 §2.2.1
+
+
+@pytest.mark.parametrize("p,m,v", [(4, 8, 2), (4, 16, 3), (8, 16, 2), (2, 4, 4)])
+def test_interleaved_bubble_is_p_minus_1_over_vm_plus_p_minus_1(p, m, v):
+    t = replay(build("interleaved", pp=p, microbatches=m, vpp=v), forward_s=1.0 / v, backward_s=2.0 / v)
+    assert t.bubble_fraction == pytest.approx((p - 1) / (v * m + p - 1), abs=1e-12)
+
+
+@pytest.mark.parametrize("F,B,W", [(1.0, 1.0, 1.0), (1.0, 1.0, 0.5), (2.0, 1.5, 1.0), (1.0, 1.0, 0.25)])
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 24)])
+def test_zb_h1_idle_per_rank_is_p_minus_1_times_F_plus_B_minus_W(F, B, W, p, m):
+    t = replay(build("zb-h1", pp=p, microbatches=m), forward_s=F, backward_s=B, weight_s=W)
+    for idle in t.idle_s_per_rank:  # Qi et al. 2024 §2.1 (holds for W <= B)
+        assert idle == pytest.approx((p - 1) * (F + B - W), abs=1e-9)
+
+
+@pytest.mark.parametrize("T", [1.0, 0.5])
+@pytest.mark.parametrize("pp,m", [(4, 8), (8, 20), (16, 64)])
+def test_dualpipe_bubble_matches_deepseek_v3_table_2_for_equal_costs(T, pp, m):
+    # Table 2: (PP/2 - 1)(F&B + B - 3W), B = full backward = 2T, F&B = F + B = 3T (no overlap gain)
+    expect = (pp / 2 - 1) * (3 * T + 2 * T - 3 * T)
+    t = replay(build("dualpipe", pp=pp, microbatches=m), forward_s=T, backward_s=T, weight_s=T)
+    assert t.idle_s_per_rank == pytest.approx([expect] * pp, abs=1e-9)
+    # DualPipeV: the same bubble on PP/2 devices (DualPipe README)
+    tv = replay(build("dualpipev", pp=pp // 2, microbatches=m), forward_s=T, backward_s=T, weight_s=T)
+    assert tv.idle_s_per_rank == pytest.approx([expect] * (pp // 2), abs=1e-9)
+
+
+def test_peak_inflight_matches_the_residency_table():
+    # formulas.md §3.5: 1F1B min(m, p-r); GPipe m; ZB-H1 p; ZB-H2 2p-1 on rank 0; DualPipe PP+1;
+    # interleaved rank 0: (v+1)p - 1 chunk activations (Megatron warm-up 2(p-1)+(v-1)p, +1)
+    p, m = 4, 12
+    assert build_peak("1f1b", p, m) == tuple(min(m, p - r) for r in range(p))
+    assert build_peak("gpipe", p, m) == (m,) * p
+    assert build_peak("zb-h1", p, m) == (p,) * p
+    assert build_peak("zb-h2", p, m)[0] == 2 * p - 1
+    assert max(build_peak("dualpipe", p, m)) == p + 1
+    assert build_peak("interleaved", p, m, v=2)[0] == 3 * p - 1
+    assert build_peak("zb-v", p, m) == (2 * p,) * p  # 2p chunk activations = p full stages (1F1B's)
+
+
+def build_peak(name, p, m, v=1):
+    return replay(build(name, pp=p, microbatches=m, vpp=v), forward_s=1, backward_s=1, weight_s=1).peak_inflight_microbatches_per_rank
+
+
+def _dag_longest_path(schedule, f, b, w, p2p):
+    """Independent truth: the op DAG in networkx, node weight moved onto outgoing edges."""
+    g = nx.DiGraph()
+    ops = {(o.kind, o.stage, o.microbatch): o for r in schedule.ranks for o in r}
+    S = schedule.num_stages
+
+    def dur(o):
+        if o.kind == "F":
+            return f[o.stage]
+        if o.kind == "W":
+            return w[o.stage]
+        return b[o.stage] + (w[o.stage] if o.includes_weight else 0.0)
+
+    for o in ops.values():
+        g.add_edge("src", o, weight=0.0)
+        g.add_edge(o, "sink", weight=dur(o))
+    for r in schedule.ranks:
+        for x, y in zip(r, r[1:]):
+            g.add_edge(x, y, weight=dur(x))
+    incoming = {}
+    for o in ops.values():
+        if o.kind == "F" and o.stage > 0:
+            src, bnd = ops[("F", o.stage - 1, o.microbatch)], o.stage - 1
+        elif o.kind == "B" and o.stage < S - 1:
+            src, bnd = ops[("B", o.stage + 1, o.microbatch)], o.stage
+        elif o.kind == "B":
+            src, bnd = ops[("F", o.stage, o.microbatch)], None
+        elif o.kind == "W":
+            src, bnd = ops[("B", o.stage, o.microbatch)], None
+        else:
+            continue
+        lat = p2p[bnd] if (bnd is not None and src.rank != o.rank) else 0.0
+        incoming[o] = (src, dur(src) + lat)
+        g.add_edge(src, o, weight=dur(src) + lat)
+    # a paired (DualPipe F&B) op also waits for its partner's input
+    for r in schedule.ranks:
+        for x, y in zip(r, r[1:]):
+            if x.paired and y in incoming:
+                src, wgt = incoming[y]
+                g.add_edge(src, x, weight=wgt)
+    return nx.dag_longest_path_length(g, weight="weight")
+
+
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
+def test_makespan_equals_networkx_longest_path_with_uneven_stages_and_p2p(name):
+    rng = np.random.default_rng(7)
+    p = 4
+    sch = build(name, pp=p, microbatches=_ok_m(name, p), vpp=_vpp(name))
+    S = sch.num_stages
+    f, b, w = rng.uniform(0.5, 2.0, S), rng.uniform(0.5, 2.0, S), rng.uniform(0.1, 1.0, S)
+    f[0] += 0.7  # embedding on the first stage
+    f[-1] += 1.3  # LM head + loss on the last
+    p2p = rng.uniform(0.0, 0.3, max(S - 1, 1))
+    t = replay(sch, forward_s=f, backward_s=b, weight_s=w, p2p_s=p2p[: S - 1])
+    assert t.makespan_s == pytest.approx(_dag_longest_path(sch, f, b, w, p2p), rel=1e-12)
+    # the critical path spans the makespan
+    cp = t.critical_path
+    assert t.start_s[cp[0]] == 0.0 and t.end_s[cp[-1]] == t.makespan_s
+
+
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
+def test_busy_time_is_conserved_and_ops_never_overlap_on_a_rank(name):
+    sch = build(name, pp=4, microbatches=_ok_m(name, 4), vpp=_vpp(name))
+    rng = np.random.default_rng(1)
+    S = sch.num_stages
+    f, b, w = rng.uniform(0.2, 1, S), rng.uniform(0.2, 1, S), rng.uniform(0.2, 1, S)
+    t = replay(sch, forward_s=f, backward_s=b, weight_s=w, p2p_s=0.05)
+    ops = t.ops
+    expected_total = sum(f[o.stage] if o.kind == "F" else w[o.stage] if o.kind == "W"
+                         else b[o.stage] + (w[o.stage] if o.includes_weight else 0) for o in ops)
+    for r in range(sch.num_ranks):
+        iv = sorted((t.start_s[i], t.end_s[i]) for i, o in enumerate(ops) if o.rank == r)
+        assert all(e0 <= s1 + 1e-12 for (_, e0), (s1, _) in zip(iv, iv[1:]))
+        assert sum(e - s for s, e in iv) == pytest.approx(t.busy_s_per_rank[r], rel=1e-12)
+    assert sum(t.busy_s_per_rank) == pytest.approx(expected_total, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
+def test_event_engine_and_level_sweep_agree_exactly(name):
+    sch = build(name, pp=4, microbatches=_ok_m(name, 4), vpp=_vpp(name))
+    S = sch.num_stages
+    rng = np.random.default_rng(3)
+    kw = dict(forward_s=rng.uniform(0.1, 1, S), backward_s=rng.uniform(0.1, 1, S),
+              weight_s=rng.uniform(0.1, 1, S), p2p_s=rng.uniform(0, 0.2, S - 1))
+    a, e = replay(sch, **kw), replay(sch, method="event", **kw)
+    assert np.array_equal(a.end_s, e.end_s) and a.makespan_s == e.makespan_s
+
+
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
+def test_fast_path_batch_equals_replay_exactly(name):
+    sch = build(name, pp=4, microbatches=_ok_m(name, 4), vpp=_vpp(name))
+    comp = compile_schedule(sch)
+    S, N = sch.num_stages, 5
+    rng = np.random.default_rng(11)
+    f, b, w = rng.uniform(0.1, 1, (N, S)), rng.uniform(0.1, 1, (N, S)), rng.uniform(0, 1, (N, S))
+    p2p = rng.uniform(0, 0.2, N)
+    batch = makespan_batch(comp, f, b, w, p2p)
+    for i in range(N):
+        t = replay(comp, forward_s=f[i], backward_s=b[i], weight_s=w[i], p2p_s=p2p[i])
+        assert batch.makespan_s[i] == t.makespan_s
+        assert batch.bubble_fraction[i] == t.bubble_fraction
+    assert tuple(batch.peak_inflight_microbatches_per_rank) == t.peak_inflight_microbatches_per_rank
+
+
+def test_p2p_transfers_on_a_shared_link_slow_down_with_fair_sharing():
+    # GPipe p=2: rank 0's forwards of 1 s each send 100 B over one link at 100 B/s; with m=2 the
+    # transfers do not overlap (1 s each, one per second): rank 1's F's end at 3 and 4.
+    sch = build("gpipe", pp=2, microbatches=2)
+    t = replay(sch, forward_s=1.0, backward_s=1.0, method="event", p2p_bytes=100.0, link_bytes_per_s=100.0)
+    ops = t.ops
+    ends = {o.label: t.end_s[i] for i, o in enumerate(ops) if o.rank == 1 and o.kind == "F"}
+    assert ends == {"1F0": 3.0, "1F1": 4.0}
+    # 1 s forwards but 2 s transfers: the 2nd transfer waits for bandwidth... fair sharing overlaps them
+    t2 = replay(sch, forward_s=1.0, backward_s=1.0, method="event", p2p_bytes=200.0, link_bytes_per_s=100.0)
+    e2 = {o.label: t2.end_s[i] for i, o in enumerate(ops) if o.rank == 1 and o.kind == "F"}
+    # 0-1 F0; 1-3 send0 alone? send1 joins at 2: 1-2 send0 100 B; 2-4 both at 50 B/s: send0 done at 4,
+    # send1 has 100 B left at 4 -> 100 B/s -> 5. Rank 1: F0 4-5, F1 5-6.
+    assert e2 == {"1F0": 5.0, "1F1": 6.0}
+
+
+def test_pipedream_steady_state_is_the_slowest_stage_and_stashes_p_minus_r_versions():
+    p, m = 4, 64
+    f = np.array([1.0, 1.5, 1.2, 0.8])
+    b = np.array([2.0, 2.6, 2.1, 1.9])
+    t = replay(build("pipedream", pp=p, microbatches=m), forward_s=f, backward_s=b)
+    assert t.steady_state_time_per_microbatch_s == pytest.approx((f + b).max(), rel=1e-12)  # PipeDream §3.1
+    assert t.stashed_weight_versions_per_rank == tuple(p - r for r in range(p))  # §3.3
+
+
+def test_activation_bytes_per_rank_follow_the_inflight_counts():
+    sch = build("1f1b", pp=4, microbatches=8)
+    t = replay(sch, forward_s=1, backward_s=2, activation_bytes=[10.0, 20.0, 30.0, 40.0])
+    assert t.peak_activation_bytes_per_rank == (40.0, 60.0, 60.0, 40.0)  # (p-r) x bytes_r
+
+
+def test_uneven_layer_split_helpers():
+    assert split_layers(22, 8, first_stage_fewer=1, last_stage_fewer=1) == (2, 3, 3, 3, 3, 3, 3, 2)
+    assert split_layers(10, 4) == (2, 3, 3, 2)
+    t = stage_times(layers_per_stage=(2, 3, 3, 2), layer_s=1.0, first_extra_s=0.5, last_extra_s=1.5)
+    assert t.tolist() == [2.5, 3.0, 3.0, 3.5]
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), [1.0, 2.0]])
+def test_bad_durations_raise_input_error(bad):
+    with pytest.raises(InputError):
+        replay(build("1f1b", pp=4, microbatches=8), forward_s=bad, backward_s=1.0)

@@ -1,0 +1,366 @@
+"""Layout sweeps: enumeration against a brute-force product, ranking, resume, Dask, and the
+vectorised path against `estimate` row by row (with the real kernel)."""
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulator.errors import InputError
+from simulator.spec.layout import Layout
+from simulator.spec.model import ModelSpec
+from simulator.spec.training import Training
+from simulator.spec.validate import validate
+from simulator.sweep import (SweepSpace, bubble_vs_microbatches, enumerate_layouts, explain_winner,
+                             layout_labels, pareto_mask, rank_results, run_sweep, winner_comparison)
+
+DENSE = ModelSpec(name="tiny-dense", hidden_size=256, num_layers=8, num_heads=8, num_kv_heads=4,
+                  ffn_hidden_size=512, vocab_size=1000)
+MOE = ModelSpec(name="tiny-moe", hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=8,
+                ffn_hidden_size=512, vocab_size=1000, num_experts=4, experts_per_token=2, moe_ffn_hidden_size=256)
+
+
+@dataclass
+class FakeHardware:
+    """Stand-in with the attributes the sweep reads (NVLink domain, node size, HBM)."""
+    name: str = "fake"
+    gpus_per_node: int = 4
+    nvlink_domain_gpus: int = 4
+    hbm_bytes: float = 80e9
+
+
+@dataclass
+class FakeScenario:
+    model: ModelSpec
+    training: Training
+    hardware: FakeHardware
+    num_gpus: int
+    sweep: dict
+
+
+def fake_evaluate_layouts(model, training, hardware, *, num_gpus, pp, vpp, schedule, zero, recompute,
+                          sequence_parallel, tp, dp, cp, ep, micro_batch_size):
+    """A deterministic stand-in with the kernel's signature (numbers are arbitrary, not physics)."""
+    tp, dp, cp, ep, mb = (np.asarray(x, dtype=float) for x in (tp, dp, cp, ep, micro_batch_size))
+    m = training.global_batch_size / (dp * mb)
+    compute = 100.0 / (tp * cp * pp * dp) * (1.0 + 0.1 * (recompute == "full"))
+    bubble = compute * (pp - 1) / (m * vpp)
+    comm = 0.01 * tp + 0.002 * zero + 0.001 * cp
+    step = compute + bubble + comm
+    peak = 50e9 / (tp * pp) * (4 - zero) / 4 * mb + 1e9 * (recompute == "none")
+    feasible = peak <= hardware.hbm_bytes
+    n = len(tp)
+    return pd.DataFrame({
+        "step_s": step, "compute_s": compute, "exposed_comm_s": comm, "bubble_s": bubble,
+        "bubble_fraction": bubble / step, "tokens_per_s": training.tokens_per_step / step,
+        "mfu": 0.5 * compute / step, "hfu": 0.55 * compute / step, "peak_bytes": peak,
+        "params_bytes": 0.2 * peak, "grads_bytes": 0.2 * peak, "optimizer_bytes": 0.3 * peak,
+        "activations_bytes": 0.25 * peak, "other_bytes": 0.05 * peak,
+        "exposed_tp_s": np.full(n, 0.01) * tp, "exposed_dp_s": np.full(n, 0.002 * zero),
+        "feasible": feasible, "reason": np.where(feasible, "", "peak over HBM"),
+    })
+
+
+# ---------------------------------------------------------------------------------------------
+# enumeration
+# ---------------------------------------------------------------------------------------------
+def brute_force(model, training, N, hw, *, max_mbs=8, schedules=("1f1b", "interleaved")):
+    """Every (layout fields) tuple from a plain product, kept if Layout + validate accept it and the
+    documented sweep rules hold (tp within the NVLink domain, cp keeps >= 2048 tokens per rank,
+    sp only with tp > 1, zero > 0 only with dp·cp > 1, pp = 1 rows carry 1f1b, vpp only interleaved)."""
+    div = [d for d in range(1, N + 1) if N % d == 0]
+    E = model.num_experts or 1
+    out = set()
+    for tp, cp, pp, ep, vpp, mbs, zero, rec, sp, sched in itertools.product(
+            div, div, div, [e for e in range(1, E + 1) if E % e == 0], range(1, model.num_layers + 1),
+            range(1, max_mbs + 1), range(4), ("none", "selective", "full"), (False, True), schedules):
+        if N % (tp * cp * pp) or tp > hw.nvlink_domain_gpus or pp > model.num_layers:
+            continue
+        if cp > 1 and training.seq_length // cp < 2048:
+            continue
+        if training.global_batch_size % mbs:
+            continue
+        dp = N // (tp * cp * pp)
+        try:
+            lay = Layout(num_gpus=N, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, vpp=vpp, micro_batch_size=mbs, zero=zero,
+                         recompute=rec, sequence_parallel=sp, schedule=sched)
+            validate(model, training, lay)
+        except InputError:
+            continue
+        if (sp and tp == 1) or (zero > 0 and dp * cp == 1) or (pp == 1 and sched != "1f1b"):
+            continue
+        if sched == "interleaved" and vpp < 2:
+            continue
+        out.add((tp, cp, pp, dp, ep, vpp, mbs, zero, rec, sp, sched))
+    return out
+
+
+def as_set(df):
+    cols = ["tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel",
+            "schedule"]
+    return {tuple(r) for r in df[cols].itertuples(index=False, name=None)}
+
+
+def test_dense_enumeration_equals_brute_force_product_on_16_gpus():
+    tr = Training(seq_length=4096, global_batch_size=32)
+    df = enumerate_layouts(DENSE, tr, 16, SweepSpace(), hardware=FakeHardware())
+    expected = brute_force(DENSE, tr, 16, FakeHardware())
+    assert len(df) == len(as_set(df))  # no duplicates
+    assert as_set(df) == expected
+    assert len(expected) > 500  # the space is not trivially small
+
+
+def test_moe_enumeration_carves_ep_out_of_dp_cp_like_brute_force():
+    tr = Training(seq_length=4096, global_batch_size=16)
+    hw = FakeHardware()
+    df = enumerate_layouts(MOE, tr, 8, SweepSpace(), hardware=hw)
+    assert as_set(df) == brute_force(MOE, tr, 8, hw)
+    assert set(df["ep"]) == {1, 2, 4}
+    assert ((df["dp"] * df["cp"]) % df["ep"] == 0).all()
+
+
+def test_enumeration_with_listed_schedules_matches_brute_force():
+    tr = Training(seq_length=4096, global_batch_size=32)
+    hw = FakeHardware()
+    scheds = ("gpipe", "zb-h1", "zb-v")
+    df = enumerate_layouts(DENSE, tr, 8, SweepSpace(schedule=scheds), hardware=hw)
+    want = brute_force(DENSE, tr, 8, hw, schedules=scheds + ("1f1b",))
+    want = {t for t in want if t[10] != "1f1b" or t[2] == 1}  # 1f1b not listed: only the pp = 1 rows
+    assert as_set(df) == want
+    assert set(df.loc[df.pp == 1, "schedule"]) == {"1f1b"}
+
+
+def test_enumeration_order_is_grouped_by_scalar_fields():
+    tr = Training(seq_length=4096, global_batch_size=32)
+    df = enumerate_layouts(DENSE, tr, 16, SweepSpace(), hardware=FakeHardware())
+    key = df[["pp", "schedule", "vpp", "sequence_parallel", "zero", "recompute"]].astype(str).agg("|".join, axis=1)
+    runs = (key != key.shift()).sum()
+    assert runs == key.nunique()  # each group is one contiguous run
+    assert df["pp"].is_monotonic_increasing
+
+
+def test_constraints_restrict_the_space():
+    tr = Training(seq_length=4096, global_batch_size=32)
+    hw = FakeHardware(gpus_per_node=2, nvlink_domain_gpus=4)
+    full = enumerate_layouts(DENSE, tr, 16, SweepSpace(), hardware=hw)
+    assert full["tp"].max() == 4  # auto: the NVLink domain
+    node = enumerate_layouts(DENSE, tr, 16, SweepSpace(max_tp_within_node=True), hardware=hw)
+    assert node["tp"].max() == 2
+    s = SweepSpace(tp=(2,), pp=[1, 2], micro_batch_size="1,2", zero=[1], recompute=["full"],
+                   sequence_parallel=[True], schedule=["1f1b"])
+    df = enumerate_layouts(DENSE, tr, 16, s, hardware=hw)
+    assert set(df["tp"]) == {2} and set(df["pp"]) == {1, 2} and set(df["micro_batch_size"]) == {1, 2}
+    assert set(df["zero"]) == {1} and set(df["recompute"]) == {"full"} and df["sequence_parallel"].all()
+
+
+@pytest.mark.parametrize("table, msg", [
+    ({"max_tpp": 8}, "unknown key 'max_tpp' in [sweep]; did you mean 'max_tp'?"),
+    ({"schedule": ["1f1b", "zigzag"]}, "schedule value 'zigzag'"),
+    ({"tp": [2, "x"]}, "tp value 'x' is not an integer"),
+    ({"zero": [4]}, "zero value 4 is out of range"),
+    ({"min_micro_batch_size": 4, "max_micro_batch_size": 2}, "min_micro_batch_size(4) > max_micro_batch_size(2)"),
+])
+def test_bad_sweep_tables_raise_one_line_errors(table, msg):
+    with pytest.raises(InputError) as e:
+        SweepSpace.from_table(table)
+    assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_labels_equal_layout_label():
+    tr = Training(seq_length=4096, global_batch_size=16)
+    df = enumerate_layouts(MOE, tr, 8, SweepSpace(), hardware=FakeHardware())
+    labels = layout_labels(df)
+    for i in range(0, len(df), max(1, len(df) // 40)):
+        r = df.iloc[i]
+        lay = Layout(num_gpus=8, tp=int(r.tp), cp=int(r.cp), pp=int(r.pp), dp=int(r.dp), ep=int(r.ep),
+                     vpp=int(r.vpp), schedule=r.schedule)
+        assert labels[i] == lay.label
+
+
+# ---------------------------------------------------------------------------------------------
+# running, ranking, resume, dask
+# ---------------------------------------------------------------------------------------------
+def scenario(N=16, B=32):
+    return FakeScenario(model=DENSE, training=Training(seq_length=4096, global_batch_size=B),
+                        hardware=FakeHardware(hbm_bytes=20e9), num_gpus=N, sweep={})
+
+
+def test_results_are_ranked_feasible_first_by_throughput_then_label():
+    df = run_sweep(scenario(), evaluator=fake_evaluate_layouts)
+    feas = df["feasible"].to_numpy()
+    assert feas.any() and not feas.all()
+    assert not (np.diff(feas.astype(int)) > 0).any()  # no feasible row after an infeasible one
+    f = df[df.feasible]
+    assert (np.diff(f["tokens_per_s"].to_numpy()) <= 0).all()
+    ties = f[f.duplicated("tokens_per_s", keep=False)]
+    for _, g in ties.groupby("tokens_per_s"):
+        assert list(g["label"]) == sorted(g["label"])
+    assert list(df["rank"]) == list(range(1, len(df) + 1))
+    for col in ("label", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero", "recompute",
+                "sequence_parallel", "schedule", "feasible", "reason", "step_s", "tokens_per_s", "mfu",
+                "peak_bytes", "memory_headroom_bytes"):
+        assert col in df
+
+
+def test_ranking_is_stable_across_runs_and_input_order():
+    a = run_sweep(scenario(), evaluator=fake_evaluate_layouts)
+    b = run_sweep(scenario(), evaluator=fake_evaluate_layouts)
+    pd.testing.assert_frame_equal(a, b)
+    shuffled = a.sample(frac=1.0, random_state=3).drop(columns="rank")
+    pd.testing.assert_frame_equal(rank_results(shuffled), a)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_resume_after_interrupt_gives_exactly_the_uninterrupted_rows(tmp_path, suffix):
+    if suffix == ".parquet":
+        pytest.importorskip("pyarrow")
+    ref_path = tmp_path / f"ref{suffix}"
+    ref = run_sweep(scenario(), evaluator=fake_evaluate_layouts, out=ref_path, chunk_size=97)
+    out = tmp_path / f"r{suffix}"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(scenario(), evaluator=fake_evaluate_layouts, out=out, chunk_size=97, stop_after_chunks=5)
+    parts = tmp_path / f"r{suffix}.parts"
+    assert len(list(parts.glob("chunk-*.pkl"))) == 5 and not out.exists()
+    (parts / "chunk-000007.pkl.tmp-12345").write_bytes(b"half-written")  # a crash mid-write leaves this
+    calls = []
+    res = run_sweep(scenario(), evaluator=fake_evaluate_layouts, out=out, chunk_size=97, progress=calls.append)
+    n_chunks = -(-len(ref) // 97)
+    assert len(calls) == n_chunks - 5  # the 5 finished chunks were not evaluated again
+    pd.testing.assert_frame_equal(res, ref)
+    from simulator.sweep import read_results
+    pd.testing.assert_frame_equal(read_results(out), read_results(ref_path))
+    assert not parts.exists()
+
+
+def test_resume_refuses_chunks_of_a_different_sweep(tmp_path):
+    out = tmp_path / "r.csv"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(scenario(), evaluator=fake_evaluate_layouts, out=out, chunk_size=50, stop_after_chunks=1)
+    with pytest.raises(InputError, match="different sweep"):
+        run_sweep(scenario(B=64), evaluator=fake_evaluate_layouts, out=out, chunk_size=50)
+    df = run_sweep(scenario(B=64), evaluator=fake_evaluate_layouts, out=out, chunk_size=50, resume=False)
+    assert len(df) == len(pd.read_csv(out))
+
+
+def test_dask_executor_gives_the_local_results():
+    distributed = pytest.importorskip("distributed")
+    local = run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=200)
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        dask = run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=200, executor="dask",
+                         scheduler=client)
+    pd.testing.assert_frame_equal(dask, local)
+
+
+def test_bad_run_arguments_raise():
+    with pytest.raises(InputError, match="executor"):
+        run_sweep(scenario(), evaluator=fake_evaluate_layouts, executor="spark")
+    with pytest.raises(InputError, match=r"\.csv or \.parquet"):
+        run_sweep(scenario(), evaluator=fake_evaluate_layouts, out="r.xlsx")
+
+
+# ---------------------------------------------------------------------------------------------
+# reading results
+# ---------------------------------------------------------------------------------------------
+def test_pareto_mask_equals_pairwise_dominance():
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"tokens_per_s": rng.integers(0, 20, 300).astype(float),
+                       "memory_headroom_bytes": rng.integers(0, 20, 300).astype(float),
+                       "feasible": rng.random(300) < 0.8})
+    got = pareto_mask(df)
+    x, y, f = df["memory_headroom_bytes"].to_numpy(), df["tokens_per_s"].to_numpy(), df["feasible"].to_numpy()
+    want = np.zeros(len(df), bool)
+    for i in np.flatnonzero(f):
+        dominated = f & (x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i]))
+        want[i] = not dominated.any()
+    # ties (identical points) count once; compare the distinct points on the front
+    assert {(x[i], y[i]) for i in np.flatnonzero(got)} == {(x[i], y[i]) for i in np.flatnonzero(want)}
+    assert not (got & ~f).any()
+
+
+def test_explain_winner_names_winner_runner_up_and_largest_difference():
+    df = run_sweep(scenario(), evaluator=fake_evaluate_layouts)
+    t = winner_comparison(df)
+    w = df.iloc[0]
+    r = df[df.feasible & (df.label != w.label)].iloc[0]
+    assert t.attrs["winner"]["label"] == w.label and t.attrs["runner_up"]["label"] == r.label
+    diffs = {c: r[c] - w[c] for c in ("compute_s", "bubble_s", "exposed_comm_s", "exposed_tp_s", "exposed_dp_s")}
+    biggest = max(diffs, key=lambda c: abs(diffs[c]))
+    assert t.iloc[0]["component"] == biggest
+    text = explain_winner(df)
+    assert w.label in text and r.label in text and biggest in text
+
+
+def test_explain_winner_without_feasible_rows_gives_the_reasons():
+    df = run_sweep(scenario(), evaluator=fake_evaluate_layouts)
+    df["feasible"] = False
+    assert "No feasible layout" in explain_winner(df) and "peak over HBM" in explain_winner(df)
+
+
+def test_bubble_table_from_the_engine_matches_the_1f1b_closed_form():
+    # GPipe / 1F1B bubble over the total time: (p-1)/(m+p-1) (formulas.md §5.2), uniform stages, no p2p
+    t = bubble_vs_microbatches(["1f1b", "interleaved"], pp=4, microbatches=[4, 8, 16], vpp=2,
+                               forward_s=1.0, backward_s=2.0)
+    one = t[t.schedule == "1f1b"].set_index("microbatches")["bubble_fraction"]
+    for m in (4, 8, 16):
+        assert one[m] == pytest.approx(3 / (m + 3), rel=1e-12)
+    inter = t[t.schedule == "interleaved"].set_index("microbatches")["bubble_fraction"]
+    assert (inter < one).all()  # interleaving shrinks the bubble
+
+
+# ---------------------------------------------------------------------------------------------
+# the real kernel
+# ---------------------------------------------------------------------------------------------
+def _real_kernel():
+    est = pytest.importorskip("simulator.estimate", reason="simulator/estimate.py not written yet")
+    if not hasattr(est, "evaluate_layouts") or not hasattr(est, "estimate"):
+        pytest.skip("simulator.estimate has no evaluate_layouts/estimate yet (the lead writes them)")
+    return est
+
+
+def test_vectorised_sweep_equals_estimate_row_by_row():
+    est = _real_kernel()
+    from simulator.spec.scenario import load_scenario
+
+    sc = load_scenario(model="llama3-8b", hardware="dgx-h100", num_gpus=16, seq_length=4096,
+                       global_batch_size=64, require_layout=False)
+    space = SweepSpace(micro_batch_size=[1, 2], schedule=["1f1b", "interleaved", "zb-h1"], max_vpp=4)
+    df = run_sweep(sc, space)
+    assert len(df) > 300
+    rows = df.iloc[np.linspace(0, len(df) - 1, 60).astype(int)]
+    for _, r in rows.iterrows():
+        lay = Layout(num_gpus=16, tp=int(r.tp), pp=int(r.pp), dp=int(r.dp), cp=int(r.cp), ep=int(r.ep),
+                     vpp=int(r.vpp), micro_batch_size=int(r.micro_batch_size), zero=int(r.zero),
+                     recompute=r.recompute, sequence_parallel=bool(r.sequence_parallel), schedule=r.schedule)
+        d = est.estimate(sc.model, sc.training, lay, sc.hardware).to_dict()
+        assert bool(d["feasible"]) == bool(r.feasible), r.label
+        for key, col in (("time.step_s", "step_s"), ("time.bubble_s", "bubble_s"),
+                         ("time.exposed_comm_s", "exposed_comm_s"), ("throughput.tokens_per_s", "tokens_per_s"),
+                         ("throughput.mfu", "mfu"), ("memory.peak_bytes", "peak_bytes")):
+            sec, leaf = key.split(".")
+            assert d[sec][leaf] == pytest.approx(r[col], rel=1e-9, abs=1e-12), (r.label, col)
+
+
+def picky_evaluate_layouts(model, training, hardware, **kw):
+    """The fake kernel, refusing (like a schedule builder would) odd microbatch counts for zb-h1."""
+    m = training.global_batch_size // (np.asarray(kw["dp"]) * np.asarray(kw["micro_batch_size"]))
+    if kw["schedule"] == "zb-h1" and (m % 2 == 1).any():
+        raise InputError(f"zb-h1 refuses m={int(m[m % 2 == 1][0])}")
+    return fake_evaluate_layouts(model, training, hardware, **kw)
+
+
+def test_rows_a_schedule_refuses_become_infeasible_rows_with_the_reason():
+    # 8 GPUs, batch 12: zb-h1 needs pp > 1, so dp in {1, 2, 4} and m = 12 / dp in {12, 6, 3}
+    sc = FakeScenario(model=DENSE, training=Training(seq_length=4096, global_batch_size=12),
+                      hardware=FakeHardware(hbm_bytes=1e15), num_gpus=8, sweep={})
+    space = SweepSpace(schedule=("1f1b", "zb-h1"), micro_batch_size=(1,))
+    df = run_sweep(sc, space, evaluator=picky_evaluate_layouts)
+    ref = run_sweep(sc, space, evaluator=fake_evaluate_layouts)
+    assert len(df) == len(ref)
+    odd = (df.schedule == "zb-h1") & (df.num_microbatches % 2 == 1)
+    assert odd.any() and not df.loc[odd, "feasible"].any()
+    assert df.loc[odd, "reason"].str.startswith("zb-h1 refuses m=").all()
+    ok = df[~odd].drop(columns="rank").reset_index(drop=True)
+    want = ref[~((ref.schedule == "zb-h1") & (ref.num_microbatches % 2 == 1))].drop(columns="rank").reset_index(drop=True)
+    pd.testing.assert_frame_equal(ok, want)

@@ -1,0 +1,93 @@
+"""Predict every row recorded by `train_step.py` with parasim and print the error table.
+
+Each row maps to parasim inputs exactly as the harness trained it:
+ModelSpec(SwiGLU, RMSNorm, no biases, untied embeddings) with the row's shape fields;
+Training(seq_length=seq, global_batch_size=micro_batch, precision=dtype, grad_dtype=dtype,
+master_weights=False, optimizer='adamw', optimizer_dtype=dtype, flash_attention=(attention == 'sdpa'));
+Layout(num_gpus=1, micro_batch_size=micro_batch, recompute). The hardware is the calibrated profile
+(`--hardware hardware_profiles/measured/NAME.toml`); calibrate on the same device first.
+
+    python validation/compare_train_steps.py validation/train_steps_h100.csv --hardware hardware_profiles/measured/h100.toml
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
+
+
+def specs_for_row(row):
+    """(ModelSpec, Training, Layout) of one harness row (module docstring)."""
+    from simulator.spec.layout import Layout
+    from simulator.spec.model import ModelSpec
+    from simulator.spec.training import Training
+
+    dt = PRECISION[str(row["dtype"])]
+    model = ModelSpec(name=str(row["run_id"]), hidden_size=int(row["hidden"]), num_layers=int(row["layers"]),
+                      num_heads=int(row["heads"]), num_kv_heads=int(row["kv_heads"]), ffn_hidden_size=int(row["ffn_hidden"]),
+                      vocab_size=int(row["vocab"]), mlp="swiglu", norm="rmsnorm", tie_word_embeddings=False)
+    training = Training(seq_length=int(row["seq_len"]), global_batch_size=int(row["micro_batch"]), precision=dt,
+                        grad_dtype=dt, master_weights=False, optimizer="adamw", optimizer_dtype=dt,
+                        flash_attention=str(row["attention"]) == "sdpa")
+    layout = Layout(num_gpus=1, micro_batch_size=int(row["micro_batch"]), recompute=str(row["recompute"]))
+    return model, training, layout
+
+
+def compare(df, hardware, *, estimate_fn=None):
+    """DataFrame: run_id, measured/predicted step and memory and their signed errors (fractions)."""
+    import pandas as pd
+
+    from simulator.validate import signed_error
+
+    if estimate_fn is None:
+        from simulator.estimate import estimate as estimate_fn
+    rows = []
+    for _, r in df[df["status"] == "ok"].iterrows():
+        m, t, lay = specs_for_row(r)
+        e = estimate_fn(m, t, lay, hardware)
+        rows.append({"run_id": r["run_id"], "params_match": int(r["params"]) == m.total_params(),
+                     "measured_step_s": float(r["step_time_s"]), "predicted_step_s": float(e.step_s),
+                     "step_error": float(signed_error(e.step_s, r["step_time_s"])),
+                     "measured_mem_bytes": float(r["peak_mem_bytes"]), "predicted_mem_bytes": float(e.memory.peak_bytes),
+                     "mem_error": float(signed_error(e.memory.peak_bytes, r["peak_mem_bytes"])),
+                     "mem_basis": r["mem_basis"]})
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="parasim vs train_step.py measurements")
+    ap.add_argument("runs", help="CSV written by train_step.py")
+    ap.add_argument("--hardware", required=True, help="calibrated profile path (or a preset name)")
+    ap.add_argument("--max-step-error", type=float, default=None, help="exit 1 if any |step error| exceeds this")
+    a = ap.parse_args(argv)
+    import numpy as np
+    import pandas as pd
+
+    from simulator.spec.hardware import load_hardware
+
+    df = pd.read_csv(a.runs)
+    res = compare(df, load_hardware(a.hardware))
+    pct = lambda v: "" if not math.isfinite(v) else f"{100 * v:+.1f}%"  # noqa: E731
+    print(pd.DataFrame({"run_id": res["run_id"], "meas step [s]": res["measured_step_s"].map("{:.4f}".format),
+                        "pred step [s]": res["predicted_step_s"].map("{:.4f}".format), "step err": res["step_error"].map(pct),
+                        "meas mem [GiB]": (res["measured_mem_bytes"] / 2**30).map("{:.2f}".format),
+                        "pred mem [GiB]": (res["predicted_mem_bytes"] / 2**30).map("{:.2f}".format),
+                        "mem err": res["mem_error"].map(pct)}).to_string(index=False))
+    se, me = np.abs(res["step_error"]), np.abs(res["mem_error"])
+    print(f"\n{len(res)} runs; step |error| median {pct(se.median())} max {pct(se.max())}; "
+          f"memory |error| median {pct(me.median())} max {pct(me.max())}")
+    skipped = df[df["status"] != "ok"]
+    for _, r in skipped.iterrows():
+        print(f"not compared {r['run_id']}: {r['status']}")
+    if a.max_step_error is not None and se.max() > a.max_step_error:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
