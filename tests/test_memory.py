@@ -192,3 +192,11 @@ def test_result_is_frozen():
     assert isinstance(r, MemoryResult)
     with pytest.raises(Exception):
         r.feasible = True
+
+
+@pytest.mark.parametrize("kw, word", [(dict(recompute="most"), "recompute"), (dict(schedule="zigzag"), "schedule"),
+                                      (dict(zero=4), "zero")])
+def test_sweep_form_rejects_unknown_categorical_values(kw, word):
+    m, tr = _l70()
+    with pytest.raises(InputError, match=word):
+        stage_memory_arrays(m, tr, tp=8, pp=2, dp=4, **kw)

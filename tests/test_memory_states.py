@@ -173,3 +173,12 @@ def test_parameter_offload_needs_zero3():
     tr = Training(seq_length=4096, global_batch_size=64, offload_params=True)
     with pytest.raises(InputError, match="zero = 3"):
         model_state_bytes(m, tr, stage_placement(m, pp=1), tp=1, dp=8, cp=1, ep=1, zero=2)
+
+
+def test_dualpipe_uneven_split_gives_each_rank_two_mirrored_chunks():
+    m = load_model("deepseek-v3")
+    lps = (3,) + (4,) * 14 + (2,)
+    pl = stage_placement(m, pp=16, schedule="dualpipe", layers_per_stage=lps)
+    assert pl.layers.tolist() == [lps[r] + lps[15 - r] for r in range(16)]
+    assert int(pl.layers.sum()) == 2 * m.num_layers
+    assert pl.embedding.tolist() == pl.head.tolist() == [1] + [0] * 14 + [1]

@@ -291,9 +291,10 @@ def _stack(values) -> np.ndarray:
 
     All-scalar input (a single layout) takes the cheap path: one small 1-D array.
     """
-    if all(isinstance(v, (float, int)) for v in values):
+    try:  # all scalars, or arrays of one shape
         return np.array(values, dtype=float)
-    return np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=float) for v in values]))
+    except ValueError:  # mixed shapes: broadcast first
+        return np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=float) for v in values]))
 
 
 _TIME_KEYS = ("forward_s", "backward_s", "weight_s", "forward_flops", "backward_flops", "weight_flops")
@@ -301,9 +302,10 @@ _TIME_KEYS = ("forward_s", "backward_s", "weight_s", "forward_flops", "backward_
 
 def _table(*rows) -> np.ndarray:
     """Rows in `_TIME_KEYS` order, each with a leading op axis -> one array (6, ops, ...)."""
-    if len({np.shape(r) for r in rows}) != 1:
-        rows = np.broadcast_arrays(*rows)
-    return np.array(rows, dtype=float)
+    try:
+        return np.array(rows, dtype=float)
+    except ValueError:  # rows of different shapes (some independent of the layout arrays)
+        return np.array(np.broadcast_arrays(*rows), dtype=float)
 
 
 def _gemm_times(ops, training: Training, hardware, roofline: bool) -> np.ndarray:
@@ -401,11 +403,13 @@ def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool 
                               sequence_parallel=sequence_parallel, n_dense=0 * one if moe else one,
                               n_moe=one if moe else 0 * one, first=0 * one, last=0 * one, recompute="none")
     out = []
-    for kind, ops, _, _ in groups:
+    for kind, ops, W, _ in groups:
         t = _evaluate(kind, ops, model, training, hardware, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                       cp_algorithm=cp_algorithm, roofline=roofline)
         names = [o.name for o in ops] if (kind != "attention" or not training.flash_attention) else ["attention"]
         for i, name in enumerate(names):
+            if not W[i].any():  # embedding / head / the other FFN kind: not part of this layer
+                continue
             core = kind == "attention" or (kind == "memory" and ops[i].core_attention)
             out.append(OpTime(name=name, kind=kind, core_attention=core,
                               **{k: t[j, i] for j, k in enumerate(_TIME_KEYS)}))

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from ..errors import InputError
-from ..spec.layout import Layout
+from ..spec.layout import RECOMPUTE, SCHEDULES, Layout
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from ..units import GiB
@@ -46,6 +46,15 @@ def _check_inflight(inflight_per_stage, pp: int) -> np.ndarray:
     return a
 
 
+def _check_categorical(*, recompute: str, schedule: str, zero: int) -> None:
+    if recompute not in RECOMPUTE:
+        raise InputError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    if schedule not in SCHEDULES:
+        raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+        raise InputError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+
+
 def stage_activation_split(model: ModelSpec, training: Training, *, tp, pp: int, cp=1, vpp: int = 1,
                            micro_batch_size=1, recompute: str = "none", sequence_parallel: bool = False,
                            schedule: str = "1f1b", layers_per_stage=None) -> dict[str, np.ndarray]:
@@ -56,6 +65,7 @@ def stage_activation_split(model: ModelSpec, training: Training, *, tp, pp: int,
     everything. Shapes (pp,) or (N, pp). Full recompute: F keeps only layer inputs; B re-creates the
     rest, so W's share is capped by F's.
     """
+    _check_categorical(recompute=recompute, schedule=schedule, zero=0)
     pl = stage_placement(model, pp=pp, vpp=vpp, schedule=schedule, layers_per_stage=layers_per_stage)
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size, sequence_parallel=sequence_parallel)
     a_d = layer_activation_bytes(model, training, recompute=recompute, moe=False, **kw)[..., None]
@@ -85,6 +95,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     peak_bytes, host_bytes, overhead_bytes, transient_bytes, inflight_microbatches, layers, params.
     """
     overheads = Overheads() if overheads is None else overheads
+    _check_categorical(recompute=recompute, schedule=schedule, zero=zero)
     pl = stage_placement(model, pp=pp, vpp=vpp, schedule=schedule, layers_per_stage=layers_per_stage)
     st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero,
                            shard_group_size=shard_group_size, inference=inference)

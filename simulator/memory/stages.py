@@ -7,7 +7,8 @@ Chunks (model slices of consecutive layers) are placed on ranks as the schedules
 - zb-v, dualpipev: 2·pp chunks in a V: rank i holds chunks i and 2pp−1−i (Qi et al. 2024, ZB-V;
   deepseek-ai/DualPipe README), so rank 0 holds both the embedding and the LM head;
 - dualpipe: pp chunks, rank r holds chunks r and pp−1−r (two copies of the model in the pipeline:
-  DeepSeek-V3 report §3.2.1, "2× parameters"), so ranks 0 and pp−1 hold embedding and head.
+  DeepSeek-V3 report §3.2.1, "2× parameters"), so ranks 0 and pp−1 hold embedding and head; an
+  uneven `layers_per_stage` gives the layers of each of the pp chunks.
 The input embedding sits with the first chunk, the final norm and LM head with the last chunk; a tied
 embedding on a different rank than the head gets its own copy there (Megatron-LM keeps a copy of the
 word embeddings on the last stage and all-reduces their gradients).
@@ -58,7 +59,15 @@ def stage_placement(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = 
     moe_mask = model.moe_layer_mask
     layers = np.zeros(pp, dtype=np.int64)
     moe = np.zeros(pp, dtype=np.int64)
-    if layers_per_stage:
+    if layers_per_stage and schedule == "dualpipe":
+        # DualPipe: layers_per_stage gives the pp chunks (stages of the model); rank r holds r and pp−1−r
+        counts = stage_layer_counts(L, pp, tuple(layers_per_stage))
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        for c, ranks in enumerate(chunk_ranks):
+            for r in ranks:
+                layers[r] += counts[c]
+                moe[r] += moe_mask[bounds[c]:bounds[c + 1]].sum()
+    elif layers_per_stage:
         # explicit per-rank totals: consecutive layers per rank (chunking does not move MoE layers)
         counts = stage_layer_counts(L, pp, tuple(layers_per_stage))
         bounds = np.concatenate([[0], np.cumsum(counts)])
