@@ -345,10 +345,7 @@ def group_runs(cands: pd.DataFrame) -> list[tuple[int, int]]:
         return []
     change = np.zeros(n, dtype=bool)
     change[0] = True
-    for c in ("pp", "vpp", "zero", "sequence_parallel"):
-        a = cands[c].to_numpy()
-        change[1:] |= a[1:] != a[:-1]
-    for c in ("schedule", "recompute"):
+    for c in ("pp", "vpp", "zero", "sequence_parallel", "schedule", "recompute"):
         a = cands[c].to_numpy()
         change[1:] |= a[1:] != a[:-1]
     starts = np.flatnonzero(change)
@@ -392,26 +389,27 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
     columns followed by the kernel's columns, in the candidates' order (index 0..n-1)."""
     evaluator = evaluator or _default_evaluator()
 
-    def call(g):
-        r0 = g.iloc[0]
-        res = evaluator(model, training, hardware, num_gpus=int(num_gpus), pp=int(r0["pp"]), vpp=int(r0["vpp"]),
-                        schedule=str(r0["schedule"]), zero=int(r0["zero"]), recompute=str(r0["recompute"]),
-                        sequence_parallel=bool(r0["sequence_parallel"]),
-                        tp=g["tp"].to_numpy(), dp=g["dp"].to_numpy(), cp=g["cp"].to_numpy(),
-                        ep=g["ep"].to_numpy(), micro_batch_size=g["micro_batch_size"].to_numpy())
-        if len(res) != len(g):
-            raise AssertionError(f"evaluator returned {len(res)} rows for {len(g)} layouts")
+    col = {c: cands[c].to_numpy() for c in CANDIDATE_COLUMNS}
+
+    def call(idx):
+        i0 = idx.start if isinstance(idx, slice) else idx[0]
+        res = evaluator(model, training, hardware, num_gpus=int(num_gpus), pp=int(col["pp"][i0]),
+                        vpp=int(col["vpp"][i0]), schedule=str(col["schedule"][i0]), zero=int(col["zero"][i0]),
+                        recompute=str(col["recompute"][i0]), sequence_parallel=bool(col["sequence_parallel"][i0]),
+                        tp=col["tp"][idx], dp=col["dp"][idx], cp=col["cp"][idx], ep=col["ep"][idx],
+                        micro_batch_size=col["micro_batch_size"][idx])
+        if len(res) != len(col["tp"][idx]):
+            raise AssertionError(f"evaluator returned {len(res)} rows for {len(col['tp'][idx])} layouts")
         return res.reset_index(drop=True)
 
     parts = []
     for a, b in group_runs(cands):
-        g = cands.iloc[a:b]
         try:
-            parts.append(call(g))
+            parts.append(call(slice(a, b)))
         except InputError:
             # a schedule that cannot run some microbatch counts (e.g. dualpipe needs m >= 2·pp): evaluate
             # per microbatch count and keep the ones it refuses as infeasible rows naming the reason
-            parts.append(_per_microbatch_count(g, call))
+            parts.append(_per_microbatch_count(col["num_microbatches"][a:b], a, call))
     if not parts:
         return cands.reset_index(drop=True)
     res = pd.concat(parts, ignore_index=True)
@@ -423,13 +421,11 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
     return out
 
 
-def _per_microbatch_count(g: pd.DataFrame, call) -> pd.DataFrame:
-    m = g["num_microbatches"].to_numpy()
+def _per_microbatch_count(m: np.ndarray, offset: int, call) -> pd.DataFrame:
     pieces, refused = {}, {}
     for mv in np.unique(m):
-        sub = g[m == mv]
         try:
-            pieces[mv] = call(sub)
+            pieces[mv] = call(offset + np.flatnonzero(m == mv))
         except InputError as exc:
             refused[mv] = str(exc).splitlines()[0]
     template = next(iter(pieces.values()), None)

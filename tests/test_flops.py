@@ -8,7 +8,6 @@
   weight gradient (W) by running the backward once with trainable and once with frozen weights.
 - Published MFU figures (mosaicml/llm-foundry benchmark table, shared data published_runs.csv).
 """
-import math
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +64,7 @@ def test_selective_recompute_adds_one_core_attention_forward():
 
 
 def test_causal_convention_halves_only_the_attention_score_terms():
-    h, l, a, B, s, V = 4096, 36, 32, 512, 2048, 51200
+    h, l, a, B, s = 4096, 36, 32, 512, 2048
     full = F.step_flops(gpt(h, l, a), Training(seq_length=s, global_batch_size=B, attention_flops="full"))[0]
     causal = F.step_flops(gpt(h, l, a), Training(seq_length=s, global_batch_size=B, attention_flops="causal"))[0]
     # the s² part of 72·B·s·l·h²·(s/6h) = 12·B·s²·l·h is halved
@@ -99,7 +98,7 @@ def megatron_flops(m: ModelSpec, B: int, s: int) -> float:
         q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
         attn = 6 * (h * (q + 2 * kv) + q * s / 2 * 2 + q * h)
     mlp = 6 * h * (m.ffn_hidden_size * c_f * n_dense
-                   + (m.moe_ffn_hidden_size * m.experts_per_token * c_f + m.shared_expert_ffn_hidden_size * c_f) * n_moe)
+                   + (m.moe_ffn_hidden_size * m.experts_per_token + m.shared_expert_ffn_hidden_size) * c_f * n_moe)
     return B * s * (mlp + attn * m.num_layers + 6 * h * V)
 
 
@@ -207,7 +206,8 @@ def test_mfu_reproduces_llm_foundry_table_for_short_sequences():
     if path is None:
         pytest.skip("shared/data/published_runs.csv not found")
     runs = pd.read_csv(path)
-    rows = runs[(runs.source_id == "LLMFOUNDRY") & (runs.gpu_type == "A100-SXM4-80GB") & (runs.precision.str.contains("bf16"))
+    rows = runs[(runs.source_id == "LLMFOUNDRY") & (runs.gpu_type == "A100-SXM4-80GB")
+                & runs.precision.str.contains("bf16")
                 & (runs.seq_len <= 4096) & runs.mfu_pct.notna() & runs.tokens_per_s.notna()]
     assert len(rows) >= 5
     for r in rows.itertuples():
@@ -287,7 +287,8 @@ def _ops_by_name(ops):
     return {o.name: o for o in ops}
 
 
-def test_llama_decoder_layer_matches_torch_flop_counter():
+def llama_layer_case():
+    """LlamaDecoderLayer (GQA 8/2 heads, SwiGLU), b = 2, s = 24, math SDPA: torch counts and our op table."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
@@ -304,31 +305,21 @@ def test_llama_decoder_layer_matches_torch_flop_counter():
         out = mod(x, attention_mask=None, position_ids=pos, position_embeddings=rope(x, pos))
         return out[0] if isinstance(out, tuple) else out
 
-    fwd, per_module, dgrad, wgrad = _forward_backward_split(
-        layer, lambda: torch.randn(b, s, h, requires_grad=True), forward)
+    counts = _forward_backward_split(layer, lambda: torch.randn(b, s, h, requires_grad=True), forward)
     m = ModelSpec(hidden_size=h, num_layers=1, num_heads=nh, num_kv_heads=nkv, ffn_hidden_size=f, vocab_size=100)
     ops = F.layer_ops(m, _tiny_training(s, b), micro_batch_size=b)
-    by = _ops_by_name(ops)
-    # forward, op by op
-    assert per_module["LlamaDecoderLayer.self_attn.q_proj"] + per_module["LlamaDecoderLayer.self_attn.k_proj"] \
-        + per_module["LlamaDecoderLayer.self_attn.v_proj"] == by["qkv_proj"].forward_flops
-    assert per_module["LlamaDecoderLayer.self_attn.o_proj"] == by["out_proj"].forward_flops
-    assert per_module["LlamaDecoderLayer.mlp.gate_proj"] + per_module["LlamaDecoderLayer.mlp.up_proj"] \
-        == by["mlp_up"].forward_flops
-    assert per_module["LlamaDecoderLayer.mlp.down_proj"] == by["mlp_down"].forward_flops
-    sdpa = per_module["LlamaDecoderLayer.self_attn"] - sum(
-        per_module[f"LlamaDecoderLayer.self_attn.{n}"] for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
-    assert sdpa == by["attn_scores"].forward_flops + by["attn_context"].forward_flops  # torch: full s², no halving
-    causal = _ops_by_name(F.layer_ops(m, Training(seq_length=s, global_batch_size=b), micro_batch_size=b))
-    assert sdpa == 2 * (causal["attn_scores"].forward_flops + causal["attn_context"].forward_flops)
-    # totals, forward / input gradient / weight gradient
-    t = F.sum_ops(ops)
-    assert fwd == t.forward_flops
-    assert dgrad == t.dgrad_flops  # includes the whole attention backward (2× its forward)
-    assert wgrad == t.wgrad_flops
+    pre = "LlamaDecoderLayer."
+    per_op = {"qkv_proj": [pre + "self_attn.q_proj", pre + "self_attn.k_proj", pre + "self_attn.v_proj"],
+              "out_proj": [pre + "self_attn.o_proj"], "mlp_up": [pre + "mlp.gate_proj", pre + "mlp.up_proj"],
+              "mlp_down": [pre + "mlp.down_proj"]}
+    sdpa = counts[1][pre + "self_attn"] - sum(counts[1][pre + f"self_attn.{n}"]
+                                              for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
+    return dict(name="LlamaDecoderLayer (GQA, SwiGLU)", counts=counts, ops=ops, per_op=per_op,
+                extra={"attn_scores + attn_context": sdpa}, model=m, s=s, b=b)
 
 
-def test_mixtral_sparse_moe_block_matches_torch_flop_counter():
+def mixtral_moe_case():
+    """MixtralSparseMoeBlock (E = 4, top-2, eager experts), b = 2, s = 16."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
@@ -343,20 +334,18 @@ def test_mixtral_sparse_moe_block_matches_torch_flop_counter():
         out = mod(x)
         return out[0] if isinstance(out, tuple) else out
 
-    fwd, per_module, dgrad, wgrad = _forward_backward_split(block, lambda: torch.randn(b, s, h, requires_grad=True),
-                                                            forward)
+    counts = _forward_backward_split(block, lambda: torch.randn(b, s, h, requires_grad=True), forward)
     m = ModelSpec(hidden_size=h, num_layers=1, num_heads=4, num_kv_heads=2, ffn_hidden_size=f_e, vocab_size=50,
                   num_experts=E, experts_per_token=k, moe_ffn_hidden_size=f_e)
     ops = F.moe_ops(m, seq_length=s, micro_batch_size=b)
-    by = _ops_by_name(ops)
-    t = F.sum_ops(ops)
-    # dropless routing: Σ over experts of tokens routed = k·T whatever the router chose
-    assert per_module["MixtralSparseMoeBlock.gate"] == by["router"].forward_flops
-    assert per_module["MixtralSparseMoeBlock.experts"] == by["expert_up"].forward_flops + by["expert_down"].forward_flops
-    assert (fwd, dgrad, wgrad) == (t.forward_flops, t.dgrad_flops, t.wgrad_flops)
+    per_op = {"router": ["MixtralSparseMoeBlock.gate"]}
+    routed = counts[1]["MixtralSparseMoeBlock.experts"]
+    return dict(name="MixtralSparseMoeBlock (top-2 of 4)", counts=counts, ops=ops, per_op=per_op,
+                extra={"expert_up + expert_down": routed})
 
 
-def test_deepseek_v3_mla_attention_matches_torch_flop_counter():
+def mla_case():
+    """DeepseekV3Attention (MLA with q_lora, d_qk = 12 ≠ d_v = 10), b = 2, s = 16, math SDPA."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention, DeepseekV3RotaryEmbedding
@@ -375,64 +364,142 @@ def test_deepseek_v3_mla_attention_matches_torch_flop_counter():
     def forward(mod, x):
         return mod(x, position_embeddings=rope(x, pos), attention_mask=None)[0]
 
-    fwd, per_module, dgrad, wgrad = _forward_backward_split(attn, lambda: torch.randn(b, s, 64, requires_grad=True),
-                                                            forward)
+    counts = _forward_backward_split(attn, lambda: torch.randn(b, s, 64, requires_grad=True), forward)
     m = ModelSpec(hidden_size=64, num_layers=1, num_heads=4, ffn_hidden_size=96, vocab_size=50, q_lora_rank=24,
                   kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=10)
-    tr = _tiny_training(s, b)
-    proj = F.projection_ops(m, seq_length=s, micro_batch_size=b)
-    core = F.attention_ops(m, seq_length=s, micro_batch_size=b, attention_flops="full", flash_attention=False)
-    by = _ops_by_name(proj + core)
-    name = "DeepseekV3Attention"
-    for hf, ours in (("q_a_proj", "q_down"), ("q_b_proj", "q_up"), ("kv_a_proj_with_mqa", "kv_down"),
-                     ("kv_b_proj", "kv_up"), ("o_proj", "out_proj")):
-        assert per_module[f"{name}.{hf}"] == by[ours].forward_flops, hf
-    t = F.sum_ops(proj + core)
-    assert (fwd, dgrad, wgrad) == (t.forward_flops, t.dgrad_flops, t.wgrad_flops)
-    del tr
+    ops = F.projection_ops(m, seq_length=s, micro_batch_size=b) + F.attention_ops(
+        m, seq_length=s, micro_batch_size=b, attention_flops="full", flash_attention=False)
+    pre = "DeepseekV3Attention."
+    per_op = {"q_down": [pre + "q_a_proj"], "q_up": [pre + "q_b_proj"], "kv_down": [pre + "kv_a_proj_with_mqa"],
+              "kv_up": [pre + "kv_b_proj"], "out_proj": [pre + "o_proj"]}
+    return dict(name="DeepseekV3Attention (MLA)", counts=counts, ops=ops, per_op=per_op, extra={})
 
 
-def test_lm_head_and_loss_match_torch_flop_counter():
+def lm_head_case():
+    """LM head Linear(h, V) + cross-entropy, b = 2, s = 20."""
     torch = pytest.importorskip("torch")
     h, V, b, s = 48, 300, 2, 20
     head = _init(torch.nn.Linear(h, V, bias=False), seed=3)
-    target = torch.randint(0, V, (b * s,))
+    target = torch.randint(0, V, (b * s,), generator=torch.Generator().manual_seed(0))
 
     def forward(mod, x):
         return torch.nn.functional.cross_entropy(mod(x).view(b * s, V), target)
 
-    fwd, _, dgrad, wgrad = _forward_backward_split(head, lambda: torch.randn(b, s, h, requires_grad=True), forward)
+    counts = _forward_backward_split(head, lambda: torch.randn(b, s, h, requires_grad=True), forward)
     m = ModelSpec(hidden_size=h, num_layers=1, num_heads=4, ffn_hidden_size=64, vocab_size=V)
-    t = F.sum_ops(F.head_ops(m, _tiny_training(s, b), micro_batch_size=b))
-    assert (fwd, dgrad, wgrad) == (t.forward_flops, t.dgrad_flops, t.wgrad_flops)  # cross-entropy: no matmuls
+    return dict(name="LM head + cross-entropy", counts=counts,
+                ops=F.head_ops(m, _tiny_training(s, b), micro_batch_size=b),
+                per_op={}, extra={})
 
 
-@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
-def test_whole_causal_lm_step_matches_torch_flop_counter(arch):
-    """A whole tiny model (embedding, layers, MoE pattern, head, loss): forward + backward = model_flops."""
+WHOLE_MODELS = {
+    "llama": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=112, vocab_size=120, tie_word_embeddings=False),
+    "deepseek_v3": dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+                        intermediate_size=128, moe_intermediate_size=24, vocab_size=120, n_routed_experts=4,
+                        n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=24,
+                        kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=10, n_group=2,
+                        topk_group=1),
+}
+
+
+def whole_model_case(arch):
+    """A whole tiny causal LM (embedding, layers with the MoE pattern, head, loss): one training step."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from simulator.spec.hf import model_from_hf
 
-    cfgs = {
-        "llama": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      intermediate_size=112, vocab_size=120, tie_word_embeddings=False),
-        "deepseek_v3": dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
-                            intermediate_size=128, moe_intermediate_size=24, vocab_size=120, n_routed_experts=4,
-                            n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=24,
-                            kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=10, n_group=2,
-                            topk_group=1),
-    }
-    cfg = transformers.AutoConfig.for_model(arch, **cfgs[arch])
+    cfg = transformers.AutoConfig.for_model(arch, **WHOLE_MODELS[arch])
     cfg._attn_implementation = "sdpa"
     cfg._experts_implementation = "eager"
     model = _init(transformers.AutoModelForCausalLM.from_config(cfg), seed=4)
     b, s = 2, 16
-    ids = torch.randint(0, 120, (b, s))
+    ids = torch.randint(0, 120, (b, s), generator=torch.Generator().manual_seed(1))
     with sdpa_kernel(SDPBackend.MATH):
         total, _, _ = _count(lambda: model(input_ids=ids, labels=ids).loss.backward())
-    spec = model_from_hf(dict(model_type=arch, **cfgs[arch]), name=arch, strict=False)
+    spec = model_from_hf(dict(model_type=arch, **WHOLE_MODELS[arch]), name=arch, strict=False)
     # labels shift inside HF's loss: all s positions still go through the LM head matmul
-    assert total == F.step_flops(spec, _tiny_training(s, b))[0]
+    return total, F.step_flops(spec, _tiny_training(s, b))[0]
+
+
+def test_llama_decoder_layer_matches_torch_flop_counter():
+    c = llama_layer_case()
+    fwd, per_module, dgrad, wgrad = c["counts"]
+    by = _ops_by_name(c["ops"])
+    for op, modules in c["per_op"].items():  # forward, op by op
+        assert sum(per_module[mod] for mod in modules) == by[op].forward_flops, op
+    sdpa = c["extra"]["attn_scores + attn_context"]
+    assert sdpa == by["attn_scores"].forward_flops + by["attn_context"].forward_flops  # torch: full s², no halving
+    causal = _ops_by_name(F.layer_ops(c["model"], Training(seq_length=c["s"], global_batch_size=c["b"]),
+                                      micro_batch_size=c["b"]))
+    assert sdpa == 2 * (causal["attn_scores"].forward_flops + causal["attn_context"].forward_flops)
+    t = F.sum_ops(c["ops"])
+    assert fwd == t.forward_flops
+    assert dgrad == t.dgrad_flops  # includes the whole attention backward (2× its forward)
+    assert wgrad == t.wgrad_flops
+
+
+def test_mixtral_sparse_moe_block_matches_torch_flop_counter():
+    c = mixtral_moe_case()
+    fwd, per_module, dgrad, wgrad = c["counts"]
+    by = _ops_by_name(c["ops"])
+    assert per_module["MixtralSparseMoeBlock.gate"] == by["router"].forward_flops
+    # dropless routing: Σ over experts of tokens routed = k·T whatever the router chose
+    assert c["extra"]["expert_up + expert_down"] == by["expert_up"].forward_flops + by["expert_down"].forward_flops
+    t = F.sum_ops(c["ops"])
+    assert (fwd, dgrad, wgrad) == (t.forward_flops, t.dgrad_flops, t.wgrad_flops)
+
+
+def test_deepseek_v3_mla_attention_matches_torch_flop_counter():
+    c = mla_case()
+    fwd, per_module, dgrad, wgrad = c["counts"]
+    by = _ops_by_name(c["ops"])
+    for op, modules in c["per_op"].items():
+        assert sum(per_module[mod] for mod in modules) == by[op].forward_flops, op
+    t = F.sum_ops(c["ops"])
+    assert (fwd, dgrad, wgrad) == (t.forward_flops, t.dgrad_flops, t.wgrad_flops)
+
+
+def test_lm_head_and_loss_match_torch_flop_counter():
+    c = lm_head_case()
+    fwd, _, dgrad, wgrad = c["counts"]
+    t = F.sum_ops(c["ops"])
+    assert (fwd, dgrad, wgrad) == (t.forward_flops, t.dgrad_flops, t.wgrad_flops)  # cross-entropy: no matmuls
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v3"])
+def test_whole_causal_lm_step_matches_torch_flop_counter(arch):
+    torch_total, ours = whole_model_case(arch)
+    assert torch_total == ours
+
+
+def agreement_table() -> str:
+    """Markdown table: torch FlopCounterMode vs parasim, per op (forward) and per pass (F, B, W).
+
+    Used for docs/compute.md: `python tests/test_flops.py`.
+    """
+    lines = ["| module | quantity | torch FlopCounterMode | parasim | equal |", "|---|---|---:|---:|:-:|"]
+    for case in (llama_layer_case(), mixtral_moe_case(), mla_case(), lm_head_case()):
+        fwd, per_module, dgrad, wgrad = case["counts"]
+        by = _ops_by_name(case["ops"])
+        rows = [(f"forward {op}", sum(per_module[m] for m in mods), by[op].forward_flops)
+                for op, mods in case["per_op"].items()]
+        for label, value in case["extra"].items():
+            ours = sum(by[n.strip()].forward_flops for n in label.split("+"))
+            rows.append((f"forward {label}", value, ours))
+        t = F.sum_ops(case["ops"])
+        rows += [("forward (total)", fwd, t.forward_flops), ("B: input gradient", dgrad, t.dgrad_flops),
+                 ("W: weight gradient", wgrad, t.wgrad_flops)]
+        for q, a, b in rows:
+            lines.append(f"| {case['name']} | {q} | {int(a):,} | {int(b):,} | {'yes' if a == b else 'NO'} |")
+    for arch in WHOLE_MODELS:
+        a, b = whole_model_case(arch)
+        lines.append(f"| whole tiny {arch} CausalLM, one step | F + B + W | {int(a):,} | {int(b):,} | "
+                     f"{'yes' if a == b else 'NO'} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(agreement_table())

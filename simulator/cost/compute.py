@@ -199,7 +199,8 @@ def memory_ops(model: ModelSpec, training: Training, *, moe: bool = False, tp=1,
            MemoryOp(name="residual_adds", forward_bytes=2 * 3 * T_sp * h * e, backward_bytes=2 * 3 * T_sp * h * e,
                     kernels=2.0)]
     if model.is_mla:
-        rope = T * model.num_heads * model.qk_rope_head_dim / tp + (T / tp if sequence_parallel else T) * model.qk_rope_head_dim
+        T_rep = T / tp if sequence_parallel else T  # the shared rope key is replicated across TP
+        rope = T * model.num_heads * model.qk_rope_head_dim / tp + T_rep * model.qk_rope_head_dim
         lat = (T / tp if sequence_parallel else T) * (model.q_lora_rank + model.kv_lora_rank)
         ops.append(MemoryOp(name="latent_norms", forward_bytes=2 * lat * e, backward_bytes=3 * lat * e, kernels=2.0))
     else:
@@ -573,7 +574,8 @@ def _unique_layouts(values):
 
 def _check_scalar(name, v):
     if np.ndim(v) != 0:
-        raise InputError(f"{name} must be a scalar (the sweep groups layouts by it), got an array of shape {np.shape(v)}")
+        raise InputError(f"{name} must be a scalar (the sweep groups layouts by it), "
+                         f"got an array of shape {np.shape(v)}")
 
 
 def stage_compute_times(model: ModelSpec, training: Training, layout=None, hardware=None, *, tp=None, pp=None, cp=None,
@@ -714,19 +716,33 @@ def optimizer_step_s(model: ModelSpec, training: Training, layout=None, hardware
     """
     if hardware is None:
         raise InputError("optimizer_step_s needs a hardware profile")
-    a = _layout_args(layout, dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero, shard_group_size=shard_group_size,
-                                  schedule=schedule, layers_per_stage=layers_per_stage),
+    a = _layout_args(layout, dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero,
+                                  shard_group_size=shard_group_size, schedule=schedule,
+                                  layers_per_stage=layers_per_stage),
                      ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "shard_group_size", "schedule", "layers_per_stage"))
     for n in ("pp", "vpp", "zero", "schedule", "shard_group_size"):
         _check_scalar(n, getattr(a, n))
-    non_expert, expert = stage_param_counts(model, tp=a.tp, ep=a.ep, pp=int(a.pp), vpp=int(a.vpp), schedule=a.schedule,
-                                            layers_per_stage=a.layers_per_stage)
-    M = stage_rank_matrix(int(a.pp), int(a.vpp), a.schedule)
-    dp = np.asarray(a.dp, dtype=float)[..., None]
-    cp = np.asarray(a.cp, dtype=float)[..., None]
-    ep = np.asarray(a.ep, dtype=float)[..., None]
-    if a.zero >= 1:
-        z = (float(a.shard_group_size) if a.shard_group_size else dp) * cp
+    if any(np.ndim(getattr(a, n)) > 0 for n in ("tp", "dp", "cp", "ep")):
+        cols, inverse, shape = _unique_layouts([a.tp, a.dp, a.cp, a.ep])
+        u = _optimizer_step_s(model, training, hardware, tp=cols[0][:, None], dp=cols[1][:, None], cp=cols[2][:, None],
+                              ep=cols[3][:, None], pp=int(a.pp), vpp=int(a.vpp), zero=a.zero,
+                              shard_group_size=a.shard_group_size, schedule=a.schedule,
+                              layers_per_stage=a.layers_per_stage)
+        return u[inverse].reshape(shape + u.shape[-1:])
+    return _optimizer_step_s(model, training, hardware, tp=float(a.tp), dp=float(a.dp), cp=float(a.cp), ep=float(a.ep),
+                             pp=int(a.pp), vpp=int(a.vpp), zero=a.zero, shard_group_size=a.shard_group_size,
+                             schedule=a.schedule, layers_per_stage=a.layers_per_stage)
+
+
+def _optimizer_step_s(model, training, hardware, *, tp, dp, cp, ep, pp, vpp, zero, shard_group_size, schedule,
+                      layers_per_stage):
+    """optimizer_step_s for scalars, or (K, 1) columns of distinct layouts."""
+    non_expert, expert = stage_param_counts(model, tp=np.squeeze(tp, -1) if np.ndim(tp) else tp,
+                                            ep=np.squeeze(ep, -1) if np.ndim(ep) else ep, pp=pp, vpp=vpp,
+                                            schedule=schedule, layers_per_stage=layers_per_stage)
+    M = stage_rank_matrix(pp, vpp, schedule)
+    if zero >= 1:
+        z = (float(shard_group_size) if shard_group_size else dp) * cp
         z_e = dp * cp / ep
     else:
         z = z_e = 1.0

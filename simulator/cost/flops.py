@@ -374,10 +374,12 @@ def mfu(model_flops_per_step, step_s, num_gpus, peak_flops_per_s):
     no recompute) and the dense peak of the training GEMM dtype (cost/compute.py `mfu_peak_flops`).
     Vectorised over arrays.
     """
-    return np.asarray(model_flops_per_step, dtype=float) / (np.asarray(step_s, dtype=float) * num_gpus * peak_flops_per_s)
+    denominator = np.asarray(step_s, dtype=float) * num_gpus * peak_flops_per_s
+    return np.asarray(model_flops_per_step, dtype=float) / denominator
 
 
 def hfu(hardware_flops_per_step, step_s, num_gpus, peak_flops_per_s):
     """Hardware FLOPs utilisation (PaLM App. B): executed FLOPs (recompute and FlashAttention's
     backward recompute included) / (step_s · num_gpus · peak_flops_per_s)."""
-    return np.asarray(hardware_flops_per_step, dtype=float) / (np.asarray(step_s, dtype=float) * num_gpus * peak_flops_per_s)
+    denominator = np.asarray(step_s, dtype=float) * num_gpus * peak_flops_per_s
+    return np.asarray(hardware_flops_per_step, dtype=float) / denominator

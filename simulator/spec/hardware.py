@@ -209,6 +209,7 @@ def interp_efficiency(profile: HardwareProfile, name: str, x) -> np.ndarray:
 _TOP_REQ = ("name", "gpu", "node", "network", "efficiency")
 _TOP_OPT = ("description", "provenance")
 _GPU_REQ = ("model", "hbm_gb", "hbm_gb_per_s", "peak_tflops", "source")
+_GPU_OPT = ("hbm_usable_mib",)  # capacity visible to CUDA (nvidia-smi "Total", MiB); preferred over hbm_gb
 _PEAK_OPT = DTYPES + ("source",)
 _NODE_REQ = ("gpus_per_node", "nvlink_gb_per_s", "nvls", "nvlink_latency_us", "source")
 _NODE_OPT = ("nvlink_domain_gpus", "nvlink_topology", "nvlink_link_gb_per_s", "nvls_latency_us")
@@ -257,7 +258,7 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
     d = _table(d, where)
     check_keys(d, where=where, required=_TOP_REQ, optional=_TOP_OPT)
     g = _table(d["gpu"], f"{where} [gpu]")
-    check_keys(g, where=f"{where} [gpu]", required=_GPU_REQ)
+    check_keys(g, where=f"{where} [gpu]", required=_GPU_REQ, optional=_GPU_OPT)
     pk = _table(g["peak_tflops"], f"{where} [gpu.peak_tflops]")
     check_keys(pk, where=f"{where} [gpu.peak_tflops]", optional=_PEAK_OPT)
     n = _table(d["node"], f"{where} [node]")
@@ -283,7 +284,8 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
         name=str(d["name"]),
         description=str(d.get("description", "")),
         gpu=str(g["model"]),
-        hbm_bytes=_num(g["hbm_gb"], f"{where} gpu.hbm_gb") * 1e9,
+        hbm_bytes=(_num(g["hbm_usable_mib"], f"{where} gpu.hbm_usable_mib") * 2**20 if "hbm_usable_mib" in g
+                   else _num(g["hbm_gb"], f"{where} gpu.hbm_gb") * 1e9),
         hbm_bytes_per_s=_num(g["hbm_gb_per_s"], f"{where} gpu.hbm_gb_per_s") * 1e9,
         peak_flops_per_s={k: _num(v, f"{where} gpu.peak_tflops.{k}") * 1e12 for k, v in pk.items() if k != "source"},
         gpus_per_node=gpus_per_node,
