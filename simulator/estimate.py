@@ -93,6 +93,23 @@ def _compiled(schedule: str, pp: int, m: int, vpp: int):
     return compile_schedule(build(schedule, pp=pp, microbatches=m, vpp=vpp if schedule == "interleaved" else 1))
 
 
+def _chunks_per_rank(schedule: str, vpp: int) -> int:
+    """Model chunks each rank holds: the engine counts in-flight (chunk, microbatch) pairs, the memory
+    model counts microbatches of a whole rank's layers, so the replayed count is divided by this."""
+    return {"interleaved": vpp, "zb-v": 2, "dualpipev": 2, "dualpipe": 2}.get(schedule, 1)
+
+
+def replayed_inflight_per_rank(layout: Layout, global_batch_size: int) -> np.ndarray | None:
+    """Peak in-flight microbatches per pipeline rank from the replayed schedule order (whole-rank units),
+    which replaces the memory model's closed forms; None for PipeDream (closed form: p − i)."""
+    if layout.schedule == "pipedream":
+        return None
+    from .pipeline import inflight_profile
+
+    sched = _compiled(layout.schedule, layout.pp, layout.num_microbatches(global_batch_size), layout.vpp)
+    return np.asarray(inflight_profile(sched.schedule), dtype=float) / _chunks_per_rank(layout.schedule, layout.vpp)
+
+
 def _arr(x, n):
     return np.broadcast_to(np.asarray(x), (n,)).astype(np.int64)
 
@@ -225,7 +242,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
             r = makespan_batch(sched, F_eff[idx], B_eff[idx], W_eff[idx], p2p[idx])
             makespan[idx] = r.makespan_s
             busy[idx] = r.busy_s_per_rank
-            inflight[idx] = r.peak_inflight_microbatches_per_rank
+            inflight[idx] = r.peak_inflight_microbatches_per_rank / _chunks_per_rank(schedule, vpp)
             makespan0[idx] = makespan_batch(sched, F_eff[idx], B_eff[idx], W_eff[idx], 0.0).makespan_s \
                 if pp > 1 else r.makespan_s
 
@@ -426,13 +443,8 @@ def estimate(model: ModelSpec, training: Training, layout: Layout, hardware, *,
                            dp_mode=layout.dp_mode, shard_group_size=layout.shard_group_size,
                            layers_per_stage=layout.layers_per_stage, tp=layout.tp, dp=layout.dp, cp=layout.cp,
                            ep=layout.ep, micro_batch_size=layout.micro_batch_size, options=options).iloc[0].to_dict()
-    inflight = None
-    if layout.schedule != "pipedream":
-        from .pipeline import inflight_profile
-
-        sched = _compiled(layout.schedule, layout.pp, layout.num_microbatches(training.global_batch_size), layout.vpp)
-        inflight = np.asarray(inflight_profile(sched.schedule), dtype=float)
-    mem = memory_breakdown(model, training, layout, hardware, inflight_per_stage=inflight)
+    mem = memory_breakdown(model, training, layout, hardware,
+                           inflight_per_stage=replayed_inflight_per_rank(layout, training.global_batch_size))
     return Estimate(model=model, training=training, layout=layout, hardware_name=getattr(hardware, "name", ""),
                     row=row, memory=mem)
 

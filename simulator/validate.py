@@ -208,6 +208,12 @@ def _schedule(v, pp: int, vpp_cell, notes) -> tuple[str, int]:
         raise InputError(f"unknown zero-bubble variant {v!r}")
     if "interleav" in t and "not stated" not in t:
         vpp = _int(vpp_cell, "vpp")
+        if vpp > pp:
+            # Megatron's vpp counts chunks per rank; rows such as the Zero Bubble paper's "1 layer per
+            # chunk" give the total number of chunks instead (vpp = layers > pp): ceil(total / pp) per rank
+            per_rank = -(-vpp // pp)
+            notes.append(f"vpp={vpp} read as total chunks: {per_rank} per rank")
+            vpp = per_rank
         return "interleaved", vpp
     if "1f1b" in t:
         if "not stated" in t:

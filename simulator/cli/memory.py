@@ -55,7 +55,13 @@ def memory(fmt, inference, plot, **kwargs):
     if plot and Path(plot).suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InputError(f"--plot must end in .png, .svg or .pdf, got {plot!r}")
     sc = scenario_from_options(kwargs)
-    result = memory_breakdown(sc.model, sc.training, sc.layout, sc.hardware, inference=inference)
+    inflight = None
+    if not inference and sc.layout.pp > 1:  # in-flight microbatches from the replayed schedule order
+        from ..estimate import replayed_inflight_per_rank
+
+        inflight = replayed_inflight_per_rank(sc.layout, sc.training.global_batch_size)
+    result = memory_breakdown(sc.model, sc.training, sc.layout, sc.hardware, inference=inference,
+                              inflight_per_stage=inflight)
     if plot:
         from ..report.memory_plot import save_memory_plot
         save_memory_plot(result, plot)

@@ -28,7 +28,8 @@ Stages. `num_virtual_stages` = pp·vpp (interleaved), 2·pp (zb-v, dualpipev: V 
 are split over virtual stages in layer order (evenly, or `layers_per_stage`), the MoE layer pattern
 follows `ModelSpec.moe_layer_mask`, the embedding is on the first virtual stage, the final norm, LM
 head and loss on the last. Results carry a trailing virtual-stage axis: shape (S,) for scalar layout
-fields, (N, S) when tp, cp, ep, micro_batch_size are arrays of shape (N,) (vectorisation contract).
+fields, (N, S) when tp, cp, ep, micro_batch_size are arrays of shape (N,) (vectorisation contract). The
+array path evaluates each distinct (tp, cp, ep, micro_batch_size) tuple once and gathers (exact).
 
 B/W split: weight-gradient GEMMs (and the embedding-table gradient) are W; everything else in the
 backward (dgrad GEMMs, attention backward, memory-bound backward ops) is B. The recompute forward
@@ -135,12 +136,22 @@ def stage_layer_split(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str 
                       layers_per_stage=None) -> tuple[np.ndarray, np.ndarray]:
     """(dense layers, MoE layers) per virtual stage, in layer order, following `moe_layer_mask`.
 
-    `layers_per_stage` (uneven split) must have one entry per virtual stage.
+    `layers_per_stage` (uneven split) has one entry per virtual stage, or one per pipeline rank (the
+    Layout convention, as in the memory model): a rank's layers are then spread as evenly as possible
+    over its chunks, earlier chunks taking the remainder (dualpipe: one entry per model stage).
     """
     S = num_virtual_stages(pp, vpp, schedule)
+    if layers_per_stage is not None and len(layers_per_stage) == pp and S != pp:
+        ranks = stage_rank(pp, vpp, schedule)
+        per_vs = np.zeros(S, dtype=np.int64)
+        for r in range(pp):
+            idx = np.flatnonzero(ranks == r)
+            base, rem = divmod(int(layers_per_stage[r]), len(idx))
+            per_vs[idx] = base + (np.arange(len(idx)) < rem)
+        layers_per_stage = tuple(int(x) for x in per_vs)
     if layers_per_stage is not None and len(layers_per_stage) != S:
-        raise InputError(f"layers_per_stage has {len(layers_per_stage)} entries, expected one per virtual "
-                         f"stage ({S} for pp={pp}, vpp={vpp}, schedule={schedule!r})")
+        raise InputError(f"layers_per_stage has {len(layers_per_stage)} entries, expected one per pipeline rank "
+                         f"({pp}) or per virtual stage ({S} for pp={pp}, vpp={vpp}, schedule={schedule!r})")
     counts = stage_layer_counts(model.num_layers, S, tuple(layers_per_stage) if layers_per_stage else None)
     ends = np.cumsum(counts)
     starts = ends - counts
