@@ -1,0 +1,140 @@
+"""estimate: the composition adds up, degenerate layouts give the closed forms, and the CLI contract holds."""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from simulator.cli import cli
+from simulator.estimate import EstimateOptions, estimate, evaluate_layouts
+from simulator.pipeline import replay
+from simulator.schedules import build
+from simulator.spec.hardware import load_hardware
+from simulator.spec.layout import Layout
+from simulator.spec.load import load_model
+from simulator.spec.model import ModelSpec
+from simulator.spec.scenario import load_scenario
+from simulator.spec.presets import preset_names
+from simulator.spec.training import Training
+
+H100 = load_hardware("dgx-h100")
+
+
+@pytest.mark.parametrize("name", preset_names("scenarios"))
+def test_breakdown_adds_up_and_no_part_is_negative(name):
+    sc = load_scenario(name)
+    e = estimate(sc.model, sc.training, sc.layout, sc.hardware)
+    t = e.to_dict()["time"]
+    assert t["compute_s"] + t["exposed_comm_s"] + t["bubble_s"] == pytest.approx(t["step_s"], rel=1e-9)
+    assert t["compute_s"] > 0 and t["bubble_s"] >= -1e-9 * t["step_s"]
+    assert all(v >= 0 for v in t["exposed_comm_by_group_s"].values())
+    assert 0 <= t["bubble_fraction"] < 1
+    # tokens/s and MFU follow from the step time: B·s / step and model FLOPs / (step · GPUs · peak)
+    th = e.to_dict()["throughput"]
+    assert th["tokens_per_s"] == pytest.approx(sc.training.global_batch_size * sc.training.seq_length / t["step_s"])
+    assert 0 < th["mfu"] <= th["hfu"] < 1
+
+
+def _small():
+    m = ModelSpec(hidden_size=1024, num_layers=8, num_heads=16, ffn_hidden_size=4096, vocab_size=32000)
+    return m, Training(seq_length=2048, global_batch_size=64)
+
+
+def test_no_tensor_parallelism_means_no_tp_time():
+    m, t = _small()
+    e = estimate(m, t, Layout(num_gpus=8, tp=1, pp=1), H100)
+    assert e.row["exposed_tp_s"] == 0 and e.row["exposed_pp_s"] == 0
+    e2 = estimate(m, t, Layout(num_gpus=8, tp=2, pp=1), H100)
+    assert e2.row["exposed_tp_s"] > 0
+
+
+def test_single_stage_step_is_microbatches_times_op_time_plus_tail():
+    # pp = 1: no bubble; compute is m·(F + B + W) + optimizer exactly (no idle rank to wait for)
+    m, t = _small()
+    e = estimate(m, t, Layout(num_gpus=8, tp=1, pp=1, micro_batch_size=2), H100)
+    assert e.row["bubble_s"] == pytest.approx(0.0, abs=1e-12)
+    assert e.row["num_microbatches"] == 64 // (8 * 2)
+
+
+def test_pipeline_part_equals_an_independent_event_replay():
+    # The estimate's makespan comes from the levelled fast path; replay the same durations on the
+    # discrete-event engine (method='event') and compare: identical makespans.
+    m, t = _small()
+    lay = Layout(num_gpus=8, tp=1, pp=4, schedule="1f1b")
+    df = evaluate_layouts(m, t, H100, num_gpus=8, pp=4, schedule="1f1b", tp=1, dp=2)
+    from simulator.cost.compute import stage_compute_times
+
+    st = stage_compute_times(m, t, lay, H100)
+    from simulator.cost import collectives as C
+    from simulator.cost.topology import group_span
+
+    p2p = C.p2p_s(H100, 2.0 * 2048 * 1024, group_span(H100, group="pp", tp=1, dp=2, pp=4))
+    tl = replay(build("1f1b", pp=4, microbatches=32), forward_s=st.forward_s,
+                backward_s=st.backward_s + st.recompute_s + st.weight_s, weight_s=0.0, p2p_s=float(p2p), method="event")
+    makespan = df.step_s[0] - df.exposed_dp_s[0] - df.optimizer_s[0]  # step = makespan + DP tail + optimizer
+    assert makespan == pytest.approx(tl.makespan_s, rel=1e-9)
+
+
+def test_more_data_parallel_ranks_shrink_the_step_for_a_fixed_global_batch():
+    m, t = _small()
+    df = evaluate_layouts(m, t, H100, num_gpus=8, pp=1, tp=1, dp=np.array([1, 2, 4, 8]))
+    steps = df.step_s.to_numpy()
+    assert np.all(np.diff(steps) < 0)
+    # compute halves with dp (m halves); communication makes it less than perfect
+    assert steps[0] / steps[1] == pytest.approx(2.0, rel=0.05)
+
+
+def test_zero3_all_gathers_hide_under_compute_only_when_prefetching():
+    m, t = _small()
+    kw = dict(num_gpus=64, pp=1, tp=1, dp=64, zero=3)
+    on = evaluate_layouts(m, t, H100, **kw, options=EstimateOptions(zero3_prefetch=True))
+    off = evaluate_layouts(m, t, H100, **kw, options=EstimateOptions(zero3_prefetch=False))
+    assert off.exposed_zero3_s[0] > on.exposed_zero3_s[0] >= 0
+
+
+def test_asynchronous_data_parallel_never_waits_for_gradients():
+    m, t = _small()
+    sync = estimate(m, t, Layout(num_gpus=64, dp_mode="ddp"), H100)
+    asyn = estimate(m, t, Layout(num_gpus=64, dp_mode="async"), H100)
+    dpar = estimate(m, t, Layout(num_gpus=8, dp_mode="dataparallel"), H100)
+    assert asyn.row["exposed_dp_s"] == 0 <= sync.row["exposed_dp_s"]
+    assert dpar.row["exposed_dp_s"] > 0  # everything through the master GPU, nothing overlapped
+
+
+def test_layout_that_does_not_fit_is_a_row_with_a_reason():
+    m = load_model("llama3-70b")
+    t = Training(seq_length=8192, global_batch_size=64)
+    e = estimate(m, t, Layout(num_gpus=8, tp=8, pp=1), H100)
+    assert not e.feasible and "GiB HBM" in e.reason and e.reason.split(":")[0] in ("params", "optimizer", "grads",
+                                                                                    "activations", "other")
+
+
+def test_cli_json_follows_the_contract():
+    r = CliRunner().invoke(cli, ["estimate", "scenarios/llama3-70b-64xh100.toml", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    for path in ("time.step_s", "time.compute_s", "time.exposed_comm_s", "time.bubble_s", "time.bubble_fraction",
+                 "throughput.tokens_per_s", "throughput.mfu", "throughput.hfu", "throughput.model_tflops_per_gpu",
+                 "memory.peak_bytes", "memory.per_stage", "layout.num_microbatches", "model.params"):
+        cur = d
+        for part in path.split("."):
+            cur = cur[part]
+    assert d["layout"]["label"] == "TP8-CP1-PP2-DP4"
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--model", "llama3-70b", "--hardware", "dgx-h100", "--gpus", "64", "--tp", "3", "--seq", "8192",
+      "--global-batch", "64"], "num_gpus(64) is not divisible by tp(3)"),
+    (["--model", "llama3-7b", "--hardware", "dgx-h100", "--gpus", "8", "--seq", "8192", "--global-batch", "64"],
+     "unknown model preset 'llama3-7b'"),
+    (["--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8", "--seq", "0", "--global-batch", "64"],
+     "seq_length must be > 0"),
+    (["nope.toml"], "file not found"),
+])
+def test_cli_bad_input_is_one_line_exit_2(args, msg, capsys):
+    from simulator.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["estimate", *args])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and msg in err and "Traceback" not in err and err.count("\n") == 1
