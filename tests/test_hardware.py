@@ -22,7 +22,8 @@ def test_every_binding_preset_loads_with_sources(name):
 
 def test_h100_units_are_si_and_nvlink_is_per_direction():
     p = load_hardware("dgx-h100")
-    assert p.hbm_bytes == 80e9                       # 80 GB decimal
+    assert p.hbm_bytes == 81559 * 2**20              # capacity CUDA sees (nvidia-smi 81559 MiB), not "80 GB"
+    assert p.hbm_bytes / 2**30 == pytest.approx(79.65, abs=0.01)
     assert p.nvlink_bytes_per_s == 450e9             # NVIDIA's "900 GB/s" is bidirectional
     assert p.nic_bytes_per_s == 400e9 / 8            # NDR 400 Gb/s = 50 GB/s per direction
     assert p.peak_flops("bf16") == pytest.approx(989.4e12)
@@ -109,3 +110,8 @@ def test_list_hardware_has_one_row_per_preset():
     assert set(PRESETS) <= set(df.name)
     row = df.set_index("name").loc["dgx-h100"]
     assert row.nvlink_gb_per_s_per_dir == 450 and row.bf16_tflops == pytest.approx(989.4)
+
+
+def test_usable_capacity_is_optional_and_falls_back_to_the_datasheet():
+    p = load_hardware("dgx-b200")  # no hbm_usable_mib in its profile
+    assert p.hbm_bytes == pytest.approx(180e9, rel=0.1)
