@@ -35,6 +35,13 @@ to widen it):
 
 A list given for `vpp` applies to the interleaved schedule only (vpp >= 2); the other schedules run
 with vpp = 1 (zb-v, dualpipe and dualpipev hold their two chunks implicitly).
+
+Uneven pipeline splits (`uneven_layers`, default on): with one chunk per rank (all schedules but
+interleaved, zb-v, dualpipev), a pp that does not divide num_layers is kept when ceil(L/pp)·pp − L
+<= 2, i.e. when the first and/or last stage can hold one layer fewer than the others, as Llama 3
+405B ran 126 layers on 16 stages (7 + 14×8 + 7; Dubey et al. 2024 §3.3.2). With one layer to spare
+the last stage (which also holds the LM head and the loss) gets it. `layers_per_stage` is then a
+column ("7,8,...,7"; "" for an even split).
 """
 from __future__ import annotations
 
@@ -64,7 +71,8 @@ DEFAULT_SCHEDULES = ("1f1b", "interleaved")
 TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")
 # columns of a candidate table, in order (layout fields + derived num_microbatches)
 CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
-                     "recompute", "sequence_parallel", "schedule")
+                     "recompute", "sequence_parallel", "schedule", "layers_per_stage")
+ONE_CHUNK_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "dualpipe", "pipedream")
 # step-time components compared by `winner_comparison` (those the kernel returns)
 TIME_COMPONENTS = ("compute_s", "bubble_s", "exposed_comm_s")
 
@@ -101,6 +109,7 @@ class SweepSpace:
     min_micro_batch_size: int = 1
     max_micro_batch_size: int = 8
     min_tokens_per_cp_rank: int = 2048
+    uneven_layers: bool = True
 
     def __post_init__(self):
         for name in LIST_FIELDS:
@@ -116,8 +125,9 @@ class SweepSpace:
         if self.min_micro_batch_size > self.max_micro_batch_size:
             raise InputError(f"sweep min_micro_batch_size({self.min_micro_batch_size}) > "
                              f"max_micro_batch_size({self.max_micro_batch_size})")
-        if not isinstance(self.max_tp_within_node, bool):
-            raise InputError(f"sweep max_tp_within_node must be true or false, got {self.max_tp_within_node!r}")
+        for name in ("max_tp_within_node", "uneven_layers"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"sweep {name} must be true or false, got {getattr(self, name)!r}")
 
     @classmethod
     def from_table(cls, table: dict | None, *, where: str = "[sweep]") -> "SweepSpace":
@@ -247,6 +257,24 @@ def _numeric_candidates(model, training, hardware, num_gpus: int, space: SweepSp
     return {"tp": T, "cp": C, "pp": P, "dp": D, "ep": E, "micro_batch_size": M}
 
 
+def uneven_split(num_layers: int, pp: int) -> tuple[int, ...] | None:
+    """Layers per stage when pp does not divide num_layers: ceil(L/pp) everywhere, one fewer on the last
+    stage, then also on the first (deficit ceil(L/pp)·pp − L of 1 or 2); None when the deficit is larger
+    (or when pp divides L)."""
+    L, pp = int(num_layers), int(pp)
+    if L % pp == 0 or pp > L:
+        return None
+    base = -(-L // pp)
+    deficit = base * pp - L
+    if deficit > 2 or pp < deficit:
+        return None
+    split = [base] * pp
+    split[-1] -= 1
+    if deficit == 2:
+        split[0] -= 1
+    return tuple(split)
+
+
 def _schedule_choices(model, space: SweepSpace) -> list[tuple[str, int]]:
     """(schedule, vpp) pairs in sweep order."""
     scheds = DEFAULT_SCHEDULES if space.schedule == AUTO else space.schedule
@@ -283,10 +311,18 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     user_has_1f1b = space.schedule == AUTO or "1f1b" in space.schedule
     blocks = []
     tp, cp, pp, dp, ep, mb = (base[k] for k in ("tp", "cp", "pp", "dp", "ep", "micro_batch_size"))
+    L = model.num_layers
+    pps = np.unique(pp)
+    splittable = pps[(L % pps == 0) | np.array([uneven_split(L, int(p)) is not None for p in pps], dtype=bool)]
+    split_text = {int(p): ",".join(map(str, uneven_split(L, int(p)) or ())) for p in pps}
     for sched, vpp in choices:
         for sp in sps:
+            uneven = space.uneven_layers and sched in ONE_CHUNK_SCHEDULES
             mask = layout_valid_mask(model, training, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
-                                     micro_batch_size=mb, sequence_parallel=sp, schedule=sched)
+                                     micro_batch_size=mb, sequence_parallel=sp, schedule=sched,
+                                     uneven_layers=uneven)
+            if uneven:
+                mask &= np.isin(pp, splittable)
             if sp:
                 mask &= tp > 1
             if sched == "1f1b":
@@ -325,6 +361,8 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
         "sequence_parallel": np.array([b[2] for b in blocks], dtype=bool)[block_id],
         "schedule": sched_arr,
     })
+    # pp and an even/uneven split go together (interleaved and V schedules need pp·chunks | L)
+    df["layers_per_stage"] = df["pp"].map(split_text).astype(object)
     return df
 
 
@@ -334,7 +372,7 @@ class _NoHardware:
 
 
 def _empty_candidates() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype=object if c in ("recompute", "schedule") else
+    return pd.DataFrame({c: pd.Series([], dtype=object if c in ("recompute", "schedule", "layers_per_stage") else
                                       (bool if c == "sequence_parallel" else np.int64)) for c in CANDIDATE_COLUMNS})
 
 
@@ -345,7 +383,9 @@ def group_runs(cands: pd.DataFrame) -> list[tuple[int, int]]:
         return []
     change = np.zeros(n, dtype=bool)
     change[0] = True
-    for c in ("pp", "vpp", "zero", "sequence_parallel", "schedule", "recompute"):
+    for c in ("pp", "vpp", "zero", "sequence_parallel", "schedule", "recompute", "layers_per_stage"):
+        if c not in cands:
+            continue
         a = cands[c].to_numpy()
         change[1:] |= a[1:] != a[:-1]
     starts = np.flatnonzero(change)
@@ -391,13 +431,17 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
 
     col = {c: cands[c].to_numpy() for c in CANDIDATE_COLUMNS}
 
+    def split_kw(text):
+        # only uneven rows pass layers_per_stage, so kernels without that keyword still serve even splits
+        return {"layers_per_stage": tuple(int(x) for x in str(text).split(","))} if text else {}
+
     def call(idx):
         i0 = idx.start if isinstance(idx, slice) else idx[0]
         res = evaluator(model, training, hardware, num_gpus=int(num_gpus), pp=int(col["pp"][i0]),
                         vpp=int(col["vpp"][i0]), schedule=str(col["schedule"][i0]), zero=int(col["zero"][i0]),
                         recompute=str(col["recompute"][i0]), sequence_parallel=bool(col["sequence_parallel"][i0]),
                         tp=col["tp"][idx], dp=col["dp"][idx], cp=col["cp"][idx], ep=col["ep"][idx],
-                        micro_batch_size=col["micro_batch_size"][idx])
+                        micro_batch_size=col["micro_batch_size"][idx], **split_kw(col["layers_per_stage"][i0]))
         if len(res) != len(col["tp"][idx]):
             raise AssertionError(f"evaluator returned {len(res)} rows for {len(col['tp'][idx])} layouts")
         return res.reset_index(drop=True)
@@ -462,8 +506,8 @@ def rank_results(df: pd.DataFrame) -> pd.DataFrame:
     tmp = pd.DataFrame({"_k0": (~df["feasible"].to_numpy(dtype=bool)).astype(np.int8),
                         "_k1": -np.where(np.isnan(tput), -np.inf, tput),
                         "_k2": df["label"].astype(str).to_numpy()})
-    extra = [c for c in ("schedule", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "ep")
-             if c in df]
+    extra = [c for c in ("schedule", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "ep",
+                         "layers_per_stage") if c in df]
     for c in extra:
         tmp[f"_{c}"] = df[c].astype(str).to_numpy() if df[c].dtype == object else df[c].to_numpy()
     order = tmp.sort_values(list(tmp.columns), kind="mergesort").index.to_numpy()
@@ -476,7 +520,7 @@ def rank_results(df: pd.DataFrame) -> pd.DataFrame:
 
 def _order_columns(df: pd.DataFrame) -> pd.DataFrame:
     first = ["rank", "label", "tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
-             "recompute", "sequence_parallel", "schedule", "feasible", "reason", "tokens_per_s", "mfu", "step_s",
+             "recompute", "sequence_parallel", "schedule", "layers_per_stage", "feasible", "reason", "tokens_per_s", "mfu", "step_s",
              "peak_bytes", "memory_headroom_bytes"]
     cols = [c for c in first if c in df] + [c for c in df.columns if c not in first]
     return df[cols]
@@ -553,8 +597,9 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
         raise InputError(f"file not found: {path}")
     if p.suffix.lower() == ".csv":
         df = pd.read_csv(p, keep_default_na=False, na_values=[""])
-        if "reason" in df:
-            df["reason"] = df["reason"].fillna("").astype(str)
+        for c in ("reason", "layers_per_stage"):
+            if c in df:
+                df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
         return df
     if p.suffix.lower() in (".parquet", ".pq"):
         return pd.read_parquet(p)

@@ -68,7 +68,9 @@ def fake_evaluate_layouts(model, training, hardware, *, num_gpus, pp, vpp, sched
 def brute_force(model, training, N, hw, *, max_mbs=8, schedules=("1f1b", "interleaved")):
     """Every (layout fields) tuple from a plain product, kept if Layout + validate accept it and the
     documented sweep rules hold (tp within the NVLink domain, cp keeps >= 2048 tokens per rank,
-    sp only with tp > 1, zero > 0 only with dp·cp > 1, pp = 1 rows carry 1f1b, vpp only interleaved)."""
+    sp only with tp > 1, zero > 0 only with dp·cp > 1, pp = 1 rows carry 1f1b, vpp only interleaved,
+    and for one-chunk schedules a pp not dividing L when ceil(L/pp)·pp − L <= 2)."""
+    L = model.num_layers
     div = [d for d in range(1, N + 1) if N % d == 0]
     E = model.num_experts or 1
     out = set()
@@ -82,9 +84,17 @@ def brute_force(model, training, N, hw, *, max_mbs=8, schedules=("1f1b", "interl
         if training.global_batch_size % mbs:
             continue
         dp = N // (tp * cp * pp)
+        split = None
+        if L % pp and sched not in ("interleaved", "zb-v", "dualpipev") and vpp == 1:
+            base = -(-L // pp)  # ceil
+            if base * pp - L > 2:
+                continue
+            split = [base] * pp  # any split adding up to L passes validate; the column is checked elsewhere
+            for i in range(base * pp - L):
+                split[-1 - i * (pp - 1)] -= 1
         try:
             lay = Layout(num_gpus=N, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, vpp=vpp, micro_batch_size=mbs, zero=zero,
-                         recompute=rec, sequence_parallel=sp, schedule=sched)
+                         recompute=rec, sequence_parallel=sp, schedule=sched, layers_per_stage=split)
             validate(model, training, lay)
         except InputError:
             continue
@@ -109,6 +119,26 @@ def test_dense_enumeration_equals_brute_force_product_on_16_gpus():
     assert len(df) == len(as_set(df))  # no duplicates
     assert as_set(df) == expected
     assert len(expected) > 500  # the space is not trivially small
+
+
+def test_uneven_layer_splits_match_brute_force_and_spare_the_end_stages():
+    # 6 layers: pp = 4 gives ceil(6/4)·4 − 6 = 2 spare layers -> 1,2,2,1; pp = 8 > 6 layers is left out
+    model = DENSE.with_(num_layers=6)
+    tr = Training(seq_length=4096, global_batch_size=32)
+    hw = FakeHardware()
+    scheds = ("1f1b", "interleaved", "zb-v")
+    df = enumerate_layouts(model, tr, 16, SweepSpace(schedule=scheds), hardware=hw)
+    assert as_set(df) == brute_force(model, tr, 16, hw, schedules=scheds)
+    uneven = df[df.layers_per_stage != ""]
+    assert set(uneven.pp) == {4} and set(uneven.layers_per_stage) == {"1,2,2,1"}
+    assert set(uneven.schedule) == {"1f1b"}  # interleaved and zb-v need pp·chunks | L
+    assert (df[df.pp != 4].layers_per_stage == "").all()
+    # the Llama 3 405B split (Dubey et al. 2024): 126 layers on 16 stages = 7 + 14 x 8 + 7
+    from simulator.sweep import uneven_split
+    assert uneven_split(126, 16) == (7,) + (8,) * 14 + (7,)
+    assert uneven_split(7, 4) == (2, 2, 2, 1) and uneven_split(80, 32) is None
+    off = enumerate_layouts(model, tr, 16, SweepSpace(schedule=scheds, uneven_layers=False), hardware=hw)
+    assert (off.layers_per_stage == "").all() and 4 not in set(off.pp)
 
 
 def test_moe_enumeration_carves_ep_out_of_dp_cp_like_brute_force():
@@ -319,20 +349,27 @@ def _real_kernel():
     return est
 
 
-def test_vectorised_sweep_equals_estimate_row_by_row():
+@pytest.mark.parametrize("gpus", [16, 24])  # 24: pp = 3 splits 32 layers unevenly (11, 11, 10)
+def test_vectorised_sweep_equals_estimate_row_by_row(gpus):
     est = _real_kernel()
     from simulator.spec.scenario import load_scenario
 
-    sc = load_scenario(model="llama3-8b", hardware="dgx-h100", num_gpus=16, seq_length=4096,
-                       global_batch_size=64, require_layout=False)
+    sc = load_scenario(model="llama3-8b", hardware="dgx-h100", num_gpus=gpus, seq_length=4096,
+                       global_batch_size=48 * gpus // 12, require_layout=False)
     space = SweepSpace(micro_batch_size=[1, 2], schedule=["1f1b", "interleaved", "zb-h1"], max_vpp=4)
     df = run_sweep(sc, space)
     assert len(df) > 300
     rows = df.iloc[np.linspace(0, len(df) - 1, 60).astype(int)]
+    if gpus == 24:
+        uneven = df[df.layers_per_stage != ""]
+        assert set(uneven.layers_per_stage) == {"11,11,10"}
+        rows = pd.concat([rows, uneven.iloc[:: max(1, len(uneven) // 10)]])
     for _, r in rows.iterrows():
-        lay = Layout(num_gpus=16, tp=int(r.tp), pp=int(r.pp), dp=int(r.dp), cp=int(r.cp), ep=int(r.ep),
+        split = tuple(int(x) for x in r.layers_per_stage.split(",")) if r.layers_per_stage else None
+        lay = Layout(num_gpus=sc.num_gpus, tp=int(r.tp), pp=int(r.pp), dp=int(r.dp), cp=int(r.cp), ep=int(r.ep),
                      vpp=int(r.vpp), micro_batch_size=int(r.micro_batch_size), zero=int(r.zero),
-                     recompute=r.recompute, sequence_parallel=bool(r.sequence_parallel), schedule=r.schedule)
+                     recompute=r.recompute, sequence_parallel=bool(r.sequence_parallel), schedule=r.schedule,
+                     layers_per_stage=split)
         d = est.estimate(sc.model, sc.training, lay, sc.hardware).to_dict()
         assert bool(d["feasible"]) == bool(r.feasible), r.label
         for key, col in (("time.step_s", "step_s"), ("time.bubble_s", "bubble_s"),

@@ -12,6 +12,10 @@ def _pct(v) -> str:
     return "" if v is None or not math.isfinite(v) else f"{100 * v:+.1f}%"
 
 
+def _abs(v) -> str:
+    return "" if v is None or not math.isfinite(v) else f"{100 * v:.1f}%"
+
+
 def format_results(res):
     """Per-row table with units in the headers (report layer: units formatted here only)."""
     import pandas as pd
@@ -68,10 +72,16 @@ def validate(runs, hardware, sources, plot, out, max_error, max_median_error, fm
     summ = error_summary(res)
     s = summ.iloc[0]
     click.echo(f"\nruns compared: {int(s.step_runs)} of {len(df)} (skipped {len(skipped)})", err=fmt == "csv")
-    click.echo(f"step time: median |error| {_pct(s.median_abs_step_error)}, max |error| {_pct(s.max_abs_step_error)}, "
-               f"Spearman {s.step_spearman:.3f}", err=fmt == "csv")
-    click.echo(f"memory ({int(s.mem_runs)} runs): median |error| {_pct(s.median_abs_mem_error)}, "
-               f"max |error| {_pct(s.max_abs_mem_error)}", err=fmt == "csv")
+    click.echo(f"step time: median |error| {_abs(s.median_abs_step_error)}, max |error| {_abs(s.max_abs_step_error)}, "
+               f"mean {_pct(s.mean_step_error)}, Spearman {s.step_spearman:.3f}", err=fmt == "csv")
+    click.echo(f"memory ({int(s.mem_runs)} runs): median |error| {_abs(s.median_abs_mem_error)}, "
+               f"max |error| {_abs(s.max_abs_mem_error)}, mean {_pct(s.mean_mem_error)}", err=fmt == "csv")
+    if len(res) and res["source_id"].nunique() > 1:
+        for _, g in error_summary(res, by="source_id").iterrows():
+            mem = (f"memory {int(g.mem_runs)} runs, median |error| {_abs(g.median_abs_mem_error)}, "
+                   f"mean {_pct(g.mean_mem_error)}") if g.mem_runs else "no memory figures"
+            click.echo(f"  {g.group}: step {int(g.step_runs)} runs, median |error| {_abs(g.median_abs_step_error)}, "
+                       f"mean {_pct(g.mean_step_error)}; {mem}", err=fmt == "csv")
     for _, r in skipped.iterrows():
         click.echo(f"skipped {r.run_id}: {r.reason}", err=fmt == "csv")
     if plot:
@@ -81,9 +91,9 @@ def validate(runs, hardware, sources, plot, out, max_error, max_median_error, fm
         click.echo(f"wrote {plot}", err=fmt == "csv")
     failed = []
     if max_error is not None and not (s.max_abs_step_error <= max_error):
-        failed.append(f"max |step error| {_pct(s.max_abs_step_error)} > {100 * max_error:.1f}%")
+        failed.append(f"max |step error| {_abs(s.max_abs_step_error)} > {100 * max_error:.1f}%")
     if max_median_error is not None and not (s.median_abs_step_error <= max_median_error):
-        failed.append(f"median |step error| {_pct(s.median_abs_step_error)} > {100 * max_median_error:.1f}%")
+        failed.append(f"median |step error| {_abs(s.median_abs_step_error)} > {100 * max_median_error:.1f}%")
     if failed:
         click.echo("FAIL: " + "; ".join(failed), err=True)
         return 1

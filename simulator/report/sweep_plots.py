@@ -84,7 +84,7 @@ def pareto_chart(df: pd.DataFrame, *, title: str | None = None, annotate: int = 
 
     front = df["pareto"].to_numpy(bool) if "pareto" in df else pareto_mask(df)
     feas = df[df["feasible"].astype(bool)]
-    fig, ax = plt.subplots(figsize=(8, 5.2))
+    fig, ax = plt.subplots(figsize=(8.5, 5.2))
     if len(feas):
         step = max(1, len(feas) // max_points)
         bg = feas.iloc[::step]
@@ -98,16 +98,18 @@ def pareto_chart(df: pd.DataFrame, *, title: str | None = None, annotate: int = 
             ax.annotate(str(k), (r["memory_headroom_bytes"] / GiB, r["tokens_per_s"]), textcoords="offset points",
                         xytext=(0, 7), ha="center", fontsize=8, fontweight="bold", color="#d62728")
             keys.append(f"{k}: {r['label']}" + (f"  {short_variant(r)}" if "schedule" in r else ""))
-        if keys:
-            ax.text(0.99, 0.02, "\n".join(keys), transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
-                    family="monospace", bbox=dict(boxstyle="round", fc="white", ec="#bbbbbb", alpha=0.9))
+        if keys:  # the key sits beside the axes so it never hides points
+            ax.text(1.02, 1.0, "Pareto front, fastest first:\n" + "\n".join(keys), transform=ax.transAxes,
+                    ha="left", va="top", fontsize=7, family="monospace",
+                    bbox=dict(boxstyle="round", fc="white", ec="#bbbbbb"))
+        ax.margins(y=0.1)
     else:
         ax.text(0.5, 0.5, "no feasible layout", transform=ax.transAxes, ha="center", va="center")
     ax.set_xlabel("memory headroom per GPU [GiB] (HBM − peak)")
     ax.set_ylabel("throughput [tokens/s]")
     ax.yaxis.set_major_formatter(matplotlib.ticker.EngFormatter())
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="lower left", fontsize=8)
     ax.set_title(title or "Throughput vs memory headroom")
     fig.tight_layout()
     return fig
@@ -160,7 +162,7 @@ def memory_bars(df: pd.DataFrame, *, top: int = 8, hbm_bytes: float | None = Non
     if hbm_bytes is None and "memory_headroom_bytes" in d and len(d):
         hbm_bytes = float(d["peak_bytes"].iloc[0] + d["memory_headroom_bytes"].iloc[0])
     if hbm_bytes:
-        ax.axhline(hbm_bytes / GiB, color="#d62728", ls="--", lw=1, label=f"HBM {hbm_bytes / GiB:.0f} GiB")
+        ax.axhline(hbm_bytes / GiB, color="#d62728", ls="--", lw=1, label=f"HBM {hbm_bytes / GiB:.1f} GiB")
     names = [f"{r['label']}\n{short_variant(r)}" if "schedule" in d else r["label"] for _, r in d.iterrows()]
     ax.set_xticks(x, names, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("memory per GPU [GiB]")
