@@ -72,6 +72,7 @@ class EstimateOptions:
     zero3_prefetch: bool = True  # FSDP/ZeRO-3 all-gathers prefetched under compute
     comm_slowdown: float = 0.0  # overlapped comm slows the compute it hides under by this fraction
     roofline: bool = True  # op time = max(compute, memory) (False: their sum, Calculon's no_overlap)
+    pipeline: str = "replay"  # "replay": the engine's fast path; "analytic": closed-form bubbles (faster)
     bucket_bytes: float = 25e6  # DDP gradient bucket (PyTorch default 25 MB)
     placement: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 
@@ -80,6 +81,8 @@ class EstimateOptions:
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise InputError(f"{name} must be in [0, 1], got {v!r}")
+        if self.pipeline not in ("replay", "analytic"):
+            raise InputError(f"pipeline must be 'replay' or 'analytic', got {self.pipeline!r}")
         if self.ep_overlap is not None and not 0.0 <= self.ep_overlap <= 1.0:
             raise InputError(f"ep_overlap must be in [0, 1], got {self.ep_overlap!r}")
 
@@ -227,7 +230,10 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     makespan0 = np.zeros(n)
     busy = np.zeros((n, pp))
     inflight = np.zeros((n, pp))
-    if schedule == "pipedream":
+    if opt.pipeline == "analytic" and schedule != "pipedream":
+        makespan, makespan0, busy = _analytic_pipeline(schedule, pp, vpp, m, F_eff, B_eff, W_eff, p2p, M)
+        inflight = None
+    elif schedule == "pipedream":
         per_rank = (F_eff + B_eff + W_eff) @ M
         makespan = m * per_rank.max(axis=1)
         makespan0 = makespan.copy()
@@ -334,6 +340,41 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         **out, "worst_stage": worst, "feasible": feasible, "reason": reason,
     })
     return df
+
+
+def _analytic_pipeline(schedule, pp, vpp, m, F, B, W, p2p, M):
+    """Closed-form makespan (labelled 'analytic'; the replay is the default). With t = the slowest rank's
+    F+B+W per microbatch (F, B, W of that rank's stages) and P = p − 1 (formulas.md §5.2):
+    GPipe, 1F1B: (m + P)·t (Huang 2019; Narayanan 2021 §2.2.1); interleaved: (m + P/v)·t (§2.2.2);
+    ZB-H1: m·t + P·(F + B − W); ZB-H2 and ZB-V: m·t + P·max(0, F + B − 2W) (Qi et al. 2024 §2);
+    DualPipe(V): m/2·t_pair + (p/2 − 1)·(F + 2B − 2W) with F&B ≈ F + B (DeepSeek-V3 Table 2; B here is
+    the input-gradient part, its "B" is B + W). Plus 2P p2p hops (first forward down, last backward up).
+    Exact for uniform stages without p2p (the tests check it against the replay); an approximation otherwise.
+    """
+    mf = m.astype(float)
+    per = (F + B + W) @ M  # (n, pp): per-microbatch busy time of each rank
+    r = np.argmax(per, axis=1)
+    rows = np.arange(len(mf))
+    t = per[rows, r]
+    f, b, w = ((X @ M)[rows, r] for X in (F, B, W))
+    P = pp - 1.0
+    if schedule in ("gpipe", "1f1b"):
+        mk0 = (mf + P) * t
+    elif schedule == "interleaved":
+        f, b, w, t = f / vpp, b / vpp, w / vpp, t / vpp  # per chunk
+        mk0 = (vpp * mf + P) * t
+    elif schedule == "zb-h1":
+        mk0 = mf * t + P * (f + b - w)
+    elif schedule in ("zb-h2", "zb-v"):
+        if schedule == "zb-v":
+            f, b, w = f / 2, b / 2, w / 2
+        mk0 = mf * t + P * np.maximum(0.0, f + b - 2 * w)
+    else:  # dualpipe, dualpipev: a rank's two chunks; m microbatches in all
+        f, b, w = f / 2, b / 2, w / 2
+        mk0 = mf / 2 * t + (pp / 2 - 1) * np.maximum(0.0, f + 2 * b - 2 * w)
+    mb = mf / 2 if schedule == "dualpipe" else mf
+    busy = mb[:, None] * per
+    return mk0 + 2 * P * p2p, mk0, busy
 
 
 def _col_span(span):
@@ -445,8 +486,10 @@ def estimate(model: ModelSpec, training: Training, layout: Layout, hardware, *,
                            ep=layout.ep, micro_batch_size=layout.micro_batch_size, options=options).iloc[0].to_dict()
     mem = memory_breakdown(model, training, layout, hardware,
                            inflight_per_stage=replayed_inflight_per_rank(layout, training.global_batch_size))
+    how = "replayed schedule (engine fast path)" if (options or EstimateOptions()).pipeline == "replay" \
+        else "analytic closed form (formulas.md §5.2)"
     return Estimate(model=model, training=training, layout=layout, hardware_name=getattr(hardware, "name", ""),
-                    row=row, memory=mem)
+                    row=row, memory=mem, pipeline=how)
 
 
 def estimate_scenario(scenario, *, options: EstimateOptions | None = None) -> Estimate:

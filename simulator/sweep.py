@@ -53,6 +53,7 @@ import os
 import shutil
 from dataclasses import dataclass, fields
 from pathlib import Path
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Callable, Iterable
 
@@ -423,12 +424,26 @@ def _default_evaluator():
     return fn
 
 
+@lru_cache(maxsize=8192)
+def schedule_refusal(schedule: str, pp: int, vpp: int, microbatches: int) -> str:
+    """'' if `schedules.build` accepts this schedule shape, else its one-line reason (e.g. dualpipe needs
+    an even m >= 2·pp). Asking the builder keeps its rules in one place; memoised (pure function)."""
+    from .schedules import build
+
+    try:
+        build(schedule, pp=int(pp), microbatches=int(microbatches), vpp=int(vpp) if schedule == "interleaved" else 1)
+    except InputError as exc:
+        return str(exc).splitlines()[0]
+    return ""
+
+
 def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.DataFrame, *,
                         evaluator: Callable | None = None) -> pd.DataFrame:
-    """Evaluate candidate rows: one kernel call per run of equal scalar fields. Returns the candidate
-    columns followed by the kernel's columns, in the candidates' order (index 0..n-1)."""
+    """Evaluate candidate rows: one kernel call per run of equal scalar fields. Rows whose schedule
+    shape the schedule builder refuses (`schedule_refusal`) are not sent to the kernel; they come back
+    infeasible with the builder's reason. Returns the candidate columns followed by the kernel's
+    columns, in the candidates' order (index 0..n-1)."""
     evaluator = evaluator or _default_evaluator()
-
     col = {c: cands[c].to_numpy() for c in CANDIDATE_COLUMNS}
 
     def split_kw(text):
@@ -448,12 +463,16 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
 
     parts = []
     for a, b in group_runs(cands):
-        try:
-            parts.append(call(slice(a, b)))
-        except InputError:
-            # a schedule that cannot run some microbatch counts (e.g. dualpipe needs m >= 2·pp): evaluate
-            # per microbatch count and keep the ones it refuses as infeasible rows naming the reason
-            parts.append(_per_microbatch_count(col["num_microbatches"][a:b], a, call))
+        m = col["num_microbatches"][a:b]
+        sched, pp, vpp = str(col["schedule"][a]), int(col["pp"][a]), int(col["vpp"][a])
+        reason = {int(v): schedule_refusal(sched, pp, vpp, int(v)) for v in np.unique(m)}
+        if not any(reason.values()):
+            try:
+                parts.append(call(slice(a, b)))
+                continue
+            except InputError:
+                pass  # the kernel refused something the builder accepted: find out per microbatch count
+        parts.append(_evaluate_per_microbatch_count(m, a, call, reason))
     if not parts:
         return cands.reset_index(drop=True)
     res = pd.concat(parts, ignore_index=True)
@@ -465,35 +484,41 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
     return out
 
 
-def _per_microbatch_count(m: np.ndarray, offset: int, call) -> pd.DataFrame:
-    pieces, refused = {}, {}
-    for mv in np.unique(m):
+def _evaluate_per_microbatch_count(m: np.ndarray, offset: int, call, reason: dict) -> pd.DataFrame:
+    """Evaluate a group one microbatch count at a time; counts refused (by the schedule builder, in
+    `reason`, or by the kernel raising InputError) give infeasible rows carrying the reason."""
+    refused = np.zeros(len(m), dtype=bool)
+    why = np.full(len(m), "", dtype=object)
+    ok_parts, ok_pos = [], []
+    for v, msg in reason.items():
+        if msg:
+            refused[m == v] = True
+            why[m == v] = msg
+    rest = np.flatnonzero(~refused)
+    try:  # first, the rows the builder accepts in one call
+        if len(rest) and any(reason.values()):
+            ok_parts.append(call(offset + rest))
+            ok_pos.append(rest)
+    except InputError:
+        ok_parts, ok_pos = [], []
+    todo = [] if ok_parts else [v for v in np.unique(m) if not reason.get(int(v), "")]
+    for v in todo:
+        pos = np.flatnonzero(m == v)
         try:
-            pieces[mv] = call(offset + np.flatnonzero(m == mv))
+            ok_parts.append(call(offset + pos))
+            ok_pos.append(pos)
         except InputError as exc:
-            refused[mv] = str(exc).splitlines()[0]
-    template = next(iter(pieces.values()), None)
-    out = []
-    for mv in np.unique(m):
-        n = int((m == mv).sum())
-        if mv in pieces:
-            out.append(pieces[mv])
-            continue
-        if template is None:
-            t = pd.DataFrame({"feasible": np.zeros(n, bool), "reason": [refused[mv]] * n,
-                              "tokens_per_s": np.full(n, np.nan)})
-        else:
-            t = pd.DataFrame({c: pd.Series(np.full(n, np.nan)) if template[c].dtype.kind in "fiu"
-                              else pd.Series([None] * n, dtype=object) for c in template.columns})
-            t["feasible"] = False
-            t["reason"] = refused[mv]
-        out.append(t)
-    # back to the group's row order (rows of one count were taken in order)
-    res = pd.concat(out, ignore_index=True)
-    order = np.concatenate([np.flatnonzero(m == mv) for mv in np.unique(m)])
-    inv = np.empty_like(order)
-    inv[order] = np.arange(len(order))
-    return res.iloc[inv].reset_index(drop=True)
+            refused[pos] = True
+            why[pos] = str(exc).splitlines()[0]
+    if ok_parts:
+        res = pd.concat(ok_parts, ignore_index=True)
+        res.index = np.concatenate(ok_pos)
+        res = res.reindex(np.arange(len(m)))
+    else:
+        res = pd.DataFrame({"tokens_per_s": np.full(len(m), np.nan)})
+    res["feasible"] = np.where(refused, False, res["feasible"].to_numpy() if "feasible" in res else False).astype(bool)
+    res["reason"] = np.where(refused, why, res["reason"].to_numpy() if "reason" in res else "")
+    return res.reset_index(drop=True)
 
 
 def rank_results(df: pd.DataFrame) -> pd.DataFrame:
@@ -607,14 +632,16 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
 
 
 def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "local", scheduler=None,
-              out: str | os.PathLike | None = None, chunk_size: int = 50_000, resume: bool = True,
+              out: str | os.PathLike | None = None, chunk_size: int = 10_000, resume: bool = True,
               progress: bool | Callable[[int], None] = False, evaluator: Callable | None = None,
               keep_parts: bool = False, stop_after_chunks: int | None = None) -> pd.DataFrame:
     """Enumerate, evaluate and rank every layout of `scenario` within `space`.
 
     - `space`: default `SweepSpace.from_table(scenario.sweep)`.
     - `executor`: "local" (this process) or "dask"; `scheduler`: a Dask scheduler address, a
-      `distributed.Client`, or None (a LocalCluster is started for the run).
+      `distributed.Client`, or None (a LocalCluster with one single-threaded worker process per core
+      is started for the run). Chunks are the unit of distribution: keep `chunk_size` well below
+      the number of layouts to use many workers.
     - `out`: results file (.csv/.parquet). Finished chunks go to `<out>.parts/chunk-NNNNNN.pkl`
       (written atomically); with `resume` the chunks already there are reused (the parts folder
       carries a fingerprint of the sweep and is refused if it belongs to a different one); the
@@ -722,8 +749,8 @@ def _run_dask(todo: list[int], chunk, finish, ctx, scheduler) -> None:
     except ImportError:
         raise InputError("executor 'dask' needs dask[distributed] installed") from None
     own = None
-    if scheduler is None:
-        own = Client(LocalCluster(processes=False))
+    if scheduler is None:  # one worker process per core: the kernel's numpy loops hold the GIL
+        own = Client(LocalCluster(processes=True, threads_per_worker=1, dashboard_address=None))
         client = own
     elif isinstance(scheduler, str):
         own = Client(scheduler)
@@ -824,10 +851,10 @@ def explain_winner(df: pd.DataFrame) -> str:
              f"step {w['step_s']:.3f} s",
              f"Runner-up: {_describe(r)}: {r['tokens_per_s']:,.0f} tokens/s, MFU {100 * r['mfu']:.1f}%, "
              f"step {r['step_s']:.3f} s ({100 * gain:+.1f}% for the winner)",
-             "Largest differences in step time (s), winner vs runner-up:"]
+             "Largest differences in step time [s]: winner vs runner-up (runner-up minus winner)"]
     for _, row in t.head(4).iterrows():
-        lines.append(f"  {row['component']:<28} {row['winner_s']:9.4f} vs {row['runner_up_s']:9.4f} "
-                     f"({row['difference_s']:+.4f})")
+        lines.append(f"  {row['component']:<28} {round(row['winner_s'], 4) + 0.0:9.4f} vs {round(row['runner_up_s'], 4) + 0.0:9.4f} "
+                     f"({round(row['difference_s'], 4) + 0.0:+.4f})")
     return "\n".join(lines)
 
 

@@ -39,6 +39,14 @@ def test_mfu_heatmap_cells_show_the_best_feasible_mfu_per_tp_pp():
     assert texts[(0, 0)] == "none fit"
 
 
+def test_mfu_heatmap_tells_missing_combinations_from_infeasible_ones():
+    df = results()
+    df = df[~((df.tp == 8) & (df.pp == 4))]  # e.g. tp·pp > num_gpus: no row at all
+    ax = mfu_heatmap(df).axes[0]
+    texts = {(round(t.get_position()[0]), round(t.get_position()[1])): t.get_text() for t in ax.texts}
+    assert texts[(3, 2)] == "no layout" and texts[(0, 0)] == "none fit"
+
+
 def test_pareto_chart_line_is_the_pareto_front():
     df = results()
     fig = pareto_chart(df)

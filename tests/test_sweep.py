@@ -401,3 +401,94 @@ def test_rows_a_schedule_refuses_become_infeasible_rows_with_the_reason():
     ok = df[~odd].drop(columns="rank").reset_index(drop=True)
     want = ref[~((ref.schedule == "zb-h1") & (ref.num_microbatches % 2 == 1))].drop(columns="rank").reset_index(drop=True)
     pd.testing.assert_frame_equal(ok, want)
+
+
+KILL_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import test_sweep as t
+from simulator.sweep import run_sweep
+
+def slow(*a, **k):
+    time.sleep(0.02)
+    return t.fake_evaluate_layouts(*a, **k)
+
+run_sweep(t.scenario(), evaluator=slow, out={out!r}, chunk_size=40)
+"""
+
+
+def test_resume_after_sigkill_of_a_running_sweep(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    out = tmp_path / "r.csv"
+    parts = tmp_path / "r.csv.parts"
+    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), out=str(out))
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(list(parts.glob("chunk-*.pkl"))) < 3:
+        time.sleep(0.02)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert not out.exists(), "the sweep finished before it was killed; make it slower"
+    done = len(list(parts.glob("chunk-*.pkl")))
+    assert done >= 3
+    calls = []
+    res = run_sweep(scenario(), evaluator=fake_evaluate_layouts, out=out, chunk_size=40, progress=calls.append)
+    ref = run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=40)
+    pd.testing.assert_frame_equal(res, ref)
+    assert len(calls) == -(-len(ref) // 40) - done
+
+
+def test_specs_survive_pickling_for_dask_workers():
+    import pickle
+
+    from simulator.spec.hardware import load_hardware
+    from simulator.sweep import _portable, _rebuild
+
+    hw = load_hardware("dgx-h100")  # holds read-only mappings, which pickle refuses
+    back = _rebuild(pickle.loads(pickle.dumps(_portable(hw))))
+    assert back == hw
+
+
+def test_dask_with_the_real_kernel_equals_local():
+    _real_kernel()
+    distributed = pytest.importorskip("distributed")
+    from simulator.spec.scenario import load_scenario
+
+    sc = load_scenario(model="llama3-8b", hardware="dgx-h100", num_gpus=8, seq_length=4096, global_batch_size=32,
+                       require_layout=False)
+    space = SweepSpace(micro_batch_size=[1], zero=[1], recompute=["selective"], max_vpp=2)
+    local = run_sweep(sc, space, chunk_size=30)
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        dask = run_sweep(sc, space, chunk_size=30, executor="dask", scheduler=client)
+    pd.testing.assert_frame_equal(dask, local)
+
+
+def test_schedule_shapes_the_builder_refuses_never_reach_the_kernel():
+    from simulator.schedules import build
+
+    seen = []
+
+    def recording(model, training, hardware, **kw):
+        m = training.global_batch_size // (np.asarray(kw["dp"]) * np.asarray(kw["micro_batch_size"]))
+        for mv in np.unique(m):
+            build(kw["schedule"], pp=kw["pp"], microbatches=int(mv), vpp=kw["vpp"] if kw["schedule"] == "interleaved" else 1)
+            seen.append((kw["schedule"], int(mv)))
+        return fake_evaluate_layouts(model, training, hardware, **kw)
+
+    # 8 GPUs, batch 8: dualpipe needs an even m >= 2·pp (formulas.md §5.3), so pp = 4 with m = 2 is refused
+    sc = FakeScenario(model=DENSE, training=Training(seq_length=4096, global_batch_size=8),
+                      hardware=FakeHardware(hbm_bytes=1e15), num_gpus=8, sweep={})
+    df = run_sweep(sc, SweepSpace(schedule=("dualpipe",), micro_batch_size=(1,)), evaluator=recording)
+    bad = df[(df.schedule == "dualpipe") & ((df.num_microbatches < 2 * df.pp) | (df.num_microbatches % 2 == 1))]
+    assert len(bad) and not bad.feasible.any()
+    assert bad.reason.str.contains("dualpipe").all()
+    assert any(s == "dualpipe" for s, _ in seen)  # the acceptable shapes were evaluated
+    good = df[(df.schedule == "dualpipe") & ~df.index.isin(bad.index)]
+    assert good.feasible.all()

@@ -26,7 +26,7 @@ def _table(e) -> str:
             lines.append(f"    {k:<15} {v:10.4f} s  {pct(v)}")
     lines += [
         f"  pipeline bubble   {t['bubble_s']:10.4f} s  {pct(t['bubble_s'])}  "
-        f"(replayed schedule; idle fraction over all ranks {t['bubble_fraction']:.3f})",
+        f"({t['pipeline']}; idle fraction over all ranks {t['bubble_fraction']:.3f})",
         f"throughput          {th['tokens_per_s']:,.0f} tokens/s",
         f"TFLOP/s per GPU     {th['model_tflops_per_gpu']:.1f} model, {th['hardware_tflops_per_gpu']:.1f} hardware",
         f"MFU / HFU           {100 * th['mfu']:.1f} % / {100 * th['hfu']:.1f} %  ({th['mfu_formula']})",
@@ -39,7 +39,10 @@ def _table(e) -> str:
 @click.command("estimate")
 @scenario_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-def estimate(fmt, **kwargs):
+@click.option("--pipeline", type=click.Choice(["replay", "analytic"]), default="replay", show_default=True,
+              help="replay the schedule on the engine, or use the closed-form bubble (faster, approximate "
+                   "for uneven stages)")
+def estimate(fmt, pipeline, **kwargs):
     """Step time, throughput, MFU/HFU and memory of one layout, with a breakdown that adds up:
     step = compute + exposed communication (by group) + pipeline bubble.
 
@@ -56,10 +59,10 @@ def estimate(fmt, **kwargs):
       parasim estimate --model llama3-8b --hardware dgx-h100 --gpus 8 --seq 8192 --global-batch 64 --zero 3
       parasim estimate scenarios/mixtral-8x7b-64xh100.toml --format json
     """
-    from ..estimate import estimate_scenario
+    from ..estimate import EstimateOptions, estimate_scenario
 
     sc = scenario_from_options(kwargs)
-    e = estimate_scenario(sc)
+    e = estimate_scenario(sc, options=EstimateOptions(pipeline=pipeline))
     if fmt == "json":
         click.echo(json.dumps(e.to_dict(), indent=2, default=float))
     elif fmt == "csv":

@@ -93,7 +93,8 @@ def _fmt_table(df, top: int) -> str:
               help="format of the top-K rows on stdout")
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True)
 @click.option("--scheduler", default=None, help="Dask scheduler address (default: a local cluster)")
-@click.option("--chunk-size", type=int, default=50_000, show_default=True, help="layouts per resumable chunk")
+@click.option("--chunk-size", type=int, default=10_000, show_default=True,
+              help="layouts per resumable chunk (and per Dask task)")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="reuse finished chunks in OUT.parts/ of an interrupted run")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: when a terminal)")

@@ -42,12 +42,14 @@ def short_variant(row) -> str:
 
 def mfu_heatmap(df: pd.DataFrame, *, title: str | None = None, value: str = "mfu"):
     """Heatmap over TP (columns) × PP (rows) of the best `value` (MFU) among feasible layouts; each
-    cell shows the value in percent, 'none fit' where no layout with that TP and PP is feasible."""
+    cell shows the value in percent, 'none fit' where layouts with that TP and PP exist but none is
+    feasible, 'no layout' where the table has no row with that TP and PP."""
     _need(df, ["tp", "pp", "feasible", value], "the MFU heatmap")
     tps = np.sort(df["tp"].unique())
     pps = np.sort(df["pp"].unique())
     feas = df[df["feasible"].astype(bool)]
     best = feas.groupby(["pp", "tp"])[value].max() if len(feas) else pd.Series(dtype=float)
+    present = set(zip(df["pp"].tolist(), df["tp"].tolist()))
     grid = np.full((len(pps), len(tps)), np.nan)
     for (pp, tp), v in best.items():
         grid[np.searchsorted(pps, pp), np.searchsorted(tps, tp)] = v
@@ -62,8 +64,11 @@ def mfu_heatmap(df: pd.DataFrame, *, title: str | None = None, value: str = "mfu
                 dark = v < 0.6 * vmax
                 ax.text(j, i, f"{100 * v:.1f}%", ha="center", va="center", fontsize=9,
                         color="white" if dark else "black")
-            else:
+            elif (pps[i], tps[j]) in present:
                 ax.text(j, i, "none fit", ha="center", va="center", fontsize=7, color="#555555")
+            else:  # no valid layout has this TP and PP (e.g. tp·pp > num_gpus)
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, color="white"))
+                ax.text(j, i, "no layout", ha="center", va="center", fontsize=7, color="#999999")
     ax.set_xticks(range(len(tps)), [str(t) for t in tps])
     ax.set_yticks(range(len(pps)), [str(p) for p in pps])
     ax.set_xlabel("tensor parallel (TP)")
