@@ -245,12 +245,16 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         for mv in np.unique(m):
             idx = np.flatnonzero(m == mv)
             sched = _compiled(schedule, pp, int(mv), vpp)
-            r = makespan_batch(sched, F_eff[idx], B_eff[idx], W_eff[idx], p2p[idx])
-            makespan[idx] = r.makespan_s
-            busy[idx] = r.busy_s_per_rank
+            k = len(idx)
+            if pp > 1:  # with and without the p2p delays in one call: their difference is the exposed PP time
+                r = makespan_batch(sched, np.concatenate([F_eff[idx], F_eff[idx]]), np.concatenate([B_eff[idx], B_eff[idx]]),
+                                   np.concatenate([W_eff[idx], W_eff[idx]]), np.concatenate([p2p[idx], np.zeros(k)]))
+                makespan[idx], makespan0[idx], busy[idx] = r.makespan_s[:k], r.makespan_s[k:], r.busy_s_per_rank[:k]
+            else:
+                r = makespan_batch(sched, F_eff[idx], B_eff[idx], W_eff[idx], p2p[idx])
+                makespan[idx] = makespan0[idx] = r.makespan_s
+                busy[idx] = r.busy_s_per_rank
             inflight[idx] = r.peak_inflight_microbatches_per_rank / _chunks_per_rank(schedule, vpp)
-            makespan0[idx] = makespan_batch(sched, F_eff[idx], B_eff[idx], W_eff[idx], 0.0).makespan_s \
-                if pp > 1 else r.makespan_s
 
     # 4. data-parallel tail (per rank: its non-expert params over dp·cp, expert params over the EDP group)
     ne_rank, ex_rank = non_expert @ M, expert @ M  # (n, pp)

@@ -51,6 +51,17 @@ def test_sweep_list_flags_restrict_the_space(tmp_path, capsys, fake_kernel):
     assert set(df.schedule) == {"1f1b", "zb-h1"} and set(df.recompute) == {"selective"}
 
 
+def test_uneven_layers_flag(tmp_path, capsys, fake_kernel):
+    # llama3-8b has 32 layers: on 24 GPUs pp = 3 needs the uneven split 11, 11, 10
+    flags = ["--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "24", "--seq", "4096", "--global-batch", "96",
+             "--tp", "1", "--zero", "1", "--recompute", "none", "--micro-batch", "1"]
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    assert run(["sweep", *flags, "--out", str(a)], capsys)[0] == 0
+    assert run(["sweep", *flags, "--no-uneven-layers", "--out", str(b)], capsys)[0] == 0
+    da, db = pd.read_csv(a, keep_default_na=False), pd.read_csv(b, keep_default_na=False)
+    assert set(da[da.pp == 3].layers_per_stage) == {"11,11,10"} and 3 not in set(db.pp)
+
+
 def test_sweep_reads_the_scenario_sweep_table(tmp_path, capsys, fake_kernel):
     p = tmp_path / "s.toml"
     p.write_text('[model]\npreset = "llama3-8b"\n[hardware]\npreset = "dgx-h100"\nnum_gpus = 16\n'

@@ -85,6 +85,9 @@ def _fmt_table(df, top: int) -> str:
 @click.command("sweep")
 @_options
 @click.option("--max-tp-within-node", is_flag=True, default=None, help="keep TP inside one node (tp <= gpus per node)")
+@click.option("--uneven-layers/--no-uneven-layers", default=None,
+              help="allow a pp that does not divide the layers when the first/last stage can hold one layer "
+                   "fewer (default: allowed)")
 @click.option("--top", "top", type=int, default=10, show_default=True, help="rows to print")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="write all rows to results.csv or .parquet")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
@@ -99,7 +102,7 @@ def _fmt_table(df, top: int) -> str:
               help="reuse finished chunks in OUT.parts/ of an interrupted run")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: when a terminal)")
 def sweep(scenario, top, out, plot, fmt, executor, scheduler, chunk_size, resume, progress, max_tp_within_node,
-          **kwargs):
+          uneven_layers, **kwargs):
     """Evaluate every valid layout (tp·cp·pp·dp, ep, vpp, micro-batch, ZeRO, recompute, sequence
     parallelism, schedule) and rank them by tokens/s among those that fit.
 
@@ -123,6 +126,7 @@ def sweep(scenario, top, out, plot, fmt, executor, scheduler, chunk_size, resume
     space = SweepSpace.from_table(sc.sweep, where=f"[sweep] of {scenario}" if scenario else "[sweep]")
     changes = {k: kwargs.pop(k) for k in list(kwargs) if k in LIST_FIELDS or k.startswith(("max_", "min_"))}
     changes["max_tp_within_node"] = max_tp_within_node
+    changes["uneven_layers"] = uneven_layers
     space = space.replace(**changes)
     if plot:
         chart_paths(plot)  # check the suffix before the work

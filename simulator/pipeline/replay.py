@@ -366,12 +366,103 @@ def makespan_batch(schedule, forward_s, backward_s, weight_s=0.0, p2p_s=0.0) -> 
             raise InputError(f"{name}: {x.shape[0]} layouts, expected 1 or {N}")
     f, b, w = (np.broadcast_to(x, (N, S)) for x in (f, b, w))
     p = np.broadcast_to(p, (N, max(S - 1, 0)))
-    dur = op_durations(sch, f, b, w)
-    delay = op_delays(sch, p)
-    end = evaluate_levels(compiled, dur, delay, op_delays(sch, p, second=True))
-    makespan = end.max(axis=1) if end.shape[1] else np.zeros(N)
-    busy = busy_per_rank(sch, dur)
+    if _kernel is not None:
+        makespan, busy = _batch_kernel(compiled, np.ascontiguousarray(f, dtype=float), np.ascontiguousarray(b, dtype=float),
+                                       np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(p, dtype=float))
+    else:
+        dur = op_durations(sch, f, b, w)
+        delay = op_delays(sch, p)
+        end = evaluate_levels(compiled, dur, delay, op_delays(sch, p, second=True))
+        makespan = end.max(axis=1) if end.shape[1] else np.zeros(N)
+        busy = busy_per_rank(sch, dur)
     with np.errstate(invalid="ignore", divide="ignore"):
             bubble = np.where(makespan > 0, 1.0 - np.cumsum(busy, axis=-1)[..., -1] / (sch.num_ranks * makespan), 0.0)
     return BatchResult(makespan_s=makespan, bubble_fraction=bubble, busy_s_per_rank=busy,
                        peak_inflight_microbatches_per_rank=inflight_profile(sch).round().astype(int))
+
+
+# -- compiled kernel for the batch path ------------------------------------------------------------
+# The same recurrence as `evaluate_levels` + `busy_per_rank`, one layout at a time in compiled loops:
+# a level loop in numpy costs ~µs per level whatever the batch size, which dominates sweeps whose
+# schedule shapes serve few layouts each. numba (a well-kept JIT compiler for numeric Python) makes it
+# ~ns per op. Same float operations in the same order (max is exact; sums are sequential like
+# cumsum), so the results equal the numpy path bit for bit (tests/test_pipeline.py compares them).
+try:  # pragma: no cover - exercised when numba is installed (a core dependency)
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def _kernel(level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2, rank_offsets, F, B, W, P, out_mk, out_busy):
+        N = F.shape[0]
+        n = kind.shape[0]
+        R = rank_offsets.shape[0] - 1
+        end = np.zeros(n + 1)
+        for r in range(N):
+            mk = 0.0
+            for j in range(n):
+                i = level_ops[j]
+                s = stage[i]
+                k = kind[i]
+                if k == 0:
+                    d = F[r, s]
+                elif k == 1:
+                    d = B[r, s] + W[r, s] if incw[i] else B[r, s] + 0.0
+                else:
+                    d = W[r, s]
+                t = end[dep[i]] + (P[r, bnd[i]] if bnd[i] >= 0 else 0.0)
+                if dep2[i] < n:
+                    t2 = end[dep2[i]] + (P[r, bnd2[i]] if bnd2[i] >= 0 else 0.0)
+                    if t2 > t:
+                        t = t2
+                t0 = end[rp[i]]
+                if t0 > t:
+                    t = t0
+                e = t + d
+                end[i] = e
+                if e > mk:
+                    mk = e
+            out_mk[r] = mk
+            for q in range(R):
+                acc = 0.0
+                for i in range(rank_offsets[q], rank_offsets[q + 1]):
+                    s = stage[i]
+                    k = kind[i]
+                    if k == 0:
+                        d = F[r, s]
+                    elif k == 1:
+                        d = B[r, s] + W[r, s] if incw[i] else B[r, s] + 0.0
+                    else:
+                        d = W[r, s]
+                    acc += d
+                out_busy[r, q] = acc
+except ImportError:  # pragma: no cover
+    _kernel = None
+
+
+_KERNEL_ARGS: dict = {}  # memo: compiled schedule (by identity) -> its int arrays in kernel dtypes
+
+
+def _kernel_args(compiled: CompiledSchedule) -> tuple:
+    key = id(compiled)
+    hit = _KERNEL_ARGS.get(key)
+    if hit is not None and hit[0] is compiled:
+        return hit[1]
+    a = compiled.schedule.arrays
+    n = compiled.num_ops
+    args = (compiled.level_ops.astype(np.int64), compiled.rank_prev_s.astype(np.int64), compiled.dep_s.astype(np.int64),
+            compiled.dep2_s.astype(np.int64), a.kind.astype(np.int64), a.stage.astype(np.int64),
+            a.includes_weight.astype(np.bool_), a.boundary.astype(np.int64),
+            (a.boundary2 if a.boundary2 is not None else np.full(n, -1)).astype(np.int64),
+            a.rank_offsets.astype(np.int64))
+    if len(_KERNEL_ARGS) > 256:
+        _KERNEL_ARGS.clear()
+    _KERNEL_ARGS[key] = (compiled, args)
+    return args
+
+
+def _batch_kernel(compiled: CompiledSchedule, f, b, w, p):
+    N = f.shape[0]
+    P = p if p.shape[1] else np.zeros((N, 1))
+    mk = np.zeros(N)
+    busy = np.zeros((N, compiled.schedule.num_ranks))
+    _kernel(*_kernel_args(compiled), f, b, w, P, mk, busy)
+    return mk, busy
