@@ -378,7 +378,7 @@ def makespan_batch(schedule, forward_s, backward_s, weight_s=0.0, p2p_s=0.0) -> 
     with np.errstate(invalid="ignore", divide="ignore"):
             bubble = np.where(makespan > 0, 1.0 - np.cumsum(busy, axis=-1)[..., -1] / (sch.num_ranks * makespan), 0.0)
     return BatchResult(makespan_s=makespan, bubble_fraction=bubble, busy_s_per_rank=busy,
-                       peak_inflight_microbatches_per_rank=inflight_profile(sch).round().astype(int))
+                       peak_inflight_microbatches_per_rank=_inflight_counts(compiled))
 
 
 # -- compiled kernel for the batch path ------------------------------------------------------------
@@ -438,6 +438,20 @@ except ImportError:  # pragma: no cover
     _kernel = None
 
 
+def _inflight_counts(compiled: CompiledSchedule) -> np.ndarray:
+    """inflight_profile of the order, memoised per compiled schedule (it depends on the order only)."""
+    hit = _INFLIGHT.get(id(compiled))
+    if hit is not None and hit[0] is compiled:
+        return hit[1]
+    counts = inflight_profile(compiled.schedule).round().astype(int)
+    counts.setflags(write=False)
+    if len(_INFLIGHT) > 256:
+        _INFLIGHT.clear()
+    _INFLIGHT[id(compiled)] = (compiled, counts)
+    return counts
+
+
+_INFLIGHT: dict = {}
 _KERNEL_ARGS: dict = {}  # memo: compiled schedule (by identity) -> its int arrays in kernel dtypes
 
 
