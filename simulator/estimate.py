@@ -43,8 +43,8 @@ import pandas as pd
 
 from .cost import collectives as C
 from .cost import comm
-from .cost.compute import (layer_op_times, mfu_peak_flops, optimizer_step_s, stage_compute_times,
-                           stage_param_counts, stage_rank_matrix)
+from .cost.compute import (layer_op_times, mfu_peak_flops, optimizer_step_s, rank_param_counts, stage_compute_times,
+                           stage_rank_matrix)
 from .cost.flops import step_flops
 from .cost.topology import group_span
 from .errors import InputError
@@ -186,8 +186,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         exp_ep_b = (1 - ov) * np.broadcast_to(epc.backward_s, (n, S))
 
     # parameters per rank (virtual stage -> rank) for DP/ZeRO traffic
-    non_expert, expert = stage_param_counts(model, tp=tp, ep=ep, **kw_layout)  # (n, S)
-    non_expert, expert = np.broadcast_to(non_expert, (n, S)), np.broadcast_to(expert, (n, S))
+    ne_rank, ex_rank = (np.broadcast_to(x, (n, pp)) for x in rank_param_counts(model, tp=tp, ep=ep, **kw_layout))
     M = stage_rank_matrix(pp, chunks_vpp, schedule)  # (S, pp)
     span_dp = group_span(hardware, group="dp", tp=tp, cp=1, ep=1, dp=dp * cp, pp=pp, **place)
     span_edp = group_span(hardware, group="dp", tp=tp, cp=cp, ep=ep, dp=np.maximum(dp * cp // (ep * cp), 1), pp=pp, **place)
@@ -199,7 +198,11 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
 
     exp_z3_f = exp_z3_b = np.zeros((n, S))
     if zero == 3:
-        z = comm.dp_comm(hardware, _col_span(span_dp), params_per_rank=non_expert, grad_bytes_per_element=training.grad_bytes,
+        from .cost.compute import stage_rank
+
+        # each chunk's share of its rank's parameters is gathered around that chunk's compute
+        ne_stage = ne_rank[:, stage_rank(pp, chunks_vpp, schedule)] / _chunks_per_rank(schedule, vpp)
+        z = comm.dp_comm(hardware, _col_span(span_dp), params_per_rank=ne_stage, grad_bytes_per_element=training.grad_bytes,
                          param_bytes_per_element=training.param_bytes, zero=3, num_microbatches=1,
                          bucket_bytes=None, replica_span=None)
         zf, zb = np.broadcast_to(z.forward_s, (n, S)), np.broadcast_to(z.backward_s, (n, S))
@@ -257,7 +260,6 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
             inflight[idx] = r.peak_inflight_microbatches_per_rank / _chunks_per_rank(schedule, vpp)
 
     # 4. data-parallel tail (per rank: its non-expert params over dp·cp, expert params over the EDP group)
-    ne_rank, ex_rank = non_expert @ M, expert @ M  # (n, pp)
     last_bwd = (B_eff + W_eff) @ M  # one microbatch's backward on each rank
     if dp_mode == "dataparallel":
         d = comm.data_parallel_single_process_comm(hardware, n_gpus=dp[:, None], params=ne_rank + ex_rank,

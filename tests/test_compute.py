@@ -280,11 +280,11 @@ def test_optimizer_step_time_for_llama3_8b_on_one_gpu_and_with_zero():
 def test_tied_head_is_a_second_copy_only_on_another_rank():
     m = load_model("gpt3-175b")  # tied embedding / LM head
     emb = m.vocab_size * m.hidden_size
-    one = C.stage_param_counts(m, pp=1)[0]
+    one = C.rank_param_counts(m, pp=1)[0]
     assert one[0] == pytest.approx(m.total_params())  # single rank: one copy
-    two = C.stage_param_counts(m, pp=2)[0]
+    two = C.rank_param_counts(m, pp=2)[0]
     assert two.sum() == pytest.approx(m.total_params() + emb)  # Megatron keeps a copy on the last stage
-    v = C.stage_param_counts(m, pp=2, schedule="zb-v")[0]
+    v = C.rank_param_counts(m, pp=2, schedule="zb-v")[0]
     assert v.sum() == pytest.approx(m.total_params())  # V shape: first and last chunk on rank 0
 
 

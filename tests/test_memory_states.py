@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from simulator.errors import InputError
-from simulator.memory.stages import stage_placement
+from simulator.spec.placement import stage_placement
 from simulator.memory.states import (model_state_bytes, params_per_rank, shard_degrees, stage_param_split,
                                      zero_state_bytes_per_param)
 from simulator.spec.load import load_model

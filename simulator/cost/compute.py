@@ -61,7 +61,7 @@ __all__ = [
     "memory_ops",
     "layer_op_times",
     "stage_compute_times",
-    "stage_param_counts",
+    "rank_param_counts",
     "optimizer_bytes_per_param",
     "optimizer_step_s",
 ]
@@ -671,45 +671,16 @@ def optimizer_bytes_per_param(training: Training) -> float:
     return float(training.grad_bytes + master + states + param)
 
 
-def stage_param_counts(model: ModelSpec, *, tp=1, ep=1, pp: int = 1, vpp: int = 1, schedule: str = "1f1b",
-                       layers_per_stage=None) -> tuple[np.ndarray, np.ndarray]:
-    """(non-expert, expert) parameters one rank holds for each virtual stage (trailing axis).
+def rank_param_counts(model: ModelSpec, *, tp=1, ep=1, pp: int = 1, vpp: int = 1, schedule: str = "1f1b",
+                      layers_per_stage=None) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) parameters resident on each pipeline rank, shape (pp,) or (N, pp): the one
+    count of spec/placement.py (Ψ_tp/t + Ψ_rep and Ψ_exp/(e·t), formulas.md §1.5), shared with the
+    memory model and the data-parallel traffic."""
+    from ..spec.placement import params_per_rank, stage_param_split, stage_placement
 
-    Non-expert: attention, dense/shared FFN split by t; norms, router and MLA down-projections
-    (h·r_q + h·(r_kv + d_r) and their latent norms) replicated across TP. Embedding (first stage) and
-    LM head (last stage) split by vocabulary over t; a tied head is a second copy on the last stage
-    when it lives on another rank than the embedding (Megatron). Expert: E·c_f·h·f_e/(e·t).
-    (A local count for the optimizer step; the memory model owns the full residency accounting.)
-    """
-    tp = np.asarray(tp, dtype=float)[..., None]
-    ep = np.asarray(ep, dtype=float)[..., None]
-    n_dense, n_moe = stage_layer_split(model, pp=pp, vpp=vpp, schedule=schedule, layers_per_stage=layers_per_stage)
-    h = model.hidden_size
-    rep_attn = 0.0
-    if model.is_mla:
-        rep_attn = h * (model.kv_lora_rank + model.qk_rope_head_dim) + model.kv_lora_rank
-        if model.q_lora_rank:
-            rep_attn += h * model.q_lora_rank + model.q_lora_rank
-    norms = model.norms_per_layer * model.norm_params
-    attn = (model.attention_params() - rep_attn) / tp + rep_attn + norms
-    dense_layer = attn + model.ffn_params() / tp
-    moe_shared = 0.0
-    if model.is_moe:
-        moe_all = model.moe_ffn_params()
-        router = h * model.num_experts + (h if model.shared_expert_gate else 0)
-        routed = model.num_experts * model.expert_params()
-        moe_shared = (moe_all - router - routed) / tp + router
-    S = n_dense.shape[0]
-    first = (np.arange(S) == 0).astype(float)
-    last = (np.arange(S) == S - 1).astype(float)
-    ranks = stage_rank(pp, vpp, schedule)
-    head = model.norm_params + model.vocab_size * h / tp * (0.0 if model.tie_word_embeddings and ranks[0] == ranks[-1]
-                                                             else 1.0)
-    emb = model.embedding_params() / tp
-    non_expert = n_dense * dense_layer + n_moe * (attn + moe_shared) + first * emb + last * head
-    expert = n_moe * (model.num_experts * model.expert_params() / (ep * tp) if model.is_moe else 0.0)
-    shape = np.broadcast_shapes(np.shape(non_expert), np.shape(expert))
-    return np.broadcast_to(non_expert, shape), np.broadcast_to(expert, shape)
+    pl = stage_placement(model, pp=int(pp), vpp=int(vpp), schedule=schedule,
+                         layers_per_stage=tuple(layers_per_stage) if layers_per_stage else None)
+    return params_per_rank(stage_param_split(model, pl), tp=tp, ep=ep)
 
 
 def optimizer_step_s(model: ModelSpec, training: Training, layout=None, hardware=None, *, tp=None, pp=None, dp=None,
@@ -720,7 +691,7 @@ def optimizer_step_s(model: ModelSpec, training: Training, layout=None, hardware
 
         t = P_rank · optimizer_bytes_per_param / (HBM bytes/s · η_memory(bytes)),
 
-    P_rank = Σ over the rank's virtual stages of non-expert / Z + expert / Z_e, with Z = 1 and Z_e = 1
+    P_rank = non-expert / Z + expert / Z_e of the rank (rank_param_counts), with Z = 1 and Z_e = 1
     without ZeRO, Z = (shard_group_size or dp)·cp and Z_e = dp·cp/ep with zero ≥ 1 (Megatron's
     distributed optimizer shards over the data-parallel × context-parallel group; experts over the
     expert-data-parallel group). With `offload_optimizer` the step runs on the host: 0 GPU time here.
@@ -748,16 +719,15 @@ def optimizer_step_s(model: ModelSpec, training: Training, layout=None, hardware
 def _optimizer_step_s(model, training, hardware, *, tp, dp, cp, ep, pp, vpp, zero, shard_group_size, schedule,
                       layers_per_stage):
     """optimizer_step_s for scalars, or (K, 1) columns of distinct layouts."""
-    non_expert, expert = stage_param_counts(model, tp=np.squeeze(tp, -1) if np.ndim(tp) else tp,
-                                            ep=np.squeeze(ep, -1) if np.ndim(ep) else ep, pp=pp, vpp=vpp,
-                                            schedule=schedule, layers_per_stage=layers_per_stage)
-    M = stage_rank_matrix(pp, vpp, schedule)
+    non_expert, expert = rank_param_counts(model, tp=np.squeeze(tp, -1) if np.ndim(tp) else tp,
+                                           ep=np.squeeze(ep, -1) if np.ndim(ep) else ep, pp=pp, vpp=vpp,
+                                           schedule=schedule, layers_per_stage=layers_per_stage)
     if zero >= 1:
         z = (float(shard_group_size) if shard_group_size else dp) * cp
         z_e = dp * cp / ep
     else:
         z = z_e = 1.0
-    params = (non_expert / z + expert / z_e) @ M
+    params = non_expert / z + expert / z_e
     bytes_ = params * optimizer_bytes_per_param(training)
     if training.offload_optimizer:
         return np.zeros_like(bytes_)

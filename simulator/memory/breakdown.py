@@ -31,7 +31,7 @@ from .activations import (embedding_activation_bytes, head_activation_bytes, hea
 from .inflight import inflight_microbatches, loss_inflight_microbatches
 from .kv_cache import kv_cache_bytes
 from .overheads import Overheads, overhead_bytes
-from .stages import stage_placement
+from ..spec.placement import stage_placement
 from .states import model_state_bytes
 
 CONSUMERS = ("params", "grads", "optimizer", "activations", "kv_cache", "other")

@@ -1,4 +1,6 @@
-"""Which layers, embeddings and heads live on each pipeline rank ("stage"), per schedule family.
+"""Where the model lives: layers, embeddings and heads of each pipeline rank ("stage"), per schedule
+family, and the parameters resident on a rank by sharding class (one count for memory, compute and
+communication).
 
 Chunks (model slices of consecutive layers) are placed on ranks as the schedules do:
 - gpipe, 1f1b, zb-h1, zb-h2, pipedream: pp chunks, chunk i on rank i (Megatron; an explicit uneven
@@ -12,6 +14,14 @@ Chunks (model slices of consecutive layers) are placed on ranks as the schedules
 The input embedding sits with the first chunk, the final norm and LM head with the last chunk; a tied
 embedding on a different rank than the head gets its own copy there (Megatron-LM keeps a copy of the
 word embeddings on the last stage and all-reduces their gradients).
+
+Parameters resident on a rank (formulas.md §1.5, Megatron-LM `theoretical_memory_usage.py`):
+    Ψ_rank = Ψ_tp / t + Ψ_rep + Ψ_exp / (e · t)
+- Ψ_tp: tensor-parallel weights (QKV/out projections, dense and shared-expert MLPs, vocab-parallel
+  embedding and LM head), split over t;
+- Ψ_rep: weights every TP rank keeps whole: norms, MoE router, row-parallel biases, QK-norm, MLA
+  down-projections, learned position table;
+- Ψ_exp: routed experts, split over e (expert parallel) and t (expert tensor parallel = tp).
 """
 from __future__ import annotations
 
@@ -94,3 +104,81 @@ def stage_placement(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = 
     chunks = {"interleaved": vpp, "zb-v": 2, "dualpipev": 2, "dualpipe": 2}.get(schedule, 1)
     return StagePlacement(layers=layers, moe_layers=moe, dense_layers=layers - moe, chunks=chunks,
                           embedding=embedding, head=head, tied_copy=tied)
+
+
+# ---- parameter categories ---------------------------------------------------------------------
+def attention_param_split(model: ModelSpec) -> tuple[int, int]:
+    """(TP-sharded, replicated) parameters of one attention block (sum = model.attention_params()).
+
+    Replicated: the row-parallel output bias (h), QK-norm weights (2·d_h), and for MLA the down
+    projections h·r_q and h·(r_kv + d_r) with their latent norms r_q + r_kv (Megatron-Core MLA builds
+    them duplicated on every TP rank).
+    """
+    total = model.attention_params()
+    rep = model.hidden_size if model.out_bias else 0
+    if model.qk_norm:
+        rep += 2 * model.head_dim
+    if model.is_mla:
+        h = model.hidden_size
+        rep += h * (model.kv_lora_rank + model.qk_rope_head_dim) + model.kv_lora_rank
+        if model.q_lora_rank:
+            rep += h * model.q_lora_rank + model.q_lora_rank
+    return total - rep, rep
+
+
+def ffn_param_split(model: ModelSpec, ffn_hidden_size: int | None = None) -> tuple[int, int]:
+    """(TP-sharded, replicated) parameters of one dense FFN: the down-projection bias (h) is replicated."""
+    total = model.ffn_params(ffn_hidden_size)
+    rep = model.hidden_size if model.mlp_bias else 0
+    return total - rep, rep
+
+
+def layer_param_split(model: ModelSpec) -> dict[str, np.ndarray]:
+    """Per-layer parameter counts by sharding class for a dense and an MoE layer.
+
+    Returns {'dense': (tp, rep, exp), 'moe': (tp, rep, exp)}: counts for one layer of each kind.
+    The three parts add up to `model.layer_params()` of that layer kind.
+    """
+    a_tp, a_rep = attention_param_split(model)
+    norms = model.norms_per_layer * model.norm_params
+    f_tp, f_rep = ffn_param_split(model)
+    dense = (a_tp + f_tp, a_rep + f_rep + norms, 0)
+    if not model.is_moe:
+        return {"dense": dense, "moe": dense}
+    h, E = model.hidden_size, model.num_experts
+    shared = model.glu_matrices * h * model.shared_expert_ffn_hidden_size
+    router = h * E + (h if model.shared_expert_gate else 0)
+    moe = (a_tp + shared, a_rep + norms + router, E * model.expert_params())
+    return {"dense": dense, "moe": moe}
+
+
+def stage_param_split(model: ModelSpec, placement: StagePlacement) -> dict[str, np.ndarray]:
+    """Unsharded parameter counts per rank by sharding class: {'tp', 'rep', 'exp'}, each shape (pp,).
+
+    Embedding V·h is vocab-parallel (TP-sharded); a learned position table is replicated; the head is
+    the final norm (replicated) plus the untied LM head V·h (TP-sharded); `tied_copy` adds V·h on a
+    head rank that does not hold the embedding (Megatron's last-stage copy of tied embeddings).
+    """
+    split = layer_param_split(model)
+    d, m = split["dense"], split["moe"]
+    Vh = model.vocab_size * model.hidden_size
+    pos = model.learned_position_embeddings * model.hidden_size
+    head_tp = 0 if model.tie_word_embeddings else Vh
+    tp = (placement.dense_layers * d[0] + placement.moe_layers * m[0] + placement.embedding * Vh
+          + placement.head * head_tp + placement.tied_copy * Vh)
+    rep = (placement.dense_layers * d[1] + placement.moe_layers * m[1] + placement.embedding * pos
+           + placement.head * model.norm_params)
+    exp = placement.moe_layers * m[2]
+    return {"tp": tp.astype(np.int64), "rep": rep.astype(np.int64), "exp": exp.astype(np.int64)}
+
+
+def params_per_rank(split: dict[str, np.ndarray], *, tp, ep) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters resident on one rank: Ψ_tp/t + Ψ_rep and Ψ_exp/(e·t).
+
+    Shapes: (pp,) for scalar tp/ep, (N, pp) for arrays of shape (N,). Source: formulas.md §1.5.
+    """
+    t = np.asarray(tp, dtype=float)[..., None]
+    e = np.asarray(ep, dtype=float)[..., None]
+    dense = split["tp"] / t + split["rep"]
+    expert = split["exp"] / (e * t)
+    return dense, expert
