@@ -4,6 +4,16 @@ import click
 from ..units import GB
 
 
+def _emit(df, fmt: str, table) -> None:
+    """Print a preset listing as csv, json, or the human table `table` (a DataFrame)."""
+    if fmt == "csv":
+        click.echo(df.to_csv(index=False), nl=False)
+    elif fmt == "json":
+        click.echo(df.to_json(orient="records", indent=1))
+    else:
+        click.echo(table.to_string(index=False))
+
+
 @click.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
 def models(fmt):
@@ -16,14 +26,8 @@ def models(fmt):
     from ..spec.load import list_models
 
     df = list_models()
-    if fmt == "csv":
-        click.echo(df.to_csv(index=False), nl=False)
-    elif fmt == "json":
-        click.echo(df.to_json(orient="records", indent=1))
-    else:
-        view = df.assign(params=(df.params / 1e9).map("{:.2f}B".format),
-                         active_params=(df.active_params / 1e9).map("{:.2f}B".format)).drop(columns="source")
-        click.echo(view.to_string(index=False))
+    _emit(df, fmt, df.assign(params=(df.params / 1e9).map("{:.2f}B".format),
+                             active_params=(df.active_params / 1e9).map("{:.2f}B".format)).drop(columns="source"))
 
 
 @click.command()
@@ -38,12 +42,7 @@ def hardware(fmt):
     from ..spec.hardware import list_hardware
 
     df = list_hardware()
-    if fmt == "csv":
-        click.echo(df.to_csv(index=False), nl=False)
-    elif fmt == "json":
-        click.echo(df.to_json(orient="records", indent=1))
-    else:
-        click.echo(df.to_string(index=False))
+    _emit(df, fmt, df)
 
 
 COMMANDS = [models, hardware]

@@ -390,6 +390,15 @@ def makespan_batch(schedule, forward_s, backward_s, weight_s=0.0, p2p_s=0.0) -> 
 try:  # pragma: no cover - exercised when numba is installed (a core dependency)
     import numba
 
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _op_duration(k, incw, f, b, w):
+        """F, B (+ W when the B includes the weight gradient), or W: as `op_durations`."""
+        if k == 0:
+            return f
+        if k == 1:
+            return b + w if incw else b + 0.0
+        return w
+
     @numba.njit(cache=True, nogil=True)
     def _kernel(level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2, rank_offsets, F, B, W, P, out_mk, out_busy):
         N = F.shape[0]
@@ -401,13 +410,7 @@ try:  # pragma: no cover - exercised when numba is installed (a core dependency)
             for j in range(n):
                 i = level_ops[j]
                 s = stage[i]
-                k = kind[i]
-                if k == 0:
-                    d = F[r, s]
-                elif k == 1:
-                    d = B[r, s] + W[r, s] if incw[i] else B[r, s] + 0.0
-                else:
-                    d = W[r, s]
+                d = _op_duration(kind[i], incw[i], F[r, s], B[r, s], W[r, s])
                 t = end[dep[i]] + (P[r, bnd[i]] if bnd[i] >= 0 else 0.0)
                 if dep2[i] < n:
                     t2 = end[dep2[i]] + (P[r, bnd2[i]] if bnd2[i] >= 0 else 0.0)
@@ -425,14 +428,7 @@ try:  # pragma: no cover - exercised when numba is installed (a core dependency)
                 acc = 0.0
                 for i in range(rank_offsets[q], rank_offsets[q + 1]):
                     s = stage[i]
-                    k = kind[i]
-                    if k == 0:
-                        d = F[r, s]
-                    elif k == 1:
-                        d = B[r, s] + W[r, s] if incw[i] else B[r, s] + 0.0
-                    else:
-                        d = W[r, s]
-                    acc += d
+                    acc += _op_duration(kind[i], incw[i], F[r, s], B[r, s], W[r, s])
                 out_busy[r, q] = acc
 except ImportError:  # pragma: no cover
     _kernel = None

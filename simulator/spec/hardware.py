@@ -328,7 +328,7 @@ def list_hardware():
         rows.append({
             "name": p.name,
             "gpu": p.gpu,
-            "hbm_gb": p.hbm_bytes / 1e9,
+            "hbm_gib": round(p.hbm_bytes / 2**30, 1),  # capacity CUDA sees (usable), GiB
             "bf16_tflops": bf16 / 1e12 if bf16 else float("nan"),
             "gpus_per_node": p.gpus_per_node,
             "nvlink_domain_gpus": p.nvlink_domain_gpus,
