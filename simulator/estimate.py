@@ -158,6 +158,9 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                        sequence_parallel=sequence_parallel, recompute=recompute, cp=col(cp))
     exp_tp_f = (1 - opt.tp_overlap) * np.broadcast_to(tpc.forward_s, (n, S))
     exp_tp_b = (1 - opt.tp_overlap) * np.broadcast_to(tpc.backward_s, (n, S))
+    # communication hidden under compute, per op (it may slow that compute: opt.comm_slowdown)
+    hid_f = opt.tp_overlap * np.broadcast_to(tpc.forward_s, (n, S))
+    hid_b = opt.tp_overlap * np.broadcast_to(tpc.backward_s, (n, S))
 
     exp_cp_f = exp_cp_b = np.zeros((n, S))
     if (cp > 1).any():
@@ -168,8 +171,10 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         cf, cb = np.broadcast_to(cpc.forward_s, (n, S)), np.broadcast_to(cpc.backward_s, (n, S))
         if cp_algorithm == "ring" and opt.cp_overlap:
             af, abk = _core_attention_s(model, training, hardware, tp, cp, mbs, sequence_parallel, opt.roofline)
-            cf = np.maximum(0.0, cf - af[:, None] * layers[None, :])
-            cb = np.maximum(0.0, cb - abk[:, None] * layers[None, :])
+            ef = np.maximum(0.0, cf - af[:, None] * layers[None, :])
+            eb = np.maximum(0.0, cb - abk[:, None] * layers[None, :])
+            hid_f, hid_b = hid_f + (cf - ef), hid_b + (cb - eb)
+            cf, cb = ef, eb
         exp_cp_f, exp_cp_b = cf, cb
 
     exp_ep_f = exp_ep_b = np.zeros((n, S))
@@ -184,12 +189,15 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         ov = opt.ep_overlap if opt.ep_overlap is not None else (1.0 if schedule in ("dualpipe", "dualpipev") else 0.0)
         exp_ep_f = (1 - ov) * np.broadcast_to(epc.forward_s, (n, S))
         exp_ep_b = (1 - ov) * np.broadcast_to(epc.backward_s, (n, S))
+        hid_f = hid_f + ov * np.broadcast_to(epc.forward_s, (n, S))
+        hid_b = hid_b + ov * np.broadcast_to(epc.backward_s, (n, S))
 
     # parameters per rank (virtual stage -> rank) for DP/ZeRO traffic
     ne_rank, ex_rank = (np.broadcast_to(x, (n, pp)) for x in rank_param_counts(model, tp=tp, ep=ep, **kw_layout))
     M = stage_rank_matrix(pp, chunks_vpp, schedule)  # (S, pp)
     span_dp = group_span(hardware, group="dp", tp=tp, cp=1, ep=1, dp=dp * cp, pp=pp, **place)
-    span_edp = group_span(hardware, group="dp", tp=tp, cp=cp, ep=ep, dp=np.maximum(dp * cp // (ep * cp), 1), pp=pp, **place)
+    # expert-data-parallel group: dp·cp/ep ranks (Megatron), strided over the expert-parallel block
+    span_edp = group_span(hardware, group="dp", tp=tp, cp=1, ep=ep, dp=np.maximum(dp * cp // ep, 1), pp=pp, **place)
     replica = None
     if shard_group_size and zero >= 1:
         replica = group_span(hardware, group="dp", tp=tp, cp=cp, ep=1, dp=np.maximum(dp // shard_group_size, 1), pp=pp,
@@ -207,14 +215,15 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                          bucket_bytes=None, replica_span=None)
         zf, zb = np.broadcast_to(z.forward_s, (n, S)), np.broadcast_to(z.backward_s, (n, S))
         if opt.zero3_prefetch:
-            zf, zb = np.maximum(0.0, zf - F), np.maximum(0.0, zb - (Bk + W))
+            ef, eb = np.maximum(0.0, zf - F), np.maximum(0.0, zb - (Bk + W))
+            hid_f, hid_b = hid_f + (zf - ef), hid_b + (zb - eb)
+            zf, zb = ef, eb
         exp_z3_f, exp_z3_b = zf, zb
 
-    F_eff = F + exp_tp_f + exp_cp_f + exp_ep_f + exp_z3_f
-    B_eff = Bk + exp_tp_b + exp_cp_b + exp_ep_b + exp_z3_b
-    if opt.comm_slowdown:
-        hidden_f = opt.tp_overlap * np.broadcast_to(tpc.forward_s, (n, S))
-        F_eff = F_eff + opt.comm_slowdown * hidden_f
+    # Overlapped communication occupies SMs and slows the compute it hides under (Calculon's
+    # `processor_usage`; formulas.md §7.1): that compute takes comm_slowdown × the hidden time longer.
+    F_eff = F + exp_tp_f + exp_cp_f + exp_ep_f + exp_z3_f + opt.comm_slowdown * hid_f
+    B_eff = Bk + exp_tp_b + exp_cp_b + exp_ep_b + exp_z3_b + opt.comm_slowdown * hid_b
     if schedule not in SPLIT_SCHEDULES:
         B_eff, W_eff = B_eff + W, np.zeros_like(W)
     else:
@@ -287,7 +296,8 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
             ag = C.all_gather_s(hardware, ne_rank * pb, sp_dp) + C.all_gather_s(hardware, ex_rank * pb, sp_edp)
             ag = ag * (0.0 if opt.param_gather_overlap else 1.0)
         if opt.grad_reduce_overlap:
-            rs = np.maximum(0.0, rs - last_bwd)
+            exposed_rs = np.maximum(0.0, rs - last_bwd)
+            rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
         tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
         dp_tail = np.broadcast_to(tail, (n, pp))
     opt_s = np.broadcast_to(optimizer_step_s(model, training, hardware=hardware, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
