@@ -70,7 +70,7 @@ def calibrate():
     \b
     Examples:
       parasim calibrate all --base dgx-h100 --out hardware_profiles/measured/my-h100.toml
-      parasim calibrate gemm --device cpu --out /tmp/cpu.toml
+      parasim calibrate gemm --device cpu --out cpu.toml
       parasim calibrate nccl-tests all_reduce_perf.log all_gather_perf.log --base dgx-h100 --out h100-nccl.toml
     """
 
