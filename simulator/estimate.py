@@ -79,7 +79,7 @@ class EstimateOptions:
     def __post_init__(self):
         for name in ("tp_overlap", "comm_slowdown"):
             v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
+            if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
                 raise InputError(f"{name} must be in [0, 1], got {v!r}")
         if self.pipeline not in ("replay", "analytic"):
             raise InputError(f"pipeline must be 'replay' or 'analytic', got {self.pipeline!r}")

@@ -178,3 +178,21 @@ def test_overlapped_communication_slows_compute_by_the_documented_factor():
     # the hidden TP time is what TP costs when exposed; 20 % of it is added to the ops that hide it (the
     # pipeline warm-up/drain and the hidden DP reduction add a few per cent more: rel=0.1)
     assert e1.row["step_s"] - e0.row["step_s"] == pytest.approx(0.2 * no.row["exposed_tp_s"], rel=0.1)
+
+
+def test_cli_overlap_options_change_the_exposed_tp_time():
+    base = ["estimate", "scenarios/llama3-70b-64xh100.toml", "--format", "json"]
+    off = json.loads(CliRunner().invoke(cli, base).output)
+    on = json.loads(CliRunner().invoke(cli, base + ["--tp-overlap", "1"]).output)
+    assert off["time"]["exposed_comm_by_group_s"]["tp"] > 0 == on["time"]["exposed_comm_by_group_s"]["tp"]
+    assert on["time"]["step_s"] < off["time"]["step_s"]
+
+
+@pytest.mark.parametrize("flag,value", [("--tp-overlap", "1.5"), ("--comm-slowdown", "-0.1"), ("--tp-overlap", "nan")])
+def test_cli_overlap_options_reject_out_of_range_values(flag, value, capsys):
+    from simulator.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["estimate", "scenarios/llama3-70b-64xh100.toml", flag, value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "must be in [0, 1]" in err and err.count("\n") == 1

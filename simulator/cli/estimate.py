@@ -42,7 +42,15 @@ def _table(e) -> str:
 @click.option("--pipeline", type=click.Choice(["replay", "analytic"]), default="replay", show_default=True,
               help="replay the schedule on the engine, or use the closed-form bubble (faster, approximate "
                    "for uneven stages)")
-def estimate(fmt, pipeline, **kwargs):
+@click.option("--tp-overlap", type=float, default=0.0, show_default=True,
+              help="fraction of TP communication hidden under GEMMs (Megatron --tp-comm-overlap: ~1)")
+@click.option("--comm-slowdown", type=float, default=0.0, show_default=True,
+              help="overlapped communication slows the compute it hides under by this fraction (SM contention)")
+@click.option("--grad-overlap/--no-grad-overlap", default=True, show_default=True,
+              help="overlap the DP gradient reduction with the last microbatch's backward")
+@click.option("--param-gather-overlap/--no-param-gather-overlap", default=False, show_default=True,
+              help="overlap the ZeRO-1/2 parameter all-gather with the next step's forward")
+def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gather_overlap, **kwargs):
     """Step time, throughput, MFU/HFU and memory of one layout, with a breakdown that adds up:
     step = compute + exposed communication (by group) + pipeline bubble.
 
@@ -62,7 +70,9 @@ def estimate(fmt, pipeline, **kwargs):
     from ..estimate import EstimateOptions, estimate_scenario
 
     sc = scenario_from_options(kwargs)
-    e = estimate_scenario(sc, options=EstimateOptions(pipeline=pipeline))
+    opts = EstimateOptions(pipeline=pipeline, tp_overlap=tp_overlap, comm_slowdown=comm_slowdown,
+                           grad_reduce_overlap=grad_overlap, param_gather_overlap=param_gather_overlap)
+    e = estimate_scenario(sc, options=opts)
     if fmt == "json":
         click.echo(json.dumps(e.to_dict(), indent=2, default=float))
     elif fmt == "csv":
