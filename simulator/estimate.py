@@ -122,16 +122,32 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                      cp_algorithm: str = "ring", dp_mode: str = "ddp", shard_group_size: int | None = None,
                      layers_per_stage=None, tp=1, dp=1, cp=1, ep=1, micro_batch_size=1,
                      options: EstimateOptions | None = None, inference: bool = False) -> pd.DataFrame:
-    """Memory and time of N layouts that share the scalar fields (pp, vpp, schedule, zero, recompute, sp,
-    ...); tp, dp, cp, ep, micro_batch_size are int arrays (N,) or scalars. One row per layout.
+    """Memory and time of N layouts that share the scalar fields (pp, vpp, schedule, recompute, sp, ...);
+    tp, dp, cp, ep, micro_batch_size and zero are int arrays (N,) or scalars. One row per layout.
 
     The caller guarantees validity (spec/validate.py); rows that do not fit HBM are `feasible=False`
     with a `reason`, never an exception.
     """
     opt = options or EstimateOptions()
     n = int(np.broadcast(np.asarray(tp), np.asarray(dp), np.asarray(cp), np.asarray(ep),
-                         np.asarray(micro_batch_size)).size)
-    tp, dp, cp, ep, mbs = (_arr(x, n) for x in (tp, dp, cp, ep, micro_batch_size))
+                         np.asarray(micro_batch_size), np.asarray(zero)).size)
+    if np.ndim(zero) and (shard_group_size or dp_mode == "dataparallel") and len(np.unique(zero)) > 1:
+        # rare combinations: one call per ZeRO stage, rows put back in order
+        zero = np.broadcast_to(np.asarray(zero), (n,))
+        kw = dict(num_gpus=num_gpus, pp=pp, vpp=vpp, schedule=schedule, recompute=recompute,
+                  sequence_parallel=sequence_parallel, cp_algorithm=cp_algorithm, dp_mode=dp_mode,
+                  shard_group_size=shard_group_size, layers_per_stage=layers_per_stage, options=opt,
+                  inference=inference)
+        parts = []
+        for zv in np.unique(zero):
+            idx = np.flatnonzero(zero == zv)
+            sub = evaluate_layouts(model, training, hardware, zero=int(zv),
+                                   **{k: np.broadcast_to(np.asarray(v), (n,))[idx] for k, v in
+                                      dict(tp=tp, dp=dp, cp=cp, ep=ep, micro_batch_size=micro_batch_size).items()},
+                                   **kw)
+            parts.append(sub.set_index(idx))
+        return pd.concat(parts).sort_index().reset_index(drop=True)
+    tp, dp, cp, ep, mbs, zz = (_arr(x, n) for x in (tp, dp, cp, ep, micro_batch_size, zero))
     B, s = training.global_batch_size, training.seq_length
     m = B // (dp * mbs)
     chunks_vpp = vpp if schedule == "interleaved" else 1
@@ -199,13 +215,14 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     # expert-data-parallel group: dp·cp/ep ranks (Megatron), strided over the expert-parallel block
     span_edp = group_span(hardware, group="dp", tp=tp, cp=1, ep=ep, dp=np.maximum(dp * cp // ep, 1), pp=pp, **place)
     replica = None
-    if shard_group_size and zero >= 1:
+    if shard_group_size and (zz >= 1).any():  # then every row has zero >= 1 (mixed stages were split above)
         replica = group_span(hardware, group="dp", tp=tp, cp=cp, ep=1, dp=np.maximum(dp // shard_group_size, 1), pp=pp,
                              **place)
         span_dp = group_span(hardware, group="dp", tp=tp, cp=cp, ep=1, dp=np.full(n, shard_group_size), pp=pp, **place)
 
     exp_z3_f = exp_z3_b = np.zeros((n, S))
-    if zero == 3:
+    z3 = (zz == 3)[:, None]
+    if z3.any():
         from .cost.compute import stage_rank
 
         # each chunk's share of its rank's parameters is gathered around that chunk's compute
@@ -214,6 +231,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                          param_bytes_per_element=training.param_bytes, zero=3, num_microbatches=1,
                          bucket_bytes=None, replica_span=None)
         zf, zb = np.broadcast_to(z.forward_s, (n, S)), np.broadcast_to(z.backward_s, (n, S))
+        zf, zb = zf * z3, zb * z3  # only the ZeRO-3 rows gather parameters per microbatch
         if opt.zero3_prefetch:
             ef, eb = np.maximum(0.0, zf - F), np.maximum(0.0, zb - (Bk + W))
             hid_f, hid_b = hid_f + (zf - ef), hid_b + (zb - eb)
@@ -283,26 +301,33 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         # over the dp·cp group, expert params over the expert-data-parallel group dp·cp/ep.
         gb, pb = training.grad_bytes, training.param_bytes
         sp_dp, sp_edp = _col_span(span_dp), _col_span(span_edp)
-        if zero == 3:  # per-microbatch traffic is inside the ops; HSDP adds the replica all-reduce
-            rs = np.zeros((n, pp))
-            if replica is not None:
-                rs = C.all_reduce_s(hardware, ne_rank * gb / shard_group_size, _col_span(replica))
-            ag = 0.0
-        elif zero == 0:
-            rs = C.all_reduce_s(hardware, ne_rank * gb, sp_dp) + C.all_reduce_s(hardware, ex_rank * gb, sp_edp)
-            ag = 0.0
-        else:
-            rs = C.reduce_scatter_s(hardware, ne_rank * gb, sp_dp) + C.reduce_scatter_s(hardware, ex_rank * gb, sp_edp)
-            ag = C.all_gather_s(hardware, ne_rank * pb, sp_dp) + C.all_gather_s(hardware, ex_rank * pb, sp_edp)
-            ag = ag * (0.0 if opt.param_gather_overlap else 1.0)
+        zc = zz[:, None]
+        rs = np.zeros((n, pp))
+        ag = np.zeros((n, pp))
+        if (zc == 0).any():  # DDP
+            ar = C.all_reduce_s(hardware, ne_rank * gb, sp_dp) + C.all_reduce_s(hardware, ex_rank * gb, sp_edp)
+            rs = np.where(zc == 0, ar, rs)
+        if ((zc == 1) | (zc == 2)).any():  # ZeRO-1/2
+            z12 = (zc == 1) | (zc == 2)
+            r12 = C.reduce_scatter_s(hardware, ne_rank * gb, sp_dp) + C.reduce_scatter_s(hardware, ex_rank * gb, sp_edp)
+            a12 = C.all_gather_s(hardware, ne_rank * pb, sp_dp) + C.all_gather_s(hardware, ex_rank * pb, sp_edp)
+            rs = np.where(z12, r12, rs)
+            ag = np.where(z12, a12 * (0.0 if opt.param_gather_overlap else 1.0), ag)
+        if replica is not None and (zc == 3).any():  # ZeRO-3: per-microbatch traffic is inside the ops;
+            rr = C.all_reduce_s(hardware, ne_rank * gb / shard_group_size, _col_span(replica))  # HSDP replica AR
+            rs = np.where(zc == 3, rr, rs)
         if opt.grad_reduce_overlap:
             exposed_rs = np.maximum(0.0, rs - last_bwd)
             rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
         tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
         dp_tail = np.broadcast_to(tail, (n, pp))
-    opt_s = np.broadcast_to(optimizer_step_s(model, training, hardware=hardware, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
-                                             vpp=chunks_vpp, zero=zero, shard_group_size=shard_group_size,
-                                             schedule=schedule, layers_per_stage=layers_per_stage), (n, pp))
+    opt_s = np.zeros((n, pp))
+    for sharded in np.unique(zz >= 1):  # the optimizer step depends on ZeRO only through sharded or not
+        rows_z = np.flatnonzero((zz >= 1) == sharded)
+        opt_s[rows_z] = np.broadcast_to(optimizer_step_s(
+            model, training, hardware=hardware, tp=tp[rows_z], pp=pp, dp=dp[rows_z], cp=cp[rows_z], ep=ep[rows_z],
+            vpp=chunks_vpp, zero=int(sharded), shard_group_size=shard_group_size, schedule=schedule,
+            layers_per_stage=layers_per_stage), (len(rows_z), pp))
     tail_rank = dp_tail + opt_s
     step = makespan + tail_rank.max(axis=1)
 
@@ -328,10 +353,18 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         bubble_fraction = np.where(makespan > 0, 1.0 - busy.sum(axis=1) / (pp * makespan), 0.0)
 
     # 5. memory with the replayed in-flight microbatches
-    mem = stage_memory_arrays(model, training, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=chunks_vpp,
-                              micro_batch_size=mbs, num_microbatches=m, zero=zero, shard_group_size=shard_group_size,
-                              recompute=recompute, sequence_parallel=sequence_parallel, schedule=schedule,
-                              layers_per_stage=layers_per_stage, inference=inference, inflight_per_stage=inflight)
+    mem = {}
+    for zv in np.unique(zz):
+        rz = np.flatnonzero(zz == zv)
+        part = stage_memory_arrays(model, training, tp=tp[rz], pp=pp, dp=dp[rz], cp=cp[rz], ep=ep[rz], vpp=chunks_vpp,
+                                   micro_batch_size=mbs[rz], num_microbatches=m[rz], zero=int(zv),
+                                   shard_group_size=shard_group_size, recompute=recompute,
+                                   sequence_parallel=sequence_parallel, schedule=schedule,
+                                   layers_per_stage=layers_per_stage, inference=inference,
+                                   inflight_per_stage=None if inflight is None else inflight[rz])
+        for k in MEMORY_FIELDS:
+            if k in part:
+                mem.setdefault(k, np.zeros((n, pp)))[rz] = np.broadcast_to(np.asarray(part[k]), (len(rz), pp))
     peak = np.asarray(mem["peak_bytes"])
     worst = np.argmax(peak, axis=1)
     out = {k: np.asarray(mem[k])[rows, worst] for k in MEMORY_FIELDS if k in mem}
@@ -343,7 +376,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     tokens = B * s
     df = pd.DataFrame({
         "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "vpp": vpp, "micro_batch_size": mbs,
-        "num_microbatches": m, "zero": zero, "recompute": recompute, "sequence_parallel": sequence_parallel,
+        "num_microbatches": m, "zero": zz, "recompute": recompute, "sequence_parallel": sequence_parallel,
         "schedule": schedule,
         "step_s": step, "compute_s": compute_s, "exposed_comm_s": exposed_comm, "bubble_s": bubble_s,
         "bubble_fraction": bubble_fraction, "optimizer_s": optimizer,

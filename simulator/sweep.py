@@ -8,7 +8,7 @@ Pipeline of a sweep (docs/sweep.md has the user's view):
    (ep carved out of dp·cp for MoE), crossed with micro-batch sizes, schedules, vpp, sequence
    parallelism, ZeRO stage and recompute mode, and keeps those that `spec.validate.layout_valid_mask`
    (the one place for divisibility rules) accepts. Rows come out in a deterministic order, grouped
-   by the scalar fields (pp, schedule, vpp, sequence_parallel, zero, recompute).
+   by the scalar fields (pp, schedule, vpp, sequence_parallel, recompute; zero travels as an array).
 3. `run_sweep` cuts the candidates into fixed chunks (chunk k = rows [k·size, (k+1)·size)), evaluates
    each group of a chunk with one call of the vectorised kernel (`estimate.evaluate_layouts`),
    and writes each finished chunk atomically (temp file + os.replace) into `<out>.parts/`, so an
@@ -337,18 +337,18 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
                 continue
             idx = np.flatnonzero(mask)
             shard = (dp[idx] * cp[idx]) > 1
-            for z in zeros:
-                zidx = idx if z == 0 else idx[shard]
-                if not len(zidx):
-                    continue
-                for r in recs:
+            for r in recs:  # zero innermost: the kernel takes it as an array, so these blocks share a call
+                for z in zeros:
+                    zidx = idx if z == 0 else idx[shard]
+                    if not len(zidx):
+                        continue
                     blocks.append((sched, vpp, sp, z, r, zidx))
     if not blocks:
         return _empty_candidates()
     sizes = np.array([len(b[5]) for b in blocks])
     rows = np.concatenate([b[5] for b in blocks])
     block_id = np.repeat(np.arange(len(blocks)), sizes)
-    # pp outermost, then block (schedule, vpp, sp, zero, recompute), then base order (tp, cp, pp, dp, ep, mb)
+    # pp outermost, then block (schedule, vpp, sp, recompute, zero), then base order (tp, cp, pp, dp, ep, mb)
     order = np.lexsort((np.arange(len(rows)), block_id, pp[rows]))
     rows, block_id = rows[order], block_id[order]
     sched_arr = np.array([b[0] for b in blocks], dtype=object)[block_id]
@@ -378,13 +378,14 @@ def _empty_candidates() -> pd.DataFrame:
 
 
 def group_runs(cands: pd.DataFrame) -> list[tuple[int, int]]:
-    """[start, stop) row ranges of consecutive rows sharing pp, vpp, schedule, zero, recompute, sp."""
+    """[start, stop) row ranges of consecutive rows sharing pp, vpp, schedule, recompute, sp (the kernel's
+    scalar fields; zero is array-valued in `estimate.evaluate_layouts`)."""
     n = len(cands)
     if n == 0:
         return []
     change = np.zeros(n, dtype=bool)
     change[0] = True
-    for c in ("pp", "vpp", "zero", "sequence_parallel", "schedule", "recompute", "layers_per_stage"):
+    for c in ("pp", "vpp", "sequence_parallel", "schedule", "recompute", "layers_per_stage"):
         if c not in cands:
             continue
         a = cands[c].to_numpy()
@@ -453,7 +454,7 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
     def call(idx):
         i0 = idx.start if isinstance(idx, slice) else idx[0]
         res = evaluator(model, training, hardware, num_gpus=int(num_gpus), pp=int(col["pp"][i0]),
-                        vpp=int(col["vpp"][i0]), schedule=str(col["schedule"][i0]), zero=int(col["zero"][i0]),
+                        vpp=int(col["vpp"][i0]), schedule=str(col["schedule"][i0]), zero=col["zero"][idx],
                         recompute=str(col["recompute"][i0]), sequence_parallel=bool(col["sequence_parallel"][i0]),
                         tp=col["tp"][idx], dp=col["dp"][idx], cp=col["cp"][idx], ep=col["ep"][idx],
                         micro_batch_size=col["micro_batch_size"][idx], **split_kw(col["layers_per_stage"][i0]))

@@ -196,3 +196,15 @@ def test_cli_overlap_options_reject_out_of_range_values(flag, value, capsys):
         main(["estimate", "scenarios/llama3-70b-64xh100.toml", flag, value])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "must be in [0, 1]" in err and err.count("\n") == 1
+
+
+def test_zero_stage_as_an_array_equals_one_call_per_stage():
+    # The sweep passes zero as an array; each row must equal the scalar-zero evaluation of that row.
+    m, t = _small()
+    tp = np.array([1, 2, 1, 2, 1, 2, 1, 2])
+    zero = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    both = evaluate_layouts(m, t, H100, num_gpus=16, pp=2, tp=tp, dp=16 // (2 * tp), zero=zero)
+    for i in range(len(tp)):
+        one = evaluate_layouts(m, t, H100, num_gpus=16, pp=2, tp=int(tp[i]), dp=16 // (2 * int(tp[i])), zero=int(zero[i]))
+        for col in ("step_s", "peak_bytes", "optimizer_bytes", "exposed_dp_s", "exposed_zero3_s", "optimizer_s"):
+            assert both[col][i] == pytest.approx(one[col][0], rel=1e-12), (i, col)
