@@ -8,7 +8,7 @@ Pipeline of a sweep (docs/sweep.md has the user's view):
    (ep carved out of dp·cp for MoE), crossed with micro-batch sizes, schedules, vpp, sequence
    parallelism, ZeRO stage and recompute mode, and keeps those that `spec.validate.layout_valid_mask`
    (the one place for divisibility rules) accepts. Rows come out in a deterministic order, grouped
-   by the scalar fields (pp, schedule, vpp, sequence_parallel, recompute; zero travels as an array).
+   by virtual stages (pp x model chunks per rank), pp and the categorical fields.
 3. `run_sweep` cuts the candidates into fixed chunks (chunk k = rows [k·size, (k+1)·size)), evaluates
    each group of a chunk with one call of the vectorised kernel (`estimate.evaluate_layouts`),
    and writes each finished chunk atomically (temp file + os.replace) into `<out>.parts/`, so an
@@ -348,8 +348,11 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     sizes = np.array([len(b[5]) for b in blocks])
     rows = np.concatenate([b[5] for b in blocks])
     block_id = np.repeat(np.arange(len(blocks)), sizes)
-    # pp outermost, then block (schedule, vpp, sp, recompute, zero), then base order (tp, cp, pp, dp, ep, mb)
-    order = np.lexsort((np.arange(len(rows)), block_id, pp[rows]))
+    # virtual stages outermost (the kernel pads a chunk's stage axis to its widest row), then pp, then block
+    # (schedule, vpp, sp, recompute, zero), then base order (tp, cp, pp, dp, ep, mb)
+    chunks = np.array([b[1] if b[0] == "interleaved" else (2 if b[0] in TWO_CHUNK_SCHEDULES and b[0] != "dualpipe" else 1)
+                       for b in blocks], dtype=np.int64)[block_id]
+    order = np.lexsort((np.arange(len(rows)), block_id, pp[rows], pp[rows] * chunks))
     rows, block_id = rows[order], block_id[order]
     sched_arr = np.array([b[0] for b in blocks], dtype=object)[block_id]
     df = pd.DataFrame({
@@ -440,12 +443,19 @@ def schedule_refusal(schedule: str, pp: int, vpp: int, microbatches: int) -> str
 
 def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.DataFrame, *,
                         evaluator: Callable | None = None) -> pd.DataFrame:
-    """Evaluate candidate rows: one kernel call per run of equal scalar fields. Rows whose schedule
-    shape the schedule builder refuses (`schedule_refusal`) are not sent to the kernel; they come back
-    infeasible with the builder's reason. Returns the candidate columns followed by the kernel's
+    """Evaluate candidate rows. Rows whose schedule shape the schedule builder refuses
+    (`schedule_refusal`) are not sent to the kernel; they come back infeasible with the builder's
+    reason. A kernel taking every layout field as an array (`array_fields = True`, as
+    `estimate.evaluate_layouts`) gets all other rows in one call; any other evaluator one call per run
+    of equal scalar fields (`group_runs`). Returns the candidate columns followed by the kernel's
     columns, in the candidates' order (index 0..n-1)."""
     evaluator = evaluator or _default_evaluator()
     col = {c: cands[c].to_numpy() for c in CANDIDATE_COLUMNS}
+    n = len(cands)
+    if n and getattr(getattr(evaluator, "func", evaluator), "array_fields", False):
+        res = _evaluate_arrays(model, training, hardware, num_gpus, col, evaluator)
+        if res is not None:
+            return _join(cands, res, hardware)
 
     def split_kw(text):
         # only uneven rows pass layers_per_stage, so kernels without that keyword still serve even splits
@@ -476,13 +486,49 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
         parts.append(_evaluate_per_microbatch_count(m, a, call, reason))
     if not parts:
         return cands.reset_index(drop=True)
-    res = pd.concat(parts, ignore_index=True)
+    return _join(cands, pd.concat(parts, ignore_index=True), hardware)
+
+
+def _join(cands: pd.DataFrame, res: pd.DataFrame, hardware) -> pd.DataFrame:
     res = res.drop(columns=[c for c in res.columns if c in cands.columns])
-    out = pd.concat([cands.reset_index(drop=True), res], axis=1)
+    out = pd.concat([cands.reset_index(drop=True), res.reset_index(drop=True)], axis=1)
     hbm = getattr(hardware, "hbm_bytes", None)
     if hbm is not None and "peak_bytes" in out:
         out["memory_headroom_bytes"] = float(hbm) - out["peak_bytes"].to_numpy(dtype=float)
     return out
+
+
+def _evaluate_arrays(model, training, hardware, num_gpus, col: dict, evaluator) -> pd.DataFrame | None:
+    """All rows in one kernel call (the refused schedule shapes left out and marked); None if the
+    kernel raises InputError, so the caller falls back to the grouped path that isolates it."""
+    n = len(col["tp"])
+    keys = pd.DataFrame({k: col[k] for k in ("schedule", "pp", "vpp", "num_microbatches")})
+    uniq = keys.drop_duplicates()
+    why_u = [schedule_refusal(str(s), int(p), int(v), int(m)) for s, p, v, m in uniq.itertuples(index=False)]
+    if any(why_u):
+        why = keys.merge(uniq.assign(_why=why_u), how="left", on=list(keys.columns))["_why"].to_numpy(dtype=object)
+    else:
+        why = np.full(n, "", dtype=object)
+    ok = np.flatnonzero(why == "")
+    split = np.array([None if not t else t for t in col["layers_per_stage"][ok]] + [None], dtype=object)[:-1]
+    try:
+        res = evaluator(model, training, hardware, num_gpus=int(num_gpus), pp=col["pp"][ok], vpp=col["vpp"][ok],
+                        schedule=col["schedule"][ok], zero=col["zero"][ok], recompute=col["recompute"][ok],
+                        sequence_parallel=col["sequence_parallel"][ok].astype(bool), tp=col["tp"][ok],
+                        dp=col["dp"][ok], cp=col["cp"][ok], ep=col["ep"][ok],
+                        micro_batch_size=col["micro_batch_size"][ok], layers_per_stage=split)
+    except InputError:
+        return None
+    if len(res) != len(ok):
+        raise AssertionError(f"evaluator returned {len(res)} rows for {len(ok)} layouts")
+    if len(ok) == n:
+        return res.reset_index(drop=True)
+    res.index = ok
+    res = res.reindex(np.arange(n))
+    refused = why != ""
+    res["feasible"] = np.where(refused, False, res["feasible"].to_numpy()).astype(bool)
+    res["reason"] = np.where(refused, why, res["reason"].to_numpy())
+    return res
 
 
 def _evaluate_per_microbatch_count(m: np.ndarray, offset: int, call, reason: dict) -> pd.DataFrame:

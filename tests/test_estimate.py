@@ -154,7 +154,9 @@ def test_analytic_pipeline_equals_the_replay_for_uniform_stages(schedule, vpp):
     split = schedule.startswith("zb")
     Bk, Wk = (B, W) if split else (B + W, 0 * W)
     ref = makespan_batch(build(schedule, pp=p, microbatches=m, vpp=vpp), F, Bk, Wk, 0.0).makespan_s
-    mk, mk0, _ = _analytic_pipeline(schedule, p, vpp, np.array([m]), F, Bk, Wk, np.zeros(1), stage_rank_matrix(p, vpp, schedule))
+    M = stage_rank_matrix(p, vpp, schedule)
+    mk, mk0, _ = _analytic_pipeline(schedule, np.array([p]), np.array([vpp]), np.array([m]), (F + Bk + Wk) @ M, F @ M,
+                                    Bk @ M, Wk @ M, np.zeros(1))
     assert mk[0] == pytest.approx(ref[0], rel=1e-12) and mk0[0] == mk[0]
 
 

@@ -591,8 +591,7 @@ def _check_scalar(name, v):
 
 def stage_compute_times(model: ModelSpec, training: Training, layout=None, hardware=None, *, tp=None, pp=None, cp=None,
                         ep=None, vpp=None, micro_batch_size=None, recompute=None, sequence_parallel=None,
-                        schedule=None, cp_algorithm=None, layers_per_stage=None, roofline: bool = True,
-                        _deduplicated: bool = False) -> StageTimes:
+                        schedule=None, cp_algorithm=None, layers_per_stage=None, roofline: bool = True) -> StageTimes:
     """F, B, W and recompute times per microbatch per virtual stage (trailing axis) on one rank.
 
     `layout` is a Layout or any object with its attribute names (a "layout-like" namespace of arrays);
@@ -600,7 +599,7 @@ def stage_compute_times(model: ModelSpec, training: Training, layout=None, hardw
     pp, vpp and the categorical fields are scalars. Shapes: (S,) or (N, S), S = num_virtual_stages.
 
     Per stage: dense_layers·t_dense + moe_layers·t_moe (+ embedding on the first, final norm + LM head +
-    loss on the last virtual stage); recompute: selective → core-attention forward of each layer, full →
+    loss on the last virtual stage; `layer_basis_times`); recompute: selective → core-attention forward of each layer, full →
     each layer's whole forward (formulas.md §2.6).
     """
     if hardware is None:
@@ -610,48 +609,68 @@ def stage_compute_times(model: ModelSpec, training: Training, layout=None, hardw
                                   cp_algorithm=cp_algorithm, layers_per_stage=layers_per_stage), _LAYOUT_FIELDS)
     for n in ("pp", "vpp", "recompute", "sequence_parallel", "schedule", "cp_algorithm"):
         _check_scalar(n, getattr(a, n))
-    if a.recompute not in F.RECOMPUTE_MODES:
-        raise InputError(f"recompute must be one of {', '.join(F.RECOMPUTE_MODES)}, got {a.recompute!r}")
-    if a.cp_algorithm not in ("ring", "ulysses"):
-        raise InputError(f"cp_algorithm must be ring or ulysses, got {a.cp_algorithm!r}")
-    vectorised = any(np.ndim(getattr(a, n)) > 0 for n in ("tp", "cp", "ep", "micro_batch_size"))
-    if vectorised and not _deduplicated:
-        cols, inverse, shape = _unique_layouts([a.tp, a.cp, a.ep, a.micro_batch_size])
-        u = stage_compute_times(model, training, None, hardware, tp=cols[0], pp=a.pp, cp=cols[1], ep=cols[2], vpp=a.vpp,
-                                micro_batch_size=cols[3], recompute=a.recompute, sequence_parallel=a.sequence_parallel,
-                                schedule=a.schedule, cp_algorithm=a.cp_algorithm, layers_per_stage=a.layers_per_stage,
-                                roofline=roofline, _deduplicated=True)
-        per = {f.name: getattr(u, f.name) for f in fields(StageTimes)}
-        for key in _TIME_KEYS + ("recompute_s", "recompute_flops"):
-            per[key] = per[key][inverse].reshape(shape + per[key].shape[-1:])
-        return StageTimes(**per)
-    kw = dict(tp=_col(a.tp), cp=_col(a.cp), micro_batch_size=_col(a.micro_batch_size))
-    sp = bool(a.sequence_parallel)
     n_dense, n_moe = stage_layer_split(model, pp=int(a.pp), vpp=int(a.vpp), schedule=a.schedule,
                                       layers_per_stage=a.layers_per_stage)
     S = n_dense.shape[0]
-    first = (np.arange(S) == 0).astype(float)
-    last = (np.arange(S) == S - 1).astype(float)
+    counts = np.stack([n_dense, n_moe, (np.arange(S) == 0).astype(float), (np.arange(S) == S - 1).astype(float)])
+    basis = layer_basis_times(model, training, hardware, tp=a.tp, cp=a.cp, ep=a.ep, micro_batch_size=a.micro_batch_size,
+                              recompute=a.recompute, sequence_parallel=a.sequence_parallel,
+                              cp_algorithm=a.cp_algorithm, roofline=roofline)
+    out = {key: basis[i] @ counts for i, key in enumerate(BASIS_KEYS)}
+    return StageTimes(**out, dense_layers=n_dense, moe_layers=n_moe,
+                      stage_rank=stage_rank(int(a.pp), int(a.vpp), a.schedule))
 
-    groups = _stage_op_groups(model, training, ep=_col(a.ep), sequence_parallel=sp, n_dense=n_dense, n_moe=n_moe,
-                              first=first, last=last, recompute=a.recompute, **kw)
+
+BASIS = ("dense_layer", "moe_layer", "embedding", "head")
+BASIS_KEYS = _TIME_KEYS + ("recompute_s", "recompute_flops")
+
+
+def layer_basis_times(model: ModelSpec, training: Training, hardware, *, tp=1, cp=1, ep=1, micro_batch_size=1,
+                      recompute: str = "none", sequence_parallel: bool = False, cp_algorithm: str = "ring",
+                      roofline: bool = True) -> np.ndarray:
+    """Times and FLOPs per microbatch of the four building blocks of a virtual stage, shape (8, 4) or
+    (8, N, 4): rows `BASIS_KEYS` (F, B, W, their FLOPs, recompute forward and its FLOPs), columns
+    `BASIS` (one dense layer, one MoE layer, the input embedding, final norm + LM head + loss).
+
+    A virtual stage with d dense and e MoE layers, holding the embedding (first) and/or the head
+    (last), takes  d·t_dense + e·t_moe + first·t_embedding + last·t_head  — every op time is linear in
+    those counts (`_stage_op_groups`), so any pipeline split is a product with this table.
+    tp, cp, ep, micro_batch_size: scalars or (N,) arrays (distinct tuples are evaluated once).
+    """
+    if recompute not in F.RECOMPUTE_MODES:
+        raise InputError(f"recompute must be one of {', '.join(F.RECOMPUTE_MODES)}, got {recompute!r}")
+    if cp_algorithm not in ("ring", "ulysses"):
+        raise InputError(f"cp_algorithm must be ring or ulysses, got {cp_algorithm!r}")
+    kw = dict(recompute=recompute, sequence_parallel=bool(sequence_parallel), cp_algorithm=cp_algorithm,
+              roofline=roofline)
+    if any(np.ndim(x) > 0 for x in (tp, cp, ep, micro_batch_size)):
+        cols, inverse, shape = _unique_layouts([tp, cp, ep, micro_batch_size])
+        u = _basis(model, training, hardware, tp=cols[0][:, None].astype(float), cp=cols[1][:, None].astype(float),
+                   ep=cols[2][:, None].astype(float), micro_batch_size=cols[3][:, None].astype(float), **kw)
+        u = np.broadcast_to(u, (len(BASIS_KEYS), len(cols[0]), len(BASIS)))
+        return u[:, inverse].reshape((len(BASIS_KEYS),) + shape + (len(BASIS),))
+    return _basis(model, training, hardware, tp=float(tp), cp=float(cp), ep=float(ep),
+                  micro_batch_size=float(micro_batch_size), **kw)
+
+
+def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, recompute, sequence_parallel, cp_algorithm,
+           roofline) -> np.ndarray:
+    """layer_basis_times for scalars or (K, 1) columns: the four blocks as four pseudo-stages."""
+    one_hot = np.eye(len(BASIS))
+    moe = one_hot[1] if (model.is_moe and model.moe_layer_mask.any()) else 0.0 * one_hot[1]
+    kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
+    groups = _stage_op_groups(model, training, ep=ep, sequence_parallel=sequence_parallel, n_dense=one_hot[0],
+                              n_moe=moe, first=one_hot[2], last=one_hot[3], recompute=recompute, **kw)
     acc = 0.0
     for kind, ops, W, R in groups:
-        t = _evaluate(kind, ops, model, training, hardware, cp_algorithm=a.cp_algorithm, roofline=roofline, **kw)
+        t = _evaluate(kind, ops, model, training, hardware, cp_algorithm=cp_algorithm, roofline=roofline, **kw)
         rows = _per_stage(t, W)
         rc = _per_stage(t[0::3], R)  # forward_s and forward_flops of the recomputed ops
         if rows.shape[1:] != rc.shape[1:]:
             common = np.broadcast_shapes(rows.shape[1:], rc.shape[1:])
             rows, rc = np.broadcast_to(rows, (6,) + common), np.broadcast_to(rc, (2,) + common)
-        both = np.concatenate([rows, rc])
-        acc = acc + (both[:, None, :] if (vectorised and both.ndim == 2) else both)
-    shape = np.broadcast_shapes(*(np.shape(v) for v in kw.values()), np.shape(_col(a.ep)), (1,))[:-1] + (S,)
-    names = _TIME_KEYS + ("recompute_s", "recompute_flops")
-    if acc.shape[1:] != shape:
-        acc = np.broadcast_to(acc, acc.shape[:1] + shape)
-    out = {key: np.array(acc[i]) for i, key in enumerate(names)}
-    return StageTimes(**out, dense_layers=n_dense, moe_layers=n_moe,
-                      stage_rank=stage_rank(int(a.pp), int(a.vpp), a.schedule))
+        acc = acc + np.concatenate([rows, rc])
+    return np.asarray(acc, dtype=float)
 
 
 # ---- optimizer step --------------------------------------------------------------------------------
@@ -727,7 +746,19 @@ def _optimizer_step_s(model, training, hardware, *, tp, dp, cp, ep, pp, vpp, zer
         z_e = dp * cp / ep
     else:
         z = z_e = 1.0
-    params = non_expert / z + expert / z_e
+    return optimizer_params_step_s(training, hardware, non_expert=non_expert, expert=expert, shard_degree=z,
+                                   expert_shard_degree=z_e)
+
+
+def optimizer_params_step_s(training: Training, hardware, *, non_expert, expert, shard_degree=1.0,
+                            expert_shard_degree=1.0) -> np.ndarray:
+    """Optimizer-step time of a rank holding `non_expert` and `expert` parameters whose state is
+    sharded `shard_degree` / `expert_shard_degree` ways (arrays broadcast):
+
+        t = (Ψ / Z + Ψ_exp / Z_e) · optimizer_bytes_per_param / (HBM bytes/s · η_memory(bytes));
+
+    0 with `offload_optimizer` (the step runs on the host)."""
+    params = non_expert / shard_degree + expert / expert_shard_degree
     bytes_ = params * optimizer_bytes_per_param(training)
     if training.offload_optimizer:
         return np.zeros_like(bytes_)

@@ -46,12 +46,17 @@ def _check_inflight(inflight_per_stage, pp: int) -> np.ndarray:
     return a
 
 
-def _check_categorical(*, recompute: str, schedule: str, zero: int) -> None:
+def _check_categorical(*, recompute: str, schedule, zero) -> None:
     if recompute not in RECOMPUTE:
         raise InputError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    if schedule not in SCHEDULES:
-        raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+    for s in np.unique(np.asarray(schedule, dtype=object)).tolist() if np.ndim(schedule) else [schedule]:
+        if s not in SCHEDULES:
+            raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {s!r}")
+    if np.ndim(zero):
+        z = np.asarray(zero)
+        if z.dtype.kind not in "iu" or np.any((z < 0) | (z > 3)):
+            raise InputError(f"zero must be 0, 1, 2 or 3, got {z.ravel()[:4].tolist()}")
+    elif isinstance(zero, bool) or zero not in (0, 1, 2, 3):
         raise InputError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
 
 
@@ -86,21 +91,26 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                         shard_group_size: int | None = None, recompute: str = "none",
                         sequence_parallel: bool = False, schedule: str = "1f1b", layers_per_stage=None,
                         inference: bool = False, inflight_per_stage=None,
-                        overheads: Overheads | None = None) -> dict[str, np.ndarray]:
+                        overheads: Overheads | None = None, placement=None) -> dict[str, np.ndarray]:
     """Per-stage memory of many layouts at once (vectorisation contract of the sweep).
 
-    pp, vpp and the categorical fields are scalars; tp, dp, cp, ep, micro_batch_size and
-    num_microbatches are ints or arrays of shape (N,). Every returned array has shape (pp,) or (N, pp):
+    tp, dp, cp, ep, micro_batch_size, num_microbatches, zero and schedule are scalars or arrays of
+    shape (N,); recompute and sequence_parallel are scalars. The pipeline shape comes from pp, vpp,
+    schedule and layers_per_stage (scalars), or from `placement`: a StagePlacement whose arrays are
+    (N, P) (structure.pipeline_table pads layouts of different pp to P ranks; pp is then (N,)).
+    Every returned array has shape (pp,) or (N, pp) (P with `placement`):
     params_bytes, grads_bytes, optimizer_bytes, activations_bytes, kv_cache_bytes, other_bytes,
     peak_bytes, host_bytes, overhead_bytes, transient_bytes, inflight_microbatches, layers, params.
     """
     overheads = Overheads() if overheads is None else overheads
     _check_categorical(recompute=recompute, schedule=schedule, zero=zero)
-    pl = stage_placement(model, pp=pp, vpp=vpp, schedule=schedule, layers_per_stage=layers_per_stage)
+    pl = placement if placement is not None else stage_placement(model, pp=pp, vpp=vpp, schedule=schedule,
+                                                                 layers_per_stage=layers_per_stage)
+    width = int(np.shape(pl.layers)[-1])
     st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero,
                            shard_group_size=shard_group_size, inference=inference)
     shape = np.broadcast_shapes(*(np.shape(x) for x in (tp, dp, cp, ep, micro_batch_size, num_microbatches)))
-    zeros = np.zeros(shape + (int(pp),))
+    zeros = np.zeros(shape + (width,))
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size, sequence_parallel=sequence_parallel)
     has_dense = (pl.dense_layers > 0)
     has_moe = (pl.moe_layers > 0)
@@ -120,14 +130,14 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         inflight = zeros + 1.0
     else:
         if inflight_per_stage is not None:
-            inflight = zeros + _check_inflight(inflight_per_stage, int(pp))
+            inflight = zeros + _check_inflight(inflight_per_stage, width)
         else:
             inflight = zeros + inflight_microbatches(schedule, pp=pp, num_microbatches=num_microbatches, vpp=vpp)
         a_d = layer_activation_bytes(model, training, recompute=recompute, moe=False, **kw)[..., None]
         a_m = layer_activation_bytes(model, training, recompute=recompute, moe=True, **kw)[..., None]
         emb = embedding_activation_bytes(model, training, **kw)[..., None]
         head = head_activation_bytes(model, training, **kw)[..., None]
-        loss_m = loss_inflight_microbatches(schedule, num_microbatches=num_microbatches)[..., None]
+        loss_m = np.asarray(loss_inflight_microbatches(schedule, num_microbatches=num_microbatches))[..., None]
         act = inflight * (pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb)
         act = act + np.minimum(loss_m, np.maximum(inflight, 1.0)) * pl.head * head
         if recompute == "full":

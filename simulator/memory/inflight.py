@@ -62,10 +62,10 @@ def inflight_microbatches(schedule: str, *, pp: int, num_microbatches, vpp: int 
     return out
 
 
-def loss_inflight_microbatches(schedule: str, *, num_microbatches) -> np.ndarray:
+def loss_inflight_microbatches(schedule, *, num_microbatches) -> np.ndarray:
     """Micro-batches whose logits are alive at once on the rank computing the loss: m for GPipe (all
     forwards before any backward), else 1 (every other schedule runs the loss chunk's backward right
-    after its forward). Shape of `num_microbatches`."""
+    after its forward). `schedule` a name or an array of names; shape of both broadcast."""
     m = np.asarray(num_microbatches, dtype=float)
-    return m if schedule == "gpipe" else np.ones_like(m)
+    return np.where(np.asarray(schedule, dtype=object) == "gpipe", m, 1.0)
 

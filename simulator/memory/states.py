@@ -57,13 +57,15 @@ def zero_state_bytes_per_param(*, zero: int, shard_degree, param_bytes: float, g
     Returns {'params', 'grads', 'optimizer', 'host'} (bytes per parameter; arrays if d is).
     """
     d = np.asarray(shard_degree, dtype=float)
+    z = np.asarray(zero)
+    d, z = np.broadcast_arrays(d, z)
     one = np.ones_like(d)
-    params = param_bytes * (one / d if zero >= 3 else one)
-    grads = grad_bytes * (one / d if zero >= 2 else one)
-    opt = optimizer_bytes * (one / d if zero >= 1 else one)
+    params = param_bytes * np.where(z >= 3, one / d, one)
+    grads = grad_bytes * np.where(z >= 2, one / d, one)
+    opt = optimizer_bytes * np.where(z >= 1, one / d, one)
     host = np.zeros_like(d)
     if offload_optimizer:
-        host = host + opt + 4.0 * (one / d if zero >= 1 else one)
+        host = host + opt + 4.0 * np.where(z >= 1, one / d, one)
         opt = np.zeros_like(d)
     if offload_params:
         host = host + params
@@ -90,19 +92,20 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
     if inference:
         return {"params": P * (dense + expert), "grads": zeros, "optimizer": zeros, "host": zeros,
                 "gather": zeros, "params_count": dense + expert}
-    if training.offload_params and zero != 3:
+    if training.offload_params and np.any(np.asarray(zero) != 3):
         from ..errors import InputError
-        raise InputError(f"offload_params needs zero = 3, got zero({zero})")
+        raise InputError(f"offload_params needs zero = 3, got zero({np.asarray(zero).ravel()[0]})")
     d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size)
     kw = dict(zero=zero, param_bytes=P, grad_bytes=G, optimizer_bytes=K,
               offload_optimizer=training.offload_optimizer, offload_params=training.offload_params)
     bd = zero_state_bytes_per_param(shard_degree=d, **kw)
     be = zero_state_bytes_per_param(shard_degree=d_e, **kw)
     out = {k: bd[k][..., None] * dense + be[k][..., None] * expert for k in ("params", "grads", "optimizer", "host")}
-    if zero == 3:
+    z3 = (np.asarray(zero) == 3)
+    if z3.any():
         layers = np.maximum(placement.layers, 1)
         per_layer = (dense + expert) / layers * (placement.layers > 0)
-        out["gather"] = (2 * P + G) * per_layer
+        out["gather"] = (2 * P + G) * per_layer * (z3[..., None] if z3.ndim else 1.0)
     else:
         out["gather"] = zeros
     out["params_count"] = dense + expert

@@ -430,8 +430,68 @@ try:  # pragma: no cover - exercised when numba is installed (a core dependency)
                     s = stage[i]
                     acc += _op_duration(kind[i], incw[i], F[r, s], B[r, s], W[r, s])
                 out_busy[r, q] = acc
+
+    @numba.njit(cache=True, nogil=True)
+    def _multi_kernel(op_off, rank_off, level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2, rank_offsets, sid,
+                      F, B, W, P, out_mk, out_mk0, out_busy):
+        """`_kernel` over layouts of different schedule shapes (concatenated tables, local op indices);
+        one uniform p2p delay P[r] per boundary; the makespan with and without it in one pass."""
+        N = F.shape[0]
+        width = 0
+        for k in range(op_off.shape[0] - 1):
+            if op_off[k + 1] - op_off[k] > width:
+                width = op_off[k + 1] - op_off[k]
+        end = np.zeros(width + 1)
+        end0 = np.zeros(width + 1)
+        for r in range(N):
+            k = sid[r]
+            o = op_off[k]
+            n = op_off[k + 1] - o
+            end[n] = 0.0
+            end0[n] = 0.0
+            p = P[r]
+            mk = 0.0
+            mk0 = 0.0
+            for j in range(n):
+                i = level_ops[o + j]
+                g = o + i
+                s = stage[g]
+                d = _op_duration(kind[g], incw[g], F[r, s], B[r, s], W[r, s])
+                a = dep[g]
+                t = end[a] + (p if bnd[g] >= 0 else 0.0)
+                t0 = end0[a]
+                a2 = dep2[g]
+                if a2 < n:
+                    t2 = end[a2] + (p if bnd2[g] >= 0 else 0.0)
+                    if t2 > t:
+                        t = t2
+                    if end0[a2] > t0:
+                        t0 = end0[a2]
+                q = rp[g]
+                if end[q] > t:
+                    t = end[q]
+                if end0[q] > t0:
+                    t0 = end0[q]
+                e = t + d
+                e0 = t0 + d
+                end[i] = e
+                end0[i] = e0
+                if e > mk:
+                    mk = e
+                if e0 > mk0:
+                    mk0 = e0
+            out_mk[r] = mk
+            out_mk0[r] = mk0
+            ro = rank_off[k]
+            for q in range(rank_off[k + 1] - ro - 1):
+                acc = 0.0
+                for i in range(rank_offsets[ro + q], rank_offsets[ro + q + 1]):
+                    g = o + i
+                    s = stage[g]
+                    acc += _op_duration(kind[g], incw[g], F[r, s], B[r, s], W[r, s])
+                out_busy[r, q] = acc
 except ImportError:  # pragma: no cover
-    _kernel = None
+    _kernel = _multi_kernel = None
 
 
 def _inflight_counts(compiled: CompiledSchedule) -> np.ndarray:
@@ -476,3 +536,42 @@ def _batch_kernel(compiled: CompiledSchedule, f, b, w, p):
     busy = np.zeros((N, compiled.schedule.num_ranks))
     _kernel(*_kernel_args(compiled), f, b, w, P, mk, busy)
     return mk, busy
+
+
+def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2p_s):
+    """Replay of N layouts of different schedule shapes in one compiled pass (the sweep's fast path).
+
+    compiled: list of CompiledSchedule; schedule_index (N,): which one each layout runs; forward_s,
+    backward_s, weight_s: (N, S) per virtual stage (S >= each schedule's stage count; extra columns
+    unused); p2p_s (N,): the delay of every stage boundary. Same recurrence and float operations as
+    `makespan_batch` with a uniform p2p (bit-identical results; tests compare them).
+    Returns (makespan_s (N,), makespan without p2p (N,), busy_s_per_rank (N, max ranks), 0 past a
+    schedule's ranks).
+    """
+    sid = np.asarray(schedule_index, dtype=np.int64)
+    N = len(sid)
+    F, B, W = (np.ascontiguousarray(np.broadcast_to(x, (N, np.shape(forward_s)[-1])), dtype=float)
+               for x in (forward_s, backward_s, weight_s))
+    P = np.ascontiguousarray(np.broadcast_to(np.asarray(p2p_s, dtype=float), (N,)))
+    R = max(c.schedule.num_ranks for c in compiled)
+    mk, mk0, busy = np.zeros(N), np.zeros(N), np.zeros((N, R))
+    if N == 0:
+        return mk, mk0, busy
+    if _multi_kernel is None:  # pragma: no cover - numba is a core dependency
+        for k, c in enumerate(compiled):
+            idx = np.flatnonzero(sid == k)
+            if not len(idx):
+                continue
+            S, r = c.schedule.num_stages, c.schedule.num_ranks
+            a = makespan_batch(c, F[idx, :S], B[idx, :S], W[idx, :S], P[idx])
+            b = makespan_batch(c, F[idx, :S], B[idx, :S], W[idx, :S], 0.0)
+            mk[idx], mk0[idx], busy[idx, :r] = a.makespan_s, b.makespan_s, a.busy_s_per_rank
+        return mk, mk0, busy
+    args = [_kernel_args(c) for c in compiled]
+    sizes = np.array([c.num_ops for c in compiled], dtype=np.int64)
+    op_off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    nro = np.array([len(a[9]) for a in args], dtype=np.int64)
+    rank_off = np.concatenate([[0], np.cumsum(nro)]).astype(np.int64)
+    cat = [np.concatenate([a[j] for a in args]) for j in range(10)]
+    _multi_kernel(op_off, rank_off, *cat, sid, F, B, W, P, mk, mk0, busy)
+    return mk, mk0, busy

@@ -1,0 +1,546 @@
+"""The vectorised kernel: memory + step time + throughput of N layouts, composed from the parts (no
+formulas here). `estimate.estimate` is this kernel for one layout; `sweep` runs it over chunks.
+
+Composition (formulas.md §7.4, made concrete):
+
+1. Per (virtual) stage and microbatch, compute times F, B (input gradient + recompute forward), W
+   (weight gradient) come from cost/compute.py.
+2. Communication inside those ops (cost/comm.py over the links each group spans, cost/topology.py):
+   - TP all-reduce / all-gather + reduce-scatter: on the critical path of F and B (Megatron runs them
+     between GEMMs); `tp_overlap` of it may be hidden (default 0: none).
+   - CP ring p2p: overlapped with the core-attention kernel of the same layer (Megatron CP); only the
+     excess is exposed. Ulysses all-to-all: exposed.
+   - EP dispatch/combine all-to-all: exposed, except `ep_overlap` of it (default 1 for dualpipe /
+     dualpipev, whose F&B pairs hide it — DeepSeek-V3 §3.2.1 — else 0).
+   - ZeRO-3/FSDP parameter all-gathers (forward and backward) and gradient reduce-scatters per
+     microbatch: prefetched under the same pass; only the excess over the pass is exposed.
+   The exposed parts are added to F and B.
+3. The pipeline: the schedule's op order replayed on those durations with the PP p2p time per
+   boundary (pipeline/makespan_batch: the engine's exact fast path), giving the makespan, busy time
+   per rank and the peak in-flight microbatches per rank (which the memory model uses).
+   PipeDream (asynchronous, no flush) runs at its steady state: m × the slowest stage's F+B+W.
+4. The data-parallel tail: DDP all-reduce / ZeRO-1,2 reduce-scatter (+ parameter all-gather) of the
+   gradients, overlapped with the last microbatch's backward when `grad_reduce_overlap` (Megatron
+   `--overlap-grad-reduce`); the ZeRO-1/2 parameter all-gather is exposed unless
+   `param_gather_overlap`. Asynchronous DP waits for nothing; single-process DataParallel is serial.
+5. The optimizer step (memory-bound, cost/compute.py), then the step ends.
+
+Breakdown (adds up exactly): step_s = compute_s + exposed_comm_s + bubble_s, where, on the busiest
+pipeline rank r*: compute_s = m·Σ(F+B+W) + optimizer_s; exposed_comm_s = comm inside its ops + the
+PP p2p wait (makespan with p2p − makespan without) + the exposed DP tail; bubble_s = the rest of the
+makespan (idle waiting on other stages). `bubble_fraction` is the engine's
+1 − Σ busy / (ranks × makespan).
+
+MFU/HFU: PaLM App. B — model FLOPs (no recompute; causal convention of `training.attention_flops`)
+or executed FLOPs, per step, / (step_s × GPUs × dense peak of the GEMM dtype).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from .cost import collectives as C
+from .cost import comm
+from .cost.compute import BASIS_KEYS, layer_basis_times, layer_op_times, mfu_peak_flops, optimizer_params_step_s
+from .cost.flops import step_flops
+from .cost.topology import group_span
+from .errors import InputError
+from .memory.breakdown import stage_memory_arrays
+from .spec.layout import RECOMPUTE, SCHEDULES, Layout
+from .spec.model import ModelSpec
+from .spec.placement import params_per_rank, stage_param_split
+from .spec.training import Training
+from .structure import pipeline_table
+
+SPLIT_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
+MEMORY_FIELDS = ("peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+                 "kv_cache_bytes", "other_bytes")
+EXPOSED = ("tp", "cp", "ep", "pp", "dp", "zero3")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimateOptions:
+    """What overlaps with what (module docstring), and modelling switches. Defaults follow Megatron-LM."""
+
+    tp_overlap: float = 0.0  # fraction of TP communication hidden under GEMMs (--tp-comm-overlap: ~1)
+    cp_overlap: bool = True  # ring-attention p2p under the attention kernel
+    ep_overlap: float | None = None  # None: 1 for dualpipe/dualpipev, else 0
+    grad_reduce_overlap: bool = True  # DP gradient reduction under the last microbatch's backward
+    param_gather_overlap: bool = False  # ZeRO-1/2 parameter all-gather under the next forward
+    zero3_prefetch: bool = True  # FSDP/ZeRO-3 all-gathers prefetched under compute
+    comm_slowdown: float = 0.0  # overlapped comm slows the compute it hides under by this fraction
+    roofline: bool = True  # op time = max(compute, memory) (False: their sum, Calculon's no_overlap)
+    pipeline: str = "replay"  # "replay": the engine's fast path; "analytic": closed-form bubbles (faster)
+    bucket_bytes: float = 25e6  # DDP gradient bucket (PyTorch default 25 MB)
+    placement: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+
+    def __post_init__(self):
+        for name in ("tp_overlap", "comm_slowdown"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
+                raise InputError(f"{name} must be in [0, 1], got {v!r}")
+        if self.pipeline not in ("replay", "analytic"):
+            raise InputError(f"pipeline must be 'replay' or 'analytic', got {self.pipeline!r}")
+        if self.ep_overlap is not None and not 0.0 <= self.ep_overlap <= 1.0:
+            raise InputError(f"ep_overlap must be in [0, 1], got {self.ep_overlap!r}")
+
+
+@lru_cache(maxsize=512)
+def _compiled(schedule: str, pp: int, m: int, vpp: int):
+    """The schedule's op order compiled for the fast replay (pure function of its shape; memoised)."""
+    from .pipeline import compile_schedule
+    from .schedules import build
+
+    return compile_schedule(build(schedule, pp=pp, microbatches=m, vpp=vpp if schedule == "interleaved" else 1))
+
+
+def _chunks_per_rank(schedule: str, vpp: int) -> int:
+    """Model chunks each rank holds: the engine counts in-flight (chunk, microbatch) pairs, the memory
+    model counts microbatches of a whole rank's layers, so the replayed count is divided by this."""
+    return {"interleaved": vpp, "zb-v": 2, "dualpipev": 2, "dualpipe": 2}.get(schedule, 1)
+
+
+def replayed_inflight_per_rank(layout: Layout, global_batch_size: int) -> np.ndarray | None:
+    """Peak in-flight microbatches per pipeline rank from the replayed schedule order (whole-rank units),
+    which replaces the memory model's closed forms; None for PipeDream (closed form: p − i)."""
+    if layout.schedule == "pipedream":
+        return None
+    from .pipeline import inflight_profile
+
+    sched = _compiled(layout.schedule, layout.pp, layout.num_microbatches(global_batch_size), layout.vpp)
+    return np.asarray(inflight_profile(sched.schedule), dtype=float) / _chunks_per_rank(layout.schedule, layout.vpp)
+
+
+def _ints(x, n):
+    return np.broadcast_to(np.asarray(x), (n,)).astype(np.int64)
+
+
+def _names(x, n):
+    return np.broadcast_to(np.asarray(x, dtype=object), (n,))
+
+
+def _splits(layers_per_stage, n) -> list:
+    """Per-row uneven splits: None, one tuple for every row, or (N,) tuples / "a,b,..." / None."""
+    if layers_per_stage is None:
+        return [None] * n
+    if isinstance(layers_per_stage, np.ndarray) or (isinstance(layers_per_stage, (list, tuple)) and len(layers_per_stage)
+                                                    and not isinstance(layers_per_stage[0], (int, np.integer))):
+        if len(layers_per_stage) != n:
+            raise InputError(f"layers_per_stage has {len(layers_per_stage)} rows for {n} layouts")
+        return list(layers_per_stage)
+    return [tuple(layers_per_stage)] * n
+
+
+def _categories(*keys):
+    """[(values, row indices)] for each distinct combination of the (N,) key arrays."""
+    n = len(keys[0])
+    code = np.zeros(n, dtype=np.int64)
+    uniq = []
+    for k in keys:
+        u, inv = np.unique(k, return_inverse=True)
+        code = code * len(u) + inv.ravel()
+        uniq.append(u)
+    out = []
+    for c in np.unique(code):
+        idx = np.flatnonzero(code == c)
+        out.append((tuple(k[idx[0]] for k in keys), idx))
+    return out
+
+
+def _take_span(span, idx):
+    """The GroupSpan of rows `idx` (every array field indexed)."""
+    return replace(span, **{f: np.asarray(getattr(span, f))[idx] for f in span.__dataclass_fields__ if f != "group"})
+
+
+def _take_placement(pl, idx):
+    return type(pl)(**{f: getattr(pl, f)[idx] for f in pl.__dataclass_fields__})
+
+
+def _unique_rows(x: np.ndarray):
+    """(first index, inverse) of the distinct rows of a 2-D float array (byte-wise equality)."""
+    x = np.ascontiguousarray(x)
+    v = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
+    _, first, inv = np.unique(v, return_index=True, return_inverse=True)
+    return first, inv.ravel()
+
+
+def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus: int, pp=1, vpp=1,
+                     schedule="1f1b", zero=0, recompute="none", sequence_parallel=False,
+                     cp_algorithm: str = "ring", dp_mode: str = "ddp", shard_group_size: int | None = None,
+                     layers_per_stage=None, tp=1, dp=1, cp=1, ep=1, micro_batch_size=1,
+                     options: EstimateOptions | None = None, inference: bool = False) -> pd.DataFrame:
+    """Memory and time of N layouts, one row each, in one vectorised pass.
+
+    Every layout field (tp, pp, dp, cp, ep, vpp, micro_batch_size, zero, recompute,
+    sequence_parallel, schedule) is a scalar or an array of shape (N,); `layers_per_stage` is None,
+    one tuple for every row, or an (N,) object array of tuples / "a,b,..." strings / None (even).
+    cp_algorithm, dp_mode and shard_group_size describe the cluster setup and are scalars.
+    Layouts of different pipeline shapes are padded to a common width (structure.pipeline_table);
+    the replays of all of them run in one compiled pass (pipeline.makespan_multi), once per distinct
+    set of stage times. The caller guarantees validity (spec/validate.py); rows that do not fit HBM
+    are `feasible=False` with a `reason`, never an exception.
+    """
+    opt = options or EstimateOptions()
+    given = dict(tp=tp, dp=dp, cp=cp, ep=ep, micro_batch_size=micro_batch_size, zero=zero, pp=pp, vpp=vpp,
+                 schedule=schedule, recompute=recompute, sequence_parallel=sequence_parallel)
+    n = int(np.broadcast(*[np.asarray(v, dtype=object) for v in given.values()]).size)
+    tp, dp, cp, ep, mbs, zz, ppa, vppa = (_ints(given[k], n) for k in ("tp", "dp", "cp", "ep", "micro_batch_size",
+                                                                        "zero", "pp", "vpp"))
+    sched, rec = _names(schedule, n), _names(recompute, n)
+    spa = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,))
+    splits = _splits(layers_per_stage, n)
+    for name, vals, ok in (("schedule", sched, SCHEDULES), ("recompute", rec, RECOMPUTE)):
+        bad = set(vals.tolist()) - set(ok)
+        if bad:
+            raise InputError(f"{name} must be one of {', '.join(ok)}, got {sorted(bad)[0]!r}")
+    if (shard_group_size or dp_mode == "dataparallel") and len(np.unique(zz)) > 1:
+        # rare combinations: one call per ZeRO stage (the DP groups differ), rows put back in order
+        parts = []
+        for zv in np.unique(zz):
+            idx = np.flatnonzero(zz == zv)
+            sub = evaluate_layouts(model, training, hardware, num_gpus=num_gpus, pp=ppa[idx], vpp=vppa[idx],
+                                   schedule=sched[idx], zero=int(zv), recompute=rec[idx], sequence_parallel=spa[idx],
+                                   cp_algorithm=cp_algorithm, dp_mode=dp_mode, shard_group_size=shard_group_size,
+                                   layers_per_stage=np.array([splits[i] for i in idx] + [None], dtype=object)[:-1],
+                                   tp=tp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], micro_batch_size=mbs[idx],
+                                   options=opt, inference=inference)
+            parts.append(sub.set_index(idx))
+        return pd.concat(parts).sort_index().reset_index(drop=True)
+    B, s = training.global_batch_size, training.seq_length
+    m = B // (dp * mbs)
+    chunks = np.where(sched == "interleaved", vppa, 1)
+    pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=splits)
+    S, P = pt.stage_valid.shape[1], pt.rank_valid.shape[1]
+    rows = np.arange(n)
+    layers, moe_layers = pt.layers, pt.moe_layers
+    combos = _categories(rec, spa)
+
+    # 1. compute per virtual stage per microbatch: (n, S) = per-block times x the stage's block counts
+    basis = np.zeros((len(BASIS_KEYS), n, 4))
+    for (r, sp), idx in combos:
+        basis[:, idx] = layer_basis_times(model, training, hardware, tp=tp[idx], cp=cp[idx], ep=ep[idx],
+                                          micro_batch_size=mbs[idx], recompute=r, sequence_parallel=sp,
+                                          cp_algorithm=cp_algorithm, roofline=opt.roofline)
+    counts = (pt.dense_layers, pt.moe_layers, pt.first, pt.last)
+
+    def per_stage(key):
+        b = basis[BASIS_KEYS.index(key)]
+        return b[:, 0, None] * counts[0] + b[:, 1, None] * counts[1] + b[:, 2, None] * counts[2] + b[:, 3, None] * counts[3]
+
+    F, W = per_stage("forward_s"), per_stage("weight_s")
+    Bk = per_stage("backward_s") + per_stage("recompute_s")
+
+    # 2. communication inside the ops (per layer, times the stage's layers)
+    ab = training.activation_bytes
+    place = dict(order=opt.placement)
+    span_tp = group_span(hardware, group="tp", tp=tp, cp=cp, ep=1, dp=dp, pp=ppa, **place)
+    tp_f, tp_b = np.zeros(n), np.zeros(n)
+    for (r, sp), idx in combos:
+        c = comm.tp_comm(hardware, _take_span(span_tp, idx), hidden_size=model.hidden_size, seq_length=s,
+                         micro_batch_size=mbs[idx].astype(float), num_layers=1.0, bytes_per_element=ab,
+                         sequence_parallel=bool(sp), recompute=r, cp=cp[idx])
+        tp_f[idx], tp_b[idx] = c.forward_s, c.backward_s
+    tpf, tpb = tp_f[:, None] * layers, tp_b[:, None] * layers
+    exp_tp_f, exp_tp_b = (1 - opt.tp_overlap) * tpf, (1 - opt.tp_overlap) * tpb
+    hid_f, hid_b = opt.tp_overlap * tpf, opt.tp_overlap * tpb  # hidden under compute (may slow it: comm_slowdown)
+
+    zeros_s = np.zeros((n, S))
+    exp_cp_f = exp_cp_b = zeros_s
+    if (cp > 1).any():
+        span_cp = group_span(hardware, group="cp", tp=tp, cp=cp, ep=1, dp=dp, pp=ppa, **place)
+        cpc = comm.cp_comm(hardware, span_cp, seq_length=s, micro_batch_size=mbs.astype(float), num_layers=1.0,
+                           kv_hidden=model.num_kv_heads * model.head_dim, hidden_size=model.hidden_size,
+                           bytes_per_element=ab, algorithm=cp_algorithm)
+        cf = np.broadcast_to(cpc.forward_s, (n,))[:, None] * layers
+        cb = np.broadcast_to(cpc.backward_s, (n,))[:, None] * layers
+        if cp_algorithm == "ring" and opt.cp_overlap:
+            af, abk = np.zeros(n), np.zeros(n)
+            for (sp,), idx in _categories(spa):
+                af[idx], abk[idx] = _core_attention_s(model, training, hardware, tp[idx], cp[idx], mbs[idx], bool(sp),
+                                                      opt.roofline)
+            ef = np.maximum(0.0, cf - af[:, None] * layers)
+            eb = np.maximum(0.0, cb - abk[:, None] * layers)
+            hid_f, hid_b = hid_f + (cf - ef), hid_b + (cb - eb)
+            cf, cb = ef, eb
+        exp_cp_f, exp_cp_b = cf, cb
+
+    exp_ep_f = exp_ep_b = zeros_s
+    if model.is_moe and (ep > 1).any():
+        span_ep = group_span(hardware, group="ep", tp=tp, cp=cp, ep=ep, dp=np.maximum(dp // ep, 1), pp=ppa, **place)
+        epc = comm.ep_comm(hardware, span_ep, tokens_per_rank=mbs * s / cp / np.where(spa, tp, 1),
+                           hidden_size=model.hidden_size, top_k=model.experts_per_token, num_moe_layers=1.0,
+                           dispatch_bytes_per_element=1 if training.precision == "fp8" else ab,
+                           combine_bytes_per_element=ab, capacity_factor=training.moe_capacity_factor or None)
+        ef = np.broadcast_to(epc.forward_s, (n,))[:, None] * moe_layers
+        eb = np.broadcast_to(epc.backward_s, (n,))[:, None] * moe_layers
+        ov = (np.full(n, float(opt.ep_overlap)) if opt.ep_overlap is not None
+              else np.isin(sched, ("dualpipe", "dualpipev")).astype(float))[:, None]
+        exp_ep_f, exp_ep_b = (1 - ov) * ef, (1 - ov) * eb
+        hid_f, hid_b = hid_f + ov * ef, hid_b + ov * eb
+
+    # parameters per rank for DP/ZeRO traffic and the optimizer (spec/placement.py: one count)
+    ne_rank, ex_rank = params_per_rank(stage_param_split(model, pt.placement), tp=tp, ep=ep)  # (n, P)
+    span_dp = group_span(hardware, group="dp", tp=tp, cp=1, ep=1, dp=dp * cp, pp=ppa, **place)
+    # expert-data-parallel group: dp·cp/ep ranks (Megatron), strided over the expert-parallel block
+    span_edp = group_span(hardware, group="dp", tp=tp, cp=1, ep=ep, dp=np.maximum(dp * cp // ep, 1), pp=ppa, **place)
+    replica = None
+    if shard_group_size and (zz >= 1).any():  # then every row has zero >= 1 (mixed stages were split above)
+        replica = group_span(hardware, group="dp", tp=tp, cp=cp, ep=1, dp=np.maximum(dp // shard_group_size, 1),
+                             pp=ppa, **place)
+        span_dp = group_span(hardware, group="dp", tp=tp, cp=cp, ep=1, dp=np.full(n, shard_group_size), pp=ppa,
+                             **place)
+
+    exp_z3_f = exp_z3_b = zeros_s
+    z3 = (zz == 3)[:, None]
+    if z3.any():
+        # each chunk's share of its rank's parameters is gathered around that chunk's compute
+        ne_stage = pt.stage_of_rank(ne_rank) / pt.placement.chunks[:, None]
+        z = comm.dp_comm(hardware, _col_span(span_dp), params_per_rank=ne_stage, grad_bytes_per_element=training.grad_bytes,
+                         param_bytes_per_element=training.param_bytes, zero=3, num_microbatches=1,
+                         bucket_bytes=None, replica_span=None)
+        live = z3 & pt.stage_valid  # only the ZeRO-3 rows gather parameters per microbatch
+        zf = np.where(live, np.broadcast_to(z.forward_s, (n, S)), 0.0)
+        zb = np.where(live, np.broadcast_to(z.backward_s, (n, S)), 0.0)
+        if opt.zero3_prefetch:
+            ef, eb = np.maximum(0.0, zf - F), np.maximum(0.0, zb - (Bk + W))
+            hid_f, hid_b = hid_f + (zf - ef), hid_b + (zb - eb)
+            zf, zb = ef, eb
+        exp_z3_f, exp_z3_b = zf, zb
+
+    # Overlapped communication occupies SMs and slows the compute it hides under (Calculon's
+    # `processor_usage`; formulas.md §7.1): that compute takes comm_slowdown × the hidden time longer.
+    F_eff = F + exp_tp_f + exp_cp_f + exp_ep_f + exp_z3_f + opt.comm_slowdown * hid_f
+    B_eff = Bk + exp_tp_b + exp_cp_b + exp_ep_b + exp_z3_b + opt.comm_slowdown * hid_b
+    split_bw = np.isin(sched, SPLIT_SCHEDULES)[:, None]
+    B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
+
+    # PP p2p per stage boundary: one activation (gradient) message over the PP span
+    p2p = np.zeros(n)
+    piped = np.flatnonzero(ppa > 1)
+    if len(piped):
+        span_pp = group_span(hardware, group="pp", tp=tp[piped], cp=cp[piped], ep=1, dp=dp[piped], pp=ppa[piped], **place)
+        msg = ab * mbs[piped] * (s / cp[piped]) * model.hidden_size / np.where(spa[piped], tp[piped], 1)
+        p2p[piped] = C.p2p_s(hardware, msg.astype(float), span_pp)
+
+    # 3. the pipeline: replayed (one compiled pass over all shapes), analytic, or PipeDream's steady state
+    makespan, makespan0 = np.zeros(n), np.zeros(n)
+    busy, inflight = np.zeros((n, P)), np.zeros((n, P))
+    per_rank = pt.rank_sum(F_eff + B_eff + W_eff)  # one microbatch's busy time per rank
+    pdm = sched == "pipedream"
+    if pdm.any():
+        idx = np.flatnonzero(pdm)
+        makespan[idx] = makespan0[idx] = m[idx] * per_rank[idx].max(axis=1)
+        busy[idx] = m[idx, None] * per_rank[idx]
+        inflight[idx] = np.where(pt.rank_valid[idx], np.minimum(ppa[idx, None] - np.arange(P), m[idx, None]), 0.0)
+    if opt.pipeline == "analytic":
+        from .memory.inflight import inflight_microbatches
+
+        pf, pb, pw = pt.rank_sum(F_eff), pt.rank_sum(B_eff), pt.rank_sum(W_eff)
+        for (sch,), idx in _categories(sched):
+            if sch == "pipedream":
+                continue
+            makespan[idx], makespan0[idx], busy[idx] = _analytic_pipeline(
+                sch, ppa[idx], chunks[idx], m[idx], per_rank[idx], pf[idx], pb[idx], pw[idx], p2p[idx])
+        for (sch, p, v), idx in _categories(sched, ppa, chunks):
+            if sch != "pipedream":
+                inflight[idx, :p] = inflight_microbatches(sch, pp=int(p), num_microbatches=m[idx], vpp=int(v))
+    else:
+        idx = np.flatnonzero(~pdm)
+        if len(idx):
+            from .pipeline import makespan_multi
+            from .pipeline.replay import _inflight_counts
+
+            keys = list(zip(sched[idx].tolist(), ppa[idx].tolist(), m[idx].tolist(), chunks[idx].tolist()))
+            index: dict = {}
+            sid = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(idx))
+            compiled = [_compiled(sc, p, mm, v) for sc, p, mm, v in index]
+            # one replay per distinct input (rows differing only in what the pipeline does not see share it)
+            first, inv = _unique_rows(np.concatenate([F_eff[idx], B_eff[idx], W_eff[idx], p2p[idx, None],
+                                                      sid[:, None].astype(float)], axis=1))
+            u = idx[first]
+            mk, mk0, bz = makespan_multi(compiled, sid[first], F_eff[u], B_eff[u], W_eff[u], p2p[u])
+            makespan[idx], makespan0[idx] = mk[inv], mk0[inv]
+            busy[idx, :bz.shape[1]] = bz[inv]
+            counts_k = np.zeros((len(compiled), P))
+            for k, (sc, p, mm, v) in enumerate(index):
+                counts_k[k, :p] = _inflight_counts(compiled[k]) / _chunks_per_rank(sc, v)
+            inflight[idx] = counts_k[sid]
+
+    # 4. data-parallel tail (per rank: its non-expert params over dp·cp, expert params over the EDP group)
+    last_bwd = pt.rank_sum(B_eff + W_eff)  # one microbatch's backward on each rank
+    if dp_mode == "dataparallel":
+        d = comm.data_parallel_single_process_comm(hardware, n_gpus=dp[:, None], params=ne_rank + ex_rank,
+                                                   param_bytes_per_element=training.param_bytes,
+                                                   grad_bytes_per_element=training.grad_bytes,
+                                                   input_bytes=8.0 * mbs[:, None] * s * m[:, None],
+                                                   output_bytes=ab * mbs[:, None] * s * m[:, None] * model.hidden_size)
+        dp_tail = np.broadcast_to(d.forward_s + d.backward_s, (n, P))
+    else:
+        # DDP: all-reduce of the gradients; ZeRO-1/2 (Megatron distributed optimizer): reduce-scatter of the
+        # gradients + all-gather of the updated parameters (formulas.md §4.6, ZeRO §7). Non-expert params
+        # over the dp·cp group, expert params over the expert-data-parallel group dp·cp/ep.
+        gb, pb_ = training.grad_bytes, training.param_bytes
+        sp_dp, sp_edp = _col_span(span_dp), _col_span(span_edp)
+        zc = zz[:, None]
+        rs = np.zeros((n, P))
+        ag = np.zeros((n, P))
+        if (zc == 0).any():  # DDP
+            ar = C.all_reduce_s(hardware, ne_rank * gb, sp_dp) + C.all_reduce_s(hardware, ex_rank * gb, sp_edp)
+            rs = np.where(zc == 0, ar, rs)
+        if ((zc == 1) | (zc == 2)).any():  # ZeRO-1/2
+            z12 = (zc == 1) | (zc == 2)
+            r12 = C.reduce_scatter_s(hardware, ne_rank * gb, sp_dp) + C.reduce_scatter_s(hardware, ex_rank * gb, sp_edp)
+            a12 = C.all_gather_s(hardware, ne_rank * pb_, sp_dp) + C.all_gather_s(hardware, ex_rank * pb_, sp_edp)
+            rs = np.where(z12, r12, rs)
+            ag = np.where(z12, a12 * (0.0 if opt.param_gather_overlap else 1.0), ag)
+        if replica is not None and (zc == 3).any():  # ZeRO-3: per-microbatch traffic is inside the ops;
+            rr = C.all_reduce_s(hardware, ne_rank * gb / shard_group_size, _col_span(replica))  # HSDP replica AR
+            rs = np.where(zc == 3, rr, rs)
+        if opt.grad_reduce_overlap:
+            exposed_rs = np.maximum(0.0, rs - last_bwd)
+            rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
+        dp_tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
+    sharded = zz >= 1  # the optimizer step shards over (shard group or dp)·cp, experts over dp·cp/ep
+    z_deg = np.where(sharded, (float(shard_group_size) if shard_group_size else dp) * cp, 1.0)
+    z_e = np.where(sharded, dp * cp / ep, 1.0)
+    opt_s = optimizer_params_step_s(training, hardware, non_expert=ne_rank, expert=ex_rank,
+                                    shard_degree=z_deg[:, None], expert_shard_degree=z_e[:, None])
+    tail_rank = np.where(pt.rank_valid, dp_tail + opt_s, -np.inf)
+    t_star = np.argmax(tail_rank, axis=1)
+    step = makespan + tail_rank[rows, t_star]
+
+    # breakdown on the busiest rank
+    r_star = np.argmax(np.where(pt.rank_valid, busy, -np.inf), axis=1)
+    # microbatches each virtual stage runs on a rank that holds it: all m, except DualPipe, whose ranks hold
+    # stage r and stage p-1-r and run each for the m/2 microbatches entering from that end
+    mb = np.where(sched == "dualpipe", m / 2.0, m.astype(float))
+    pure = mb * pt.rank_sum(F + Bk + W)[rows, r_star]
+    per_cat = {"tp": exp_tp_f + exp_tp_b, "cp": exp_cp_f + exp_cp_b, "ep": exp_ep_f + exp_ep_b,
+               "zero3": exp_z3_f + exp_z3_b}
+    exposed = {k: (mb * pt.rank_sum(v)[rows, r_star] if np.any(v) else np.zeros(n)) for k, v in per_cat.items()}
+    exposed["pp"] = makespan - makespan0
+    exposed["dp"] = np.asarray(dp_tail)[rows, t_star]
+    optimizer = opt_s[rows, t_star]
+    compute_s = pure + optimizer
+    exposed_comm = sum(exposed.values())
+    bubble_s = step - compute_s - exposed_comm
+    with np.errstate(invalid="ignore", divide="ignore"):
+        bubble_fraction = np.where(makespan > 0, 1.0 - busy.sum(axis=1) / (ppa * makespan), 0.0)
+
+    # 5. memory with the replayed in-flight microbatches
+    mem = {k: np.zeros((n, P)) for k in MEMORY_FIELDS}
+    for (r, sp), idx in combos:
+        part = stage_memory_arrays(model, training, tp=tp[idx], pp=ppa[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx],
+                                   vpp=chunks[idx], micro_batch_size=mbs[idx], num_microbatches=m[idx], zero=zz[idx],
+                                   shard_group_size=shard_group_size, recompute=r, sequence_parallel=bool(sp),
+                                   schedule=sched[idx], inference=inference, inflight_per_stage=inflight[idx],
+                                   placement=_take_placement(pt.placement, idx))
+        for k in MEMORY_FIELDS:
+            mem[k][idx] = part[k]
+    worst = np.argmax(np.where(pt.rank_valid, mem["peak_bytes"], -np.inf), axis=1)
+    out = {k: mem[k][rows, worst] for k in MEMORY_FIELDS}
+    feasible = out["peak_bytes"] <= hardware.hbm_bytes
+    reason = _reasons(out, feasible, worst, hardware.hbm_bytes)
+
+    model_flops, hw_flops = np.zeros(n), np.zeros(n)
+    for (r,), idx in _categories(rec):
+        model_flops[idx], hw_flops[idx] = step_flops(model, training, recompute=r)
+    peak_flops = mfu_peak_flops(hardware, training)
+    tokens = B * s
+    return pd.DataFrame({
+        "tp": tp, "pp": ppa, "dp": dp, "cp": cp, "ep": ep, "vpp": vppa, "micro_batch_size": mbs,
+        "num_microbatches": m, "zero": zz, "recompute": rec, "sequence_parallel": spa, "schedule": sched,
+        "step_s": step, "compute_s": compute_s, "exposed_comm_s": exposed_comm, "bubble_s": bubble_s,
+        "bubble_fraction": bubble_fraction, "optimizer_s": optimizer,
+        **{f"exposed_{k}_s": exposed[k] for k in EXPOSED},
+        "tokens_per_s": tokens / step,
+        "model_tflops_per_gpu": model_flops / (step * num_gpus) / 1e12,
+        "hardware_tflops_per_gpu": hw_flops / (step * num_gpus) / 1e12,
+        "mfu": model_flops / (step * num_gpus * peak_flops),
+        "hfu": hw_flops / (step * num_gpus * peak_flops),
+        **out, "worst_stage": worst, "feasible": feasible, "reason": reason,
+    })
+
+
+evaluate_layouts.array_fields = True  # sweep.evaluate_candidates: every layout field may be an array
+
+
+def _analytic_pipeline(schedule, pp, vpp, m, per, f_rank, b_rank, w_rank, p2p):
+    """Closed-form makespan (labelled 'analytic'; the replay is the default). Arguments per row: pp,
+    vpp (chunks), m (K,); per, f_rank, b_rank, w_rank (K, P): one microbatch's F+B+W, F, B, W per rank.
+    With t = the slowest rank's F+B+W per microbatch (F, B, W of that rank's stages), P = p − 1
+    (formulas.md §5.2):
+    GPipe, 1F1B: (m + P)·t (Huang 2019; Narayanan 2021 §2.2.1); interleaved: (m + P/v)·t (§2.2.2);
+    ZB-H1: m·t + P·(F + B − W); ZB-H2 and ZB-V: m·t + P·max(0, F + B − 2W) (Qi et al. 2024 §2);
+    DualPipe(V): m/2·t_pair + (p/2 − 1)·(F + 2B − 2W) with F&B ≈ F + B (DeepSeek-V3 Table 2; B here is
+    the input-gradient part, its "B" is B + W). Plus 2P p2p hops (first forward down, last backward up).
+    Exact for uniform stages without p2p (the tests check it against the replay); an approximation otherwise.
+    """
+    mf = np.asarray(m).astype(float)
+    rows = np.arange(len(mf))
+    r = np.argmax(per, axis=1)
+    t = per[rows, r]
+    f, b, w = f_rank[rows, r], b_rank[rows, r], w_rank[rows, r]
+    P = np.asarray(pp) - 1.0
+    if schedule in ("gpipe", "1f1b"):
+        mk0 = (mf + P) * t
+    elif schedule == "interleaved":
+        v = np.asarray(vpp, dtype=float)
+        f, b, w, t = f / v, b / v, w / v, t / v  # per chunk
+        mk0 = (v * mf + P) * t
+    elif schedule == "zb-h1":
+        mk0 = mf * t + P * (f + b - w)
+    elif schedule in ("zb-h2", "zb-v"):
+        if schedule == "zb-v":
+            f, b, w = f / 2, b / 2, w / 2
+        mk0 = mf * t + P * np.maximum(0.0, f + b - 2 * w)
+    else:  # dualpipe, dualpipev: a rank's two chunks; m microbatches in all
+        f, b, w = f / 2, b / 2, w / 2
+        mk0 = mf / 2 * t + (np.asarray(pp) / 2 - 1) * np.maximum(0.0, f + 2 * b - 2 * w)
+    mb = mf / 2 if schedule == "dualpipe" else mf
+    busy = mb[:, None] * per
+    return mk0 + 2 * P * p2p, mk0, busy
+
+def _col_span(span):
+    """A GroupSpan whose array fields get a trailing axis, to broadcast against (n, S) stage arrays."""
+    kw = {f: (np.asarray(getattr(span, f))[..., None] if np.ndim(getattr(span, f)) else getattr(span, f))
+          for f in span.__dataclass_fields__ if f != "group"}
+    return replace(span, **kw)
+
+
+def _core_attention_s(model, training, hardware, tp, cp, mbs, sequence_parallel, roofline):
+    """Forward and backward time of one layer's core attention per microbatch, (n,) arrays."""
+    ops = layer_op_times(model, training, hardware, tp=tp[:, None].astype(float), cp=cp[:, None].astype(float),
+                         micro_batch_size=mbs[:, None].astype(float), sequence_parallel=sequence_parallel,
+                         roofline=roofline)
+    f = sum(np.asarray(o.forward_s, dtype=float) for o in ops if o.core_attention)
+    b = sum(np.asarray(o.backward_s, dtype=float) for o in ops if o.core_attention)
+    n = len(tp)
+    return np.broadcast_to(np.reshape(f, (-1,))[:n] if np.size(f) >= n else f, (n,)), \
+        np.broadcast_to(np.reshape(b, (-1,))[:n] if np.size(b) >= n else b, (n,))
+
+
+_COMPONENT_LABEL = {"params_bytes": "params", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
+                    "activations_bytes": "activations", "kv_cache_bytes": "kv cache", "other_bytes": "other"}
+
+
+def _reasons(out: dict, feasible: np.ndarray, worst_stage: np.ndarray, hbm_bytes: float) -> np.ndarray:
+    """'' where the layout fits; else '<biggest consumer>: X GiB of Y GiB peak > Z GiB HBM (stage i)'."""
+    reason = np.full(len(feasible), "", dtype=object)
+    bad = np.flatnonzero(~feasible)
+    if bad.size == 0:
+        return reason
+    comps = [k for k in _COMPONENT_LABEL if k in out]
+    stack = np.stack([np.asarray(out[k], dtype=float)[bad] for k in comps], axis=1)
+    big = np.argmax(stack, axis=1)
+    labels = np.array([_COMPONENT_LABEL[k] for k in comps], dtype=object)[big]
+    gib = 2.0**30
+    big_gib = np.round(stack[np.arange(bad.size), big] / gib, 1).astype(str)
+    peak_gib = np.round(np.asarray(out["peak_bytes"], dtype=float)[bad] / gib, 1).astype(str)
+    hbm = f"{hbm_bytes / gib:.1f}"
+    reason[bad] = (labels + ": " + big_gib.astype(object) + " GiB of " + peak_gib.astype(object) + " GiB peak > "
+                   + hbm + " GiB HBM (stage " + worst_stage[bad].astype(str).astype(object) + ")")
+    return reason

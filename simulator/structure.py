@@ -1,0 +1,116 @@
+"""Pipeline structure of many layouts at once, padded to a common width (the sweep kernel's shapes).
+
+A layout's pipeline shape — schedule, pp, model chunks per rank, uneven split — fixes which layers
+each virtual stage and each rank holds (spec/placement.py, cost/compute.py). Layouts of different
+shapes are evaluated together by padding: per-rank arrays get P = max pp columns and per-stage arrays
+S = max virtual stages, with `rank_valid` / `stage_valid` marking the real entries (padding holds
+zeros: no layers, no embedding, no head, so every quantity linear in them is 0 there).
+Each distinct shape is worked out once and gathered (a sweep has tens of shapes for 10^4-10^6 rows).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost.compute import num_virtual_stages, stage_layer_split, stage_rank
+from .spec.placement import StagePlacement, stage_placement
+
+PLACEMENT_FIELDS = ("layers", "moe_layers", "dense_layers", "embedding", "head", "tied_copy")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineTable:
+    """Padded structure of N layouts. Per rank (N, P): `placement` (a StagePlacement of arrays; its
+    `chunks` is an (N,) array), `rank_valid`. Per virtual stage (N, S): dense/MoE layers, `first`
+    and `last` (embedding / head stage), `stage_rank` (the rank running it; dualpipe: for
+    microbatches entering at rank 0), `mirror_rank` (dualpipe's second copy on rank pp−1−j, else −1),
+    `stage_valid`. `shape_index` (N,) numbers the distinct shapes, `shapes` lists them."""
+
+    placement: StagePlacement
+    rank_valid: np.ndarray
+    dense_layers: np.ndarray
+    moe_layers: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    stage_rank: np.ndarray
+    mirror_rank: np.ndarray
+    stage_valid: np.ndarray
+    shape_index: np.ndarray
+    shapes: tuple
+
+    @property
+    def layers(self) -> np.ndarray:
+        return self.dense_layers + self.moe_layers
+
+    def rank_sum(self, x: np.ndarray) -> np.ndarray:
+        """Per-virtual-stage (N, S) -> per-rank sums (N, P) over the stages each rank holds (both
+        copies for dualpipe): the padded form of `x @ stage_rank_matrix`."""
+        n, P = self.rank_valid.shape
+        x = np.where(self.stage_valid, x, 0.0)
+        base = (np.arange(n) * P)[:, None]
+        out = np.bincount((base + self.stage_rank).ravel(), weights=x.ravel(), minlength=n * P)
+        if (self.mirror_rank >= 0).any():
+            m = self.mirror_rank >= 0
+            out = out + np.bincount((base + np.maximum(self.mirror_rank, 0)).ravel(), weights=np.where(m, x, 0.0).ravel(),
+                                    minlength=n * P)
+        return out.reshape(n, P)
+
+    def stage_of_rank(self, x: np.ndarray) -> np.ndarray:
+        """Per-rank (N, P) -> the value of each virtual stage's rank (N, S) (0 on padding)."""
+        rows = np.arange(len(x))[:, None]
+        return np.where(self.stage_valid, x[rows, self.stage_rank], 0.0)
+
+
+def _split_key(split) -> tuple | None:
+    if split is None or (isinstance(split, str) and not split.strip()):
+        return None
+    if isinstance(split, str):
+        return tuple(int(v) for v in split.split(","))
+    if isinstance(split, float) and np.isnan(split):
+        return None
+    return tuple(int(v) for v in split)
+
+
+def pipeline_table(model, *, schedule, pp, chunks, layers_per_stage=None) -> PipelineTable:
+    """The padded structure of N layouts: schedule (N,) strings, pp and chunks (model chunks per rank
+    for interleaved = vpp, else 1) (N,) ints, layers_per_stage None or (N,) of None / tuples / "a,b,..".
+    """
+    schedule = np.asarray(schedule, dtype=object)
+    n = len(schedule)
+    pp = np.broadcast_to(np.asarray(pp, dtype=np.int64), (n,))
+    chunks = np.broadcast_to(np.asarray(chunks, dtype=np.int64), (n,))
+    splits = [None] * n if layers_per_stage is None else [_split_key(s) for s in layers_per_stage]
+    keys = list(zip(schedule.tolist(), pp.tolist(), chunks.tolist(), splits))
+    index: dict = {}
+    inv = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=n)
+    shapes = tuple(index)
+    P = max(p for _, p, _, _ in shapes)
+    S = max(num_virtual_stages(p, v, s) for s, p, v, _ in shapes)
+    U = len(shapes)
+    per_rank = {f: np.zeros((U, P)) for f in PLACEMENT_FIELDS}
+    per_chunks = np.zeros(U)
+    st = {f: np.zeros((U, S)) for f in ("dense_layers", "moe_layers", "first", "last")}
+    srank = np.zeros((U, S), dtype=np.int64)
+    mirror = np.full((U, S), -1, dtype=np.int64)
+    rvalid = np.zeros((U, P), dtype=bool)
+    svalid = np.zeros((U, S), dtype=bool)
+    for u, (s, p, v, split) in enumerate(shapes):
+        pl = stage_placement(model, pp=p, vpp=v, schedule=s, layers_per_stage=split)
+        for f in PLACEMENT_FIELDS:
+            per_rank[f][u, :p] = getattr(pl, f)
+        per_chunks[u] = pl.chunks
+        d, e = stage_layer_split(model, pp=p, vpp=v, schedule=s, layers_per_stage=split)
+        k = len(d)
+        st["dense_layers"][u, :k], st["moe_layers"][u, :k] = d, e
+        st["first"][u, 0] = 1.0
+        st["last"][u, k - 1] = 1.0
+        srank[u, :k] = stage_rank(p, v, s)
+        if s == "dualpipe":
+            mirror[u, :k] = p - 1 - np.arange(k)
+        rvalid[u, :p] = True
+        svalid[u, :k] = True
+    placement = StagePlacement(chunks=per_chunks[inv], **{f: per_rank[f][inv] for f in PLACEMENT_FIELDS})
+    return PipelineTable(placement=placement, rank_valid=rvalid[inv], stage_rank=srank[inv], mirror_rank=mirror[inv],
+                         stage_valid=svalid[inv], shape_index=inv, shapes=shapes,
+                         **{f: st[f][inv] for f in st})
