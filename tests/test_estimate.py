@@ -210,3 +210,42 @@ def test_zero_stage_as_an_array_equals_one_call_per_stage():
         one = evaluate_layouts(m, t, H100, num_gpus=16, pp=2, tp=int(tp[i]), dp=16 // (2 * int(tp[i])), zero=int(zero[i]))
         for col in ("step_s", "peak_bytes", "optimizer_bytes", "exposed_dp_s", "exposed_zero3_s", "optimizer_s"):
             assert both[col][i] == pytest.approx(one[col][0], rel=1e-12), (i, col)
+
+
+@pytest.mark.parametrize("scenario", ["llama3-70b-64xh100", "mixtral-8x7b-64xh100"])
+def test_one_call_over_mixed_pipeline_shapes_equals_one_call_per_layout(scenario):
+    # The sweep sends layouts of every pipeline shape (schedule, pp, vpp, uneven split), recompute mode,
+    # SP and ZeRO stage in one kernel call: stage and rank axes are padded and all replays share one
+    # compiled pass with deduplicated inputs. Each row must equal that layout evaluated alone, which
+    # exercises the padding, the per-rank sums (dualpipe's mirrored stages), the replay deduplication
+    # and the scatter back. A random sample over all schedules, PipeDream included.
+    from simulator.spec.layout import SCHEDULES
+    from simulator.sweep import SweepSpace, enumerate_layouts, schedule_refusal
+
+    sc = load_scenario(scenario, require_layout=False)
+    space = SweepSpace.from_table(sc.sweep).replace(schedule=SCHEDULES, max_micro_batch_size=2)
+    cands = enumerate_layouts(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
+    rng = np.random.default_rng(7)
+    pick = np.sort(np.concatenate([rng.choice(len(cands), 60, replace=False),
+                                   *[rng.choice(np.flatnonzero(cands["schedule"] == s), 3) for s in SCHEDULES
+                                     if (cands["schedule"] == s).any()]]))
+    c = cands.iloc[pick].reset_index(drop=True)
+    c = c[[not schedule_refusal(s, p, v, m) for s, p, v, m in
+           zip(c["schedule"], c["pp"], c["vpp"], c["num_microbatches"])]].reset_index(drop=True)
+    assert c["schedule"].nunique() >= 7 and c["pp"].nunique() >= 3
+    split = np.array([t or None for t in c["layers_per_stage"]] + [None], dtype=object)[:-1]
+    cols = dict(tp=c["tp"].to_numpy(), dp=c["dp"].to_numpy(), cp=c["cp"].to_numpy(), ep=c["ep"].to_numpy(),
+                micro_batch_size=c["micro_batch_size"].to_numpy(), zero=c["zero"].to_numpy())
+    both = evaluate_layouts(sc.model, sc.training, sc.hardware, num_gpus=sc.num_gpus, pp=c["pp"].to_numpy(),
+                            vpp=c["vpp"].to_numpy(), schedule=c["schedule"].to_numpy(), recompute=c["recompute"].to_numpy(),
+                            sequence_parallel=c["sequence_parallel"].to_numpy(), layers_per_stage=split, **cols)
+    for i in range(len(c)):
+        one = evaluate_layouts(sc.model, sc.training, sc.hardware, num_gpus=sc.num_gpus, pp=int(c["pp"][i]),
+                               vpp=int(c["vpp"][i]), schedule=c["schedule"][i], recompute=c["recompute"][i],
+                               sequence_parallel=bool(c["sequence_parallel"][i]),
+                               layers_per_stage=tuple(int(x) for x in c["layers_per_stage"][i].split(","))
+                               if c["layers_per_stage"][i] else None, **{k: int(v[i]) for k, v in cols.items()})
+        for col in ("step_s", "compute_s", "exposed_comm_s", "exposed_pp_s", "exposed_dp_s", "exposed_tp_s",
+                    "exposed_ep_s", "exposed_zero3_s", "bubble_fraction", "peak_bytes", "activations_bytes",
+                    "optimizer_s", "worst_stage"):
+            assert both[col][i] == pytest.approx(one[col][0], rel=1e-12, abs=1e-15), (i, col, c.iloc[i].to_dict())

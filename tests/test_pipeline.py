@@ -214,3 +214,48 @@ def test_uneven_layer_split_helpers():
 def test_bad_durations_raise_input_error(bad):
     with pytest.raises(InputError):
         replay(build("1f1b", pp=4, microbatches=8), forward_s=bad, backward_s=1.0)
+
+
+def test_multi_shape_replay_equals_one_batch_replay_per_shape():
+    # makespan_multi replays layouts of eight schedule shapes in one compiled pass, with and without the
+    # p2p delay; each layout must equal makespan_batch of its own shape bit for bit.
+    from simulator.pipeline import makespan_multi
+
+    rng = np.random.default_rng(0)
+    cs = [compile_schedule(build(s, pp=p, microbatches=m, vpp=v)) for s, p, m, v in
+          [("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2), ("zb-h1", 4, 8, 1), ("dualpipe", 4, 8, 1), ("zb-v", 4, 8, 1),
+           ("dualpipev", 4, 8, 1), ("gpipe", 1, 3, 1), ("zb-h2", 8, 16, 1)]]
+    N, S = 200, max(c.schedule.num_stages for c in cs)
+    sid = rng.integers(0, len(cs), N)
+    F, B, W = (rng.random((N, S)) for _ in range(3))
+    p = rng.random(N) * 0.1
+    mk, mk0, busy = makespan_multi(cs, sid, F, B, W, p)
+    for k, c in enumerate(cs):
+        idx, Sk = np.flatnonzero(sid == k), c.schedule.num_stages
+        a = makespan_batch(c, F[idx, :Sk], B[idx, :Sk], W[idx, :Sk], p[idx])
+        b = makespan_batch(c, F[idx, :Sk], B[idx, :Sk], W[idx, :Sk], 0.0)
+        assert np.array_equal(a.makespan_s, mk[idx]) and np.array_equal(b.makespan_s, mk0[idx])
+        assert np.array_equal(a.busy_s_per_rank, busy[idx, :c.schedule.num_ranks])
+        assert not busy[idx, c.schedule.num_ranks:].any()
+
+
+def test_padded_rank_sums_equal_the_stage_rank_matrix():
+    # structure.pipeline_table pads shapes; rank_sum must equal x @ stage_rank_matrix for each shape
+    from simulator.cost.compute import stage_rank_matrix
+    from simulator.spec.model import ModelSpec
+    from simulator.structure import pipeline_table
+
+    model = ModelSpec(name="t", hidden_size=64, num_layers=24, num_heads=4, vocab_size=100, ffn_hidden_size=128)
+    shapes = [("1f1b", 4, 1), ("interleaved", 4, 3), ("zb-v", 2, 1), ("dualpipe", 6, 1), ("dualpipev", 4, 1),
+              ("gpipe", 1, 1), ("pipedream", 8, 1)]
+    sched, pp, ch = (np.array(x, dtype=object if i == 0 else np.int64) for i, x in enumerate(zip(*shapes)))
+    pt = pipeline_table(model, schedule=sched, pp=pp, chunks=ch)
+    rng = np.random.default_rng(1)
+    x = rng.random(pt.stage_valid.shape)
+    got = pt.rank_sum(x)
+    for i, (s, p, v) in enumerate(shapes):
+        M = stage_rank_matrix(p, v, s)
+        want = x[i, :M.shape[0]] @ M
+        assert np.allclose(got[i, :p], want, rtol=1e-14) and not got[i, p:].any()
+        assert pt.layers[i].sum() == 24  # every virtual stage once
+        assert pt.placement.layers[i].sum() == (48 if s == "dualpipe" else 24)  # dualpipe ranks hold two copies
