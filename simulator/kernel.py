@@ -53,7 +53,7 @@ from .spec.layout import RECOMPUTE, SCHEDULES, Layout
 from .spec.model import ModelSpec
 from .spec.placement import params_per_rank, stage_param_split
 from .spec.training import Training
-from .structure import pipeline_table
+from .structure import distinct_rows, pipeline_table
 
 SPLIT_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
 MEMORY_FIELDS = ("peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
@@ -159,12 +159,44 @@ def _take_placement(pl, idx):
     return type(pl)(**{f: getattr(pl, f)[idx] for f in pl.__dataclass_fields__})
 
 
-def _unique_rows(x: np.ndarray):
-    """(first index, inverse) of the distinct rows of a 2-D float array (byte-wise equality)."""
-    x = np.ascontiguousarray(x)
-    v = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
-    _, first, inv = np.unique(v, return_index=True, return_inverse=True)
-    return first, inv.ravel()
+def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp, mbs, pp, sp, rec) -> dict:
+    """Per-layer, per-microbatch communication of K layouts, (K,) arrays: TP forward/backward
+    (cost/comm.tp_comm), CP (cp_comm) and the core-attention time that hides ring CP, EP all-to-all
+    (ep_comm, per MoE layer), and the PP p2p time of one stage boundary (0 without pipelining)."""
+    k = len(tp)
+    ab = training.activation_bytes
+    s = training.seq_length
+    place = dict(order=opt.placement)
+    out = {key: np.zeros(k) for key in ("tp_f", "tp_b", "cp_f", "cp_b", "att_f", "att_b", "ep_f", "ep_b", "p2p")}
+    span_tp = group_span(hardware, group="tp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
+    for (r, spv), idx in _categories(rec, sp):
+        c = comm.tp_comm(hardware, _take_span(span_tp, idx), hidden_size=model.hidden_size, seq_length=s,
+                         micro_batch_size=mbs[idx].astype(float), num_layers=1.0, bytes_per_element=ab,
+                         sequence_parallel=bool(spv), recompute=r, cp=cp[idx])
+        out["tp_f"][idx], out["tp_b"][idx] = c.forward_s, c.backward_s
+    if (cp > 1).any():
+        span_cp = group_span(hardware, group="cp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
+        c = comm.cp_comm(hardware, span_cp, seq_length=s, micro_batch_size=mbs.astype(float), num_layers=1.0,
+                         kv_hidden=model.num_kv_heads * model.head_dim, hidden_size=model.hidden_size,
+                         bytes_per_element=ab, algorithm=cp_algorithm)
+        out["cp_f"][:], out["cp_b"][:] = c.forward_s, c.backward_s
+        if cp_algorithm == "ring" and opt.cp_overlap:
+            for (spv,), idx in _categories(sp):
+                out["att_f"][idx], out["att_b"][idx] = _core_attention_s(model, training, hardware, tp[idx], cp[idx],
+                                                                         mbs[idx], bool(spv), opt.roofline)
+    if model.is_moe and (ep > 1).any():
+        span_ep = group_span(hardware, group="ep", tp=tp, cp=cp, ep=ep, dp=np.maximum(dp // ep, 1), pp=pp, **place)
+        c = comm.ep_comm(hardware, span_ep, tokens_per_rank=mbs * s / cp / np.where(sp, tp, 1),
+                         hidden_size=model.hidden_size, top_k=model.experts_per_token, num_moe_layers=1.0,
+                         dispatch_bytes_per_element=1 if training.precision == "fp8" else ab,
+                         combine_bytes_per_element=ab, capacity_factor=training.moe_capacity_factor or None)
+        out["ep_f"][:], out["ep_b"][:] = c.forward_s, c.backward_s
+    piped = np.flatnonzero(pp > 1)
+    if len(piped):
+        span_pp = group_span(hardware, group="pp", tp=tp[piped], cp=cp[piped], ep=1, dp=dp[piped], pp=pp[piped], **place)
+        msg = ab * mbs[piped] * (s / cp[piped]) * model.hidden_size / np.where(sp[piped], tp[piped], 1)
+        out["p2p"][piped] = C.p2p_s(hardware, msg.astype(float), span_pp)
+    return out
 
 
 def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus: int, pp=1, vpp=1,
@@ -209,14 +241,15 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                                    options=opt, inference=inference)
             parts.append(sub.set_index(idx))
         return pd.concat(parts).sort_index().reset_index(drop=True)
-    B, s = training.global_batch_size, training.seq_length
+    B, s, ab = training.global_batch_size, training.seq_length, training.activation_bytes
     m = B // (dp * mbs)
+    rec_c = pd.factorize(rec)[0]  # integer codes: grouping by them is much faster than by strings
     chunks = np.where(sched == "interleaved", vppa, 1)
     pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=splits)
     S, P = pt.stage_valid.shape[1], pt.rank_valid.shape[1]
     rows = np.arange(n)
     layers, moe_layers = pt.layers, pt.moe_layers
-    combos = _categories(rec, spa)
+    combos = [((rec[i[0]], bool(spa[i[0]])), i) for _, i in _categories(rec_c, spa)]
 
     # 1. compute per virtual stage per microbatch: (n, S) = per-block times x the stage's block counts
     basis = np.zeros((len(BASIS_KEYS), n, 4))
@@ -233,49 +266,30 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     F, W = per_stage("forward_s"), per_stage("weight_s")
     Bk = per_stage("backward_s") + per_stage("recompute_s")
 
-    # 2. communication inside the ops (per layer, times the stage's layers)
-    ab = training.activation_bytes
+    # 2. communication inside the ops: per layer (evaluated once per distinct input), times the stage's layers
     place = dict(order=opt.placement)
-    span_tp = group_span(hardware, group="tp", tp=tp, cp=cp, ep=1, dp=dp, pp=ppa, **place)
-    tp_f, tp_b = np.zeros(n), np.zeros(n)
-    for (r, sp), idx in combos:
-        c = comm.tp_comm(hardware, _take_span(span_tp, idx), hidden_size=model.hidden_size, seq_length=s,
-                         micro_batch_size=mbs[idx].astype(float), num_layers=1.0, bytes_per_element=ab,
-                         sequence_parallel=bool(sp), recompute=r, cp=cp[idx])
-        tp_f[idx], tp_b[idx] = c.forward_s, c.backward_s
-    tpf, tpb = tp_f[:, None] * layers, tp_b[:, None] * layers
+    first, inv = distinct_rows(tp, cp, ep, dp, mbs, ppa, spa, rec_c)
+    c = _layer_comm(model, training, hardware, opt, cp_algorithm, tp=tp[first], cp=cp[first], ep=ep[first],
+                    dp=dp[first], mbs=mbs[first], pp=ppa[first], sp=spa[first], rec=rec[first])
+    c = {k: v[inv] for k, v in c.items()}
+    tpf, tpb = c["tp_f"][:, None] * layers, c["tp_b"][:, None] * layers
     exp_tp_f, exp_tp_b = (1 - opt.tp_overlap) * tpf, (1 - opt.tp_overlap) * tpb
     hid_f, hid_b = opt.tp_overlap * tpf, opt.tp_overlap * tpb  # hidden under compute (may slow it: comm_slowdown)
 
     zeros_s = np.zeros((n, S))
     exp_cp_f = exp_cp_b = zeros_s
     if (cp > 1).any():
-        span_cp = group_span(hardware, group="cp", tp=tp, cp=cp, ep=1, dp=dp, pp=ppa, **place)
-        cpc = comm.cp_comm(hardware, span_cp, seq_length=s, micro_batch_size=mbs.astype(float), num_layers=1.0,
-                           kv_hidden=model.num_kv_heads * model.head_dim, hidden_size=model.hidden_size,
-                           bytes_per_element=ab, algorithm=cp_algorithm)
-        cf = np.broadcast_to(cpc.forward_s, (n,))[:, None] * layers
-        cb = np.broadcast_to(cpc.backward_s, (n,))[:, None] * layers
-        if cp_algorithm == "ring" and opt.cp_overlap:
-            af, abk = np.zeros(n), np.zeros(n)
-            for (sp,), idx in _categories(spa):
-                af[idx], abk[idx] = _core_attention_s(model, training, hardware, tp[idx], cp[idx], mbs[idx], bool(sp),
-                                                      opt.roofline)
-            ef = np.maximum(0.0, cf - af[:, None] * layers)
-            eb = np.maximum(0.0, cb - abk[:, None] * layers)
+        cf, cb = c["cp_f"][:, None] * layers, c["cp_b"][:, None] * layers
+        if cp_algorithm == "ring" and opt.cp_overlap:  # ring p2p under the core-attention kernel of the layer
+            ef = np.maximum(0.0, cf - c["att_f"][:, None] * layers)
+            eb = np.maximum(0.0, cb - c["att_b"][:, None] * layers)
             hid_f, hid_b = hid_f + (cf - ef), hid_b + (cb - eb)
             cf, cb = ef, eb
         exp_cp_f, exp_cp_b = cf, cb
 
     exp_ep_f = exp_ep_b = zeros_s
     if model.is_moe and (ep > 1).any():
-        span_ep = group_span(hardware, group="ep", tp=tp, cp=cp, ep=ep, dp=np.maximum(dp // ep, 1), pp=ppa, **place)
-        epc = comm.ep_comm(hardware, span_ep, tokens_per_rank=mbs * s / cp / np.where(spa, tp, 1),
-                           hidden_size=model.hidden_size, top_k=model.experts_per_token, num_moe_layers=1.0,
-                           dispatch_bytes_per_element=1 if training.precision == "fp8" else ab,
-                           combine_bytes_per_element=ab, capacity_factor=training.moe_capacity_factor or None)
-        ef = np.broadcast_to(epc.forward_s, (n,))[:, None] * moe_layers
-        eb = np.broadcast_to(epc.backward_s, (n,))[:, None] * moe_layers
+        ef, eb = c["ep_f"][:, None] * moe_layers, c["ep_b"][:, None] * moe_layers
         ov = (np.full(n, float(opt.ep_overlap)) if opt.ep_overlap is not None
               else np.isin(sched, ("dualpipe", "dualpipev")).astype(float))[:, None]
         exp_ep_f, exp_ep_b = (1 - ov) * ef, (1 - ov) * eb
@@ -294,16 +308,17 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                              **place)
 
     exp_z3_f = exp_z3_b = zeros_s
-    z3 = (zz == 3)[:, None]
-    if z3.any():
+    r3 = np.flatnonzero(zz == 3)  # only the ZeRO-3 rows gather parameters per microbatch
+    if len(r3):
         # each chunk's share of its rank's parameters is gathered around that chunk's compute
-        ne_stage = pt.stage_of_rank(ne_rank) / pt.placement.chunks[:, None]
-        z = comm.dp_comm(hardware, _col_span(span_dp), params_per_rank=ne_stage, grad_bytes_per_element=training.grad_bytes,
-                         param_bytes_per_element=training.param_bytes, zero=3, num_microbatches=1,
-                         bucket_bytes=None, replica_span=None)
-        live = z3 & pt.stage_valid  # only the ZeRO-3 rows gather parameters per microbatch
-        zf = np.where(live, np.broadcast_to(z.forward_s, (n, S)), 0.0)
-        zb = np.where(live, np.broadcast_to(z.backward_s, (n, S)), 0.0)
+        ne_stage = pt.stage_of_rank(ne_rank[r3], r3) / pt.placement.chunks[r3, None]
+        z = comm.dp_comm(hardware, _col_span(_take_span(span_dp, r3)), params_per_rank=ne_stage,
+                         grad_bytes_per_element=training.grad_bytes, param_bytes_per_element=training.param_bytes,
+                         zero=3, num_microbatches=1, bucket_bytes=None, replica_span=None)
+        live = pt.stage_valid[r3]
+        zf, zb = np.zeros((n, S)), np.zeros((n, S))
+        zf[r3] = np.where(live, z.forward_s, 0.0)
+        zb[r3] = np.where(live, z.backward_s, 0.0)
         if opt.zero3_prefetch:
             ef, eb = np.maximum(0.0, zf - F), np.maximum(0.0, zb - (Bk + W))
             hid_f, hid_b = hid_f + (zf - ef), hid_b + (zb - eb)
@@ -317,13 +332,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     split_bw = np.isin(sched, SPLIT_SCHEDULES)[:, None]
     B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
 
-    # PP p2p per stage boundary: one activation (gradient) message over the PP span
-    p2p = np.zeros(n)
-    piped = np.flatnonzero(ppa > 1)
-    if len(piped):
-        span_pp = group_span(hardware, group="pp", tp=tp[piped], cp=cp[piped], ep=1, dp=dp[piped], pp=ppa[piped], **place)
-        msg = ab * mbs[piped] * (s / cp[piped]) * model.hidden_size / np.where(spa[piped], tp[piped], 1)
-        p2p[piped] = C.p2p_s(hardware, msg.astype(float), span_pp)
+    p2p = c["p2p"]  # PP p2p per stage boundary (one activation message over the PP span)
 
     # 3. the pipeline: replayed (one compiled pass over all shapes), analytic, or PipeDream's steady state
     makespan, makespan0 = np.zeros(n), np.zeros(n)
@@ -339,12 +348,14 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         from .memory.inflight import inflight_microbatches
 
         pf, pb, pw = pt.rank_sum(F_eff), pt.rank_sum(B_eff), pt.rank_sum(W_eff)
-        for (sch,), idx in _categories(sched):
+        for _, idx in _categories(pt.shape_index):  # per shape (the closed forms take one schedule)
+            sch = sched[idx[0]]
             if sch == "pipedream":
                 continue
             makespan[idx], makespan0[idx], busy[idx] = _analytic_pipeline(
                 sch, ppa[idx], chunks[idx], m[idx], per_rank[idx], pf[idx], pb[idx], pw[idx], p2p[idx])
-        for (sch, p, v), idx in _categories(sched, ppa, chunks):
+        for _, idx in _categories(pt.shape_index):
+            sch, p, v = sched[idx[0]], int(ppa[idx[0]]), int(chunks[idx[0]])
             if sch != "pipedream":
                 inflight[idx, :p] = inflight_microbatches(sch, pp=int(p), num_microbatches=m[idx], vpp=int(v))
     else:
@@ -353,19 +364,19 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
             from .pipeline import makespan_multi
             from .pipeline.replay import _inflight_counts
 
-            keys = list(zip(sched[idx].tolist(), ppa[idx].tolist(), m[idx].tolist(), chunks[idx].tolist()))
-            index: dict = {}
-            sid = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(idx))
-            compiled = [_compiled(sc, p, mm, v) for sc, p, mm, v in index]
-            # one replay per distinct input (rows differing only in what the pipeline does not see share it)
-            first, inv = _unique_rows(np.concatenate([F_eff[idx], B_eff[idx], W_eff[idx], p2p[idx, None],
-                                                      sid[:, None].astype(float)], axis=1))
+            k_first, sid = distinct_rows(pt.shape_index[idx], m[idx])  # one compiled schedule per (shape, m)
+            shapes = [(sched[i], int(ppa[i]), int(m[i]), int(chunks[i])) for i in idx[k_first]]
+            compiled = [_compiled(*key) for key in shapes]
+            # one replay per distinct input: the stage times are functions of these fields (zero only through
+            # the ZeRO-3 gathers), so rows differing in anything else share a replay
+            first, inv = distinct_rows(sid, tp[idx], cp[idx], ep[idx], dp[idx], mbs[idx], spa[idx], rec_c[idx],
+                                       zz[idx] == 3)
             u = idx[first]
             mk, mk0, bz = makespan_multi(compiled, sid[first], F_eff[u], B_eff[u], W_eff[u], p2p[u])
             makespan[idx], makespan0[idx] = mk[inv], mk0[inv]
             busy[idx, :bz.shape[1]] = bz[inv]
             counts_k = np.zeros((len(compiled), P))
-            for k, (sc, p, mm, v) in enumerate(index):
+            for k, (sc, p, mm, v) in enumerate(shapes):
                 counts_k[k, :p] = _inflight_counts(compiled[k]) / _chunks_per_rank(sc, v)
             inflight[idx] = counts_k[sid]
 
@@ -383,22 +394,21 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         # gradients + all-gather of the updated parameters (formulas.md §4.6, ZeRO §7). Non-expert params
         # over the dp·cp group, expert params over the expert-data-parallel group dp·cp/ep.
         gb, pb_ = training.grad_bytes, training.param_bytes
-        sp_dp, sp_edp = _col_span(span_dp), _col_span(span_edp)
-        zc = zz[:, None]
         rs = np.zeros((n, P))
         ag = np.zeros((n, P))
-        if (zc == 0).any():  # DDP
-            ar = C.all_reduce_s(hardware, ne_rank * gb, sp_dp) + C.all_reduce_s(hardware, ex_rank * gb, sp_edp)
-            rs = np.where(zc == 0, ar, rs)
-        if ((zc == 1) | (zc == 2)).any():  # ZeRO-1/2
-            z12 = (zc == 1) | (zc == 2)
-            r12 = C.reduce_scatter_s(hardware, ne_rank * gb, sp_dp) + C.reduce_scatter_s(hardware, ex_rank * gb, sp_edp)
-            a12 = C.all_gather_s(hardware, ne_rank * pb_, sp_dp) + C.all_gather_s(hardware, ex_rank * pb_, sp_edp)
-            rs = np.where(z12, r12, rs)
-            ag = np.where(z12, a12 * (0.0 if opt.param_gather_overlap else 1.0), ag)
-        if replica is not None and (zc == 3).any():  # ZeRO-3: per-microbatch traffic is inside the ops;
-            rr = C.all_reduce_s(hardware, ne_rank * gb / shard_group_size, _col_span(replica))  # HSDP replica AR
-            rs = np.where(zc == 3, rr, rs)
+        r0 = np.flatnonzero(zz == 0)
+        if len(r0):  # DDP
+            d, e = _col_span(_take_span(span_dp, r0)), _col_span(_take_span(span_edp, r0))
+            rs[r0] = C.all_reduce_s(hardware, ne_rank[r0] * gb, d) + C.all_reduce_s(hardware, ex_rank[r0] * gb, e)
+        r12 = np.flatnonzero((zz == 1) | (zz == 2))
+        if len(r12):  # ZeRO-1/2
+            d, e = _col_span(_take_span(span_dp, r12)), _col_span(_take_span(span_edp, r12))
+            rs[r12] = C.reduce_scatter_s(hardware, ne_rank[r12] * gb, d) + C.reduce_scatter_s(hardware, ex_rank[r12] * gb, e)
+            if not opt.param_gather_overlap:
+                ag[r12] = C.all_gather_s(hardware, ne_rank[r12] * pb_, d) + C.all_gather_s(hardware, ex_rank[r12] * pb_, e)
+        if replica is not None and (zz == 3).any():  # ZeRO-3: per-microbatch traffic is inside the ops;
+            r3 = np.flatnonzero(zz == 3)  # HSDP: all-reduce of the gradient shard across the replicas
+            rs[r3] = C.all_reduce_s(hardware, ne_rank[r3] * gb / shard_group_size, _col_span(_take_span(replica, r3)))
         if opt.grad_reduce_overlap:
             exposed_rs = np.maximum(0.0, rs - last_bwd)
             rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
@@ -446,8 +456,8 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     reason = _reasons(out, feasible, worst, hardware.hbm_bytes)
 
     model_flops, hw_flops = np.zeros(n), np.zeros(n)
-    for (r,), idx in _categories(rec):
-        model_flops[idx], hw_flops[idx] = step_flops(model, training, recompute=r)
+    for _, idx in _categories(rec_c):
+        model_flops[idx], hw_flops[idx] = step_flops(model, training, recompute=rec[idx[0]])
     peak_flops = mfu_peak_flops(hardware, training)
     tokens = B * s
     return pd.DataFrame({

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from .cost.compute import num_virtual_stages, stage_layer_split, stage_rank
 from .spec.placement import StagePlacement, stage_placement
@@ -56,10 +57,22 @@ class PipelineTable:
                                     minlength=n * P)
         return out.reshape(n, P)
 
-    def stage_of_rank(self, x: np.ndarray) -> np.ndarray:
-        """Per-rank (N, P) -> the value of each virtual stage's rank (N, S) (0 on padding)."""
-        rows = np.arange(len(x))[:, None]
-        return np.where(self.stage_valid, x[rows, self.stage_rank], 0.0)
+    def stage_of_rank(self, x: np.ndarray, rows=None) -> np.ndarray:
+        """Per-rank (N, P) -> the value of each virtual stage's rank (N, S) (0 on padding); with `rows`,
+        x holds only those rows of the table."""
+        rows = np.arange(len(x)) if rows is None else np.asarray(rows)
+        return np.where(self.stage_valid[rows], x[np.arange(len(x))[:, None], self.stage_rank[rows]], 0.0)
+
+
+def distinct_rows(*keys):
+    """(index of the first row of each distinct combination of the (N,) integer key arrays, inverse (N,)):
+    rows with equal keys share one evaluation."""
+    code = np.zeros(len(keys[0]), dtype=np.int64)
+    for k in keys:
+        u, inv = np.unique(k, return_inverse=True)
+        code = code * len(u) + inv.ravel()
+    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    return first, inv.ravel()
 
 
 def _split_key(split) -> tuple | None:
@@ -80,11 +93,13 @@ def pipeline_table(model, *, schedule, pp, chunks, layers_per_stage=None) -> Pip
     n = len(schedule)
     pp = np.broadcast_to(np.asarray(pp, dtype=np.int64), (n,))
     chunks = np.broadcast_to(np.asarray(chunks, dtype=np.int64), (n,))
-    splits = [None] * n if layers_per_stage is None else [_split_key(s) for s in layers_per_stage]
-    keys = list(zip(schedule.tolist(), pp.tolist(), chunks.tolist(), splits))
-    index: dict = {}
-    inv = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=n)
-    shapes = tuple(index)
+    s_code, s_names = pd.factorize(schedule)
+    if layers_per_stage is None:
+        l_code, l_vals = np.zeros(n, dtype=np.int64), [None]
+    else:
+        l_code, l_vals = pd.factorize(pd.Series(list(layers_per_stage), dtype=object), use_na_sentinel=False)
+    first, inv = distinct_rows(s_code, pp, chunks, l_code)
+    shapes = tuple((str(s_names[s_code[i]]), int(pp[i]), int(chunks[i]), _split_key(l_vals[l_code[i]])) for i in first)
     P = max(p for _, p, _, _ in shapes)
     S = max(num_virtual_stages(p, v, s) for s, p, v, _ in shapes)
     U = len(shapes)

@@ -431,22 +431,19 @@ try:  # pragma: no cover - exercised when numba is installed (a core dependency)
                     acc += _op_duration(kind[i], incw[i], F[r, s], B[r, s], W[r, s])
                 out_busy[r, q] = acc
 
-    @numba.njit(cache=True, nogil=True)
+    @numba.njit(cache=True, nogil=True, parallel=True)
     def _multi_kernel(op_off, rank_off, level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2, rank_offsets, sid,
                       F, B, W, P, out_mk, out_mk0, out_busy):
         """`_kernel` over layouts of different schedule shapes (concatenated tables, local op indices);
-        one uniform p2p delay P[r] per boundary; the makespan with and without it in one pass."""
+        one uniform p2p delay P[r] per boundary; the makespan with and without it in one pass. Layouts
+        are independent: they run in parallel over the cores (numba.prange)."""
         N = F.shape[0]
-        width = 0
-        for k in range(op_off.shape[0] - 1):
-            if op_off[k + 1] - op_off[k] > width:
-                width = op_off[k + 1] - op_off[k]
-        end = np.zeros(width + 1)
-        end0 = np.zeros(width + 1)
-        for r in range(N):
+        for r in numba.prange(N):
             k = sid[r]
             o = op_off[k]
             n = op_off[k + 1] - o
+            end = np.empty(n + 1)
+            end0 = np.empty(n + 1)
             end[n] = 0.0
             end0[n] = 0.0
             p = P[r]
