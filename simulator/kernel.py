@@ -438,7 +438,9 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     exposed_comm = sum(exposed.values())
     bubble_s = step - compute_s - exposed_comm
     with np.errstate(invalid="ignore", divide="ignore"):
-        bubble_fraction = np.where(makespan > 0, 1.0 - busy.sum(axis=1) / (ppa * makespan), 0.0)
+        # (clipped at 0: busy time and makespan are summed in different orders, so an idle-free pipeline can
+        # come out at -1e-16)
+        bubble_fraction = np.where(makespan > 0, np.maximum(0.0, 1.0 - busy.sum(axis=1) / (ppa * makespan)), 0.0)
 
     # 5. memory with the replayed in-flight microbatches
     mem = {k: np.zeros((n, P)) for k in MEMORY_FIELDS}
