@@ -199,6 +199,30 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
     return out
 
 
+def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, span_dp, span_edp, replica, shard_group_size):
+    """Per-rank gradient reduction and parameter all-gather times (K, P) of the data-parallel tail, before
+    overlap. DDP: all-reduce of the gradients; ZeRO-1/2 (Megatron distributed optimizer): reduce-scatter of
+    the gradients + all-gather of the updated parameters (formulas.md §4.6, ZeRO §7); ZeRO-3: its traffic is
+    per microbatch inside the ops, plus the HSDP replica all-reduce. Non-expert params over the dp·cp group,
+    expert params over the expert-data-parallel group dp·cp/ep."""
+    gb, pb = training.grad_bytes, training.param_bytes
+    rs, ag = np.zeros(ne_rank.shape), np.zeros(ne_rank.shape)
+    r0 = np.flatnonzero(zz == 0)
+    if len(r0):  # DDP
+        d, e = _col_span(_take_span(span_dp, r0)), _col_span(_take_span(span_edp, r0))
+        rs[r0] = C.all_reduce_s(hardware, ne_rank[r0] * gb, d) + C.all_reduce_s(hardware, ex_rank[r0] * gb, e)
+    r12 = np.flatnonzero((zz == 1) | (zz == 2))
+    if len(r12):  # ZeRO-1/2
+        d, e = _col_span(_take_span(span_dp, r12)), _col_span(_take_span(span_edp, r12))
+        rs[r12] = C.reduce_scatter_s(hardware, ne_rank[r12] * gb, d) + C.reduce_scatter_s(hardware, ex_rank[r12] * gb, e)
+        if not opt.param_gather_overlap:
+            ag[r12] = C.all_gather_s(hardware, ne_rank[r12] * pb, d) + C.all_gather_s(hardware, ex_rank[r12] * pb, e)
+    r3 = np.flatnonzero(zz == 3)
+    if replica is not None and len(r3):  # HSDP: all-reduce of the gradient shard across the replicas
+        rs[r3] = C.all_reduce_s(hardware, ne_rank[r3] * gb / shard_group_size, _col_span(_take_span(replica, r3)))
+    return rs, ag
+
+
 def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus: int, pp=1, vpp=1,
                      schedule="1f1b", zero=0, recompute="none", sequence_parallel=False,
                      cp_algorithm: str = "ring", dp_mode: str = "ddp", shard_group_size: int | None = None,
@@ -296,7 +320,8 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         hid_f, hid_b = hid_f + ov * ef, hid_b + ov * eb
 
     # parameters per rank for DP/ZeRO traffic and the optimizer (spec/placement.py: one count)
-    ne_rank, ex_rank = params_per_rank(stage_param_split(model, pt.placement), tp=tp, ep=ep)  # (n, P)
+    ne_cls, ex_cls = params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep)  # (n, Q) per rank class
+    ne_rank, ex_rank = pt.of_class(ne_cls), pt.of_class(ex_cls)  # (n, P)
     span_dp = group_span(hardware, group="dp", tp=tp, cp=1, ep=1, dp=dp * cp, pp=ppa, **place)
     # expert-data-parallel group: dp·cp/ep ranks (Megatron), strided over the expert-parallel block
     span_edp = group_span(hardware, group="dp", tp=tp, cp=1, ep=ep, dp=np.maximum(dp * cp // ep, 1), pp=ppa, **place)
@@ -310,15 +335,18 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     exp_z3_f = exp_z3_b = zeros_s
     r3 = np.flatnonzero(zz == 3)  # only the ZeRO-3 rows gather parameters per microbatch
     if len(r3):
-        # each chunk's share of its rank's parameters is gathered around that chunk's compute
-        ne_stage = pt.stage_of_rank(ne_rank[r3], r3) / pt.placement.chunks[r3, None]
-        z = comm.dp_comm(hardware, _col_span(_take_span(span_dp, r3)), params_per_rank=ne_stage,
+        # each chunk's share of its rank's parameters is gathered around that chunk's compute; once per
+        # distinct (tp, cp, ep, dp, pipeline shape)
+        g, g_inv = distinct_rows(tp[r3], cp[r3], ep[r3], dp[r3], pt.shape_index[r3])
+        g = r3[g]
+        ne_stage = pt.stage_of_rank(ne_rank[g], g) / pt.placement.chunks[g, None]
+        z = comm.dp_comm(hardware, _col_span(_take_span(span_dp, g)), params_per_rank=ne_stage,
                          grad_bytes_per_element=training.grad_bytes, param_bytes_per_element=training.param_bytes,
                          zero=3, num_microbatches=1, bucket_bytes=None, replica_span=None)
-        live = pt.stage_valid[r3]
+        live = pt.stage_valid[g]
         zf, zb = np.zeros((n, S)), np.zeros((n, S))
-        zf[r3] = np.where(live, z.forward_s, 0.0)
-        zb[r3] = np.where(live, z.backward_s, 0.0)
+        zf[r3] = np.where(live, z.forward_s, 0.0)[g_inv]
+        zb[r3] = np.where(live, z.backward_s, 0.0)[g_inv]
         if opt.zero3_prefetch:
             ef, eb = np.maximum(0.0, zf - F), np.maximum(0.0, zb - (Bk + W))
             hid_f, hid_b = hid_f + (zf - ef), hid_b + (zb - eb)
@@ -369,8 +397,9 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
             compiled = [_compiled(*key) for key in shapes]
             # one replay per distinct input: the stage times are functions of these fields (zero only through
             # the ZeRO-3 gathers), so rows differing in anything else share a replay
-            first, inv = distinct_rows(sid, tp[idx], cp[idx], ep[idx], dp[idx], mbs[idx], spa[idx], rec_c[idx],
-                                       zz[idx] == 3)
+            # (ZeRO-3 gathers fully hidden under compute leave them unchanged unless hidden comm slows compute)
+            z3_seen = (zz[idx] == 3) & ((exp_z3_f[idx] + exp_z3_b[idx]).any(axis=1) | (opt.comm_slowdown > 0))
+            first, inv = distinct_rows(sid, tp[idx], cp[idx], ep[idx], dp[idx], mbs[idx], spa[idx], rec_c[idx], z3_seen)
             u = idx[first]
             mk, mk0, bz = makespan_multi(compiled, sid[first], F_eff[u], B_eff[u], W_eff[u], p2p[u])
             makespan[idx], makespan0[idx] = mk[inv], mk0[inv]
@@ -390,34 +419,21 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                                                    output_bytes=ab * mbs[:, None] * s * m[:, None] * model.hidden_size)
         dp_tail = np.broadcast_to(d.forward_s + d.backward_s, (n, P))
     else:
-        # DDP: all-reduce of the gradients; ZeRO-1/2 (Megatron distributed optimizer): reduce-scatter of the
-        # gradients + all-gather of the updated parameters (formulas.md §4.6, ZeRO §7). Non-expert params
-        # over the dp·cp group, expert params over the expert-data-parallel group dp·cp/ep.
-        gb, pb_ = training.grad_bytes, training.param_bytes
-        rs = np.zeros((n, P))
-        ag = np.zeros((n, P))
-        r0 = np.flatnonzero(zz == 0)
-        if len(r0):  # DDP
-            d, e = _col_span(_take_span(span_dp, r0)), _col_span(_take_span(span_edp, r0))
-            rs[r0] = C.all_reduce_s(hardware, ne_rank[r0] * gb, d) + C.all_reduce_s(hardware, ex_rank[r0] * gb, e)
-        r12 = np.flatnonzero((zz == 1) | (zz == 2))
-        if len(r12):  # ZeRO-1/2
-            d, e = _col_span(_take_span(span_dp, r12)), _col_span(_take_span(span_edp, r12))
-            rs[r12] = C.reduce_scatter_s(hardware, ne_rank[r12] * gb, d) + C.reduce_scatter_s(hardware, ex_rank[r12] * gb, e)
-            if not opt.param_gather_overlap:
-                ag[r12] = C.all_gather_s(hardware, ne_rank[r12] * pb_, d) + C.all_gather_s(hardware, ex_rank[r12] * pb_, e)
-        if replica is not None and (zz == 3).any():  # ZeRO-3: per-microbatch traffic is inside the ops;
-            r3 = np.flatnonzero(zz == 3)  # HSDP: all-reduce of the gradient shard across the replicas
-            rs[r3] = C.all_reduce_s(hardware, ne_rank[r3] * gb / shard_group_size, _col_span(_take_span(replica, r3)))
+        # evaluated once per distinct (tp, cp, ep, dp, pipeline shape, zero): the traffic does not see the rest
+        g, g_inv = distinct_rows(tp, cp, ep, dp, pt.shape_index, zz)
+        rs, ag = (pt.of_class(x[g_inv]) for x in _dp_traffic(hardware, training, opt, ne_cls[g], ex_cls[g], zz[g],
+                                                _take_span(span_dp, g), _take_span(span_edp, g),
+                                                None if replica is None else _take_span(replica, g), shard_group_size))
         if opt.grad_reduce_overlap:
             exposed_rs = np.maximum(0.0, rs - last_bwd)
             rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
         dp_tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
-    sharded = zz >= 1  # the optimizer step shards over (shard group or dp)·cp, experts over dp·cp/ep
-    z_deg = np.where(sharded, (float(shard_group_size) if shard_group_size else dp) * cp, 1.0)
-    z_e = np.where(sharded, dp * cp / ep, 1.0)
-    opt_s = optimizer_params_step_s(training, hardware, non_expert=ne_rank, expert=ex_rank,
-                                    shard_degree=z_deg[:, None], expert_shard_degree=z_e[:, None])
+    g, g_inv = distinct_rows(tp, cp, ep, dp, pt.shape_index, zz >= 1)
+    sharded = zz[g] >= 1  # the optimizer step shards over (shard group or dp)·cp, experts over dp·cp/ep
+    z_deg = np.where(sharded, (float(shard_group_size) if shard_group_size else dp[g]) * cp[g], 1.0)
+    z_e = np.where(sharded, dp[g] * cp[g] / ep[g], 1.0)
+    opt_s = pt.of_class(optimizer_params_step_s(training, hardware, non_expert=ne_cls[g], expert=ex_cls[g],
+                                                shard_degree=z_deg[:, None], expert_shard_degree=z_e[:, None])[g_inv])
     tail_rank = np.where(pt.rank_valid, dp_tail + opt_s, -np.inf)
     t_star = np.argmax(tail_rank, axis=1)
     step = makespan + tail_rank[rows, t_star]
@@ -427,10 +443,11 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     # microbatches each virtual stage runs on a rank that holds it: all m, except DualPipe, whose ranks hold
     # stage r and stage p-1-r and run each for the m/2 microbatches entering from that end
     mb = np.where(sched == "dualpipe", m / 2.0, m.astype(float))
-    pure = mb * pt.rank_sum(F + Bk + W)[rows, r_star]
+    on_star = pt.held_by(r_star)
+    pure = mb * (np.where(on_star, F + Bk + W, 0.0)).sum(axis=1)
     per_cat = {"tp": exp_tp_f + exp_tp_b, "cp": exp_cp_f + exp_cp_b, "ep": exp_ep_f + exp_ep_b,
                "zero3": exp_z3_f + exp_z3_b}
-    exposed = {k: (mb * pt.rank_sum(v)[rows, r_star] if np.any(v) else np.zeros(n)) for k, v in per_cat.items()}
+    exposed = {k: (mb * np.where(on_star, v, 0.0).sum(axis=1) if np.any(v) else np.zeros(n)) for k, v in per_cat.items()}
     exposed["pp"] = makespan - makespan0
     exposed["dp"] = np.asarray(dp_tail)[rows, t_star]
     optimizer = opt_s[rows, t_star]
@@ -449,7 +466,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                                    vpp=chunks[idx], micro_batch_size=mbs[idx], num_microbatches=m[idx], zero=zz[idx],
                                    shard_group_size=shard_group_size, recompute=r, sequence_parallel=bool(sp),
                                    schedule=sched[idx], inference=inference, inflight_per_stage=inflight[idx],
-                                   placement=_take_placement(pt.placement, idx))
+                                   placement=_take_placement(pt.classes, idx), rank_class=pt.rank_class[idx])
         for k in MEMORY_FIELDS:
             mem[k][idx] = part[k]
     worst = np.argmax(np.where(pt.rank_valid, mem["peak_bytes"], -np.inf), axis=1)

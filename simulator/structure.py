@@ -26,7 +26,11 @@ class PipelineTable:
     `chunks` is an (N,) array), `rank_valid`. Per virtual stage (N, S): dense/MoE layers, `first`
     and `last` (embedding / head stage), `stage_rank` (the rank running it; dualpipe: for
     microbatches entering at rank 0), `mirror_rank` (dualpipe's second copy on rank pp−1−j, else −1),
-    `stage_valid`. `shape_index` (N,) numbers the distinct shapes, `shapes` lists them."""
+    `stage_valid`. `shape_index` (N,) numbers the distinct shapes, `shapes` lists them.
+    Rank classes: ranks of a row holding the same contents (all interior ranks of a pipeline, typically)
+    form a class; `classes` is a StagePlacement of (N, Q) arrays, one column per class (Q is small and
+    independent of pp), and `rank_class` (N, P) maps ranks to classes, so per-rank quantities that depend
+    only on a rank's contents are computed per class and gathered (`of_class`)."""
 
     placement: StagePlacement
     rank_valid: np.ndarray
@@ -39,6 +43,13 @@ class PipelineTable:
     stage_valid: np.ndarray
     shape_index: np.ndarray
     shapes: tuple
+    classes: StagePlacement
+    rank_class: np.ndarray
+
+    def of_class(self, x: np.ndarray) -> np.ndarray:
+        """Per-class (N, Q) -> per-rank (N, P): each rank gets the value of its class."""
+        n, q = self.rank_class.shape[0], np.shape(self.classes.layers)[1]
+        return np.ascontiguousarray(np.broadcast_to(x, (n, q))).ravel()[self.rank_class + (np.arange(n) * q)[:, None]]
 
     @property
     def layers(self) -> np.ndarray:
@@ -56,6 +67,11 @@ class PipelineTable:
             out = out + np.bincount((base + np.maximum(self.mirror_rank, 0)).ravel(), weights=np.where(m, x, 0.0).ravel(),
                                     minlength=n * P)
         return out.reshape(n, P)
+
+    def held_by(self, rank: np.ndarray) -> np.ndarray:
+        """(N, S) mask of the virtual stages rank `rank[i]` (N,) holds in row i (both dualpipe copies)."""
+        r = np.asarray(rank)[:, None]
+        return self.stage_valid & ((self.stage_rank == r) | (self.mirror_rank == r))
 
     def stage_of_rank(self, x: np.ndarray, rows=None) -> np.ndarray:
         """Per-rank (N, P) -> the value of each virtual stage's rank (N, S) (0 on padding); with `rows`,
@@ -125,7 +141,25 @@ def pipeline_table(model, *, schedule, pp, chunks, layers_per_stage=None) -> Pip
             mirror[u, :k] = p - 1 - np.arange(k)
         rvalid[u, :p] = True
         svalid[u, :k] = True
+    # rank classes: ranks of a shape holding the same contents (interior ranks of a pipeline are alike);
+    # padded ranks get an empty class of their own
+    fields = np.stack([per_rank[f] for f in PLACEMENT_FIELDS], axis=-1)  # (U, P, F)
+    cls = np.zeros((U, P), dtype=np.int64)
+    reps = []
+    for u, (_, p, _, _) in enumerate(shapes):
+        uq, first_r, cinv = np.unique(fields[u, :p], axis=0, return_index=True, return_inverse=True)
+        order = np.argsort(first_r)  # classes numbered by first rank, so class 0 holds rank 0
+        rank_of = np.empty_like(order)
+        rank_of[order] = np.arange(len(order))
+        cls[u, :p] = rank_of[cinv.ravel()]
+        cls[u, p:] = len(uq)
+        reps.append(uq[order])
+    Q = max(len(r) for r in reps) + 1
+    cfields = np.zeros((U, Q, len(PLACEMENT_FIELDS)))
+    for u, r in enumerate(reps):
+        cfields[u, :len(r)] = r
+    classes = StagePlacement(chunks=per_chunks[inv], **{f: cfields[inv, :, j] for j, f in enumerate(PLACEMENT_FIELDS)})
     placement = StagePlacement(chunks=per_chunks[inv], **{f: per_rank[f][inv] for f in PLACEMENT_FIELDS})
     return PipelineTable(placement=placement, rank_valid=rvalid[inv], stage_rank=srank[inv], mirror_rank=mirror[inv],
-                         stage_valid=svalid[inv], shape_index=inv, shapes=shapes,
+                         stage_valid=svalid[inv], shape_index=inv, shapes=shapes, classes=classes, rank_class=cls[inv],
                          **{f: st[f][inv] for f in st})

@@ -91,13 +91,15 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                         shard_group_size: int | None = None, recompute: str = "none",
                         sequence_parallel: bool = False, schedule: str = "1f1b", layers_per_stage=None,
                         inference: bool = False, inflight_per_stage=None,
-                        overheads: Overheads | None = None, placement=None) -> dict[str, np.ndarray]:
+                        overheads: Overheads | None = None, placement=None, rank_class=None) -> dict[str, np.ndarray]:
     """Per-stage memory of many layouts at once (vectorisation contract of the sweep).
 
     tp, dp, cp, ep, micro_batch_size, num_microbatches, zero and schedule are scalars or arrays of
     shape (N,); recompute and sequence_parallel are scalars. The pipeline shape comes from pp, vpp,
     schedule and layers_per_stage (scalars), or from `placement`: a StagePlacement whose arrays are
     (N, P) (structure.pipeline_table pads layouts of different pp to P ranks; pp is then (N,)).
+    With `rank_class` (N, P), `placement` holds one column per rank class (structure.PipelineTable):
+    the model states are computed per class and gathered to the ranks.
     Every returned array has shape (pp,) or (N, pp) (P with `placement`):
     params_bytes, grads_bytes, optimizer_bytes, activations_bytes, kv_cache_bytes, other_bytes,
     peak_bytes, host_bytes, overhead_bytes, transient_bytes, inflight_microbatches, layers, params.
@@ -106,9 +108,16 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     _check_categorical(recompute=recompute, schedule=schedule, zero=zero)
     pl = placement if placement is not None else stage_placement(model, pp=pp, vpp=vpp, schedule=schedule,
                                                                  layers_per_stage=layers_per_stage)
-    width = int(np.shape(pl.layers)[-1])
     st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero,
                            shard_group_size=shard_group_size, inference=inference)
+    if rank_class is not None:  # per class -> per rank
+        nq = np.shape(pl.layers)[-1]
+        flat = rank_class + (np.arange(len(rank_class)) * nq)[:, None]
+        gather = lambda x: np.ascontiguousarray(np.broadcast_to(x, (len(rank_class), nq))).ravel()[flat]  # noqa: E731
+        st = {k: gather(v) for k, v in st.items()}
+        pl = type(pl)(chunks=pl.chunks, **{f: gather(getattr(pl, f)) for f in
+                                           ("layers", "moe_layers", "dense_layers", "embedding", "head", "tied_copy")})
+    width = int(np.shape(pl.layers)[-1])
     shape = np.broadcast_shapes(*(np.shape(x) for x in (tp, dp, cp, ep, micro_batch_size, num_microbatches)))
     zeros = np.zeros(shape + (width,))
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size, sequence_parallel=sequence_parallel)
