@@ -575,14 +575,17 @@ def rank_results(df: pd.DataFrame) -> pd.DataFrame:
     if "label" not in df:
         df.insert(0, "label", layout_labels(df))
     tput = df["tokens_per_s"].to_numpy(dtype=float)
-    tmp = pd.DataFrame({"_k0": (~df["feasible"].to_numpy(dtype=bool)).astype(np.int8),
-                        "_k1": -np.where(np.isnan(tput), -np.inf, tput),
-                        "_k2": df["label"].astype(str).to_numpy()})
+
+    def key(c):  # strings by their sorted codes (same order as sorting the strings), numbers as they are
+        v = df[c].to_numpy()
+        return pd.factorize(df[c].astype(str), sort=True)[0] if v.dtype == object or not np.issubdtype(
+            v.dtype, np.number) and v.dtype != bool else v
+
     extra = [c for c in ("schedule", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "ep",
                          "layers_per_stage") if c in df]
-    for c in extra:
-        tmp[f"_{c}"] = df[c].astype(str).to_numpy() if df[c].dtype == object else df[c].to_numpy()
-    order = tmp.sort_values(list(tmp.columns), kind="mergesort").index.to_numpy()
+    keys = [(~df["feasible"].to_numpy(dtype=bool)).astype(np.int8), -np.where(np.isnan(tput), -np.inf, tput),
+            key("label")] + [key(c) for c in extra]
+    order = np.lexsort(keys[::-1])  # first key primary; stable
     df = df.iloc[order].reset_index(drop=True)
     if "rank" in df:
         df = df.drop(columns="rank")
