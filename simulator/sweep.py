@@ -403,10 +403,12 @@ def layout_labels(df: pd.DataFrame) -> np.ndarray:
     over the distinct (tp, cp, pp, dp, ep, vpp) combinations."""
     if len(df) == 0:
         return np.array([], dtype=object)
+    from .structure import distinct_rows
+
     keys = df[["tp", "cp", "pp", "dp", "ep", "vpp"]].to_numpy(dtype=np.int64)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    first, inv = distinct_rows(*keys.T)
     labels = []
-    for tp, cp, pp, dp, ep, vpp in uniq.tolist():
+    for tp, cp, pp, dp, ep, vpp in keys[first].tolist():
         s = f"TP{tp}-CP{cp}-PP{pp}-DP{dp}"
         if ep > 1:
             s += f"-EP{ep}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
+import pandas as pd
 
 from ..errors import InputError
 from ..spec.layout import RECOMPUTE, SCHEDULES, Layout
@@ -49,7 +50,7 @@ def _check_inflight(inflight_per_stage, pp: int) -> np.ndarray:
 def _check_categorical(*, recompute: str, schedule, zero) -> None:
     if recompute not in RECOMPUTE:
         raise InputError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    for s in np.unique(np.asarray(schedule, dtype=object)).tolist() if np.ndim(schedule) else [schedule]:
+    for s in pd.unique(np.asarray(schedule, dtype=object)).tolist() if np.ndim(schedule) else [schedule]:
         if s not in SCHEDULES:
             raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {s!r}")
     if np.ndim(zero):

@@ -517,7 +517,7 @@ def _kernel_args(compiled: CompiledSchedule) -> tuple:
             a.includes_weight.astype(np.bool_), a.boundary.astype(np.int64),
             (a.boundary2 if a.boundary2 is not None else np.full(n, -1)).astype(np.int64),
             a.rank_offsets.astype(np.int64))
-    if len(_KERNEL_ARGS) > 256:
+    if len(_KERNEL_ARGS) > 1024:
         _KERNEL_ARGS.clear()
     _KERNEL_ARGS[key] = (compiled, args)
     return args
@@ -591,7 +591,7 @@ def _busy_table(compiled: CompiledSchedule) -> tuple:
     counts = np.zeros((len(keys), 4))
     np.add.at(counts, (inv.ravel(), cat), 1.0)
     table = ((keys // S).astype(np.int64), (keys % S).astype(np.int64), counts)
-    if len(_BUSY) > 256:
+    if len(_BUSY) > 4096:
         _BUSY.clear()
     _BUSY[id(compiled)] = (compiled, table)
     return table

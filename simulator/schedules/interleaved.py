@@ -9,6 +9,8 @@ relaxation of Megatron's ``m % p == 0`` that `torch.distributed.pipelining.Sched
 uses; it requires m % rounds == 0.
 Closed form (uniform chunks, zero p2p, m % p == 0): bubble = (p-1)/(v m + p - 1) of the makespan.
 """
+import numpy as np
+
 from ..errors import InputError
 from .op import Op, check_counts, make_schedule
 
@@ -28,22 +30,17 @@ def build_interleaved(*, pp: int, microbatches: int, vpp: int = 2):
     G = microbatch_group_size(pp, m)
     total = m * v
 
-    def fwd(r, k):
-        chunk = (k // G) % v
-        return Op(kind="F", stage=r + chunk * pp, microbatch=(k // (G * v)) * G + k % G, rank=r)
-
-    def bwd(r, k):
-        chunk = v - 1 - (k // G) % v
-        return Op(kind="B", stage=r + chunk * pp, microbatch=(k // (G * v)) * G + k % G, rank=r,
-                  includes_weight=True)
-
     ranks = []
     for r in range(pp):
         warm = min(total, (v - 1) * G + 2 * (pp - r - 1))
-        ops = [fwd(r, k) for k in range(warm)]
-        for k in range(total - warm):
-            ops.append(fwd(r, warm + k))
-            ops.append(bwd(r, k))
-        ops += [bwd(r, k) for k in range(total - warm, total)]
-        ranks.append(ops)
+        steady = total - warm
+        # the rank's k-th forward / backward, in order: warm-up forwards, 1F1B pairs, cool-down backwards
+        is_b = np.concatenate([np.zeros(warm, bool), np.tile([False, True], steady), np.ones(warm, bool)])
+        k = np.concatenate([np.arange(warm), np.stack([np.arange(warm, total), np.arange(steady)], 1).ravel(),
+                            np.arange(steady, total)])
+        chunk = np.where(is_b, v - 1 - (k // G) % v, (k // G) % v)
+        stage = (r + chunk * pp).tolist()
+        mb = ((k // (G * v)) * G + k % G).tolist()
+        flags = is_b.tolist()
+        ranks.append([Op("B" if b else "F", st, j, r, b) for b, st, j in zip(flags, stage, mb)])
     return make_schedule("interleaved", ranks, num_stages=pp * v, num_microbatches=m, chunks_per_rank=v)

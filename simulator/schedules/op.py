@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,9 +31,9 @@ KINDS = ("F", "B", "W")
 KIND_INDEX = {"F": 0, "B": 1, "W": 2}
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Op:
-    """One compute op of one microbatch on one (virtual) stage, run by `rank`."""
+class Op(NamedTuple):
+    """One compute op of one microbatch on one (virtual) stage, run by `rank` (an immutable record; a
+    NamedTuple because long schedules build millions of them and tuples are the cheapest to make)."""
 
     kind: str
     stage: int
@@ -133,11 +134,11 @@ class Schedule:
         ops = [op for r in self.ranks for op in r]
         n = len(ops)
         S, M = self.num_stages, self.num_microbatches
-        kind = np.fromiter((KIND_INDEX[o.kind] for o in ops), dtype=np.int64, count=n)
-        stage = np.fromiter((o.stage for o in ops), dtype=np.int64, count=n)
-        mb = np.fromiter((o.microbatch for o in ops), dtype=np.int64, count=n)
-        rank = np.fromiter((o.rank for o in ops), dtype=np.int64, count=n)
-        incw = np.fromiter((o.includes_weight for o in ops), dtype=bool, count=n)
+        # one pass over the records (ops are tuples: kind, stage, microbatch, rank, includes_weight, paired)
+        table = np.array([(KIND_INDEX[o[0]],) + o[1:] for o in ops], dtype=np.int64).reshape(n, 6)
+        kind, stage, mb, rank = (np.ascontiguousarray(table[:, j]) for j in range(4))
+        incw = table[:, 4].astype(bool)
+        paired = table[:, 5].astype(bool)
         counts = np.array([len(r) for r in self.ranks], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         if n and ((stage < 0).any() or (stage >= S).any() or (mb < 0).any() or (mb >= M).any()):
@@ -174,7 +175,6 @@ class Schedule:
         rank_prev = np.arange(n) - 1
         rank_prev[offsets[:-1][counts > 0]] = -1
         # paired (overlapped) ops start only when the partner's input is there too
-        paired = np.fromiter((o.paired for o in ops), dtype=bool, count=n)
         dep2 = np.full(n, -1, dtype=np.int64)
         boundary2 = np.full(n, -1, dtype=np.int64)
         if paired.any():
