@@ -260,3 +260,20 @@ def test_padded_rank_sums_equal_the_stage_rank_matrix():
         assert np.allclose(got[i, :p], want, rtol=1e-14) and not got[i, p:].any()
         assert pt.layers[i].sum() == 24  # every virtual stage once
         assert pt.placement.layers[i].sum() == (48 if s == "dualpipe" else 24)  # dualpipe ranks hold two copies
+
+
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
+def test_compiled_levelisation_equals_the_numpy_rounds(name):
+    # compile_schedule runs the rounds in numba; the numpy rounds are the reference (same op order)
+    from simulator.pipeline.compiled import _levels_numpy
+
+    for pp, m, v in [(4, 8, 2), (8, 16, 3), (2, 4, 1), (6, 12, 1)]:
+        try:
+            sch = build(name, pp=pp, microbatches=m, vpp=v if name == "interleaved" else 1)
+        except InputError:
+            continue
+        c, a = compile_schedule(sch), sch.arrays
+        n = len(a.kind)
+        lo, off = _levels_numpy(sch, a, a.rank_offsets[:-1].copy(), a.rank_offsets[1:], np.where(a.dep >= 0, a.dep, n),
+                                np.where(a.dep2 >= 0, a.dep2, n), n)
+        assert np.array_equal(lo, c.level_ops) and np.array_equal(off, c.level_offsets)
