@@ -88,7 +88,7 @@ class EstimateOptions:
             raise InputError(f"ep_overlap must be in [0, 1], got {self.ep_overlap!r}")
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=2048)
 def _compiled(schedule: str, pp: int, m: int, vpp: int):
     """The schedule's op order compiled for the fast replay (pure function of its shape; memoised)."""
     from .pipeline import compile_schedule

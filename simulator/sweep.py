@@ -433,11 +433,12 @@ def _default_evaluator():
 @lru_cache(maxsize=8192)
 def schedule_refusal(schedule: str, pp: int, vpp: int, microbatches: int) -> str:
     """'' if `schedules.build` accepts this schedule shape, else its one-line reason (e.g. dualpipe needs
-    an even m >= 2·pp). Asking the builder keeps its rules in one place; memoised (pure function)."""
-    from .schedules import build
+    an even m >= 2·pp). Asking the builder keeps its rules in one place; memoised (pure function). An
+    accepted shape is built and compiled through the kernel's cache, so the replay reuses it."""
+    from .kernel import _compiled
 
     try:
-        build(schedule, pp=int(pp), microbatches=int(microbatches), vpp=int(vpp) if schedule == "interleaved" else 1)
+        _compiled(str(schedule), int(pp), int(microbatches), int(vpp))
     except InputError as exc:
         return str(exc).splitlines()[0]
     return ""
