@@ -10,7 +10,7 @@ Pipeline of a sweep (docs/sweep.md has the user's view):
    (the one place for divisibility rules) accepts. Rows come out in a deterministic order, grouped
    by virtual stages (pp x model chunks per rank), pp and the categorical fields.
 3. `run_sweep` cuts the candidates into fixed chunks (chunk k = rows [k·size, (k+1)·size)), evaluates
-   each group of a chunk with one call of the vectorised kernel (`estimate.evaluate_layouts`),
+   each chunk with one call of the vectorised kernel (`kernel.evaluate_layouts`, every field an array),
    and writes each finished chunk atomically (temp file + os.replace) into `<out>.parts/`, so an
    interrupted sweep resumes without losing or duplicating rows. Chunks can run on Dask.
 4. Results are ranked: feasible first, tokens/s descending, ties broken by the label and then every

@@ -8,7 +8,7 @@ bus volume: ring all-reduce 2(n-1)/n·M, AG/RS/all-to-all (n-1)/n·M, p2p M).
 Volumes follow formulas.md §4.6 (Shoeybi et al. 2019 §3; Korthikanti et al. 2022 §4.2.2;
 Narayanan et al. 2021 §2.2, §4.1; Rajbhandari et al. 2020 §7; Jacobs et al. 2023; DeepSeek-V3 §3.3).
 Overlap is not decided here: `wait_s` is the time the step has to wait if nothing overlaps
-(0 for asynchronous data parallelism); estimate.py decides what hides under compute.
+(0 for asynchronous data parallelism); kernel.py decides what hides under compute.
 """
 from __future__ import annotations
 
