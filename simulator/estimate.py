@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import InputError
-from .kernel import (EXPOSED, MEMORY_FIELDS, SPLIT_SCHEDULES, EstimateOptions, _analytic_pipeline, _compiled,  # noqa: F401
-                     evaluate_layouts, replayed_inflight_per_rank)
+from .kernel import EXPOSED, EstimateOptions, evaluate_layouts, replayed_inflight_per_rank  # noqa: F401 (re-exported)
 from .memory.breakdown import memory_breakdown
 from .spec.layout import Layout
 from .spec.model import ModelSpec

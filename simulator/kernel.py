@@ -136,18 +136,10 @@ def _splits(layers_per_stage, n) -> list:
 
 def _categories(*keys):
     """[(values, row indices)] for each distinct combination of the (N,) key arrays."""
-    n = len(keys[0])
-    code = np.zeros(n, dtype=np.int64)
-    uniq = []
-    for k in keys:
-        u, inv = np.unique(k, return_inverse=True)
-        code = code * len(u) + inv.ravel()
-        uniq.append(u)
-    out = []
-    for c in np.unique(code):
-        idx = np.flatnonzero(code == c)
-        out.append((tuple(k[idx[0]] for k in keys), idx))
-    return out
+    first, inv = distinct_rows(*keys)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(first) + 1))
+    return [(tuple(k[first[u]] for k in keys), order[bounds[u]:bounds[u + 1]]) for u in range(len(first))]
 
 
 def _take_span(span, idx):

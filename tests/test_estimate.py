@@ -144,7 +144,7 @@ def test_cli_bad_input_is_one_line_exit_2(args, msg, capsys):
 def test_analytic_pipeline_equals_the_replay_for_uniform_stages(schedule, vpp):
     # The closed forms are exact when every rank's F, B, W are equal and p2p is free: compare the two
     # modes on uniform stages (no embedding/head time), the replay being the independent engine.
-    from simulator.estimate import _analytic_pipeline
+    from simulator.kernel import _analytic_pipeline
     from simulator.pipeline import makespan_batch
     from simulator.cost.compute import stage_rank_matrix
 
