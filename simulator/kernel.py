@@ -496,7 +496,8 @@ def _analytic_pipeline(schedule, pp, vpp, m, per, f_rank, b_rank, w_rank, p2p):
     (formulas.md §5.2):
     GPipe, 1F1B: (m + P)·t (Huang 2019; Narayanan 2021 §2.2.1); interleaved: (m + P/v)·t (§2.2.2);
     ZB-H1: m·t + P·(F + B − W); ZB-H2 and ZB-V: m·t + P·max(0, F + B − 2W) (Qi et al. 2024 §2);
-    DualPipe(V): m/2·t_pair + (p/2 − 1)·(F + 2B − 2W) with F&B ≈ F + B (DeepSeek-V3 Table 2; B here is
+    DualPipe: m/2·t + (p/2 − 1)·(F + 2B − 2W), DualPipeV: m·t + the same, t = a rank's two chunks
+    per microbatch, F&B ≈ F + B (DeepSeek-V3 Table 2; B here is
     the input-gradient part, its "B" is B + W). Plus 2P p2p hops (first forward down, last backward up).
     Exact for uniform stages without p2p (the tests check it against the replay); an approximation otherwise.
     """
@@ -520,7 +521,8 @@ def _analytic_pipeline(schedule, pp, vpp, m, per, f_rank, b_rank, w_rank, p2p):
         mk0 = mf * t + P * np.maximum(0.0, f + b - 2 * w)
     else:  # dualpipe, dualpipev: a rank's two chunks; m microbatches in all
         f, b, w = f / 2, b / 2, w / 2
-        mk0 = mf / 2 * t + (np.asarray(pp) / 2 - 1) * np.maximum(0.0, f + 2 * b - 2 * w)
+        runs = mf / 2 if schedule == "dualpipe" else mf  # DualPipe: m/2 per direction; DualPipeV: all m
+        mk0 = runs * t + (np.asarray(pp) / 2 - 1) * np.maximum(0.0, f + 2 * b - 2 * w)
     mb = mf / 2 if schedule == "dualpipe" else mf
     busy = mb[:, None] * per
     return mk0 + 2 * P * p2p, mk0, busy
