@@ -432,17 +432,25 @@ try:  # pragma: no cover - exercised when numba is installed (a core dependency)
                 out_busy[r, q] = acc
 
     @numba.njit(cache=True, nogil=True, parallel=True)
-    def _multi_kernel(op_off, level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2, busy_off, b_rank, b_stage,
-                      b_count, sid, F, B, W, P, out_mk, out_mk0, out_busy):
-        """`_kernel` over layouts of different schedule shapes (concatenated tables, local op indices);
-        one uniform p2p delay P[r] per boundary; the makespan with and without it in one pass; busy time
-        per rank from the schedule's op counts per (rank, stage, kind) (`_busy_table`). Layouts are
-        independent: they run in parallel over the cores (numba.prange)."""
+    def _multi_kernel(op_off, code, dep, dep2, rp, hop, stage_off, busy_off, b_rank, b_stage, b_count, sid,
+                      F, B, W, P, out_mk, out_mk0, out_busy):
+        """`_kernel` over layouts of different schedule shapes: each shape's ops packed in level order
+        (`_packed`: duration code, positions of the dependencies and rank predecessor, p2p flags), one
+        uniform p2p delay P[r] per boundary, the makespan with and without it in one pass; busy time
+        per rank from the op counts per (rank, stage, kind) (`_busy_table`). Layouts are independent:
+        they run in parallel over the cores (numba.prange)."""
         N = F.shape[0]
         for r in numba.prange(N):
             k = sid[r]
             o = op_off[k]
             n = op_off[k + 1] - o
+            S = stage_off[k + 1] - stage_off[k]
+            dur = np.empty(4 * S)  # per stage: F, B, B + W (a B that includes the weight gradient), W
+            for s in range(S):
+                dur[4 * s] = F[r, s]
+                dur[4 * s + 1] = B[r, s] + 0.0
+                dur[4 * s + 2] = B[r, s] + W[r, s]
+                dur[4 * s + 3] = W[r, s]
             end = np.empty(n + 1)
             end0 = np.empty(n + 1)
             end[n] = 0.0
@@ -451,16 +459,15 @@ try:  # pragma: no cover - exercised when numba is installed (a core dependency)
             mk = 0.0
             mk0 = 0.0
             for j in range(n):
-                i = level_ops[o + j]
-                g = o + i
-                s = stage[g]
-                d = _op_duration(kind[g], incw[g], F[r, s], B[r, s], W[r, s])
+                g = o + j
+                d = dur[code[g]]
                 a = dep[g]
-                t = end[a] + (p if bnd[g] >= 0 else 0.0)
+                h = hop[g]
+                t = end[a] + (p if h & 1 else 0.0)
                 t0 = end0[a]
                 a2 = dep2[g]
                 if a2 < n:
-                    t2 = end[a2] + (p if bnd2[g] >= 0 else 0.0)
+                    t2 = end[a2] + (p if h & 2 else 0.0)
                     if t2 > t:
                         t = t2
                     if end0[a2] > t0:
@@ -472,8 +479,8 @@ try:  # pragma: no cover - exercised when numba is installed (a core dependency)
                     t0 = end0[q]
                 e = t + d
                 e0 = t0 + d
-                end[i] = e
-                end0[i] = e0
+                end[j] = e
+                end0[j] = e0
                 if e > mk:
                     mk = e
                 if e0 > mk0:
@@ -561,15 +568,44 @@ def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2
             b = makespan_batch(c, F[idx, :S], B[idx, :S], W[idx, :S], 0.0)
             mk[idx], mk0[idx], busy[idx, :r] = a.makespan_s, b.makespan_s, a.busy_s_per_rank
         return mk, mk0, busy
-    args = [_kernel_args(c) for c in compiled]
-    sizes = np.array([c.num_ops for c in compiled], dtype=np.int64)
-    op_off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    cat = [np.concatenate([a[j] for a in args]) for j in range(9)]
+    packed = [_packed(c) for c in compiled]
+    op_off = np.concatenate([[0], np.cumsum([c.num_ops for c in compiled])]).astype(np.int64)
+    stage_off = np.concatenate([[0], np.cumsum([c.schedule.num_stages for c in compiled])]).astype(np.int64)
+    cat = [np.concatenate([t[j] for t in packed]) for j in range(5)]
     tables = [_busy_table(c) for c in compiled]
     busy_off = np.concatenate([[0], np.cumsum([len(t[0]) for t in tables])]).astype(np.int64)
     b_rank, b_stage, b_count = (np.concatenate([t[j] for t in tables]) for j in range(3))
-    _multi_kernel(op_off, *cat, busy_off, b_rank, b_stage, b_count, sid, F, B, W, P, mk, mk0, busy)
+    _multi_kernel(op_off, *cat, stage_off, busy_off, b_rank, b_stage, b_count, sid, F, B, W, P, mk, mk0, busy)
     return mk, mk0, busy
+
+
+_PACKED: dict = {}
+
+
+def _packed(compiled: CompiledSchedule) -> tuple:
+    """A compiled schedule's ops renumbered in level order, for `_multi_kernel` (memoised): duration
+    code 4·stage + {0 F, 1 B, 2 B+W, 3 W}, the level-order positions of the dependency, the second
+    dependency and the rank predecessor (n: none), and p2p flags (1: the dependency crosses a stage
+    boundary, 2: the second one does). Reading ops sequentially is what makes the replay fast."""
+    hit = _PACKED.get(id(compiled))
+    if hit is not None and hit[0] is compiled:
+        return hit[1]
+    a = compiled.schedule.arrays
+    n = compiled.num_ops
+    order = compiled.level_ops
+    pos = np.empty(n + 1, dtype=np.int64)
+    pos[order] = np.arange(n)
+    pos[n] = n
+    kind, incw = a.kind[order], a.includes_weight[order]
+    code = 4 * a.stage[order] + np.where(kind == 0, 0, np.where(kind == 1, np.where(incw, 2, 1), 3))
+    bnd2 = a.boundary2 if a.boundary2 is not None else np.full(n, -1)
+    hop = (a.boundary[order] >= 0).astype(np.int64) + 2 * (bnd2[order] >= 0)
+    table = tuple(x.astype(np.int32) for x in (code, pos[compiled.dep_s[order]], pos[compiled.dep2_s[order]],
+                                                 pos[compiled.rank_prev_s[order]], hop))
+    if len(_PACKED) > 4096:
+        _PACKED.clear()
+    _PACKED[id(compiled)] = (compiled, table)
+    return table
 
 
 _BUSY: dict = {}
