@@ -81,14 +81,20 @@ class PipelineTable:
 
 
 def distinct_rows(*keys):
-    """(index of the first row of each distinct combination of the (N,) integer key arrays, inverse (N,)):
-    rows with equal keys share one evaluation."""
-    code = np.zeros(len(keys[0]), dtype=np.int64)
-    for k in keys:
-        u, inv = np.unique(k, return_inverse=True)
-        code = code * len(u) + inv.ravel()
-    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
-    return first, inv.ravel()
+    """(index of the first row of each distinct combination of the (N,) key arrays, inverse (N,)):
+    rows with equal keys share one evaluation. Groups are numbered in order of first appearance
+    (hash-based, O(N))."""
+    code = pd.factorize(keys[0])[0]
+    for k in keys[1:]:
+        c, u = pd.factorize(k)
+        code = pd.factorize(code * len(u) + c)[0]  # re-numbered each step: stays < N, never overflows
+    code = np.asarray(code, dtype=np.int64)
+    if not len(code):
+        return np.zeros(0, dtype=np.int64), code
+    new = np.empty(len(code), dtype=bool)  # codes first appear in increasing order
+    new[0] = True
+    new[1:] = code[1:] > np.maximum.accumulate(code)[:-1]
+    return np.flatnonzero(new), code
 
 
 def _split_key(split) -> tuple | None:

@@ -502,7 +502,7 @@ def _inflight_counts(compiled: CompiledSchedule) -> np.ndarray:
         return hit[1]
     counts = inflight_profile(compiled.schedule).round().astype(int)
     counts.setflags(write=False)
-    if len(_INFLIGHT) > 256:
+    if len(_INFLIGHT) > 4096:
         _INFLIGHT.clear()
     _INFLIGHT[id(compiled)] = (compiled, counts)
     return counts
