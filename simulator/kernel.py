@@ -273,14 +273,10 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         basis[:, idx] = layer_basis_times(model, training, hardware, tp=tp[idx], cp=cp[idx], ep=ep[idx],
                                           micro_batch_size=mbs[idx], recompute=r, sequence_parallel=sp,
                                           cp_algorithm=cp_algorithm, roofline=opt.roofline)
-    counts = (pt.dense_layers, pt.moe_layers, pt.first, pt.last)
-
-    def per_stage(key):
-        b = basis[BASIS_KEYS.index(key)]
-        return b[:, 0, None] * counts[0] + b[:, 1, None] * counts[1] + b[:, 2, None] * counts[2] + b[:, 3, None] * counts[3]
-
-    F, W = per_stage("forward_s"), per_stage("weight_s")
-    Bk = per_stage("backward_s") + per_stage("recompute_s")
+    counts = np.stack([pt.dense_layers, pt.moe_layers, pt.first, pt.last], axis=1)  # (n, 4, S)
+    keys = [BASIS_KEYS.index(k) for k in ("forward_s", "weight_s", "backward_s", "recompute_s")]
+    F, W, Bk, R = np.einsum("knb,nbs->kns", basis[keys], counts)
+    Bk = Bk + R
 
     # 2. communication inside the ops: per layer (evaluated once per distinct input), times the stage's layers
     place = dict(order=opt.placement)
