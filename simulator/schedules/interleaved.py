@@ -12,7 +12,7 @@ Closed form (uniform chunks, zero p2p, m % p == 0): bubble = (p-1)/(v m + p - 1)
 import numpy as np
 
 from ..errors import InputError
-from .op import Op, check_counts, make_schedule
+from .op import check_counts, make_schedule
 
 
 def microbatch_group_size(pp: int, microbatches: int) -> int:
@@ -30,7 +30,7 @@ def build_interleaved(*, pp: int, microbatches: int, vpp: int = 2):
     G = microbatch_group_size(pp, m)
     total = m * v
 
-    ranks = []
+    cols = []
     for r in range(pp):
         warm = min(total, (v - 1) * G + 2 * (pp - r - 1))
         steady = total - warm
@@ -39,8 +39,8 @@ def build_interleaved(*, pp: int, microbatches: int, vpp: int = 2):
         k = np.concatenate([np.arange(warm), np.stack([np.arange(warm, total), np.arange(steady)], 1).ravel(),
                             np.arange(steady, total)])
         chunk = np.where(is_b, v - 1 - (k // G) % v, (k // G) % v)
-        stage = (r + chunk * pp).tolist()
-        mb = ((k // (G * v)) * G + k % G).tolist()
-        flags = is_b.tolist()
-        ranks.append([Op("B" if b else "F", st, j, r, b) for b, st, j in zip(flags, stage, mb)])
-    return make_schedule("interleaved", ranks, num_stages=pp * v, num_microbatches=m, chunks_per_rank=v)
+        cols.append((is_b, r + chunk * pp, (k // (G * v)) * G + k % G))
+    is_b = np.concatenate([c[0] for c in cols])
+    columns = (is_b.astype(np.int64), np.concatenate([c[1] for c in cols]), np.concatenate([c[2] for c in cols]),
+               is_b, np.zeros(len(is_b), bool), np.array([len(c[0]) for c in cols]))  # every B includes W
+    return make_schedule("interleaved", columns=columns, num_stages=pp * v, num_microbatches=m, chunks_per_rank=v)

@@ -93,6 +93,10 @@ class Schedule:
     `num_ranks` devices, `num_stages` (virtual) stages, `num_microbatches` microbatches,
     `chunks_per_rank` stages held by each rank (1; vpp for interleaved; 2 for V shapes and DualPipe).
     `asynchronous`: no flush at the end of a step (PipeDream).
+    The ops are given either as Op records per rank (`rank_ops`) or as columns in rank order
+    (`columns`: kind index, stage, microbatch, includes_weight, paired — one entry per op — and the
+    op count of each rank), which long generated schedules use; `ranks` is the per-rank Op view
+    either way (built from the columns on first use).
     """
 
     name: str
@@ -100,13 +104,30 @@ class Schedule:
     num_stages: int
     num_microbatches: int
     chunks_per_rank: int
-    ranks: tuple[tuple[Op, ...], ...]
+    rank_ops: tuple[tuple[Op, ...], ...] | None = None
+    columns: tuple | None = field(default=None, repr=False)
     asynchronous: bool = False
     notes: str = field(default="")
 
     def __post_init__(self):
-        if len(self.ranks) != self.num_ranks:
-            raise InputError(f"schedule {self.name}: {len(self.ranks)} rank lists for {self.num_ranks} ranks")
+        given = len(self.rank_ops) if self.rank_ops is not None else (
+            len(self.columns[5]) if self.columns is not None else None)
+        if given is None:
+            raise InputError(f"schedule {self.name}: no ops given")
+        if given != self.num_ranks:
+            raise InputError(f"schedule {self.name}: {given} rank lists for {self.num_ranks} ranks")
+
+    @cached_property
+    def ranks(self) -> tuple[tuple[Op, ...], ...]:
+        """Per-rank ordered Op records."""
+        if self.rank_ops is not None:
+            return self.rank_ops
+        kind, stage, mb, incw, paired, counts = self.columns
+        rank = np.repeat(np.arange(len(counts)), counts)
+        ops = list(map(Op._make, zip(np.array(KINDS, dtype=object)[kind].tolist(), stage.tolist(), mb.tolist(),
+                                     rank.tolist(), incw.astype(bool).tolist(), paired.astype(bool).tolist())))
+        bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        return tuple(tuple(ops[bounds[r]:bounds[r + 1]]) for r in range(len(counts)))
 
     @property
     def num_ops(self) -> int:
@@ -131,15 +152,22 @@ class Schedule:
         Raises InputError if an op is duplicated, a microbatch misses an op, or an op sits on a
         rank different from the one its stage's other ops of the same microbatch use.
         """
-        ops = [op for r in self.ranks for op in r]
-        n = len(ops)
         S, M = self.num_stages, self.num_microbatches
-        # one pass over the records (ops are tuples: kind, stage, microbatch, rank, includes_weight, paired)
-        table = np.array([(KIND_INDEX[o[0]],) + o[1:] for o in ops], dtype=np.int64).reshape(n, 6)
-        kind, stage, mb, rank = (np.ascontiguousarray(table[:, j]) for j in range(4))
-        incw = table[:, 4].astype(bool)
-        paired = table[:, 5].astype(bool)
-        counts = np.array([len(r) for r in self.ranks], dtype=np.int64)
+        if self.columns is not None:
+            kind, stage, mb, incw, paired, counts = (np.asarray(x, dtype=np.int64) for x in self.columns)
+            incw, paired = incw.astype(bool), paired.astype(bool)
+            n = len(kind)
+            rank = np.repeat(np.arange(len(counts)), counts)
+            ops = None
+        else:
+            ops = [op for r in self.ranks for op in r]
+            n = len(ops)
+            # one pass over the records (ops are tuples: kind, stage, microbatch, rank, includes_weight, paired)
+            table = np.array([(KIND_INDEX[o[0]],) + o[1:] for o in ops], dtype=np.int64).reshape(n, 6)
+            kind, stage, mb, rank = (np.ascontiguousarray(table[:, j]) for j in range(4))
+            incw = table[:, 4].astype(bool)
+            paired = table[:, 5].astype(bool)
+            counts = np.array([len(r) for r in self.ranks], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         if n and ((stage < 0).any() or (stage >= S).any() or (mb < 0).any() or (mb >= M).any()):
             raise InputError(f"schedule {self.name}: an op's stage or microbatch is out of range")
@@ -150,8 +178,9 @@ class Schedule:
         table = np.full(3 * S * M, -1, dtype=np.int64)
         table[key] = np.arange(n)
         if (np.bincount(key, minlength=3 * S * M) > 1).any():
-            dup = ops[int(np.flatnonzero(np.bincount(key, minlength=3 * S * M)[key] > 1)[0])]
-            raise InputError(f"schedule {self.name}: op {dup.label} appears more than once")
+            dup = int(np.flatnonzero(np.bincount(key, minlength=3 * S * M)[key] > 1)[0])
+            label = Op(KINDS[kind[dup]], int(stage[dup]), int(mb[dup]), int(rank[dup]), bool(incw[dup])).label
+            raise InputError(f"schedule {self.name}: op {label} appears more than once")
         # every (stage, microbatch) needs F and B; W exactly when its B does not include the weight
         need_w = np.zeros(S * M, dtype=bool)
         is_b = kind == 1
@@ -187,12 +216,16 @@ class Schedule:
         return OpArrays(kind, stage, mb, rank, incw, dep, boundary, rank_prev, offsets, dep2, boundary2)
 
 
-def make_schedule(name: str, per_rank: list[list[Op]], *, num_stages: int, num_microbatches: int,
-                  chunks_per_rank: int, asynchronous: bool = False, notes: str = "") -> Schedule:
-    """Freeze per-rank op lists into a `Schedule`."""
+def make_schedule(name: str, per_rank: list[list[Op]] | None = None, *, num_stages: int, num_microbatches: int,
+                  chunks_per_rank: int, asynchronous: bool = False, notes: str = "", columns=None) -> Schedule:
+    """Freeze per-rank op lists (or op columns in rank order, see `Schedule`) into a `Schedule`."""
+    if columns is not None:
+        return Schedule(name=name, num_ranks=len(columns[5]), num_stages=num_stages,
+                        num_microbatches=num_microbatches, chunks_per_rank=chunks_per_rank,
+                        columns=tuple(columns), asynchronous=asynchronous, notes=notes)
     return Schedule(name=name, num_ranks=len(per_rank), num_stages=num_stages,
                     num_microbatches=num_microbatches, chunks_per_rank=chunks_per_rank,
-                    ranks=tuple(tuple(r) for r in per_rank), asynchronous=asynchronous, notes=notes)
+                    rank_ops=tuple(tuple(r) for r in per_rank), asynchronous=asynchronous, notes=notes)
 
 
 def check_counts(name: str, *, pp, microbatches, vpp=1):
