@@ -147,10 +147,6 @@ def _take_span(span, idx):
     return replace(span, **{f: np.asarray(getattr(span, f))[idx] for f in span.__dataclass_fields__ if f != "group"})
 
 
-def _take_placement(pl, idx):
-    return type(pl)(**{f: getattr(pl, f)[idx] for f in pl.__dataclass_fields__})
-
-
 def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp, mbs, pp, sp, rec) -> dict:
     """Per-layer, per-microbatch communication of K layouts, (K,) arrays: TP forward/backward
     (cost/comm.tp_comm), CP (cp_comm) and the core-attention time that hides ring CP, EP all-to-all
@@ -448,15 +444,10 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         bubble_fraction = np.where(makespan > 0, np.maximum(0.0, 1.0 - busy.sum(axis=1) / (ppa * makespan)), 0.0)
 
     # 5. memory with the replayed in-flight microbatches
-    mem = {k: np.zeros((n, P)) for k in MEMORY_FIELDS}
-    for (r, sp), idx in combos:
-        part = stage_memory_arrays(model, training, tp=tp[idx], pp=ppa[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx],
-                                   vpp=chunks[idx], micro_batch_size=mbs[idx], num_microbatches=m[idx], zero=zz[idx],
-                                   shard_group_size=shard_group_size, recompute=r, sequence_parallel=bool(sp),
-                                   schedule=sched[idx], inference=inference, inflight_per_stage=inflight[idx],
-                                   placement=_take_placement(pt.classes, idx), rank_class=pt.rank_class[idx])
-        for k in MEMORY_FIELDS:
-            mem[k][idx] = part[k]
+    mem = stage_memory_arrays(model, training, tp=tp, pp=ppa, dp=dp, cp=cp, ep=ep, vpp=chunks, micro_batch_size=mbs,
+                              num_microbatches=m, zero=zz, shard_group_size=shard_group_size, recompute=rec,
+                              sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
+                              placement=pt.classes, rank_class=pt.rank_class)
     worst = np.argmax(np.where(pt.rank_valid, mem["peak_bytes"], -np.inf), axis=1)
     out = {k: mem[k][rows, worst] for k in MEMORY_FIELDS}
     feasible = out["peak_bytes"] <= hardware.hbm_bytes
@@ -555,11 +546,13 @@ def _reasons(out: dict, feasible: np.ndarray, worst_stage: np.ndarray, hbm_bytes
     comps = [k for k in _COMPONENT_LABEL if k in out]
     stack = np.stack([np.asarray(out[k], dtype=float)[bad] for k in comps], axis=1)
     big = np.argmax(stack, axis=1)
-    labels = np.array([_COMPONENT_LABEL[k] for k in comps], dtype=object)[big]
     gib = 2.0**30
-    big_gib = np.round(stack[np.arange(bad.size), big] / gib, 1).astype(str)
-    peak_gib = np.round(np.asarray(out["peak_bytes"], dtype=float)[bad] / gib, 1).astype(str)
+    big_d = np.round(stack[np.arange(bad.size), big] / gib * 10).astype(np.int64)  # tenths of GiB
+    peak_d = np.round(np.asarray(out["peak_bytes"], dtype=float)[bad] / gib * 10).astype(np.int64)
+    stage = worst_stage[bad]
+    first, inv = distinct_rows(big, big_d, peak_d, stage)  # many rows share a message: format each once
     hbm = f"{hbm_bytes / gib:.1f}"
-    reason[bad] = (labels + ": " + big_gib.astype(object) + " GiB of " + peak_gib.astype(object) + " GiB peak > "
-                   + hbm + " GiB HBM (stage " + worst_stage[bad].astype(str).astype(object) + ")")
+    text = np.array([f"{_COMPONENT_LABEL[comps[big[i]]]}: {big_d[i] / 10:.1f} GiB of {peak_d[i] / 10:.1f} GiB peak > "
+                     f"{hbm} GiB HBM (stage {stage[i]})" for i in first], dtype=object)
+    reason[bad] = text[inv]
     return reason

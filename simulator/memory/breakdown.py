@@ -47,9 +47,32 @@ def _check_inflight(inflight_per_stage, pp: int) -> np.ndarray:
     return a
 
 
-def _check_categorical(*, recompute: str, schedule, zero) -> None:
-    if recompute not in RECOMPUTE:
-        raise InputError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+def _by_mode(fn, model, training, recompute, sequence_parallel, kw: dict, **extra) -> np.ndarray:
+    """fn(model, training, recompute=..., sequence_parallel=..., **kw) where the modes are scalars, or
+    evaluated once per distinct (recompute, SP) pair of (N,) mode arrays (rows of the array-valued
+    `kw` taken accordingly). `recompute=False` calls fn without a recompute argument."""
+    def call(rc, sp, args):
+        r = {} if rc is False else {"recompute": rc}
+        return np.asarray(fn(model, training, sequence_parallel=bool(sp), **r, **args, **extra), dtype=float)
+
+    if np.ndim(recompute) == 0 and np.ndim(sequence_parallel) == 0:
+        return call(recompute, sequence_parallel, kw)
+    n = max(len(np.atleast_1d(x)) for x in (recompute, sequence_parallel))
+    rc = np.broadcast_to(np.asarray(recompute, dtype=object), (n,))
+    sp = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,))
+    code = pd.factorize(rc)[0] * 2 + sp
+    out = np.zeros(n)
+    for c in np.unique(code):
+        idx = np.flatnonzero(code == c)
+        args = {k: (np.asarray(v)[idx] if np.ndim(v) else v) for k, v in kw.items()}
+        out[idx] = call(rc[idx[0]], sp[idx[0]], args)
+    return out
+
+
+def _check_categorical(*, recompute, schedule, zero) -> None:
+    for r in pd.unique(np.asarray(recompute, dtype=object)).tolist() if np.ndim(recompute) else [recompute]:
+        if r not in RECOMPUTE:
+            raise InputError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {r!r}")
     for s in pd.unique(np.asarray(schedule, dtype=object)).tolist() if np.ndim(schedule) else [schedule]:
         if s not in SCHEDULES:
             raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {s!r}")
@@ -95,8 +118,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                         overheads: Overheads | None = None, placement=None, rank_class=None) -> dict[str, np.ndarray]:
     """Per-stage memory of many layouts at once (vectorisation contract of the sweep).
 
-    tp, dp, cp, ep, micro_batch_size, num_microbatches, zero and schedule are scalars or arrays of
-    shape (N,); recompute and sequence_parallel are scalars. The pipeline shape comes from pp, vpp,
+    tp, dp, cp, ep, micro_batch_size, num_microbatches, zero, schedule, recompute and
+    sequence_parallel are scalars or arrays of shape (N,). The pipeline shape comes from pp, vpp,
     schedule and layers_per_stage (scalars), or from `placement`: a StagePlacement whose arrays are
     (N, P) (structure.pipeline_table pads layouts of different pp to P ranks; pp is then (N,)).
     With `rank_class` (N, P), `placement` holds one column per rank class (structure.PipelineTable):
@@ -121,13 +144,16 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     width = int(np.shape(pl.layers)[-1])
     shape = np.broadcast_shapes(*(np.shape(x) for x in (tp, dp, cp, ep, micro_batch_size, num_microbatches)))
     zeros = np.zeros(shape + (width,))
-    kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size, sequence_parallel=sequence_parallel)
+    kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     has_dense = (pl.dense_layers > 0)
     has_moe = (pl.moe_layers > 0)
 
+    def per_mode(fn, rc=None, **extra):  # fn(recompute?, sequence_parallel) for scalar or per-row modes
+        return _by_mode(fn, model, training, recompute if rc is None else rc, sequence_parallel, kw, **extra)
+
     def working_set():
-        wd = layer_activation_bytes(model, training, recompute="none", moe=False, **kw)[..., None]
-        wm = layer_activation_bytes(model, training, recompute="none", moe=True, **kw)[..., None]
+        wd = per_mode(layer_activation_bytes, rc="none", moe=False)[..., None]
+        wm = per_mode(layer_activation_bytes, rc="none", moe=True)[..., None]
         return np.maximum(wd * has_dense, wm * has_moe)
 
     if inference:
@@ -143,15 +169,16 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
             inflight = zeros + _check_inflight(inflight_per_stage, width)
         else:
             inflight = zeros + inflight_microbatches(schedule, pp=pp, num_microbatches=num_microbatches, vpp=vpp)
-        a_d = layer_activation_bytes(model, training, recompute=recompute, moe=False, **kw)[..., None]
-        a_m = layer_activation_bytes(model, training, recompute=recompute, moe=True, **kw)[..., None]
-        emb = embedding_activation_bytes(model, training, **kw)[..., None]
-        head = head_activation_bytes(model, training, **kw)[..., None]
+        a_d = per_mode(layer_activation_bytes, moe=False)[..., None]
+        a_m = per_mode(layer_activation_bytes, moe=True)[..., None]
+        emb = per_mode(embedding_activation_bytes, rc=False)[..., None]
+        head = per_mode(head_activation_bytes, rc=False)[..., None]
         loss_m = np.asarray(loss_inflight_microbatches(schedule, num_microbatches=num_microbatches))[..., None]
         act = inflight * (pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb)
         act = act + np.minimum(loss_m, np.maximum(inflight, 1.0)) * pl.head * head
-        if recompute == "full":
-            act = act + working_set()
+        full = np.asarray(recompute) == "full"
+        if full.any():
+            act = act + working_set() * (full[..., None] if full.ndim else 1.0)
         kv = zeros
     params, grads, opt = zeros + st["params"], zeros + st["grads"], zeros + st["optimizer"]
     transient = zeros + st["gather"]
