@@ -4,7 +4,9 @@
 Closed form (uniform stages, zero p2p): bubble = (p-1)/(m+p-1) of the makespan; peak in-flight
 microbatches = m on every rank (formulas.md §3.5, §5.2).
 """
-from .op import Op, check_counts, make_schedule
+import numpy as np
+
+from .op import check_counts, make_schedule, rank_columns
 
 
 def build_gpipe(*, pp: int, microbatches: int, vpp: int = 1):
@@ -13,9 +15,7 @@ def build_gpipe(*, pp: int, microbatches: int, vpp: int = 1):
     if vpp != 1:
         from ..errors import InputError
         raise InputError(f"gpipe: vpp must be 1, got {vpp} (use 'interleaved' for virtual stages)")
-    ranks = []
-    for r in range(pp):
-        ops = [Op(kind="F", stage=r, microbatch=j, rank=r) for j in range(microbatches)]
-        ops += [Op(kind="B", stage=r, microbatch=j, rank=r, includes_weight=True) for j in range(microbatches)]
-        ranks.append(ops)
-    return make_schedule("gpipe", ranks, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=1)
+    m = microbatches
+    per_rank = [(np.repeat([0, 1], m), np.full(2 * m, r), np.tile(np.arange(m), 2)) for r in range(pp)]
+    return make_schedule("gpipe", columns=rank_columns(per_rank, split=False), num_stages=pp, num_microbatches=m,
+                         chunks_per_rank=1)

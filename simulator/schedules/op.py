@@ -235,3 +235,23 @@ def check_counts(name: str, *, pp, microbatches, vpp=1):
             raise InputError(f"{name}: {label} must be an integer, got {v!r}")
         if v < 1:
             raise InputError(f"{name}: {label} must be >= 1, got {v}")
+
+
+def rank_columns(per_rank: list[tuple[np.ndarray, np.ndarray, np.ndarray]], *, stages=None, split: bool) -> tuple:
+    """`Schedule.columns` from per-rank (kind index, stage, microbatch) arrays in order; every B includes
+    the weight gradient unless `split`."""
+    kind = np.concatenate([k for k, _, _ in per_rank]).astype(np.int64)
+    stage = np.concatenate([st for _, st, _ in per_rank]).astype(np.int64)
+    mb = np.concatenate([j for _, _, j in per_rank]).astype(np.int64)
+    incw = (kind == 1) & (not split)
+    return kind, stage, mb, incw, np.zeros(len(kind), bool), np.array([len(k) for k, _, _ in per_rank])
+
+
+def steps(*slots) -> tuple[np.ndarray, np.ndarray]:
+    """Interleave per-step op slots into one order: each slot is (kind index, microbatch (n,), valid (n,));
+    step i runs slot 0's op, then slot 1's, ... where valid. Returns (kind, microbatch) arrays."""
+    n = len(slots[0][1])
+    kind = np.stack([np.full(n, k) for k, _, _ in slots], axis=1).ravel()
+    mb = np.stack([j for _, j, _ in slots], axis=1).ravel()
+    ok = np.stack([v for _, _, v in slots], axis=1).ravel()
+    return kind[ok], mb[ok]

@@ -13,18 +13,20 @@ for ZB-H2 also needs its optimizer post-validation, which lets one step's tail o
 step's warm-up; within one flushed step the last rank still waits (p-1)F for its first input, and
 our replays find ZB-H2's flushed makespan equal to ZB-H1's (docs/pipeline.md).
 """
+import numpy as np
+
 from ..errors import InputError
 from .one_f_one_b import one_f_one_b_rank
-from .op import Op, check_counts, make_schedule
+from .op import check_counts, make_schedule, rank_columns, steps
 
 
 def build_zb_h1(*, pp: int, microbatches: int, vpp: int = 1):
     check_counts("zb-h1", pp=pp, microbatches=microbatches, vpp=vpp)
     if vpp != 1:
         raise InputError(f"zb-h1: vpp must be 1, got {vpp} (zb-v holds two chunks per rank)")
-    ranks = [one_f_one_b_rank(r, pp=pp, microbatches=microbatches, split=True, weight_delay=r)
-             for r in range(pp)]
-    return make_schedule("zb-h1", ranks, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=1)
+    cols = rank_columns([one_f_one_b_rank(r, pp=pp, microbatches=microbatches, split=True, weight_delay=r)
+                         for r in range(pp)], split=True)
+    return make_schedule("zb-h1", columns=cols, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=1)
 
 
 def build_zb_h2(*, pp: int, microbatches: int, vpp: int = 1):
@@ -32,18 +34,15 @@ def build_zb_h2(*, pp: int, microbatches: int, vpp: int = 1):
     if vpp != 1:
         raise InputError(f"zb-h2: vpp must be 1, got {vpp}")
     m = microbatches
-    ranks = []
+    per_rank = []
+    j = np.arange(m)
     for r in range(pp):
         warm = min(m, 2 * (pp - r) - 1)
-        ops = [Op(kind="F", stage=r, microbatch=j, rank=r) for j in range(warm)]
-        next_w = 0
-        for j in range(m):
-            ops.append(Op(kind="B", stage=r, microbatch=j, rank=r))
-            if j >= r:  # as ZB-H1: rank r runs W(j-r) after B(j)
-                ops.append(Op(kind="W", stage=r, microbatch=next_w, rank=r))
-                next_w += 1
-            if j + warm < m:
-                ops.append(Op(kind="F", stage=r, microbatch=j + warm, rank=r))
-        ops += [Op(kind="W", stage=r, microbatch=j, rank=r) for j in range(next_w, m)]
-        ranks.append(ops)
-    return make_schedule("zb-h2", ranks, num_stages=pp, num_microbatches=m, chunks_per_rank=1)
+        # step j: B(j), then W(j - r) as ZB-H1, then F(j + warm); leftover W's at the end
+        kind, mb = steps((1, j, np.ones(m, bool)), (2, j - r, j >= r), (0, j + warm, j + warm < m))
+        tail = np.arange(max(0, m - r), m)
+        k_all = np.concatenate([np.zeros(warm, np.int64), kind, np.full(len(tail), 2)])
+        per_rank.append((k_all, np.full(len(k_all), r),
+                         np.concatenate([np.arange(warm), mb, tail])))
+    return make_schedule("zb-h2", columns=rank_columns(per_rank, split=True), num_stages=pp, num_microbatches=m,
+                         chunks_per_rank=1)
