@@ -16,9 +16,10 @@ Composition (formulas.md §7.4, made concrete):
      microbatch: prefetched under the same pass; only the excess over the pass is exposed.
    The exposed parts are added to F and B.
 3. The pipeline: the schedule's op order replayed on those durations with the PP p2p time per
-   boundary (pipeline/makespan_batch: the engine's exact fast path), giving the makespan, busy time
-   per rank and the peak in-flight microbatches per rank (which the memory model uses).
-   PipeDream (asynchronous, no flush) runs at its steady state: m × the slowest stage's F+B+W.
+   boundary (pipeline.makespan_multi: the engine's exact fast path, all schedule shapes in one
+   compiled pass), giving the makespan, busy time per rank and the peak in-flight microbatches per
+   rank (which the memory model uses). PipeDream (asynchronous, no flush) runs at its steady state:
+   m × the slowest stage's F+B+W.
 4. The data-parallel tail: DDP all-reduce / ZeRO-1,2 reduce-scatter (+ parameter all-gather) of the
    gradients, overlapped with the last microbatch's backward when `grad_reduce_overlap` (Megatron
    `--overlap-grad-reduce`); the ZeRO-1/2 parameter all-gather is exposed unless
@@ -33,6 +34,10 @@ makespan (idle waiting on other stages). `bubble_fraction` is the engine's
 
 MFU/HFU: PaLM App. B — model FLOPs (no recompute; causal convention of `training.attention_flops`)
 or executed FLOPs, per step, / (step_s × GPUs × dense peak of the GEMM dtype).
+
+Vectorisation (docs/sweep.md): every layout field is an array; layouts of different pipeline shapes
+are padded to a common width (structure.py), per-rank contents are computed per rank class, and every
+physical quantity is evaluated once per distinct input it depends on, then gathered to the rows.
 """
 from __future__ import annotations
 
@@ -120,6 +125,14 @@ def _ints(x, n):
 
 def _names(x, n):
     return np.broadcast_to(np.asarray(x, dtype=object), (n,))
+
+
+def _objects(items) -> np.ndarray:
+    """A 1-D object array holding `items` as they are (tuples stay elements, not rows)."""
+    out = np.empty(len(items), dtype=object)
+    for i, x in enumerate(items):
+        out[i] = x
+    return out
 
 
 def _splits(layers_per_stage, n) -> list:
@@ -248,7 +261,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
             sub = evaluate_layouts(model, training, hardware, num_gpus=num_gpus, pp=ppa[idx], vpp=vppa[idx],
                                    schedule=sched[idx], zero=int(zv), recompute=rec[idx], sequence_parallel=spa[idx],
                                    cp_algorithm=cp_algorithm, dp_mode=dp_mode, shard_group_size=shard_group_size,
-                                   layers_per_stage=np.array([splits[i] for i in idx] + [None], dtype=object)[:-1],
+                                   layers_per_stage=_objects([splits[i] for i in idx]),
                                    tp=tp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], micro_batch_size=mbs[idx],
                                    options=opt, inference=inference)
             parts.append(sub.set_index(idx))

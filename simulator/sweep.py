@@ -513,7 +513,7 @@ def _evaluate_arrays(model, training, hardware, num_gpus, col: dict, evaluator) 
     else:
         why = np.full(n, "", dtype=object)
     ok = np.flatnonzero(why == "")
-    split = np.array([None if not t else t for t in col["layers_per_stage"][ok]] + [None], dtype=object)[:-1]
+    split = np.where(col["layers_per_stage"][ok] == "", None, col["layers_per_stage"][ok]).astype(object)
     try:
         res = evaluator(model, training, hardware, num_gpus=int(num_gpus), pp=col["pp"][ok], vpp=col["vpp"][ok],
                         schedule=col["schedule"][ok], zero=col["zero"][ok], recompute=col["recompute"][ok],

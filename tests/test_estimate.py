@@ -233,7 +233,7 @@ def test_one_call_over_mixed_pipeline_shapes_equals_one_call_per_layout(scenario
     c = c[[not schedule_refusal(s, p, v, m) for s, p, v, m in
            zip(c["schedule"], c["pp"], c["vpp"], c["num_microbatches"])]].reset_index(drop=True)
     assert c["schedule"].nunique() >= 7 and c["pp"].nunique() >= 3
-    split = np.array([t or None for t in c["layers_per_stage"]] + [None], dtype=object)[:-1]
+    split = np.where(c["layers_per_stage"].to_numpy() == "", None, c["layers_per_stage"].to_numpy()).astype(object)
     cols = dict(tp=c["tp"].to_numpy(), dp=c["dp"].to_numpy(), cp=c["cp"].to_numpy(), ep=c["ep"].to_numpy(),
                 micro_batch_size=c["micro_batch_size"].to_numpy(), zero=c["zero"].to_numpy())
     both = evaluate_layouts(sc.model, sc.training, sc.hardware, num_gpus=sc.num_gpus, pp=c["pp"].to_numpy(),
