@@ -49,7 +49,8 @@ import pandas as pd
 
 from .cost import collectives as C
 from .cost import comm
-from .cost.compute import BASIS_KEYS, layer_basis_times, layer_op_times, mfu_peak_flops, optimizer_params_step_s
+from .cost.compute import (BASIS_KEYS, layer_basis_times_by_mode, layer_op_times, mfu_peak_flops,
+                           optimizer_params_step_s)
 from .cost.flops import step_flops
 from .cost.topology import group_span
 from .errors import InputError
@@ -274,14 +275,17 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     S, P = pt.stage_valid.shape[1], pt.rank_valid.shape[1]
     rows = np.arange(n)
     layers, moe_layers = pt.layers, pt.moe_layers
-    combos = [((rec[i[0]], bool(spa[i[0]])), i) for _, i in _categories(rec_c, spa)]
 
     # 1. compute per virtual stage per microbatch: (n, S) = per-block times x the stage's block counts
     basis = np.zeros((len(BASIS_KEYS), n, 4))
-    for (r, sp), idx in combos:
-        basis[:, idx] = layer_basis_times(model, training, hardware, tp=tp[idx], cp=cp[idx], ep=ep[idx],
-                                          micro_batch_size=mbs[idx], recompute=r, sequence_parallel=sp,
-                                          cp_algorithm=cp_algorithm, roofline=opt.roofline)
+    for (sp,), idx in _categories(spa):  # the op times once per SP setting; recompute only changes their sum
+        modes = tuple(pd.unique(rec[idx]))
+        b = layer_basis_times_by_mode(model, training, hardware, tp=tp[idx], cp=cp[idx], ep=ep[idx],
+                                      micro_batch_size=mbs[idx], modes=modes, sequence_parallel=bool(sp),
+                                      cp_algorithm=cp_algorithm, roofline=opt.roofline)
+        for r in modes:
+            sel = rec[idx] == r
+            basis[:, idx[sel]] = b[r][:, sel]
     counts = np.stack([pt.dense_layers, pt.moe_layers, pt.first, pt.last], axis=1)  # (n, 4, S)
     keys = [BASIS_KEYS.index(k) for k in ("forward_s", "weight_s", "backward_s", "recompute_s")]
     F, W, Bk, R = np.einsum("knb,nbs->kns", basis[keys], counts)

@@ -637,40 +637,57 @@ def layer_basis_times(model: ModelSpec, training: Training, hardware, *, tp=1, c
     those counts (`_stage_op_groups`), so any pipeline split is a product with this table.
     tp, cp, ep, micro_batch_size: scalars or (N,) arrays (distinct tuples are evaluated once).
     """
-    if recompute not in F.RECOMPUTE_MODES:
-        raise InputError(f"recompute must be one of {', '.join(F.RECOMPUTE_MODES)}, got {recompute!r}")
+    return layer_basis_times_by_mode(model, training, hardware, tp=tp, cp=cp, ep=ep, micro_batch_size=micro_batch_size,
+                                     modes=(recompute,), sequence_parallel=sequence_parallel,
+                                     cp_algorithm=cp_algorithm, roofline=roofline)[recompute]
+
+
+def layer_basis_times_by_mode(model: ModelSpec, training: Training, hardware, *, tp=1, cp=1, ep=1, micro_batch_size=1,
+                              modes=F.RECOMPUTE_MODES, sequence_parallel: bool = False, cp_algorithm: str = "ring",
+                              roofline: bool = True) -> dict:
+    """`layer_basis_times` for several recompute modes at once: {mode: table}. Only the recompute rows
+    differ between modes, so the op times are evaluated once."""
+    for r in modes:
+        if r not in F.RECOMPUTE_MODES:
+            raise InputError(f"recompute must be one of {', '.join(F.RECOMPUTE_MODES)}, got {r!r}")
     if cp_algorithm not in ("ring", "ulysses"):
         raise InputError(f"cp_algorithm must be ring or ulysses, got {cp_algorithm!r}")
-    kw = dict(recompute=recompute, sequence_parallel=bool(sequence_parallel), cp_algorithm=cp_algorithm,
+    kw = dict(modes=tuple(modes), sequence_parallel=bool(sequence_parallel), cp_algorithm=cp_algorithm,
               roofline=roofline)
     if any(np.ndim(x) > 0 for x in (tp, cp, ep, micro_batch_size)):
         cols, inverse, shape = _unique_layouts([tp, cp, ep, micro_batch_size])
         u = _basis(model, training, hardware, tp=cols[0][:, None].astype(float), cp=cols[1][:, None].astype(float),
                    ep=cols[2][:, None].astype(float), micro_batch_size=cols[3][:, None].astype(float), **kw)
-        u = np.broadcast_to(u, (len(BASIS_KEYS), len(cols[0]), len(BASIS)))
-        return u[:, inverse].reshape((len(BASIS_KEYS),) + shape + (len(BASIS),))
+        out = {}
+        for r, t in u.items():
+            t = np.broadcast_to(t, (len(BASIS_KEYS), len(cols[0]), len(BASIS)))
+            out[r] = t[:, inverse].reshape((len(BASIS_KEYS),) + shape + (len(BASIS),))
+        return out
     return _basis(model, training, hardware, tp=float(tp), cp=float(cp), ep=float(ep),
                   micro_batch_size=float(micro_batch_size), **kw)
 
 
-def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, recompute, sequence_parallel, cp_algorithm,
-           roofline) -> np.ndarray:
-    """layer_basis_times for scalars or (K, 1) columns: the four blocks as four pseudo-stages."""
+def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, sequence_parallel, cp_algorithm,
+           roofline) -> dict:
+    """{mode: layer_basis_times} for scalars or (K, 1) columns: the four blocks as four pseudo-stages."""
     one_hot = np.eye(len(BASIS))
     moe = one_hot[1] if (model.is_moe and model.moe_layer_mask.any()) else 0.0 * one_hot[1]
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
-    groups = _stage_op_groups(model, training, ep=ep, sequence_parallel=sequence_parallel, n_dense=one_hot[0],
-                              n_moe=moe, first=one_hot[2], last=one_hot[3], recompute=recompute, **kw)
-    acc = 0.0
-    for kind, ops, W, R in groups:
+    shape = dict(ep=ep, sequence_parallel=sequence_parallel, n_dense=one_hot[0], n_moe=moe, first=one_hot[2],
+                 last=one_hot[3], **kw)
+    per_mode = {r: _stage_op_groups(model, training, recompute=r, **shape) for r in modes}  # same ops, own R
+    acc = {r: 0.0 for r in modes}
+    for g, (kind, ops, W, _) in enumerate(per_mode[modes[0]]):
         t = _evaluate(kind, ops, model, training, hardware, cp_algorithm=cp_algorithm, roofline=roofline, **kw)
         rows = _per_stage(t, W)
-        rc = _per_stage(t[0::3], R)  # forward_s and forward_flops of the recomputed ops
-        if rows.shape[1:] != rc.shape[1:]:
-            common = np.broadcast_shapes(rows.shape[1:], rc.shape[1:])
-            rows, rc = np.broadcast_to(rows, (6,) + common), np.broadcast_to(rc, (2,) + common)
-        acc = acc + np.concatenate([rows, rc])
-    return np.asarray(acc, dtype=float)
+        for r in modes:
+            rc = _per_stage(t[0::3], per_mode[r][g][3])  # forward_s and forward_flops of the recomputed ops
+            both = rows
+            if rows.shape[1:] != rc.shape[1:]:
+                common = np.broadcast_shapes(rows.shape[1:], rc.shape[1:])
+                both, rc = np.broadcast_to(rows, (6,) + common), np.broadcast_to(rc, (2,) + common)
+            acc[r] = acc[r] + np.concatenate([both, rc])
+    return {r: np.asarray(a, dtype=float) for r, a in acc.items()}
 
 
 # ---- optimizer step --------------------------------------------------------------------------------
