@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -97,6 +99,25 @@ def distinct_rows(*keys):
     return np.flatnonzero(new), code
 
 
+@lru_cache(maxsize=4096)
+def _shape(model, schedule: str, pp: int, chunks: int, split) -> dict:
+    """One pipeline shape (memoised pure function of the model and the shape): per-rank placement,
+    per-virtual-stage layer split and rank, and the rank classes — ranks holding the same contents
+    (interior ranks of a pipeline are alike), numbered by first rank so class 0 holds rank 0."""
+    pl = stage_placement(model, pp=pp, vpp=chunks, schedule=schedule, layers_per_stage=split)
+    d, e = stage_layer_split(model, pp=pp, vpp=chunks, schedule=schedule, layers_per_stage=split)
+    fields = np.stack([np.asarray(getattr(pl, f), dtype=float) for f in PLACEMENT_FIELDS], axis=-1)  # (pp, F)
+    uq, first_r, cinv = np.unique(fields, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first_r)
+    rank_of = np.empty_like(order)
+    rank_of[order] = np.arange(len(order))
+    out = {**{f: np.asarray(getattr(pl, f)) for f in PLACEMENT_FIELDS}, "dense": d, "moe": e,
+           "stage_rank": stage_rank(pp, chunks, schedule), "rank_class": rank_of[cinv.ravel()], "classes": uq[order]}
+    for a in out.values():
+        a.setflags(write=False)  # shared by every caller of the memo
+    return {**out, "chunks": pl.chunks}
+
+
 def _split_key(split) -> tuple | None:
     if split is None or (isinstance(split, str) and not split.strip()):
         return None
@@ -132,38 +153,26 @@ def pipeline_table(model, *, schedule, pp, chunks, layers_per_stage=None) -> Pip
     mirror = np.full((U, S), -1, dtype=np.int64)
     rvalid = np.zeros((U, P), dtype=bool)
     svalid = np.zeros((U, S), dtype=bool)
-    for u, (s, p, v, split) in enumerate(shapes):
-        pl = stage_placement(model, pp=p, vpp=v, schedule=s, layers_per_stage=split)
+    built = [_shape(model, s, p, v, split) for s, p, v, split in shapes]
+    Q = max(len(b["classes"]) for b in built) + 1
+    cfields = np.zeros((U, Q, len(PLACEMENT_FIELDS)))
+    cls = np.zeros((U, P), dtype=np.int64)
+    for u, ((s, p, v, _), b) in enumerate(zip(shapes, built)):
         for f in PLACEMENT_FIELDS:
-            per_rank[f][u, :p] = getattr(pl, f)
-        per_chunks[u] = pl.chunks
-        d, e = stage_layer_split(model, pp=p, vpp=v, schedule=s, layers_per_stage=split)
-        k = len(d)
-        st["dense_layers"][u, :k], st["moe_layers"][u, :k] = d, e
+            per_rank[f][u, :p] = b[f]
+        per_chunks[u] = b["chunks"]
+        k = len(b["dense"])
+        st["dense_layers"][u, :k], st["moe_layers"][u, :k] = b["dense"], b["moe"]
         st["first"][u, 0] = 1.0
         st["last"][u, k - 1] = 1.0
-        srank[u, :k] = stage_rank(p, v, s)
+        srank[u, :k] = b["stage_rank"]
         if s == "dualpipe":
             mirror[u, :k] = p - 1 - np.arange(k)
         rvalid[u, :p] = True
         svalid[u, :k] = True
-    # rank classes: ranks of a shape holding the same contents (interior ranks of a pipeline are alike);
-    # padded ranks get an empty class of their own
-    fields = np.stack([per_rank[f] for f in PLACEMENT_FIELDS], axis=-1)  # (U, P, F)
-    cls = np.zeros((U, P), dtype=np.int64)
-    reps = []
-    for u, (_, p, _, _) in enumerate(shapes):
-        uq, first_r, cinv = np.unique(fields[u, :p], axis=0, return_index=True, return_inverse=True)
-        order = np.argsort(first_r)  # classes numbered by first rank, so class 0 holds rank 0
-        rank_of = np.empty_like(order)
-        rank_of[order] = np.arange(len(order))
-        cls[u, :p] = rank_of[cinv.ravel()]
-        cls[u, p:] = len(uq)
-        reps.append(uq[order])
-    Q = max(len(r) for r in reps) + 1
-    cfields = np.zeros((U, Q, len(PLACEMENT_FIELDS)))
-    for u, r in enumerate(reps):
-        cfields[u, :len(r)] = r
+        cls[u, :p] = b["rank_class"]
+        cls[u, p:] = len(b["classes"])  # padded ranks: an empty class of their own
+        cfields[u, :len(b["classes"])] = b["classes"]
     classes = StagePlacement(chunks=per_chunks[inv], **{f: cfields[inv, :, j] for j, f in enumerate(PLACEMENT_FIELDS)})
     placement = StagePlacement(chunks=per_chunks[inv], **{f: per_rank[f][inv] for f in PLACEMENT_FIELDS})
     return PipelineTable(placement=placement, rank_valid=rvalid[inv], stage_rank=srank[inv], mirror_rank=mirror[inv],
