@@ -513,6 +513,8 @@ def _evaluate_arrays(model, training, hardware, num_gpus, col: dict, evaluator) 
     else:
         why = np.full(n, "", dtype=object)
     ok = np.flatnonzero(why == "")
+    if not len(ok):  # every row refused by the schedule builder
+        return pd.DataFrame({"tokens_per_s": np.full(n, np.nan), "feasible": np.zeros(n, bool), "reason": why})
     split = np.where(col["layers_per_stage"][ok] == "", None, col["layers_per_stage"][ok]).astype(object)
     try:
         res = evaluator(model, training, hardware, num_gpus=int(num_gpus), pp=col["pp"][ok], vpp=col["vpp"][ok],
@@ -581,8 +583,9 @@ def rank_results(df: pd.DataFrame) -> pd.DataFrame:
 
     def key(c):  # strings by their sorted codes (same order as sorting the strings), numbers as they are
         v = df[c].to_numpy()
-        return pd.factorize(df[c].astype(str), sort=True)[0] if v.dtype == object or not np.issubdtype(
-            v.dtype, np.number) and v.dtype != bool else v
+        if v.dtype == bool or np.issubdtype(v.dtype, np.number):
+            return v
+        return pd.factorize(df[c].astype(str), sort=True)[0]
 
     extra = [c for c in ("schedule", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "ep",
                          "layers_per_stage") if c in df]

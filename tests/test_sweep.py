@@ -495,3 +495,15 @@ def test_schedule_shapes_the_builder_refuses_never_reach_the_kernel():
     assert any(s == "dualpipe" for s, _ in seen)  # the acceptable shapes were evaluated
     good = df[(df.schedule == "dualpipe") & ~df.index.isin(bad.index)]
     assert good.feasible.all()
+
+
+def test_a_chunk_whose_every_row_the_schedule_builder_refuses_comes_back_infeasible():
+    # dualpipe needs an even m >= 2·pp: with m = 2 and pp = 4 every row is refused before the kernel
+    from simulator.spec.scenario import load_scenario
+    from simulator.sweep import SweepSpace, run_sweep
+
+    sc = load_scenario("llama3-8b-8xh100", require_layout=False)
+    space = SweepSpace(schedule=("dualpipe",), pp=(4,), tp=(1,), cp=(1,), micro_batch_size=(8,), zero=(0,),
+                       recompute=("none",), sequence_parallel=(False,))
+    df = run_sweep(sc, space)
+    assert len(df) and not df["feasible"].any() and df["reason"].str.contains("dualpipe").all()
