@@ -57,7 +57,7 @@ from .errors import InputError
 from .memory.breakdown import stage_memory_arrays
 from .spec.layout import RECOMPUTE, SCHEDULES, Layout
 from .spec.model import ModelSpec
-from .spec.placement import params_per_rank, stage_param_split
+from .spec.placement import chunks_per_rank, params_per_rank, stage_param_split
 from .spec.training import Training
 from .structure import distinct_rows, pipeline_table
 
@@ -103,21 +103,16 @@ def _compiled(schedule: str, pp: int, m: int, vpp: int):
     return compile_schedule(build(schedule, pp=pp, microbatches=m, vpp=vpp if schedule == "interleaved" else 1))
 
 
-def _chunks_per_rank(schedule: str, vpp: int) -> int:
-    """Model chunks each rank holds: the engine counts in-flight (chunk, microbatch) pairs, the memory
-    model counts microbatches of a whole rank's layers, so the replayed count is divided by this."""
-    return {"interleaved": vpp, "zb-v": 2, "dualpipev": 2, "dualpipe": 2}.get(schedule, 1)
-
-
 def replayed_inflight_per_rank(layout: Layout, global_batch_size: int) -> np.ndarray | None:
-    """Peak in-flight microbatches per pipeline rank from the replayed schedule order (whole-rank units),
-    which replaces the memory model's closed forms; None for PipeDream (closed form: p − i)."""
+    """Peak in-flight microbatches per pipeline rank from the replayed schedule order, which replaces the
+    memory model's closed forms; None for PipeDream (closed form: p − i). The engine counts (chunk,
+    microbatch) pairs, the memory model microbatches of a rank's whole share: divided by its chunks."""
     if layout.schedule == "pipedream":
         return None
     from .pipeline import inflight_profile
 
     sched = _compiled(layout.schedule, layout.pp, layout.num_microbatches(global_batch_size), layout.vpp)
-    return np.asarray(inflight_profile(sched.schedule), dtype=float) / _chunks_per_rank(layout.schedule, layout.vpp)
+    return np.asarray(inflight_profile(sched.schedule), dtype=float) / chunks_per_rank(layout.schedule, layout.vpp)
 
 
 def _ints(x, n):
@@ -407,7 +402,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
             busy[idx, :bz.shape[1]] = bz[inv]
             counts_k = np.zeros((len(compiled), P))
             for k, (sc, p, mm, v) in enumerate(shapes):
-                counts_k[k, :p] = _inflight_counts(compiled[k]) / _chunks_per_rank(sc, v)
+                counts_k[k, :p] = _inflight_counts(compiled[k]) / chunks_per_rank(sc, v)
             inflight[idx] = counts_k[sid]
 
     # 4. data-parallel tail (per rank: its non-expert params over dp·cp, expert params over the EDP group)

@@ -268,3 +268,25 @@ def test_analytic_pipeline_is_close_to_the_replay_for_the_other_schedules(schedu
         mk, _, _ = _analytic_pipeline(schedule, np.array([p]), np.array([1]), np.array([m]), (F + B + W) @ M, F @ M,
                                       B @ M, W @ M, np.zeros(1))
         assert mk[0] == pytest.approx(ref, rel=0.1)
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(schedule=np.array(["1f1b", "one-f-one-b"], dtype=object)), "schedule must be one of"),
+    (dict(recompute=np.array(["none", "partial"], dtype=object)), "recompute must be one of"),
+    (dict(layers_per_stage=np.array([None, None, None], dtype=object)), "layers_per_stage has 3 rows for 2 layouts"),
+])
+def test_array_valued_fields_reject_bad_values_in_one_line(kw, msg):
+    from simulator.errors import InputError
+
+    m, t = _small()
+    with pytest.raises(InputError) as exc:
+        evaluate_layouts(m, t, H100, num_gpus=16, pp=2, tp=np.array([1, 2]), dp=np.array([8, 4]), **kw)
+    assert msg in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_schedule_needs_its_ops():
+    from simulator.errors import InputError
+    from simulator.schedules.op import Schedule
+
+    with pytest.raises(InputError, match="no ops given"):
+        Schedule(name="x", num_ranks=1, num_stages=1, num_microbatches=1, chunks_per_rank=1)

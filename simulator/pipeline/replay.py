@@ -16,6 +16,7 @@ formulas.md §5.2 disagreement 5.a); per rank, 1 - busy_r / makespan.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -495,39 +496,24 @@ except ImportError:  # pragma: no cover
     _kernel = _multi_kernel = None
 
 
+@lru_cache(maxsize=4096)  # per compiled schedule (hashed by identity)
 def _inflight_counts(compiled: CompiledSchedule) -> np.ndarray:
     """inflight_profile of the order, memoised per compiled schedule (it depends on the order only)."""
-    hit = _INFLIGHT.get(id(compiled))
-    if hit is not None and hit[0] is compiled:
-        return hit[1]
     counts = inflight_profile(compiled.schedule).round().astype(int)
     counts.setflags(write=False)
-    if len(_INFLIGHT) > 4096:
-        _INFLIGHT.clear()
-    _INFLIGHT[id(compiled)] = (compiled, counts)
     return counts
 
 
-_INFLIGHT: dict = {}
-_KERNEL_ARGS: dict = {}  # memo: compiled schedule (by identity) -> its int arrays in kernel dtypes
-
-
+@lru_cache(maxsize=4096)  # per compiled schedule (hashed by identity)
 def _kernel_args(compiled: CompiledSchedule) -> tuple:
-    key = id(compiled)
-    hit = _KERNEL_ARGS.get(key)
-    if hit is not None and hit[0] is compiled:
-        return hit[1]
+    """The compiled schedule's int arrays in `_kernel`'s dtypes (memoised)."""
     a = compiled.schedule.arrays
     n = compiled.num_ops
-    args = (compiled.level_ops.astype(np.int64), compiled.rank_prev_s.astype(np.int64), compiled.dep_s.astype(np.int64),
+    return (compiled.level_ops.astype(np.int64), compiled.rank_prev_s.astype(np.int64), compiled.dep_s.astype(np.int64),
             compiled.dep2_s.astype(np.int64), a.kind.astype(np.int64), a.stage.astype(np.int64),
             a.includes_weight.astype(np.bool_), a.boundary.astype(np.int64),
             (a.boundary2 if a.boundary2 is not None else np.full(n, -1)).astype(np.int64),
             a.rank_offsets.astype(np.int64))
-    if len(_KERNEL_ARGS) > 1024:
-        _KERNEL_ARGS.clear()
-    _KERNEL_ARGS[key] = (compiled, args)
-    return args
 
 
 def _batch_kernel(compiled: CompiledSchedule, f, b, w, p):
@@ -579,55 +565,47 @@ def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2
     return mk, mk0, busy
 
 
-_PACKED: dict = {}
 
 
+def _duration_kind(a) -> np.ndarray:
+    """Which duration each op takes: 0 F, 1 B without W, 2 B including W, 3 W (as `_op_duration`)."""
+    return np.where(a.kind == 0, 0, np.where(a.kind == 1, np.where(a.includes_weight, 2, 1), 3))
+
+
+@lru_cache(maxsize=4096)  # per compiled schedule (hashed by identity)
 def _packed(compiled: CompiledSchedule) -> tuple:
     """A compiled schedule's ops renumbered in level order, for `_multi_kernel` (memoised): duration
     code 4·stage + {0 F, 1 B, 2 B+W, 3 W}, the level-order positions of the dependency, the second
     dependency and the rank predecessor (n: none), and p2p flags (1: the dependency crosses a stage
     boundary, 2: the second one does). Reading ops sequentially is what makes the replay fast."""
-    hit = _PACKED.get(id(compiled))
-    if hit is not None and hit[0] is compiled:
-        return hit[1]
     a = compiled.schedule.arrays
     n = compiled.num_ops
     order = compiled.level_ops
     pos = np.empty(n + 1, dtype=np.int64)
     pos[order] = np.arange(n)
     pos[n] = n
-    kind, incw = a.kind[order], a.includes_weight[order]
-    code = 4 * a.stage[order] + np.where(kind == 0, 0, np.where(kind == 1, np.where(incw, 2, 1), 3))
+    code = 4 * a.stage[order] + _duration_kind(a)[order]
     bnd2 = a.boundary2 if a.boundary2 is not None else np.full(n, -1)
     hop = (a.boundary[order] >= 0).astype(np.int64) + 2 * (bnd2[order] >= 0)
     table = tuple(x.astype(np.int32) for x in (code, pos[compiled.dep_s[order]], pos[compiled.dep2_s[order]],
                                                  pos[compiled.rank_prev_s[order]], hop))
-    if len(_PACKED) > 4096:
-        _PACKED.clear()
-    _PACKED[id(compiled)] = (compiled, table)
     return table
 
 
-_BUSY: dict = {}
 
 
+@lru_cache(maxsize=4096)  # per compiled schedule (hashed by identity)
 def _busy_table(compiled: CompiledSchedule) -> tuple:
     """How many ops of each kind every (rank, virtual stage) pair runs: (rank (E,), stage (E,), counts
     (E, 4)) with counts of F, B without W, B including W, W (memoised per compiled schedule). A rank's
     busy time is Σ counts × durations — equal to summing its ops one by one, in fewer steps."""
-    hit = _BUSY.get(id(compiled))
-    if hit is not None and hit[0] is compiled:
-        return hit[1]
     a = compiled.schedule.arrays
     S = compiled.schedule.num_stages
     rank = np.repeat(np.arange(len(a.rank_offsets) - 1), np.diff(a.rank_offsets))
-    cat = np.where(a.kind == 0, 0, np.where(a.kind == 1, np.where(a.includes_weight, 2, 1), 3))
+    cat = _duration_kind(a)
     pair = rank * S + a.stage
     keys, inv = np.unique(pair, return_inverse=True)
     counts = np.zeros((len(keys), 4))
     np.add.at(counts, (inv.ravel(), cat), 1.0)
     table = ((keys // S).astype(np.int64), (keys % S).astype(np.int64), counts)
-    if len(_BUSY) > 4096:
-        _BUSY.clear()
-    _BUSY[id(compiled)] = (compiled, table)
     return table

@@ -46,6 +46,12 @@ class StagePlacement:
     tied_copy: np.ndarray  # extra copy of a tied embedding on a head rank (0/1)
 
 
+def chunks_per_rank(schedule: str, vpp: int = 1) -> int:
+    """Model chunks each pipeline rank holds: vpp (interleaved), 2 (zb-v, dualpipev: a V; dualpipe: stages
+    r and pp−1−r), else 1."""
+    return {"interleaved": int(vpp), "zb-v": 2, "dualpipev": 2, "dualpipe": 2}.get(schedule, 1)
+
+
 def _chunk_ranks(schedule: str, pp: int, vpp: int) -> list[list[int]]:
     """For each chunk (in model order) the ranks holding it."""
     if schedule == "interleaved":
@@ -101,7 +107,7 @@ def stage_placement(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = 
     for r in chunk_ranks[-1]:
         head[r] = 1
     tied = (head & (1 - embedding)) if model.tie_word_embeddings else np.zeros(pp, dtype=np.int64)
-    chunks = {"interleaved": vpp, "zb-v": 2, "dualpipev": 2, "dualpipe": 2}.get(schedule, 1)
+    chunks = chunks_per_rank(schedule, vpp)
     return StagePlacement(layers=layers, moe_layers=moe, dense_layers=layers - moe, chunks=chunks,
                           embedding=embedding, head=head, tied_copy=tied)
 
