@@ -196,13 +196,26 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
     return out
 
 
-def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, span_dp, span_edp, replica, shard_group_size):
+def _dp_spans(hardware, order, *, tp, cp, ep, dp, pp, shard_group_size):
+    """(DP span, expert-DP span, HSDP replica span or None) of K rows: the DP group is dp·cp ranks (the
+    shard group with HSDP); the expert-data-parallel group dp·cp/ep ranks (Megatron), strided over the
+    expert-parallel block; the HSDP replica group dp/shard ranks."""
+    kw = dict(group="dp", tp=tp, pp=pp, order=order)
+    span_edp = group_span(hardware, cp=1, ep=ep, dp=np.maximum(dp * cp // ep, 1), **kw)
+    if not shard_group_size:
+        return group_span(hardware, cp=1, ep=1, dp=dp * cp, **kw), span_edp, None
+    replica = group_span(hardware, cp=cp, ep=1, dp=np.maximum(dp // shard_group_size, 1), **kw)
+    return group_span(hardware, cp=cp, ep=1, dp=np.full(len(tp), shard_group_size), **kw), span_edp, replica
+
+
+def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, spans, shard_group_size):
     """Per-rank gradient reduction and parameter all-gather times (K, P) of the data-parallel tail, before
     overlap. DDP: all-reduce of the gradients; ZeRO-1/2 (Megatron distributed optimizer): reduce-scatter of
     the gradients + all-gather of the updated parameters (formulas.md §4.6, ZeRO §7); ZeRO-3: its traffic is
     per microbatch inside the ops, plus the HSDP replica all-reduce. Non-expert params over the dp·cp group,
-    expert params over the expert-data-parallel group dp·cp/ep."""
+    expert params over the expert-data-parallel group dp·cp/ep (`spans`: _dp_spans of the K rows)."""
     gb, pb = training.grad_bytes, training.param_bytes
+    span_dp, span_edp, replica = spans
     rs, ag = np.zeros(ne_rank.shape), np.zeros(ne_rank.shape)
     r0 = np.flatnonzero(zz == 0)
     if len(r0):  # DDP
@@ -218,6 +231,120 @@ def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, span_dp, span_edp
     if replica is not None and len(r3):  # HSDP: all-reduce of the gradient shard across the replicas
         rs[r3] = C.all_reduce_s(hardware, ne_rank[r3] * gb / shard_group_size, _col_span(_take_span(replica, r3)))
     return rs, ag
+
+
+def _stage_times(model, training, hardware, opt, cp_algorithm, pt, *, tp, cp, ep, mbs, sp, rec, ep_ov, comm) -> dict:
+    """Per virtual stage and microbatch, (K, S) arrays for K rows with table `pt`: compute F, B (input
+    gradient + recompute forward), W (weight gradient) = per-block basis times x the stage's block counts
+    (cost/compute.py), and the TP/CP/EP communication inside them (per layer, `comm` from _layer_comm,
+    times the stage's layers): exposed forward/backward per category (`tp_f`, `tp_b`, ...) and the part
+    hidden under compute (`hid_f`, `hid_b`), which slows it when `comm_slowdown` > 0."""
+    k = len(tp)
+    basis = np.zeros((len(BASIS_KEYS), k, 4))
+    for (spv,), idx in _categories(sp):  # the op times once per SP setting; recompute only changes their sum
+        modes = tuple(pd.unique(rec[idx]))
+        b = layer_basis_times_by_mode(model, training, hardware, tp=tp[idx], cp=cp[idx], ep=ep[idx],
+                                      micro_batch_size=mbs[idx], modes=modes, sequence_parallel=bool(spv),
+                                      cp_algorithm=cp_algorithm, roofline=opt.roofline)
+        for r in modes:
+            sel = rec[idx] == r
+            basis[:, idx[sel]] = b[r][:, sel]
+    counts = np.stack([pt.dense_layers, pt.moe_layers, pt.first, pt.last], axis=1)  # (k, 4, S)
+    keys = [BASIS_KEYS.index(x) for x in ("forward_s", "weight_s", "backward_s", "recompute_s")]
+    F, W, Bk, R = np.einsum("knb,nbs->kns", basis[keys], counts)
+    layers, moe_layers = pt.layers, pt.moe_layers
+    zeros = np.zeros_like(F)
+    tpf, tpb = comm["tp_f"][:, None] * layers, comm["tp_b"][:, None] * layers
+    out = dict(F=F, B=Bk + R, W=W, tp_f=(1 - opt.tp_overlap) * tpf, tp_b=(1 - opt.tp_overlap) * tpb,
+               hid_f=opt.tp_overlap * tpf, hid_b=opt.tp_overlap * tpb, cp_f=zeros, cp_b=zeros, ep_f=zeros, ep_b=zeros)
+    if (cp > 1).any():
+        cf, cb = comm["cp_f"][:, None] * layers, comm["cp_b"][:, None] * layers
+        if cp_algorithm == "ring" and opt.cp_overlap:  # ring p2p under the core-attention kernel of the layer
+            ef = np.maximum(0.0, cf - comm["att_f"][:, None] * layers)
+            eb = np.maximum(0.0, cb - comm["att_b"][:, None] * layers)
+            out["hid_f"], out["hid_b"] = out["hid_f"] + (cf - ef), out["hid_b"] + (cb - eb)
+            cf, cb = ef, eb
+        out["cp_f"], out["cp_b"] = cf, cb
+    if model.is_moe and (ep > 1).any():
+        ef, eb = comm["ep_f"][:, None] * moe_layers, comm["ep_b"][:, None] * moe_layers
+        ov = ep_ov[:, None]
+        out["ep_f"], out["ep_b"] = (1 - ov) * ef, (1 - ov) * eb
+        out["hid_f"], out["hid_b"] = out["hid_f"] + ov * ef, out["hid_b"] + ov * eb
+    return out
+
+
+def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dict:
+    """Step 3 for K rows with table `pt` and stage times `st` (_stage_times of those rows; `z3`: the
+    ZeRO-3 gather exposures, row i using z3[...][z3_id[i]] when z3_id[i] >= 0): the makespan with and
+    without p2p (replayed, analytic, or PipeDream's steady state), busy time and peak in-flight
+    microbatches per rank, one microbatch's backward per rank (`last_bwd`, for the DP overlap), and the
+    compute and exposed communication on the busiest rank (`pure`, `exposed_<category>`)."""
+    n = len(sched)
+    P = pt.per_shape["rank_valid"].shape[1]
+    F, Bk, W = st["F"], st["B"], st["W"]
+    zf = zb = zhf = zhb = np.zeros_like(F)
+    has = z3_id >= 0
+    if has.any():
+        zf, zb, zhf, zhb = (np.zeros_like(F) for _ in range(4))
+        for arr, key in ((zf, "f"), (zb, "b"), (zhf, "hid_f"), (zhb, "hid_b")):
+            arr[has] = z3[key][z3_id[has]]
+    # Overlapped communication occupies SMs and slows the compute it hides under (Calculon's
+    # `processor_usage`; formulas.md §7.1): that compute takes comm_slowdown × the hidden time longer.
+    F_eff = F + st["tp_f"] + st["cp_f"] + st["ep_f"] + zf + opt.comm_slowdown * (st["hid_f"] + zhf)
+    B_eff = Bk + st["tp_b"] + st["cp_b"] + st["ep_b"] + zb + opt.comm_slowdown * (st["hid_b"] + zhb)
+    split_bw = np.isin(sched, SPLIT_SCHEDULES)[:, None]
+    B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
+
+    makespan, makespan0 = np.zeros(n), np.zeros(n)
+    busy, inflight = np.zeros((n, P)), np.zeros((n, P))
+    per_rank = pt.rank_sum(F_eff + B_eff + W_eff)  # one microbatch's busy time per rank
+    pdm = sched == "pipedream"
+    if pdm.any():
+        idx = np.flatnonzero(pdm)
+        makespan[idx] = makespan0[idx] = m[idx] * per_rank[idx].max(axis=1)
+        busy[idx] = m[idx, None] * per_rank[idx]
+        inflight[idx] = np.where(pt.rank_valid[idx], np.minimum(pp[idx, None] - np.arange(P), m[idx, None]), 0.0)
+    if opt.pipeline == "analytic":
+        from .memory.inflight import inflight_microbatches
+
+        pf, pb, pw = pt.rank_sum(F_eff), pt.rank_sum(B_eff), pt.rank_sum(W_eff)
+        for _, idx in _categories(pt.shape_index):  # per shape (the closed forms take one schedule)
+            sch, p, v = sched[idx[0]], int(pp[idx[0]]), int(chunks[idx[0]])
+            if sch == "pipedream":
+                continue
+            makespan[idx], makespan0[idx], busy[idx] = _analytic_pipeline(
+                sch, pp[idx], chunks[idx], m[idx], per_rank[idx], pf[idx], pb[idx], pw[idx], p2p[idx])
+            inflight[idx, :p] = inflight_microbatches(sch, pp=p, num_microbatches=m[idx], vpp=v)
+    else:
+        idx = np.flatnonzero(~pdm)
+        if len(idx):
+            from .pipeline import makespan_multi
+            from .pipeline.replay import _inflight_counts
+
+            k_first, sid = distinct_rows(pt.shape_index[idx], m[idx])  # one compiled schedule per (shape, m)
+            shapes = [(sched[i], int(pp[i]), int(m[i]), int(chunks[i])) for i in idx[k_first]]
+            compiled = [_compiled(*key) for key in shapes]
+            mk, mk0, bz = makespan_multi(compiled, sid, F_eff[idx], B_eff[idx], W_eff[idx], p2p[idx])
+            makespan[idx], makespan0[idx] = mk, mk0
+            busy[idx, :bz.shape[1]] = bz
+            counts_k = np.zeros((len(compiled), P))
+            for k, (sc, p, mm, v) in enumerate(shapes):
+                counts_k[k, :p] = _inflight_counts(compiled[k]) / chunks_per_rank(sc, v)
+            inflight[idx] = counts_k[sid]
+
+    # breakdown on the busiest rank r*: microbatches each virtual stage runs on a rank that holds it: all
+    # m, except DualPipe, whose ranks hold stage r and stage p-1-r and run each for the m/2 microbatches
+    # entering from that end
+    r_star = np.argmax(np.where(pt.rank_valid, busy, -np.inf), axis=1)
+    mb = np.where(sched == "dualpipe", m / 2.0, m.astype(float))
+    on_star = pt.held_by(r_star)
+    out = dict(makespan=makespan, makespan0=makespan0, busy_sum=busy.sum(axis=1), inflight=inflight,
+               last_bwd=pt.rank_sum(B_eff + W_eff), pure=mb * (np.where(on_star, F + Bk + W, 0.0)).sum(axis=1))
+    per_cat = {"tp": st["tp_f"] + st["tp_b"], "cp": st["cp_f"] + st["cp_b"], "ep": st["ep_f"] + st["ep_b"],
+               "zero3": zf + zb}
+    for k, v in per_cat.items():
+        out["exposed_" + k] = mb * np.where(on_star, v, 0.0).sum(axis=1) if np.any(v) else np.zeros(n)
+    return out
 
 
 def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus: int, pp=1, vpp=1,
@@ -267,147 +394,65 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     rec_c = pd.factorize(rec)[0]  # integer codes: grouping by them is much faster than by strings
     chunks = np.where(sched == "interleaved", vppa, 1)
     pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=splits)
-    S, P = pt.stage_valid.shape[1], pt.rank_valid.shape[1]
+    P = pt.per_shape["rank_valid"].shape[1]
     rows = np.arange(n)
-    layers, moe_layers = pt.layers, pt.moe_layers
+    moe_ep = model.is_moe and bool((ep > 1).any())
+    ep_ov = np.zeros(n)
+    if moe_ep:
+        ep_ov = (np.full(n, float(opt.ep_overlap)) if opt.ep_overlap is not None
+                 else np.isin(sched, ("dualpipe", "dualpipev")).astype(float))
 
-    # 1. compute per virtual stage per microbatch: (n, S) = per-block times x the stage's block counts
-    basis = np.zeros((len(BASIS_KEYS), n, 4))
-    for (sp,), idx in _categories(spa):  # the op times once per SP setting; recompute only changes their sum
-        modes = tuple(pd.unique(rec[idx]))
-        b = layer_basis_times_by_mode(model, training, hardware, tp=tp[idx], cp=cp[idx], ep=ep[idx],
-                                      micro_batch_size=mbs[idx], modes=modes, sequence_parallel=bool(sp),
-                                      cp_algorithm=cp_algorithm, roofline=opt.roofline)
-        for r in modes:
-            sel = rec[idx] == r
-            basis[:, idx[sel]] = b[r][:, sel]
-    counts = np.stack([pt.dense_layers, pt.moe_layers, pt.first, pt.last], axis=1)  # (n, 4, S)
-    keys = [BASIS_KEYS.index(k) for k in ("forward_s", "weight_s", "backward_s", "recompute_s")]
-    F, W, Bk, R = np.einsum("knb,nbs->kns", basis[keys], counts)
-    Bk = Bk + R
+    # 1-2. per-stage op times and the communication inside them, once per "base" row: the distinct inputs
+    # they depend on (every field but ZeRO stage and schedule, plus the stage contents), then gathered
+    b_first, b_inv = distinct_rows(tp, cp, ep, dp, mbs, spa, rec_c, pt.content_index, ep_ov)
+    c_first, c_inv = distinct_rows(tp, cp, ep, dp, mbs, ppa, spa, rec_c)
+    c = _layer_comm(model, training, hardware, opt, cp_algorithm, tp=tp[c_first], cp=cp[c_first], ep=ep[c_first],
+                    dp=dp[c_first], mbs=mbs[c_first], pp=ppa[c_first], sp=spa[c_first], rec=rec[c_first])
+    bf = b_first
+    st = _stage_times(model, training, hardware, opt, cp_algorithm, pt.take(bf), tp=tp[bf], cp=cp[bf], ep=ep[bf],
+                      mbs=mbs[bf], sp=spa[bf], rec=rec[bf], ep_ov=ep_ov[bf], comm={k: v[c_inv[bf]] for k, v in c.items()})
 
-    # 2. communication inside the ops: per layer (evaluated once per distinct input), times the stage's layers
-    place = dict(order=opt.placement)
-    first, inv = distinct_rows(tp, cp, ep, dp, mbs, ppa, spa, rec_c)
-    c = _layer_comm(model, training, hardware, opt, cp_algorithm, tp=tp[first], cp=cp[first], ep=ep[first],
-                    dp=dp[first], mbs=mbs[first], pp=ppa[first], sp=spa[first], rec=rec[first])
-    c = {k: v[inv] for k, v in c.items()}
-    tpf, tpb = c["tp_f"][:, None] * layers, c["tp_b"][:, None] * layers
-    exp_tp_f, exp_tp_b = (1 - opt.tp_overlap) * tpf, (1 - opt.tp_overlap) * tpb
-    hid_f, hid_b = opt.tp_overlap * tpf, opt.tp_overlap * tpb  # hidden under compute (may slow it: comm_slowdown)
+    # parameters per rank class for ZeRO-3 gathers, DP traffic and the optimizer (spec/placement.py: one count)
+    ne_cls, ex_cls = params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep)  # (n, Q)
 
-    zeros_s = np.zeros((n, S))
-    exp_cp_f = exp_cp_b = zeros_s
-    if (cp > 1).any():
-        cf, cb = c["cp_f"][:, None] * layers, c["cp_b"][:, None] * layers
-        if cp_algorithm == "ring" and opt.cp_overlap:  # ring p2p under the core-attention kernel of the layer
-            ef = np.maximum(0.0, cf - c["att_f"][:, None] * layers)
-            eb = np.maximum(0.0, cb - c["att_b"][:, None] * layers)
-            hid_f, hid_b = hid_f + (cf - ef), hid_b + (cb - eb)
-            cf, cb = ef, eb
-        exp_cp_f, exp_cp_b = cf, cb
-
-    exp_ep_f = exp_ep_b = zeros_s
-    if model.is_moe and (ep > 1).any():
-        ef, eb = c["ep_f"][:, None] * moe_layers, c["ep_b"][:, None] * moe_layers
-        ov = (np.full(n, float(opt.ep_overlap)) if opt.ep_overlap is not None
-              else np.isin(sched, ("dualpipe", "dualpipev")).astype(float))[:, None]
-        exp_ep_f, exp_ep_b = (1 - ov) * ef, (1 - ov) * eb
-        hid_f, hid_b = hid_f + ov * ef, hid_b + ov * eb
-
-    # parameters per rank for DP/ZeRO traffic and the optimizer (spec/placement.py: one count)
-    ne_cls, ex_cls = params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep)  # (n, Q) per rank class
-    ne_rank, ex_rank = pt.of_class(ne_cls), pt.of_class(ex_cls)  # (n, P)
-    span_dp = group_span(hardware, group="dp", tp=tp, cp=1, ep=1, dp=dp * cp, pp=ppa, **place)
-    # expert-data-parallel group: dp·cp/ep ranks (Megatron), strided over the expert-parallel block
-    span_edp = group_span(hardware, group="dp", tp=tp, cp=1, ep=ep, dp=np.maximum(dp * cp // ep, 1), pp=ppa, **place)
-    replica = None
-    if shard_group_size and (zz >= 1).any():  # then every row has zero >= 1 (mixed stages were split above)
-        replica = group_span(hardware, group="dp", tp=tp, cp=cp, ep=1, dp=np.maximum(dp // shard_group_size, 1),
-                             pp=ppa, **place)
-        span_dp = group_span(hardware, group="dp", tp=tp, cp=cp, ep=1, dp=np.full(n, shard_group_size), pp=ppa,
-                             **place)
-
-    exp_z3_f = exp_z3_b = zeros_s
-    r3 = np.flatnonzero(zz == 3)  # only the ZeRO-3 rows gather parameters per microbatch
+    # ZeRO-3/FSDP per-microbatch parameter gathers, for each distinct (base row, shape) of the ZeRO-3 rows;
+    # rows whose gathers hide entirely (and slow nothing) time like the other ZeRO stages
+    z3_id = np.full(n, -1)
+    z3 = None
+    r3 = np.flatnonzero(zz == 3)
     if len(r3):
-        # each chunk's share of its rank's parameters is gathered around that chunk's compute; once per
-        # distinct (tp, cp, ep, dp, pipeline shape)
+        # each chunk's share of its rank's parameters is gathered around that chunk's compute; the gather
+        # times once per distinct (tp, cp, ep, dp, pipeline shape), the exposure per (base row, shape)
         g, g_inv = distinct_rows(tp[r3], cp[r3], ep[r3], dp[r3], pt.shape_index[r3])
         g = r3[g]
-        ne_stage = pt.stage_of_rank(ne_rank[g], g) / pt.placement.chunks[g, None]
-        z = comm.dp_comm(hardware, _col_span(_take_span(span_dp, g)), params_per_rank=ne_stage,
-                         grad_bytes_per_element=training.grad_bytes, param_bytes_per_element=training.param_bytes,
-                         zero=3, num_microbatches=1, bucket_bytes=None, replica_span=None)
-        live = pt.stage_valid[g]
-        zf, zb = np.zeros((n, S)), np.zeros((n, S))
-        zf[r3] = np.where(live, z.forward_s, 0.0)[g_inv]
-        zb[r3] = np.where(live, z.backward_s, 0.0)[g_inv]
+        ptg = pt.take(g)
+        ne_stage = ptg.stage_of_rank(ptg.of_class(ne_cls[g])) / ptg.per_shape["chunks"][ptg.shape_index][:, None]
+        z = comm.dp_comm(hardware, _col_span(_dp_spans(hardware, opt.placement, tp=tp[g], cp=cp[g], ep=ep[g], dp=dp[g],
+                                                       pp=ppa[g], shard_group_size=shard_group_size)[0]),
+                         params_per_rank=ne_stage, grad_bytes_per_element=training.grad_bytes,
+                         param_bytes_per_element=training.param_bytes, zero=3, num_microbatches=1, bucket_bytes=None,
+                         replica_span=None)
+        live = ptg.stage_valid
+        gf, gb = np.where(live, z.forward_s, 0.0), np.where(live, z.backward_s, 0.0)
+        pf, p_inv = distinct_rows(b_inv[r3], pt.shape_index[r3])
+        zf, zb, bb = gf[g_inv[pf]], gb[g_inv[pf]], b_inv[r3[pf]]
+        z3 = dict(f=zf, b=zb, hid_f=np.zeros_like(zf), hid_b=np.zeros_like(zb))
         if opt.zero3_prefetch:
-            ef, eb = np.maximum(0.0, zf - F), np.maximum(0.0, zb - (Bk + W))
-            hid_f, hid_b = hid_f + (zf - ef), hid_b + (zb - eb)
-            zf, zb = ef, eb
-        exp_z3_f, exp_z3_b = zf, zb
+            ef, eb = np.maximum(0.0, zf - st["F"][bb]), np.maximum(0.0, zb - (st["B"][bb] + st["W"][bb]))
+            z3 = dict(f=ef, b=eb, hid_f=zf - ef, hid_b=zb - eb)
+        seen = (z3["f"] + z3["b"]).any(axis=1) | (opt.comm_slowdown > 0)
+        z3_id[r3] = np.where(seen[p_inv], p_inv, -1)
 
-    # Overlapped communication occupies SMs and slows the compute it hides under (Calculon's
-    # `processor_usage`; formulas.md §7.1): that compute takes comm_slowdown × the hidden time longer.
-    F_eff = F + exp_tp_f + exp_cp_f + exp_ep_f + exp_z3_f + opt.comm_slowdown * hid_f
-    B_eff = Bk + exp_tp_b + exp_cp_b + exp_ep_b + exp_z3_b + opt.comm_slowdown * hid_b
-    split_bw = np.isin(sched, SPLIT_SCHEDULES)[:, None]
-    B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
-
-    p2p = c["p2p"]  # PP p2p per stage boundary (one activation message over the PP span)
-
-    # 3. the pipeline: replayed (one compiled pass over all shapes), analytic, or PipeDream's steady state
-    makespan, makespan0 = np.zeros(n), np.zeros(n)
-    busy, inflight = np.zeros((n, P)), np.zeros((n, P))
-    per_rank = pt.rank_sum(F_eff + B_eff + W_eff)  # one microbatch's busy time per rank
-    pdm = sched == "pipedream"
-    if pdm.any():
-        idx = np.flatnonzero(pdm)
-        makespan[idx] = makespan0[idx] = m[idx] * per_rank[idx].max(axis=1)
-        busy[idx] = m[idx, None] * per_rank[idx]
-        inflight[idx] = np.where(pt.rank_valid[idx], np.minimum(ppa[idx, None] - np.arange(P), m[idx, None]), 0.0)
-    if opt.pipeline == "analytic":
-        from .memory.inflight import inflight_microbatches
-
-        pf, pb, pw = pt.rank_sum(F_eff), pt.rank_sum(B_eff), pt.rank_sum(W_eff)
-        for _, idx in _categories(pt.shape_index):  # per shape (the closed forms take one schedule)
-            sch = sched[idx[0]]
-            if sch == "pipedream":
-                continue
-            makespan[idx], makespan0[idx], busy[idx] = _analytic_pipeline(
-                sch, ppa[idx], chunks[idx], m[idx], per_rank[idx], pf[idx], pb[idx], pw[idx], p2p[idx])
-        for _, idx in _categories(pt.shape_index):
-            sch, p, v = sched[idx[0]], int(ppa[idx[0]]), int(chunks[idx[0]])
-            if sch != "pipedream":
-                inflight[idx, :p] = inflight_microbatches(sch, pp=int(p), num_microbatches=m[idx], vpp=int(v))
-    else:
-        idx = np.flatnonzero(~pdm)
-        if len(idx):
-            from .pipeline import makespan_multi
-            from .pipeline.replay import _inflight_counts
-
-            k_first, sid = distinct_rows(pt.shape_index[idx], m[idx])  # one compiled schedule per (shape, m)
-            shapes = [(sched[i], int(ppa[i]), int(m[i]), int(chunks[i])) for i in idx[k_first]]
-            compiled = [_compiled(*key) for key in shapes]
-            # one replay per distinct input: the stage times are functions of these fields (zero only through
-            # the ZeRO-3 gathers), so rows differing in anything else share a replay
-            # (ZeRO-3 gathers fully hidden under compute leave them unchanged unless hidden comm slows compute)
-            z3_seen = (zz[idx] == 3) & ((exp_z3_f[idx] + exp_z3_b[idx]).any(axis=1) | (opt.comm_slowdown > 0))
-            first, inv = distinct_rows(sid, tp[idx], cp[idx], ep[idx], dp[idx], mbs[idx], spa[idx], rec_c[idx], z3_seen)
-            u = idx[first]
-            mk, mk0, bz = makespan_multi(compiled, sid[first], F_eff[u], B_eff[u], W_eff[u], p2p[u])
-            makespan[idx], makespan0[idx] = mk[inv], mk0[inv]
-            busy[idx, :bz.shape[1]] = bz[inv]
-            counts_k = np.zeros((len(compiled), P))
-            for k, (sc, p, mm, v) in enumerate(shapes):
-                counts_k[k, :p] = _inflight_counts(compiled[k]) / chunks_per_rank(sc, v)
-            inflight[idx] = counts_k[sid]
+    # 3. the pipeline, once per "time" row: distinct (base row, shape, ZeRO-3 exposure)
+    t_first, t_inv = distinct_rows(b_inv, pt.shape_index, z3_id)
+    T = t_first
+    tl = _pipeline_times(opt, pt.take(T), {k: v[b_inv[T]] for k, v in st.items()}, z3, z3_id[T], sched=sched[T],
+                         pp=ppa[T], chunks=chunks[T], m=m[T], p2p=c["p2p"][c_inv[T]])
+    makespan, busy_sum = tl["makespan"][t_inv], tl["busy_sum"][t_inv]
 
     # 4. data-parallel tail (per rank: its non-expert params over dp·cp, expert params over the EDP group)
-    last_bwd = pt.rank_sum(B_eff + W_eff)  # one microbatch's backward on each rank
     if dp_mode == "dataparallel":
+        ne_rank, ex_rank = pt.of_class(ne_cls), pt.of_class(ex_cls)
         d = comm.data_parallel_single_process_comm(hardware, n_gpus=dp[:, None], params=ne_rank + ex_rank,
                                                    param_bytes_per_element=training.param_bytes,
                                                    grad_bytes_per_element=training.grad_bytes,
@@ -417,11 +462,12 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     else:
         # evaluated once per distinct (tp, cp, ep, dp, pipeline shape, zero): the traffic does not see the rest
         g, g_inv = distinct_rows(tp, cp, ep, dp, pt.shape_index, zz)
+        spans = _dp_spans(hardware, opt.placement, tp=tp[g], cp=cp[g], ep=ep[g], dp=dp[g], pp=ppa[g],
+                          shard_group_size=shard_group_size if (zz >= 1).any() else None)
         rs, ag = (pt.of_class(x[g_inv]) for x in _dp_traffic(hardware, training, opt, ne_cls[g], ex_cls[g], zz[g],
-                                                _take_span(span_dp, g), _take_span(span_edp, g),
-                                                None if replica is None else _take_span(replica, g), shard_group_size))
+                                                              spans, shard_group_size))
         if opt.grad_reduce_overlap:
-            exposed_rs = np.maximum(0.0, rs - last_bwd)
+            exposed_rs = np.maximum(0.0, rs - tl["last_bwd"][t_inv])
             rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
         dp_tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
     g, g_inv = distinct_rows(tp, cp, ep, dp, pt.shape_index, zz >= 1)
@@ -434,26 +480,19 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     t_star = np.argmax(tail_rank, axis=1)
     step = makespan + tail_rank[rows, t_star]
 
-    # breakdown on the busiest rank
-    r_star = np.argmax(np.where(pt.rank_valid, busy, -np.inf), axis=1)
-    # microbatches each virtual stage runs on a rank that holds it: all m, except DualPipe, whose ranks hold
-    # stage r and stage p-1-r and run each for the m/2 microbatches entering from that end
-    mb = np.where(sched == "dualpipe", m / 2.0, m.astype(float))
-    on_star = pt.held_by(r_star)
-    pure = mb * (np.where(on_star, F + Bk + W, 0.0)).sum(axis=1)
-    per_cat = {"tp": exp_tp_f + exp_tp_b, "cp": exp_cp_f + exp_cp_b, "ep": exp_ep_f + exp_ep_b,
-               "zero3": exp_z3_f + exp_z3_b}
-    exposed = {k: (mb * np.where(on_star, v, 0.0).sum(axis=1) if np.any(v) else np.zeros(n)) for k, v in per_cat.items()}
-    exposed["pp"] = makespan - makespan0
+    # breakdown on the busiest rank (per time row, in _pipeline_times)
+    exposed = {k: tl["exposed_" + k][t_inv] for k in ("tp", "cp", "ep", "zero3")}
+    exposed["pp"] = makespan - tl["makespan0"][t_inv]
     exposed["dp"] = np.asarray(dp_tail)[rows, t_star]
     optimizer = opt_s[rows, t_star]
-    compute_s = pure + optimizer
+    compute_s = tl["pure"][t_inv] + optimizer
     exposed_comm = sum(exposed.values())
     bubble_s = step - compute_s - exposed_comm
     with np.errstate(invalid="ignore", divide="ignore"):
         # (clipped at 0: busy time and makespan are summed in different orders, so an idle-free pipeline can
         # come out at -1e-16)
-        bubble_fraction = np.where(makespan > 0, np.maximum(0.0, 1.0 - busy.sum(axis=1) / (ppa * makespan)), 0.0)
+        bubble_fraction = np.where(makespan > 0, np.maximum(0.0, 1.0 - busy_sum / (ppa * makespan)), 0.0)
+    inflight = tl["inflight"][t_inv]
 
     # 5. memory with the replayed in-flight microbatches
     mem = stage_memory_arrays(model, training, tp=tp, pp=ppa, dp=dp, cp=cp, ep=ep, vpp=chunks, micro_batch_size=mbs,

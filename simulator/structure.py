@@ -10,8 +10,7 @@ Each distinct shape is worked out once and gathered (a sweep has tens of shapes 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 import pandas as pd
@@ -22,35 +21,85 @@ from .spec.placement import StagePlacement, stage_placement
 PLACEMENT_FIELDS = ("layers", "moe_layers", "dense_layers", "embedding", "head", "tied_copy")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class PipelineTable:
-    """Padded structure of N layouts. Per rank (N, P): `placement` (a StagePlacement of arrays; its
-    `chunks` is an (N,) array), `rank_valid`. Per virtual stage (N, S): dense/MoE layers, `first`
-    and `last` (embedding / head stage), `stage_rank` (the rank running it; dualpipe: for
-    microbatches entering at rank 0), `mirror_rank` (dualpipe's second copy on rank pp−1−j, else −1),
-    `stage_valid`. `shape_index` (N,) numbers the distinct shapes, `shapes` lists them.
+    """Padded structure of N layouts, held per distinct shape (`per_shape`: name -> (U, ...) array) and
+    gathered to the rows on first access (`shape_index` (N,) numbers the shapes, `shapes` lists them),
+    so a kernel that works on a subset of rows (`take`) never builds the arrays of the others.
+
+    Per rank (N, P): `placement` (a StagePlacement of arrays; its `chunks` is an (N,) array),
+    `rank_valid`. Per virtual stage (N, S): dense/MoE layers, `first` and `last` (embedding / head
+    stage), `stage_rank` (the rank running it; dualpipe: for microbatches entering at rank 0),
+    `mirror_rank` (dualpipe's second copy on rank pp−1−j, else −1), `stage_valid`. `content_index`
+    (N,) numbers the distinct per-stage contents (the same layers per virtual stage: 1F1B, GPipe,
+    ZB-H1/H2 and DualPipe of one pp share them), so per-stage times are computed once per content.
     Rank classes: ranks of a row holding the same contents (all interior ranks of a pipeline, typically)
     form a class; `classes` is a StagePlacement of (N, Q) arrays, one column per class (Q is small and
     independent of pp), and `rank_class` (N, P) maps ranks to classes, so per-rank quantities that depend
     only on a rank's contents are computed per class and gathered (`of_class`)."""
 
-    placement: StagePlacement
-    rank_valid: np.ndarray
-    dense_layers: np.ndarray
-    moe_layers: np.ndarray
-    first: np.ndarray
-    last: np.ndarray
-    stage_rank: np.ndarray
-    mirror_rank: np.ndarray
-    stage_valid: np.ndarray
     shape_index: np.ndarray
     shapes: tuple
-    classes: StagePlacement
-    rank_class: np.ndarray
+    per_shape: dict
+
+    def _rows(self, name: str) -> np.ndarray:
+        return self.per_shape[name][self.shape_index]
+
+    def take(self, rows) -> "PipelineTable":
+        """The table of rows `rows` (same shapes)."""
+        return PipelineTable(shape_index=self.shape_index[rows], shapes=self.shapes, per_shape=self.per_shape)
+
+    @cached_property
+    def placement(self) -> StagePlacement:
+        return StagePlacement(chunks=self._rows("chunks"), **{f: self._rows("rank_" + f) for f in PLACEMENT_FIELDS})
+
+    @cached_property
+    def classes(self) -> StagePlacement:
+        return StagePlacement(chunks=self._rows("chunks"), **{f: self._rows("class_" + f) for f in PLACEMENT_FIELDS})
+
+    @cached_property
+    def rank_class(self) -> np.ndarray:
+        return self._rows("rank_class")
+
+    @cached_property
+    def rank_valid(self) -> np.ndarray:
+        return self._rows("rank_valid")
+
+    @cached_property
+    def content_index(self) -> np.ndarray:
+        return self._rows("content")
+
+    @cached_property
+    def dense_layers(self) -> np.ndarray:
+        return self._rows("dense_layers")
+
+    @cached_property
+    def moe_layers(self) -> np.ndarray:
+        return self._rows("moe_layers")
+
+    @cached_property
+    def first(self) -> np.ndarray:
+        return self._rows("first")
+
+    @cached_property
+    def last(self) -> np.ndarray:
+        return self._rows("last")
+
+    @cached_property
+    def stage_rank(self) -> np.ndarray:
+        return self._rows("stage_rank")
+
+    @cached_property
+    def mirror_rank(self) -> np.ndarray:
+        return self._rows("mirror_rank")
+
+    @cached_property
+    def stage_valid(self) -> np.ndarray:
+        return self._rows("stage_valid")
 
     def of_class(self, x: np.ndarray) -> np.ndarray:
         """Per-class (N, Q) -> per-rank (N, P): each rank gets the value of its class."""
-        n, q = self.rank_class.shape[0], np.shape(self.classes.layers)[1]
+        n, q = len(self.shape_index), self.per_shape["class_layers"].shape[1]
         return np.ascontiguousarray(np.broadcast_to(x, (n, q))).ravel()[self.rank_class + (np.arange(n) * q)[:, None]]
 
     @property
@@ -60,11 +109,11 @@ class PipelineTable:
     def rank_sum(self, x: np.ndarray) -> np.ndarray:
         """Per-virtual-stage (N, S) -> per-rank sums (N, P) over the stages each rank holds (both
         copies for dualpipe): the padded form of `x @ stage_rank_matrix`."""
-        n, P = self.rank_valid.shape
+        n, P = len(self.shape_index), self.per_shape["rank_valid"].shape[1]
         x = np.where(self.stage_valid, x, 0.0)
         base = (np.arange(n) * P)[:, None]
         out = np.bincount((base + self.stage_rank).ravel(), weights=x.ravel(), minlength=n * P)
-        if (self.mirror_rank >= 0).any():
+        if (self.per_shape["mirror_rank"] >= 0).any():
             m = self.mirror_rank >= 0
             out = out + np.bincount((base + np.maximum(self.mirror_rank, 0)).ravel(), weights=np.where(m, x, 0.0).ravel(),
                                     minlength=n * P)
@@ -146,35 +195,32 @@ def pipeline_table(model, *, schedule, pp, chunks, layers_per_stage=None) -> Pip
     P = max(p for _, p, _, _ in shapes)
     S = max(num_virtual_stages(p, v, s) for s, p, v, _ in shapes)
     U = len(shapes)
-    per_rank = {f: np.zeros((U, P)) for f in PLACEMENT_FIELDS}
-    per_chunks = np.zeros(U)
-    st = {f: np.zeros((U, S)) for f in ("dense_layers", "moe_layers", "first", "last")}
-    srank = np.zeros((U, S), dtype=np.int64)
-    mirror = np.full((U, S), -1, dtype=np.int64)
-    rvalid = np.zeros((U, P), dtype=bool)
-    svalid = np.zeros((U, S), dtype=bool)
+    a = {"rank_" + f: np.zeros((U, P)) for f in PLACEMENT_FIELDS}
+    a.update({f: np.zeros((U, S)) for f in ("dense_layers", "moe_layers", "first", "last")})
+    a.update(chunks=np.zeros(U), stage_rank=np.zeros((U, S), dtype=np.int64),
+             mirror_rank=np.full((U, S), -1, dtype=np.int64), rank_valid=np.zeros((U, P), dtype=bool),
+             stage_valid=np.zeros((U, S), dtype=bool), rank_class=np.zeros((U, P), dtype=np.int64))
     built = [_shape(model, s, p, v, split) for s, p, v, split in shapes]
     Q = max(len(b["classes"]) for b in built) + 1
     cfields = np.zeros((U, Q, len(PLACEMENT_FIELDS)))
-    cls = np.zeros((U, P), dtype=np.int64)
     for u, ((s, p, v, _), b) in enumerate(zip(shapes, built)):
         for f in PLACEMENT_FIELDS:
-            per_rank[f][u, :p] = b[f]
-        per_chunks[u] = b["chunks"]
+            a["rank_" + f][u, :p] = b[f]
+        a["chunks"][u] = b["chunks"]
         k = len(b["dense"])
-        st["dense_layers"][u, :k], st["moe_layers"][u, :k] = b["dense"], b["moe"]
-        st["first"][u, 0] = 1.0
-        st["last"][u, k - 1] = 1.0
-        srank[u, :k] = b["stage_rank"]
+        a["dense_layers"][u, :k], a["moe_layers"][u, :k] = b["dense"], b["moe"]
+        a["first"][u, 0] = 1.0
+        a["last"][u, k - 1] = 1.0
+        a["stage_rank"][u, :k] = b["stage_rank"]
         if s == "dualpipe":
-            mirror[u, :k] = p - 1 - np.arange(k)
-        rvalid[u, :p] = True
-        svalid[u, :k] = True
-        cls[u, :p] = b["rank_class"]
-        cls[u, p:] = len(b["classes"])  # padded ranks: an empty class of their own
+            a["mirror_rank"][u, :k] = p - 1 - np.arange(k)
+        a["rank_valid"][u, :p] = True
+        a["stage_valid"][u, :k] = True
+        a["rank_class"][u, :p] = b["rank_class"]
+        a["rank_class"][u, p:] = len(b["classes"])  # padded ranks: an empty class of their own
         cfields[u, :len(b["classes"])] = b["classes"]
-    classes = StagePlacement(chunks=per_chunks[inv], **{f: cfields[inv, :, j] for j, f in enumerate(PLACEMENT_FIELDS)})
-    placement = StagePlacement(chunks=per_chunks[inv], **{f: per_rank[f][inv] for f in PLACEMENT_FIELDS})
-    return PipelineTable(placement=placement, rank_valid=rvalid[inv], stage_rank=srank[inv], mirror_rank=mirror[inv],
-                         stage_valid=svalid[inv], shape_index=inv, shapes=shapes, classes=classes, rank_class=cls[inv],
-                         **{f: st[f][inv] for f in st})
+    a.update({"class_" + f: cfields[:, :, j] for j, f in enumerate(PLACEMENT_FIELDS)})
+    # stage contents: the layers of each virtual stage (first and last follow from the stage count)
+    seen: dict = {}
+    a["content"] = np.array([seen.setdefault((b["dense"].tobytes(), b["moe"].tobytes()), len(seen)) for b in built])
+    return PipelineTable(shape_index=inv, shapes=shapes, per_shape=a)
