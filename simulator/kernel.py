@@ -59,7 +59,8 @@ from .spec.layout import RECOMPUTE, SCHEDULES, Layout
 from .spec.model import ModelSpec
 from .spec.placement import chunks_per_rank, params_per_rank, stage_param_split
 from .spec.training import Training
-from .structure import distinct_rows, pipeline_table
+from .dedup import distinct_rows
+from .structure import pipeline_table
 
 SPLIT_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
 MEMORY_FIELDS = ("peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",

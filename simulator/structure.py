@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .cost.compute import num_virtual_stages, stage_layer_split, stage_rank
+from .dedup import distinct_rows
 from .spec.placement import StagePlacement, stage_placement
 
 PLACEMENT_FIELDS = ("layers", "moe_layers", "dense_layers", "embedding", "head", "tied_copy")
@@ -129,23 +130,6 @@ class PipelineTable:
         x holds only those rows of the table."""
         rows = np.arange(len(x)) if rows is None else np.asarray(rows)
         return np.where(self.stage_valid[rows], x[np.arange(len(x))[:, None], self.stage_rank[rows]], 0.0)
-
-
-def distinct_rows(*keys):
-    """(index of the first row of each distinct combination of the (N,) key arrays, inverse (N,)):
-    rows with equal keys share one evaluation. Groups are numbered in order of first appearance
-    (hash-based, O(N))."""
-    code = pd.factorize(keys[0])[0]
-    for k in keys[1:]:
-        c, u = pd.factorize(k)
-        code = pd.factorize(code * len(u) + c)[0]  # re-numbered each step: stays < N, never overflows
-    code = np.asarray(code, dtype=np.int64)
-    if not len(code):
-        return np.zeros(0, dtype=np.int64), code
-    new = np.empty(len(code), dtype=bool)  # codes first appear in increasing order
-    new[0] = True
-    new[1:] = code[1:] > np.maximum.accumulate(code)[:-1]
-    return np.flatnonzero(new), code
 
 
 @lru_cache(maxsize=4096)

@@ -49,6 +49,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import multiprocessing as mp
 import os
 import shutil
 from dataclasses import dataclass, fields
@@ -60,6 +61,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from .dedup import distinct_rows
 from .errors import InputError
 from .spec.layout import RECOMPUTE, SCHEDULES
 from .spec.validate import layout_valid_mask
@@ -403,7 +405,6 @@ def layout_labels(df: pd.DataFrame) -> np.ndarray:
     over the distinct (tp, cp, pp, dp, ep, vpp) combinations."""
     if len(df) == 0:
         return np.array([], dtype=object)
-    from .structure import distinct_rows
 
     keys = df[["tp", "cp", "pp", "dp", "ep", "vpp"]].to_numpy(dtype=np.int64)
     first, inv = distinct_rows(*keys.T)
@@ -505,13 +506,11 @@ def _evaluate_arrays(model, training, hardware, num_gpus, col: dict, evaluator) 
     """All rows in one kernel call (the refused schedule shapes left out and marked); None if the
     kernel raises InputError, so the caller falls back to the grouped path that isolates it."""
     n = len(col["tp"])
-    keys = pd.DataFrame({k: col[k] for k in ("schedule", "pp", "vpp", "num_microbatches")})
-    uniq = keys.drop_duplicates()
-    why_u = [schedule_refusal(str(s), int(p), int(v), int(m)) for s, p, v, m in uniq.itertuples(index=False)]
-    if any(why_u):
-        why = keys.merge(uniq.assign(_why=why_u), how="left", on=list(keys.columns))["_why"].to_numpy(dtype=object)
-    else:
-        why = np.full(n, "", dtype=object)
+    keys = [col[k] for k in ("schedule", "pp", "vpp", "num_microbatches")]
+    first, inv = distinct_rows(*keys)
+    why_u = np.array([schedule_refusal(*(str(k[i]) if j == 0 else int(k[i]) for j, k in enumerate(keys)))
+                      for i in first], dtype=object)
+    why = why_u[inv] if len(first) else np.full(n, "", dtype=object)
     ok = np.flatnonzero(why == "")
     if not len(ok):  # every row refused by the schedule builder
         return pd.DataFrame({"tokens_per_s": np.full(n, np.nan), "feasible": np.zeros(n, bool), "reason": why})
@@ -690,11 +689,13 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
 def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "local", scheduler=None,
               out: str | os.PathLike | None = None, chunk_size: int = 10_000, resume: bool = True,
               progress: bool | Callable[[int], None] = False, evaluator: Callable | None = None,
-              keep_parts: bool = False, stop_after_chunks: int | None = None) -> pd.DataFrame:
+              keep_parts: bool = False, stop_after_chunks: int | None = None,
+              workers: int | None = None) -> pd.DataFrame:
     """Enumerate, evaluate and rank every layout of `scenario` within `space`.
 
     - `space`: default `SweepSpace.from_table(scenario.sweep)`.
-    - `executor`: "local" (this process) or "dask"; `scheduler`: a Dask scheduler address, a
+    - `executor`: "local" (this machine: `workers` processes, default one per available core,
+      never more than there are chunks; 1 evaluates in this process) or "dask"; `scheduler`: a Dask scheduler address, a
       `distributed.Client`, or None (a LocalCluster with one single-threaded worker process per core
       is started for the run). Chunks are the unit of distribution: keep `chunk_size` well below
       the number of layouts to use many workers.
@@ -712,6 +713,8 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
         raise InputError(f"executor must be local or dask, got {executor!r}")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InputError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise InputError(f"workers must be an integer >= 1, got {workers!r}")
     space = space if space is not None else SweepSpace.from_table(getattr(scenario, "sweep", {}))
     model, training, hardware, N = scenario.model, scenario.training, scenario.hardware, scenario.num_gpus
     evaluator = evaluator or _default_evaluator()
@@ -773,8 +776,12 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     budget = len(todo) if stop_after_chunks is None else stop_after_chunks
     try:
         if executor == "local":
-            for k in todo[:budget]:
-                finish(k, evaluate_candidates(model, training, hardware, N, chunk(k), evaluator=evaluator))
+            nproc = min(workers or _available_cores(), len(todo[:budget]))
+            if nproc > 1 and "fork" in mp.get_all_start_methods():
+                _run_processes(todo[:budget], chunk, finish, (model, training, hardware, N, evaluator), nproc)
+            else:
+                for k in todo[:budget]:
+                    finish(k, evaluate_candidates(model, training, hardware, N, chunk(k), evaluator=evaluator))
         else:
             _run_dask(todo[:budget], chunk, finish, (model, training, hardware, N, evaluator), scheduler)
         if budget < len(todo):
@@ -797,6 +804,46 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
         if not keep_parts:
             shutil.rmtree(parts, ignore_errors=True)
     return df
+
+
+def _available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+_WORKER: dict = {}  # in a forked worker process: the chunk getter and the evaluation context
+
+
+def _init_worker(chunk, ctx) -> None:
+    _WORKER.update(chunk=chunk, ctx=ctx)
+
+
+def _worker_chunk_task(k: int) -> pd.DataFrame:
+    model, training, hardware, num_gpus, evaluator = _WORKER["ctx"]
+    return evaluate_candidates(model, training, hardware, num_gpus, _WORKER["chunk"](k), evaluator=evaluator)
+
+
+def _run_processes(todo: list[int], chunk, finish, ctx, nproc: int) -> None:
+    """Chunks in `nproc` forked worker processes (the numpy parts of the kernel hold the GIL, so
+    threads would not help). The workers inherit the candidates, the specs and the evaluator through
+    fork (initializer arguments are not pickled under fork: only chunk numbers and result tables
+    are), and build the schedule shapes their chunks need. The heaviest chunks (most virtual stages:
+    candidates are ordered by them) go first, so the workers finish together. Fork is safe: parasim
+    starts no threads (the replay kernel is single-threaded)."""
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    pool = ProcessPoolExecutor(nproc, mp_context=mp.get_context("fork"), initializer=_init_worker,
+                               initargs=(chunk, ctx))
+    pending = {pool.submit(_worker_chunk_task, k): k for k in sorted(todo, reverse=True)}
+    try:
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                finish(pending.pop(f), f.result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _run_dask(todo: list[int], chunk, finish, ctx, scheduler) -> None:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 import pandas as pd
 
+from ..dedup import distinct_rows
 from ..errors import InputError
 from ..spec.layout import RECOMPUTE, SCHEDULES, Layout
 from ..spec.model import ModelSpec
@@ -64,8 +65,10 @@ def _by_mode(fn, model, training, recompute, sequence_parallel, kw: dict, **extr
     out = np.zeros(n)
     for c in np.unique(code):
         idx = np.flatnonzero(code == c)
-        args = {k: (np.asarray(v)[idx] if np.ndim(v) else v) for k, v in kw.items()}
-        out[idx] = call(rc[idx[0]], sp[idx[0]], args)
+        cols = {k: np.asarray(v)[idx] for k, v in kw.items() if np.ndim(v)}
+        first, inv = distinct_rows(*cols.values()) if cols else (np.zeros(1, dtype=np.int64), np.zeros(len(idx), dtype=np.int64))
+        args = {k: (cols[k][first] if k in cols else v) for k, v in kw.items()}  # once per distinct row
+        out[idx] = np.broadcast_to(call(rc[idx[0]], sp[idx[0]], args), (len(first),))[inv]
     return out
 
 

@@ -432,16 +432,17 @@ try:  # pragma: no cover - exercised when numba is installed (a core dependency)
                     acc += _op_duration(kind[i], incw[i], F[r, s], B[r, s], W[r, s])
                 out_busy[r, q] = acc
 
-    @numba.njit(cache=True, nogil=True, parallel=True)
+    @numba.njit(cache=True, nogil=True)
     def _multi_kernel(op_off, code, dep, dep2, rp, hop, stage_off, busy_off, b_rank, b_stage, b_count, sid,
                       F, B, W, P, out_mk, out_mk0, out_busy):
         """`_kernel` over layouts of different schedule shapes: each shape's ops packed in level order
         (`_packed`: duration code, positions of the dependencies and rank predecessor, p2p flags), one
         uniform p2p delay P[r] per boundary, the makespan with and without it in one pass; busy time
-        per rank from the op counts per (rank, stage, kind) (`_busy_table`). Layouts are independent:
-        they run in parallel over the cores (numba.prange)."""
+        per rank from the op counts per (rank, stage, kind) (`_busy_table`). Single-threaded: a sweep
+        runs its chunks in parallel processes (sweep.run_sweep), and a process that never started
+        threads can fork safely."""
         N = F.shape[0]
-        for r in numba.prange(N):
+        for r in range(N):
             k = sid[r]
             o = op_off[k]
             n = op_off[k + 1] - o

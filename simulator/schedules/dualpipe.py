@@ -21,62 +21,80 @@ of a pair also waits for its B's input (`Op.paired`). Their overlap hides commun
 replay does not model inside an op, so F&B = F + B here.
 Bubble (DeepSeek-V3 Table 2, B = full backward): (p/2-1)(F&B + B - 3W).
 """
+import numpy as np
+
 from ..errors import InputError
-from .op import Op, check_counts, make_schedule
+from .op import check_counts, make_schedule
 
 
-def _program(H: int, h: int, C: int):
-    """The step program of one rank as a list of (kind, phase, split) with kind in F/B/W."""
-    prog = []
-    prog += [("F", 0, False)] * (2 * (H - h - 1))
-    prog += [("F", 0, False), ("F", 1, False)] * (h + 1)
-    prog += [("B", 1, True), ("W", None, False), ("F", 1, False)] * (H - h - 1)
+_F, _B, _W, _P = 0, 1, 2, 3  # step kinds; P = F overlapped with the following B (waits for both inputs)
+
+
+def _program(H: int, h: int, C: int) -> np.ndarray:
+    """The step program of one rank, (n, 3) rows (kind, phase, split) with kind in F/B/W/P (phase −1: W)."""
+    segs = []
+
+    def rep(items, times):
+        if times > 0:
+            segs.append(np.tile(np.array(items, dtype=np.int64).reshape(-1, 3), (times, 1)))
+
+    rep([(_F, 0, 0)], 2 * (H - h - 1))
+    rep([(_F, 0, 0), (_F, 1, 0)], h + 1)
+    rep([(_B, 1, 1), (_W, -1, 0), (_F, 1, 0)], H - h - 1)
     n4 = C - 2 * H + h + 1
-    for i in range(n4):  # "P" = F overlapped with the following B (waits for both inputs)
-        prog += [("F", 0, False) if (i == 0 and h == H - 1) else ("P", 0, False), ("B", 1, False),
-                 ("P", 1, False), ("B", 0, False)]
-    prog += [("B", 1, False), ("P", 1, False), ("B", 0, False)] * (H - h - 1)
-    split = False
+    if n4 > 0:  # the middle ranks' first F of step 4 is a plain F
+        rep([(_F if h == H - 1 else _P, 0, 0), (_B, 1, 0), (_P, 1, 0), (_B, 0, 0)], 1)
+        rep([(_P, 0, 0), (_B, 1, 0), (_P, 1, 0), (_B, 0, 0)], n4 - 1)
+    rep([(_B, 1, 0), (_P, 1, 0), (_B, 0, 0)], H - h - 1)
+    split = 0
     n6 = h + 1
+    six = []
     for i in range(n6):
         if i == n6 // 2 and h % 2 == 1:
-            split = True
-        prog.append(("B", 1, split))
+            split = 1
+        six.append((_B, 1, split))
         if i == n6 // 2 and h % 2 == 0:
-            split = True
-        prog.append(("B", 0, split))
-    prog += [("W", None, False), ("B", 0, split)] * (H - h - 1)
-    prog += [("W", None, False)] * (h + 1)
-    return prog
+            split = 1
+        six.append((_B, 0, split))
+    rep(six, 1)
+    rep([(_W, -1, 0), (_B, 0, split)], H - h - 1)
+    rep([(_W, -1, 0)], h + 1)
+    return np.concatenate(segs)
 
 
-def _realise(rank: int, prog, phase_stage, phase_mb_offset, microbatches_per_phase):
-    """Turn a step program into Ops: per-phase microbatch counters, W's FIFO over split B's."""
-    nxt = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
-    pending = []
-    ops = []
-    for kind, phase, split in prog:
-        if kind == "W":
-            if not pending:
-                raise AssertionError("dualpipe: W with no pending split backward")
-            st, j = pending.pop(0)
-            ops.append(Op(kind="W", stage=st, microbatch=j, rank=rank))
-            continue
-        paired = kind == "P"
-        kind = "F" if paired else kind
-        j = nxt[(kind, phase)]
-        nxt[(kind, phase)] = j + 1
-        assert j < microbatches_per_phase
-        mb = phase_mb_offset[phase] + j
-        st = phase_stage[phase]
-        if kind == "F":
-            ops.append(Op(kind="F", stage=st, microbatch=mb, rank=rank, paired=paired))
-        else:
-            ops.append(Op(kind="B", stage=st, microbatch=mb, rank=rank, includes_weight=not split))
-            if split:
-                pending.append((st, mb))
-    assert not pending
-    return ops
+def _realise(prog: np.ndarray, phase_stage, phase_mb_offset, microbatches_per_phase) -> np.ndarray:
+    """Turn a step program into op rows (kind index, stage, microbatch, includes_weight, paired):
+    per-(kind, phase) microbatch counters; each W takes the oldest pending split B (first in, first
+    out: the k-th W of the rank is the weight gradient of its k-th split B)."""
+    kind, phase, split = prog.T
+    paired = kind == _P
+    kind = np.where(paired, _F, kind)
+    fb = kind != _W
+    grp = np.where(fb, kind * 2 + np.maximum(phase, 0), -1)
+    j = np.zeros(len(kind), dtype=np.int64)
+    for g in range(4):
+        sel = grp == g
+        j[sel] = np.arange(int(sel.sum()))
+    assert (j < microbatches_per_phase).all()
+    ph = np.maximum(phase, 0)
+    stage = np.asarray(phase_stage)[ph]
+    mb = np.asarray(phase_mb_offset)[ph] + j
+    is_w = kind == _W
+    split_b = (kind == _B) & (split == 1)
+    if (np.cumsum(split_b)[is_w] < np.arange(1, int(is_w.sum()) + 1)).any():  # the k-th W needs k split B's before it
+        raise AssertionError("dualpipe: W with no pending split backward")
+    if is_w.sum() != split_b.sum():
+        raise AssertionError("dualpipe: a split backward without its W")
+    src = np.flatnonzero(split_b)
+    stage[is_w], mb[is_w] = stage[src], mb[src]
+    return np.stack([kind, stage, mb, (kind == _B) & (split == 0), paired], axis=1).astype(np.int64)
+
+
+def _columns(ranks: list[np.ndarray]) -> tuple:
+    """`Schedule.columns` from per-rank op rows."""
+    table = np.concatenate(ranks)
+    return (table[:, 0], table[:, 1], table[:, 2], table[:, 3].astype(bool), table[:, 4].astype(bool),
+            np.array([len(ops) for ops in ranks], dtype=np.int64))
 
 
 def build_dualpipe(*, pp: int, microbatches: int, vpp: int = 1):
@@ -94,10 +112,11 @@ def build_dualpipe(*, pp: int, microbatches: int, vpp: int = 1):
         second_half = r >= H
         # direction 0 enters at rank 0 (stage s on rank s), direction 1 at rank p-1 (stage s on p-1-s)
         direction = {0: int(second_half), 1: 1 - int(second_half)}
-        stage = {ph: (r if direction[ph] == 0 else pp - 1 - r) for ph in (0, 1)}
-        offset = {ph: direction[ph] * C for ph in (0, 1)}
-        ranks.append(_realise(r, _program(H, h, C), stage, offset, C))
-    return make_schedule("dualpipe", ranks, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=2)
+        stage = [r if direction[ph] == 0 else pp - 1 - r for ph in (0, 1)]
+        offset = [direction[ph] * C for ph in (0, 1)]
+        ranks.append(_realise(_program(H, h, C), stage, offset, C))
+    return make_schedule("dualpipe", num_stages=pp, num_microbatches=microbatches, chunks_per_rank=2,
+                         columns=_columns(ranks))
 
 
 def build_dualpipev(*, pp: int, microbatches: int, vpp: int = 2):
@@ -108,7 +127,6 @@ def build_dualpipev(*, pp: int, microbatches: int, vpp: int = 2):
         raise InputError(f"dualpipev: microbatches must be >= 2*pp = {2 * pp}, got {microbatches}")
     ranks = []
     for r in range(pp):
-        stage = {0: r, 1: 2 * pp - 1 - r}
-        ranks.append(_realise(r, _program(pp, r, microbatches), stage, {0: 0, 1: 0}, microbatches))
-    return make_schedule("dualpipev", ranks, num_stages=2 * pp, num_microbatches=microbatches,
-                         chunks_per_rank=2)
+        ranks.append(_realise(_program(pp, r, microbatches), [r, 2 * pp - 1 - r], [0, 0], microbatches))
+    return make_schedule("dualpipev", num_stages=2 * pp, num_microbatches=microbatches, chunks_per_rank=2,
+                         columns=_columns(ranks))

@@ -11,8 +11,10 @@ Per-rank phases (the order of `torch.distributed.pipelining.ScheduleZBVZeroBubbl
   5. r pairs (B c0, B c1), then p-r pairs (B c0, W c0 of the oldest pending);
   6. the pending W's of c1, then of c0.
 """
+import numpy as np
+
 from ..errors import InputError
-from .op import Op, check_counts, make_schedule
+from .op import KIND_INDEX, check_counts, make_schedule, rank_columns
 
 
 def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
@@ -43,10 +45,13 @@ def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
         for kind, chunk in seq:
             j = counters.get((kind, chunk), 0)
             counters[(kind, chunk)] = j + 1
-            ops.append((kind, chunk, j))
+            ops.append((KIND_INDEX[kind], chunk, j))
         # trailing W's: c1 first, then c0
         for chunk in (c1, c0):
             for j in range(counters.get(("W", chunk), 0), counters[("B", chunk)]):
-                ops.append(("W", chunk, j))
-        ranks.append([Op(kind=k, stage=c, microbatch=j, rank=r) for k, c, j in ops if j < m])
-    return make_schedule("zb-v", ranks, num_stages=2 * pp, num_microbatches=m, chunks_per_rank=2)
+                ops.append((2, chunk, j))
+        t = np.array(ops, dtype=np.int64)
+        t = t[t[:, 2] < m]  # slots beyond the m microbatches are dropped
+        ranks.append((t[:, 0], t[:, 1], t[:, 2]))
+    return make_schedule("zb-v", num_stages=2 * pp, num_microbatches=m, chunks_per_rank=2,
+                         columns=rank_columns(ranks, split=True))

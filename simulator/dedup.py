@@ -1,0 +1,40 @@
+"""Evaluate once per distinct input: group the rows of a batch of layouts by equal key columns.
+
+The sweep kernel evaluates each physical quantity once per distinct combination of the fields it
+depends on and gathers the result back to the rows (`x[first][inverse] == x` row by row).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def distinct_rows(*keys):
+    """(index of the first row of each distinct combination of the (N,) key arrays, inverse (N,)):
+    rows with equal keys share one evaluation. Groups are numbered in order of first appearance
+    (hash-based, O(N)). Small non-negative integer keys are combined arithmetically (mixed radix),
+    others factorized first; the combined code is re-numbered before it could overflow."""
+    code, radix = np.zeros(len(keys[0]), dtype=np.int64), 1
+    for k in keys:
+        k = np.asarray(k)
+        if k.dtype.kind in "iub" and len(k) and 0 <= k.min() and k.max() < 2**20:
+            c, r = k.astype(np.int64), int(k.max()) + 1
+        else:
+            c, u = pd.factorize(k)
+            r = max(len(u), 1)
+        if radix * r >= 2**62:  # re-number: the code then stays < N
+            code, radix = _renumber(code)
+        code, radix = code * r + c, radix * r
+    code, _ = _renumber(code)
+    if not len(code):
+        return np.zeros(0, dtype=np.int64), code
+    new = np.empty(len(code), dtype=bool)  # codes first appear in increasing order
+    new[0] = True
+    new[1:] = code[1:] > np.maximum.accumulate(code)[:-1]
+    return np.flatnonzero(new), code
+
+
+def _renumber(code: np.ndarray) -> tuple[np.ndarray, int]:
+    """Codes 0, 1, ... in order of first appearance, and how many there are."""
+    c, u = pd.factorize(code)
+    return np.asarray(c, dtype=np.int64), max(len(u), 1)
