@@ -95,6 +95,7 @@ def test_sweep_plot_writes_three_charts(tmp_path, capsys, fake_kernel):
     (["--out", "r.xlsx"], ".csv or .parquet"),
     (["--plot", "c.jpg"], ".png or .svg"),
     (["--executor", "spark"], "executor"),
+    (["--workers", "0"], "workers must be an integer >= 1"),
 ])
 def test_sweep_bad_input_exits_2_with_one_line(extra, msg, capsys, fake_kernel, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

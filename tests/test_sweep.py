@@ -286,7 +286,26 @@ def test_dask_executor_gives_the_local_results():
     pd.testing.assert_frame_equal(dask, local)
 
 
+def test_worker_processes_give_the_in_process_results_and_resume(tmp_path):
+    # chunks evaluated in 3 forked processes (more workers than cores is allowed) come back in order
+    local = run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=97, workers=1)
+    pooled = run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=97, workers=3)
+    pd.testing.assert_frame_equal(pooled, local)
+    out = tmp_path / "r.csv"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(scenario(), evaluator=fake_evaluate_layouts, out=out, chunk_size=97, stop_after_chunks=4, workers=2)
+    assert len(list((tmp_path / "r.csv.parts").glob("chunk-*.pkl"))) == 4
+    calls = []
+    res = run_sweep(scenario(), evaluator=fake_evaluate_layouts, out=out, chunk_size=97, workers=2,
+                    progress=calls.append)
+    assert len(calls) == -(-len(local) // 97) - 4
+    pd.testing.assert_frame_equal(res, local)
+
+
 def test_bad_run_arguments_raise():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(InputError, match="workers must be an integer >= 1"):
+            run_sweep(scenario(), evaluator=fake_evaluate_layouts, workers=bad)
     with pytest.raises(InputError, match="executor"):
         run_sweep(scenario(), evaluator=fake_evaluate_layouts, executor="spark")
     with pytest.raises(InputError, match=r"\.csv or \.parquet"):
@@ -466,11 +485,12 @@ def test_dask_with_the_real_kernel_equals_local():
     sc = load_scenario(model="llama3-8b", hardware="dgx-h100", num_gpus=8, seq_length=4096, global_batch_size=32,
                        require_layout=False)
     space = SweepSpace(micro_batch_size=[1], zero=[1], recompute=["selective"], max_vpp=2)
-    local = run_sweep(sc, space, chunk_size=30)
+    local = run_sweep(sc, space, chunk_size=30, workers=1)
     with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         dask = run_sweep(sc, space, chunk_size=30, executor="dask", scheduler=client)
     pd.testing.assert_frame_equal(dask, local)
+    pd.testing.assert_frame_equal(run_sweep(sc, space, chunk_size=30, workers=2), local)  # forked workers
 
 
 def test_schedule_shapes_the_builder_refuses_never_reach_the_kernel():

@@ -95,13 +95,15 @@ def _fmt_table(df, top: int) -> str:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="format of the top-K rows on stdout")
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True)
+@click.option("--workers", type=int, default=None,
+              help="local worker processes (default: one per available core; 1: in this process)")
 @click.option("--scheduler", default=None, help="Dask scheduler address (default: a local cluster)")
 @click.option("--chunk-size", type=int, default=10_000, show_default=True,
               help="layouts per resumable chunk (and per Dask task)")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="reuse finished chunks in OUT.parts/ of an interrupted run")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: when a terminal)")
-def sweep(scenario, top, out, plot, fmt, executor, scheduler, chunk_size, resume, progress, max_tp_within_node,
+def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_size, resume, progress, max_tp_within_node,
           uneven_layers, **kwargs):
     """Evaluate every valid layout (tp·cp·pp·dp, ep, vpp, micro-batch, ZeRO, recompute, sequence
     parallelism, schedule) and rank them by tokens/s among those that fit.
@@ -134,7 +136,7 @@ def sweep(scenario, top, out, plot, fmt, executor, scheduler, chunk_size, resume
         progress = sys.stderr.isatty()
     t0 = time.perf_counter()
     df = run_sweep(sc, space, executor=executor, scheduler=scheduler, out=out, chunk_size=chunk_size,
-                   resume=resume, progress=progress)
+                   resume=resume, progress=progress, workers=workers)
     dt = time.perf_counter() - t0
     nfeas = int(df["feasible"].sum()) if len(df) else 0
     if fmt == "json":

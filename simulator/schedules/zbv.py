@@ -23,35 +23,41 @@ def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
         raise InputError(f"zb-v: holds exactly 2 chunks per rank; vpp must be 1 or 2, got {vpp}")
     m = microbatches
     n = max(m, 2 * pp - 1)
+    F, B, W = KIND_INDEX["F"], KIND_INDEX["B"], KIND_INDEX["W"]
     ranks = []
     for r in range(pp):
         c0, c1 = r, 2 * pp - 1 - r
-        seq = []  # (kind, chunk) in order; microbatch numbers come from per-(kind, chunk) counters
-        seq += [("F", c0)] * (2 * (pp - r) - 1)
-        seq += [("F", c1), ("F", c0)] * r
-        seq += [("F", c1), ("B", c1), ("W", c1)] * (pp - r)
-        f0 = 2 * (pp - r) - 1 + r
-        f1 = r + (pp - r)
-        while f1 < f0 or f0 < n:
-            if f0 < n:
-                seq.append(("F", c0))
-                f0 += 1
-            seq += [("B", c0), ("W", c0), ("F", c1), ("B", c1), ("W", c1)]
-            f1 += 1
-        seq += [("B", c0), ("B", c1)] * r
-        seq += [("B", c0), ("W", c0)] * (pp - r)
-        counters = {}
-        ops = []
-        for kind, chunk in seq:
-            j = counters.get((kind, chunk), 0)
-            counters[(kind, chunk)] = j + 1
-            ops.append((KIND_INDEX[kind], chunk, j))
+        segs = []  # rows (kind, chunk) in order; microbatch numbers are per-(kind, chunk) running counts
+
+        def rep(items, times):
+            if times > 0:
+                segs.append(np.tile(np.array(items, dtype=np.int64).reshape(-1, 2), (times, 1)))
+
+        rep([(F, c0)], 2 * (pp - r) - 1)
+        rep([(F, c1), (F, c0)], r)
+        rep([(F, c1), (B, c1), (W, c1)], pp - r)
+        # phase 4 runs while forwards remain: first with a c0 forward each (until n are in), then without
+        # until c1 has caught up with c0
+        f0, f1 = 2 * (pp - r) - 1 + r, pp
+        a = max(0, n - f0)
+        rep([(F, c0), (B, c0), (W, c0), (F, c1), (B, c1), (W, c1)], a)
+        rep([(B, c0), (W, c0), (F, c1), (B, c1), (W, c1)], max(0, max(f0, n) - (f1 + a)))
+        rep([(B, c0), (B, c1)], r)
+        rep([(B, c0), (W, c0)], pp - r)
+        t = np.concatenate(segs)
+        kind, chunk = t[:, 0], t[:, 1]
+        j = np.zeros(len(t), dtype=np.int64)
+        for k in (F, B, W):
+            for c in (c0, c1):
+                sel = (kind == k) & (chunk == c)
+                j[sel] = np.arange(int(sel.sum()))
         # trailing W's: c1 first, then c0
-        for chunk in (c1, c0):
-            for j in range(counters.get(("W", chunk), 0), counters[("B", chunk)]):
-                ops.append((2, chunk, j))
-        t = np.array(ops, dtype=np.int64)
-        t = t[t[:, 2] < m]  # slots beyond the m microbatches are dropped
-        ranks.append((t[:, 0], t[:, 1], t[:, 2]))
+        tail = [(np.full(hi - lo, W), np.full(hi - lo, c), np.arange(lo, hi)) for c in (c1, c0)
+                for lo, hi in [(int(((kind == W) & (chunk == c)).sum()), int(((kind == B) & (chunk == c)).sum()))]]
+        kind = np.concatenate([kind] + [x[0] for x in tail])
+        chunk = np.concatenate([chunk] + [x[1] for x in tail])
+        j = np.concatenate([j] + [x[2] for x in tail])
+        keep = j < m  # slots beyond the m microbatches are dropped
+        ranks.append((kind[keep], chunk[keep], j[keep]))
     return make_schedule("zb-v", num_stages=2 * pp, num_microbatches=m, chunks_per_rank=2,
                          columns=rank_columns(ranks, split=True))
