@@ -816,8 +816,13 @@ def _available_cores() -> int:
 _WORKER: dict = {}  # in a forked worker process: the chunk getter and the evaluation context
 
 
-def _init_worker(chunk, ctx) -> None:
+def _init_worker(chunk, ctx, cores, counter) -> None:
     _WORKER.update(chunk=chunk, ctx=ctx)
+    with counter.get_lock():  # the workers number themselves 0, 1, ...
+        k = counter.value
+        counter.value += 1
+    if cores:  # one core per worker (round robin): its replay then runs one thread
+        os.sched_setaffinity(0, {cores[k % len(cores)]})
 
 
 def _worker_chunk_task(k: int) -> pd.DataFrame:
@@ -830,12 +835,17 @@ def _run_processes(todo: list[int], chunk, finish, ctx, nproc: int) -> None:
     threads would not help). The workers inherit the candidates, the specs and the evaluator through
     fork (initializer arguments are not pickled under fork: only chunk numbers and result tables
     are), and build the schedule shapes their chunks need. The heaviest chunks (most virtual stages:
-    candidates are ordered by them) go first, so the workers finish together. Fork is safe: parasim
-    starts no threads (the replay kernel is single-threaded)."""
+    candidates are ordered by them) go first, so the workers finish together. Each worker is pinned
+    to one core. Fork is safe: parasim leaves no threads running (the replay joins its threads)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    pool = ProcessPoolExecutor(nproc, mp_context=mp.get_context("fork"), initializer=_init_worker,
-                               initargs=(chunk, ctx))
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux: leave the OS to place the workers
+        cores = []
+    fork = mp.get_context("fork")
+    pool = ProcessPoolExecutor(nproc, mp_context=fork, initializer=_init_worker,
+                               initargs=(chunk, ctx, cores, fork.Value("i", 0)))
     pending = {pool.submit(_worker_chunk_task, k): k for k in sorted(todo, reverse=True)}
     try:
         while pending:

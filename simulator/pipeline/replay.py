@@ -15,6 +15,8 @@ formulas.md §5.2 disagreement 5.a); per rank, 1 - busy_r / makespan.
 """
 from __future__ import annotations
 
+import os
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -310,7 +312,6 @@ def _starts(sch, end, delay, delay2):
 
 
 def _timeline(sch, start, end, dur, delay, delay2, activation_bytes) -> Timeline:
-    a = sch.arrays
     makespan = float(end.max()) if len(end) else 0.0
     busy = busy_per_rank(sch, dur)
     R = sch.num_ranks
@@ -438,9 +439,9 @@ try:  # pragma: no cover - exercised when numba is installed (a core dependency)
         """`_kernel` over layouts of different schedule shapes: each shape's ops packed in level order
         (`_packed`: duration code, positions of the dependencies and rank predecessor, p2p flags), one
         uniform p2p delay P[r] per boundary, the makespan with and without it in one pass; busy time
-        per rank from the op counts per (rank, stage, kind) (`_busy_table`). Single-threaded: a sweep
-        runs its chunks in parallel processes (sweep.run_sweep), and a process that never started
-        threads can fork safely."""
+        per rank from the op counts per (rank, stage, kind) (`_busy_table`). Rows are independent:
+        `makespan_multi` runs blocks of them in Python threads (the kernel holds no GIL) rather than
+        numba's threading layer, whose OpenMP backend makes a later fork unsafe."""
         N = F.shape[0]
         for r in range(N):
             k = sid[r]
@@ -562,8 +563,32 @@ def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2
     tables = [_busy_table(c) for c in compiled]
     busy_off = np.concatenate([[0], np.cumsum([len(t[0]) for t in tables])]).astype(np.int64)
     b_rank, b_stage, b_count = (np.concatenate([t[j] for t in tables]) for j in range(3))
-    _multi_kernel(op_off, *cat, stage_off, busy_off, b_rank, b_stage, b_count, sid, F, B, W, P, mk, mk0, busy)
+    args = (op_off, *cat, stage_off, busy_off, b_rank, b_stage, b_count)
+    # the kernel releases the GIL: blocks of rows with equal op counts run in threads, started and
+    # joined here (no thread outlives the call, so the process can still fork safely)
+    work = np.cumsum(np.diff(op_off)[sid])
+    nthreads = max(1, min(_cores(), int(work[-1] // 200_000)))  # one per core this process may use
+    cuts = np.searchsorted(work, work[-1] * np.arange(1, nthreads) / nthreads)
+    bounds = [0, *[int(c) for c in cuts], N]
+
+    def run(a, b):
+        if b > a:
+            _multi_kernel(*args, sid[a:b], F[a:b], B[a:b], W[a:b], P[a:b], mk[a:b], mk0[a:b], busy[a:b])
+
+    threads = [threading.Thread(target=run, args=(bounds[i], bounds[i + 1])) for i in range(1, nthreads)]
+    for t in threads:
+        t.start()
+    run(bounds[0], bounds[1])
+    for t in threads:
+        t.join()
     return mk, mk0, busy
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 
