@@ -830,12 +830,21 @@ def _worker_chunk_task(k: int) -> pd.DataFrame:
     return evaluate_candidates(model, training, hardware, num_gpus, _WORKER["chunk"](k), evaluator=evaluator)
 
 
+def _chunk_work(cands: pd.DataFrame) -> int:
+    """A chunk's work, for load balancing: the virtual stages of its rows (the kernel's per-stage arrays
+    and the replays grow with them)."""
+    sched = cands["schedule"].to_numpy()
+    per_rank = np.where(sched == "interleaved", cands["vpp"].to_numpy(),
+                        np.where(np.isin(sched, TWO_CHUNK_SCHEDULES), 2, 1))
+    return int((cands["pp"].to_numpy() * per_rank).sum())
+
+
 def _run_processes(todo: list[int], chunk, finish, ctx, nproc: int) -> None:
     """Chunks in `nproc` forked worker processes (the numpy parts of the kernel hold the GIL, so
     threads would not help). The workers inherit the candidates, the specs and the evaluator through
     fork (initializer arguments are not pickled under fork: only chunk numbers and result tables
-    are), and build the schedule shapes their chunks need. The heaviest chunks (most virtual stages:
-    candidates are ordered by them) go first, so the workers finish together. Each worker is pinned
+    are), and build the schedule shapes their chunks need. The heaviest chunks (`_chunk_work`) go
+    first, so the workers finish together. Each worker is pinned
     to one core. Fork is safe: parasim leaves no threads running (the replay joins its threads)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -846,7 +855,7 @@ def _run_processes(todo: list[int], chunk, finish, ctx, nproc: int) -> None:
     fork = mp.get_context("fork")
     pool = ProcessPoolExecutor(nproc, mp_context=fork, initializer=_init_worker,
                                initargs=(chunk, ctx, cores, fork.Value("i", 0)))
-    pending = {pool.submit(_worker_chunk_task, k): k for k in sorted(todo, reverse=True)}
+    pending = {pool.submit(_worker_chunk_task, k): k for k in sorted(todo, key=lambda k: -_chunk_work(chunk(k)))}
     try:
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -126,7 +126,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     schedule and layers_per_stage (scalars), or from `placement`: a StagePlacement whose arrays are
     (N, P) (structure.pipeline_table pads layouts of different pp to P ranks; pp is then (N,)).
     With `rank_class` (N, P), `placement` holds one column per rank class (structure.PipelineTable):
-    the model states are computed per class and gathered to the ranks.
+    model states and per-microbatch activations are computed per class and gathered to the ranks.
     Every returned array has shape (pp,) or (N, pp) (P with `placement`):
     params_bytes, grads_bytes, optimizer_bytes, activations_bytes, kv_cache_bytes, other_bytes,
     peak_bytes, host_bytes, overhead_bytes, transient_bytes, inflight_microbatches, layers, params.
@@ -137,14 +137,18 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                                                                  layers_per_stage=layers_per_stage)
     st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero,
                            shard_group_size=shard_group_size, inference=inference)
-    if rank_class is not None:  # per class -> per rank
+    if rank_class is not None:  # terms of a rank's contents are computed per class, then gathered to the ranks
         nq = np.shape(pl.layers)[-1]
         flat = rank_class + (np.arange(len(rank_class)) * nq)[:, None]
-        gather = lambda x: np.ascontiguousarray(np.broadcast_to(x, (len(rank_class), nq))).ravel()[flat]  # noqa: E731
-        st = {k: gather(v) for k, v in st.items()}
-        pl = type(pl)(chunks=pl.chunks, **{f: gather(getattr(pl, f)) for f in
-                                           ("layers", "moe_layers", "dense_layers", "embedding", "head", "tied_copy")})
-    width = int(np.shape(pl.layers)[-1])
+        width = rank_class.shape[-1]
+
+        def to_rank(x):
+            return np.ascontiguousarray(np.broadcast_to(x, (len(rank_class), nq))).ravel()[flat]
+    else:
+        width = int(np.shape(pl.layers)[-1])
+
+        def to_rank(x):
+            return x
     shape = np.broadcast_shapes(*(np.shape(x) for x in (tp, dp, cp, ep, micro_batch_size, num_microbatches)))
     zeros = np.zeros(shape + (width,))
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
@@ -162,10 +166,10 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     if inference:
         t = np.asarray(tp, dtype=float)[..., None]
         last_logits = 4.0 * model.vocab_size * np.asarray(micro_batch_size, dtype=float)[..., None] / t
-        act = zeros + working_set() + pl.head * last_logits
+        act = zeros + to_rank(working_set() + pl.head * last_logits)
         batch = training.global_batch_size / np.asarray(dp, dtype=float)
-        kv = zeros + kv_cache_bytes(model, layers=pl.layers, batch=batch, context=training.seq_length,
-                                    tp=tp, cp=cp, dtype_bytes=training.activation_bytes)
+        kv = zeros + to_rank(kv_cache_bytes(model, layers=pl.layers, batch=batch, context=training.seq_length,
+                                            tp=tp, cp=cp, dtype_bytes=training.activation_bytes))
         inflight = zeros + 1.0
     else:
         if inflight_per_stage is not None:
@@ -177,12 +181,13 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         emb = per_mode(embedding_activation_bytes, rc=False)[..., None]
         head = per_mode(head_activation_bytes, rc=False)[..., None]
         loss_m = np.asarray(loss_inflight_microbatches(schedule, num_microbatches=num_microbatches))[..., None]
-        act = inflight * (pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb)
-        act = act + np.minimum(loss_m, np.maximum(inflight, 1.0)) * pl.head * head
+        act = inflight * to_rank(pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb)
+        act = act + np.minimum(loss_m, np.maximum(inflight, 1.0)) * to_rank(pl.head * head)  # head: 0 or 1
         full = np.asarray(recompute) == "full"
         if full.any():
-            act = act + working_set() * (full[..., None] if full.ndim else 1.0)
+            act = act + to_rank(working_set()) * (full[..., None] if full.ndim else 1.0)
         kv = zeros
+    st = {k: to_rank(v) for k, v in st.items()}
     params, grads, opt = zeros + st["params"], zeros + st["grads"], zeros + st["optimizer"]
     transient = zeros + st["gather"]
     tensor = params + grads + opt + act + kv + transient
@@ -192,7 +197,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     return {"params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt, "activations_bytes": act,
             "kv_cache_bytes": kv, "other_bytes": other, "peak_bytes": peak, "host_bytes": zeros + st["host"],
             "overhead_bytes": over, "transient_bytes": transient, "inflight_microbatches": inflight,
-            "layers": zeros + pl.layers, "params": zeros + st["params_count"]}
+            "layers": zeros + to_rank(pl.layers), "params": zeros + st["params_count"]}
 
 
 # ---- one layout ---------------------------------------------------------------------------------
