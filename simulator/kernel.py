@@ -281,7 +281,7 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
     microbatches per rank, one microbatch's backward per rank (`last_bwd`, for the DP overlap), and the
     compute and exposed communication on the busiest rank (`pure`, `exposed_<category>`)."""
     n = len(sched)
-    P = pt.per_shape["rank_valid"].shape[1]
+    P = pt.padded_ranks
     F, Bk, W = st["F"], st["B"], st["W"]
     zf = zb = zhf = zhb = np.zeros_like(F)
     has = z3_id >= 0
@@ -395,7 +395,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     rec_c = pd.factorize(rec)[0]  # integer codes: grouping by them is much faster than by strings
     chunks = np.where(sched == "interleaved", vppa, 1)
     pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=splits)
-    P = pt.per_shape["rank_valid"].shape[1]
+    P = pt.padded_ranks
     rows = np.arange(n)
     moe_ep = model.is_moe and bool((ep > 1).any())
     ep_ov = np.zeros(n)
@@ -427,7 +427,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         g, g_inv = distinct_rows(tp[r3], cp[r3], ep[r3], dp[r3], pt.shape_index[r3])
         g = r3[g]
         ptg = pt.take(g)
-        ne_stage = ptg.stage_of_rank(ptg.of_class(ne_cls[g])) / ptg.per_shape["chunks"][ptg.shape_index][:, None]
+        ne_stage = ptg.stage_of_rank(ptg.of_class(ne_cls[g])) / ptg.chunks[:, None]
         z = comm.dp_comm(hardware, _col_span(_dp_spans(hardware, opt.placement, tp=tp[g], cp=cp[g], ep=ep[g], dp=dp[g],
                                                        pp=ppa[g], shard_group_size=shard_group_size)[0]),
                          params_per_rank=ne_stage, grad_bytes_per_element=training.grad_bytes,

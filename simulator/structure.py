@@ -22,6 +22,14 @@ from .spec.placement import StagePlacement, stage_placement
 PLACEMENT_FIELDS = ("layers", "moe_layers", "dense_layers", "embedding", "head", "tied_copy")
 
 
+def _per_row(name: str) -> cached_property:
+    """A PipelineTable attribute: the per-shape array `name` gathered to the rows on first access."""
+    def rows(self):
+        return self.per_shape[name][self.shape_index]
+
+    return cached_property(rows)
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class PipelineTable:
     """Padded structure of N layouts, held per distinct shape (`per_shape`: name -> (U, ...) array) and
@@ -52,51 +60,28 @@ class PipelineTable:
 
     @cached_property
     def placement(self) -> StagePlacement:
-        return StagePlacement(chunks=self._rows("chunks"), **{f: self._rows("rank_" + f) for f in PLACEMENT_FIELDS})
+        return StagePlacement(chunks=self.chunks, **{f: self._rows("rank_" + f) for f in PLACEMENT_FIELDS})
 
     @cached_property
     def classes(self) -> StagePlacement:
-        return StagePlacement(chunks=self._rows("chunks"), **{f: self._rows("class_" + f) for f in PLACEMENT_FIELDS})
+        return StagePlacement(chunks=self.chunks, **{f: self._rows("class_" + f) for f in PLACEMENT_FIELDS})
 
-    @cached_property
-    def rank_class(self) -> np.ndarray:
-        return self._rows("rank_class")
+    rank_class = _per_row("rank_class")
+    rank_valid = _per_row("rank_valid")
+    content_index = _per_row("content")
+    dense_layers = _per_row("dense_layers")
+    moe_layers = _per_row("moe_layers")
+    first = _per_row("first")
+    last = _per_row("last")
+    stage_rank = _per_row("stage_rank")
+    mirror_rank = _per_row("mirror_rank")
+    stage_valid = _per_row("stage_valid")
+    chunks = _per_row("chunks")  # model chunks per rank
 
-    @cached_property
-    def rank_valid(self) -> np.ndarray:
-        return self._rows("rank_valid")
-
-    @cached_property
-    def content_index(self) -> np.ndarray:
-        return self._rows("content")
-
-    @cached_property
-    def dense_layers(self) -> np.ndarray:
-        return self._rows("dense_layers")
-
-    @cached_property
-    def moe_layers(self) -> np.ndarray:
-        return self._rows("moe_layers")
-
-    @cached_property
-    def first(self) -> np.ndarray:
-        return self._rows("first")
-
-    @cached_property
-    def last(self) -> np.ndarray:
-        return self._rows("last")
-
-    @cached_property
-    def stage_rank(self) -> np.ndarray:
-        return self._rows("stage_rank")
-
-    @cached_property
-    def mirror_rank(self) -> np.ndarray:
-        return self._rows("mirror_rank")
-
-    @cached_property
-    def stage_valid(self) -> np.ndarray:
-        return self._rows("stage_valid")
+    @property
+    def padded_ranks(self) -> int:
+        """P: the rank columns of the per-rank arrays."""
+        return self.per_shape["rank_valid"].shape[1]
 
     def of_class(self, x: np.ndarray) -> np.ndarray:
         """Per-class (N, Q) -> per-rank (N, P): each rank gets the value of its class."""
@@ -110,7 +95,7 @@ class PipelineTable:
     def rank_sum(self, x: np.ndarray) -> np.ndarray:
         """Per-virtual-stage (N, S) -> per-rank sums (N, P) over the stages each rank holds (both
         copies for dualpipe): the padded form of `x @ stage_rank_matrix`."""
-        n, P = len(self.shape_index), self.per_shape["rank_valid"].shape[1]
+        n, P = len(self.shape_index), self.padded_ranks
         x = np.where(self.stage_valid, x, 0.0)
         base = (np.arange(n) * P)[:, None]
         out = np.bincount((base + self.stage_rank).ravel(), weights=x.ravel(), minlength=n * P)
