@@ -777,11 +777,15 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     try:
         if executor == "local":
             nproc = min(workers or _available_cores(), len(todo[:budget]))
-            if nproc > 1 and "fork" in mp.get_all_start_methods():
-                _run_processes(todo[:budget], chunk, finish, (model, training, hardware, N, evaluator), nproc)
+            if "fork" not in mp.get_all_start_methods():
+                nproc = 1
+            batches = _batches(todo[:budget], chunk, nproc)
+            if nproc > 1:
+                _run_processes(batches, chunk, finish, (model, training, hardware, N, evaluator), nproc)
             else:
-                for k in todo[:budget]:
-                    finish(k, evaluate_candidates(model, training, hardware, N, chunk(k), evaluator=evaluator))
+                for batch in batches:
+                    for k, df in _evaluate_batch(batch, chunk, (model, training, hardware, N, evaluator)):
+                        finish(k, df)
         else:
             _run_dask(todo[:budget], chunk, finish, (model, training, hardware, N, evaluator), scheduler)
         if budget < len(todo):
@@ -825,27 +829,60 @@ def _init_worker(chunk, ctx, cores, counter) -> None:
         os.sched_setaffinity(0, {cores[k % len(cores)]})
 
 
-def _worker_chunk_task(k: int) -> pd.DataFrame:
-    model, training, hardware, num_gpus, evaluator = _WORKER["ctx"]
-    return evaluate_candidates(model, training, hardware, num_gpus, _WORKER["chunk"](k), evaluator=evaluator)
+def _worker_batch_task(batch: tuple[int, ...]) -> list[tuple[int, pd.DataFrame]]:
+    return _evaluate_batch(batch, _WORKER["chunk"], _WORKER["ctx"])
 
 
-def _chunk_work(cands: pd.DataFrame) -> int:
-    """A chunk's work, for load balancing: the virtual stages of its rows (the kernel's per-stage arrays
-    and the replays grow with them)."""
+def _evaluate_batch(batch, chunk, ctx) -> list[tuple[int, pd.DataFrame]]:
+    """Consecutive chunks in one kernel call (fewer calls, more shared evaluations; every row's results
+    are those of its own chunk's call: the kernel is row by row), split back into (k, chunk rows)."""
+    model, training, hardware, num_gpus, evaluator = ctx
+    parts = [chunk(k) for k in batch]
+    res = evaluate_candidates(model, training, hardware, num_gpus, pd.concat(parts) if len(parts) > 1 else parts[0],
+                              evaluator=evaluator)
+    bounds = np.cumsum([0] + [len(p) for p in parts])
+    return [(k, res.iloc[a:b].reset_index(drop=True)) for k, a, b in zip(batch, bounds[:-1], bounds[1:])]
+
+
+def _chunk_stages(cands: pd.DataFrame) -> np.ndarray:
+    """Virtual stages (pp x model chunks per rank) of each candidate row."""
     sched = cands["schedule"].to_numpy()
     per_rank = np.where(sched == "interleaved", cands["vpp"].to_numpy(),
                         np.where(np.isin(sched, TWO_CHUNK_SCHEDULES), 2, 1))
-    return int((cands["pp"].to_numpy() * per_rank).sum())
+    return cands["pp"].to_numpy() * per_rank
 
 
-def _run_processes(todo: list[int], chunk, finish, ctx, nproc: int) -> None:
-    """Chunks in `nproc` forked worker processes (the numpy parts of the kernel hold the GIL, so
-    threads would not help). The workers inherit the candidates, the specs and the evaluator through
-    fork (initializer arguments are not pickled under fork: only chunk numbers and result tables
-    are), and build the schedule shapes their chunks need. The heaviest chunks (`_chunk_work`) go
-    first, so the workers finish together. Each worker is pinned
-    to one core. Fork is safe: parasim leaves no threads running (the replay joins its threads)."""
+def _batches(todo: list[int], chunk, nproc: int, cells: int = 4_000_000) -> list[tuple[int, ...]]:
+    """Group consecutive chunks into kernel calls: a batch's rows x its widest virtual-stage count
+    (the size of its padded per-stage arrays) stays within `cells` (4 M: 32 MB per float array) and
+    within 1.1x the padded size of its parts called apart (chunks of much wider shapes stay apart), and
+    with several processes a batch holds at most 1/(2·nproc) of the work (virtual stages summed over
+    rows), so the workers can share it out evenly."""
+    stages = {k: _chunk_stages(chunk(k)) for k in todo}
+    work = {k: int(v.sum()) for k, v in stages.items()}
+    target = sum(work.values()) / (2 * nproc) if nproc > 1 else float("inf")
+    out, cur, rows, widest, w, cells_so_far = [], [], 0, 0, 0, 0
+    for k in todo:
+        n, s = len(stages[k]), int(stages[k].max(initial=1))
+        padded = (rows + n) * max(widest, s)
+        if cur and (k != cur[-1] + 1 or padded > cells or padded > 1.1 * (cells_so_far + n * s) or w + work[k] > target):
+            out.append(tuple(cur))
+            cur, rows, widest, w, cells_so_far = [], 0, 0, 0, 0
+        cur.append(k)
+        rows, widest, w = rows + n, max(widest, s), w + work[k]
+        cells_so_far = rows * widest
+    if cur:
+        out.append(tuple(cur))
+    return out
+
+
+def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: int) -> None:
+    """Batches of chunks in `nproc` forked worker processes (the numpy parts of the kernel hold the
+    GIL, so threads would not help). The workers inherit the candidates, the specs and the evaluator
+    through fork (initializer arguments are not pickled under fork: only chunk numbers and result
+    tables are), and build the schedule shapes their chunks need. The heaviest batches (most virtual
+    stages) go first, so the workers finish together. Each worker is pinned to one core. Fork is
+    safe: parasim leaves no threads running (the replay joins its threads)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     try:
@@ -855,12 +892,14 @@ def _run_processes(todo: list[int], chunk, finish, ctx, nproc: int) -> None:
     fork = mp.get_context("fork")
     pool = ProcessPoolExecutor(nproc, mp_context=fork, initializer=_init_worker,
                                initargs=(chunk, ctx, cores, fork.Value("i", 0)))
-    pending = {pool.submit(_worker_chunk_task, k): k for k in sorted(todo, key=lambda k: -_chunk_work(chunk(k)))}
+    heavy_first = sorted(batches, key=lambda b: -sum(int(_chunk_stages(chunk(k)).sum()) for k in b))
+    pending = {pool.submit(_worker_batch_task, b) for b in heavy_first}
     try:
         while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
-                finish(pending.pop(f), f.result())
+                for k, df in f.result():
+                    finish(k, df)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
