@@ -1,7 +1,8 @@
 """Sweep speed: layouts evaluated per second (enumeration + vectorised memory/time kernel + schedule
 replays + ranking) and peak resident memory, for the three cases of GitHub issue 4.
 
-Protocol: each case runs in a fresh Python process, imports done before timing.
+Protocol: each case runs in a fresh Python process, imports (numba's included) done before timing;
+`time parasim sweep ...` gives the end-to-end figure of a command, imports and output included.
 - "cold": the first sweep in that process, with the default local executor (one forked worker
   process per available core). The workers build and compile every schedule shape their chunks
   need; this is what a `parasim sweep` command pays after its imports. numba's compiled kernels come
@@ -40,6 +41,7 @@ CASES = {
 
 def run_case(name: str, repeat: int) -> dict:
     import simulator.estimate  # noqa: F401  (the kernel; run_sweep imports it lazily)
+    import simulator.pipeline  # noqa: F401  (the replay, with numba; imported lazily by the kernel)
     from simulator.spec.scenario import load_scenario
     from simulator.sweep import SweepSpace, enumerate_layouts, run_sweep
 
