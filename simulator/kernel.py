@@ -37,7 +37,9 @@ or executed FLOPs, per step, / (step_s × GPUs × dense peak of the GEMM dtype).
 
 Vectorisation (docs/sweep.md): every layout field is an array; layouts of different pipeline shapes
 are padded to a common width (structure.py), per-rank contents are computed per rank class, and every
-physical quantity is evaluated once per distinct input it depends on, then gathered to the rows.
+physical quantity is evaluated once per distinct input it depends on (dedup.py), then gathered to the
+rows: per-stage op times once per base row (every field but the ZeRO stage and the schedule, plus the
+stage contents), the pipeline once per time row (base row, shape, ZeRO-3 gather exposure).
 """
 from __future__ import annotations
 
@@ -397,9 +399,8 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=splits)
     P = pt.padded_ranks
     rows = np.arange(n)
-    moe_ep = model.is_moe and bool((ep > 1).any())
     ep_ov = np.zeros(n)
-    if moe_ep:
+    if model.is_moe and (ep > 1).any():
         ep_ov = (np.full(n, float(opt.ep_overlap)) if opt.ep_overlap is not None
                  else np.isin(sched, ("dualpipe", "dualpipev")).astype(float))
 
@@ -411,7 +412,8 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                     dp=dp[c_first], mbs=mbs[c_first], pp=ppa[c_first], sp=spa[c_first], rec=rec[c_first])
     bf = b_first
     st = _stage_times(model, training, hardware, opt, cp_algorithm, pt.take(bf), tp=tp[bf], cp=cp[bf], ep=ep[bf],
-                      mbs=mbs[bf], sp=spa[bf], rec=rec[bf], ep_ov=ep_ov[bf], comm={k: v[c_inv[bf]] for k, v in c.items()})
+                      mbs=mbs[bf], sp=spa[bf], rec=rec[bf], ep_ov=ep_ov[bf],
+                      comm={k: v[c_inv[bf]] for k, v in c.items()})
 
     # parameters per rank class for ZeRO-3 gathers, DP traffic and the optimizer (spec/placement.py: one count)
     ne_cls, ex_cls = params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep)  # (n, Q)
@@ -437,16 +439,15 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         gf, gb = np.where(live, z.forward_s, 0.0), np.where(live, z.backward_s, 0.0)
         pf, p_inv = distinct_rows(b_inv[r3], pt.shape_index[r3])
         zf, zb, bb = gf[g_inv[pf]], gb[g_inv[pf]], b_inv[r3[pf]]
-        z3 = dict(f=zf, b=zb, hid_f=np.zeros_like(zf), hid_b=np.zeros_like(zb))
-        if opt.zero3_prefetch:
+        ef, eb = zf, zb
+        if opt.zero3_prefetch:  # prefetched under the chunk's compute: only the excess is exposed
             ef, eb = np.maximum(0.0, zf - st["F"][bb]), np.maximum(0.0, zb - (st["B"][bb] + st["W"][bb]))
-            z3 = dict(f=ef, b=eb, hid_f=zf - ef, hid_b=zb - eb)
+        z3 = dict(f=ef, b=eb, hid_f=zf - ef, hid_b=zb - eb)
         seen = (z3["f"] + z3["b"]).any(axis=1) | (opt.comm_slowdown > 0)
         z3_id[r3] = np.where(seen[p_inv], p_inv, -1)
 
     # 3. the pipeline, once per "time" row: distinct (base row, shape, ZeRO-3 exposure)
-    t_first, t_inv = distinct_rows(b_inv, pt.shape_index, z3_id)
-    T = t_first
+    T, t_inv = distinct_rows(b_inv, pt.shape_index, z3_id)
     tl = _pipeline_times(opt, pt.take(T), {k: v[b_inv[T]] for k, v in st.items()}, z3, z3_id[T], sched=sched[T],
                          pp=ppa[T], chunks=chunks[T], m=m[T], p2p=c["p2p"][c_inv[T]])
     makespan, busy_sum = tl["makespan"][t_inv], tl["busy_sum"][t_inv]

@@ -61,6 +61,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from .cores import available_cores
 from .dedup import distinct_rows
 from .errors import InputError
 from .spec.layout import RECOMPUTE, SCHEDULES
@@ -506,10 +507,9 @@ def _evaluate_arrays(model, training, hardware, num_gpus, col: dict, evaluator) 
     """All rows in one kernel call (the refused schedule shapes left out and marked); None if the
     kernel raises InputError, so the caller falls back to the grouped path that isolates it."""
     n = len(col["tp"])
-    keys = [col[k] for k in ("schedule", "pp", "vpp", "num_microbatches")]
-    first, inv = distinct_rows(*keys)
-    why_u = np.array([schedule_refusal(*(str(k[i]) if j == 0 else int(k[i]) for j, k in enumerate(keys)))
-                      for i in first], dtype=object)
+    sch, pp, vpp, m = (col[k] for k in ("schedule", "pp", "vpp", "num_microbatches"))
+    first, inv = distinct_rows(sch, pp, vpp, m)  # the builder is asked once per shape
+    why_u = np.array([schedule_refusal(str(sch[i]), int(pp[i]), int(vpp[i]), int(m[i])) for i in first], dtype=object)
     why = why_u[inv] if len(first) else np.full(n, "", dtype=object)
     ok = np.flatnonzero(why == "")
     if not len(ok):  # every row refused by the schedule builder
@@ -705,9 +705,9 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     """Enumerate, evaluate and rank every layout of `scenario` within `space`.
 
     - `space`: default `SweepSpace.from_table(scenario.sweep)`.
-    - `executor`: "local" (this machine: `workers` processes, default one per available core,
-      never more than there are chunks; 1 evaluates in this process) or "dask"; `scheduler`: a Dask scheduler address, a
-      `distributed.Client`, or None (a LocalCluster with one single-threaded worker process per core
+    - `executor`: "local" (this machine: `workers` forked processes, default one per available core
+      and at most one per chunk; 1 evaluates in this process) or "dask"; `scheduler`: a Dask
+      scheduler address, a `distributed.Client`, or None (a LocalCluster with one single-threaded worker process per core
       is started for the run). Chunks are the unit of distribution: keep `chunk_size` well below
       the number of layouts to use many workers.
     - `out`: results file (.csv/.parquet). Finished chunks go to `<out>.parts/chunk-NNNNNN.pkl`
@@ -787,7 +787,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     budget = len(todo) if stop_after_chunks is None else stop_after_chunks
     try:
         if executor == "local":
-            nproc = min(workers or _available_cores(), len(todo[:budget]))
+            nproc = min(workers or available_cores(), len(todo[:budget]))
             if "fork" not in mp.get_all_start_methods():
                 nproc = 1
             batches = _batches(todo[:budget], chunk, nproc)
@@ -819,13 +819,6 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
         if not keep_parts:
             shutil.rmtree(parts, ignore_errors=True)
     return df
-
-
-def _available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 _WORKER: dict = {}  # in a forked worker process: the chunk getter and the evaluation context

@@ -216,17 +216,19 @@ def test_bad_durations_raise_input_error(bad):
         replay(build("1f1b", pp=4, microbatches=8), forward_s=bad, backward_s=1.0)
 
 
-def test_multi_shape_replay_equals_one_batch_replay_per_shape():
+@pytest.mark.parametrize("N", [200, 6000])
+def test_multi_shape_replay_equals_one_batch_replay_per_shape(N):
     # makespan_multi replays layouts of eight schedule shapes in one compiled pass, with and without the
     # p2p delay; each layout's makespans must equal makespan_batch of its own shape bit for bit, its busy
-    # time per rank (from op counts, not summed op by op) to rounding.
+    # time per rank (from op counts, not summed op by op) to rounding. 6000 layouts (~1 M ops) run in
+    # threads, one per core, each on its own block of rows.
     from simulator.pipeline import makespan_multi
 
     rng = np.random.default_rng(0)
     cs = [compile_schedule(build(s, pp=p, microbatches=m, vpp=v)) for s, p, m, v in
           [("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2), ("zb-h1", 4, 8, 1), ("dualpipe", 4, 8, 1), ("zb-v", 4, 8, 1),
            ("dualpipev", 4, 8, 1), ("gpipe", 1, 3, 1), ("zb-h2", 8, 16, 1)]]
-    N, S = 200, max(c.schedule.num_stages for c in cs)
+    S = max(c.schedule.num_stages for c in cs)
     sid = rng.integers(0, len(cs), N)
     F, B, W = (rng.random((N, S)) for _ in range(3))
     p = rng.random(N) * 0.1

@@ -15,13 +15,13 @@ formulas.md §5.2 disagreement 5.a); per rank, 1 - busy_r / makespan.
 """
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from ..cores import available_cores
 from ..engine import Channel, Simulation, Stream, Task
 from ..errors import InputError
 from ..schedules import Schedule
@@ -564,16 +564,20 @@ def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2
     busy_off = np.concatenate([[0], np.cumsum([len(t[0]) for t in tables])]).astype(np.int64)
     b_rank, b_stage, b_count = (np.concatenate([t[j] for t in tables]) for j in range(3))
     args = (op_off, *cat, stage_off, busy_off, b_rank, b_stage, b_count)
-    # the kernel releases the GIL: blocks of rows with equal op counts run in threads, started and
-    # joined here (no thread outlives the call, so the process can still fork safely)
+    # the kernel releases the GIL: blocks of rows with equal shares of the ops run in threads, started
+    # and joined here (no thread outlives the call, so the process can still fork safely)
     work = np.cumsum(np.diff(op_off)[sid])
-    nthreads = max(1, min(_cores(), int(work[-1] // 200_000)))  # one per core this process may use
+    nthreads = max(1, min(available_cores(), int(work[-1] // 200_000)))  # at most one per core
     cuts = np.searchsorted(work, work[-1] * np.arange(1, nthreads) / nthreads)
     bounds = [0, *[int(c) for c in cuts], N]
+    errors = []
 
     def run(a, b):
-        if b > a:
-            _multi_kernel(*args, sid[a:b], F[a:b], B[a:b], W[a:b], P[a:b], mk[a:b], mk0[a:b], busy[a:b])
+        try:
+            if b > a:
+                _multi_kernel(*args, sid[a:b], F[a:b], B[a:b], W[a:b], P[a:b], mk[a:b], mk0[a:b], busy[a:b])
+        except BaseException as exc:  # re-raised by the calling thread
+            errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(bounds[i], bounds[i + 1])) for i in range(1, nthreads)]
     for t in threads:
@@ -581,16 +585,9 @@ def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2
     run(bounds[0], bounds[1])
     for t in threads:
         t.join()
+    if errors:
+        raise errors[0]
     return mk, mk0, busy
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 
 
 def _duration_kind(a) -> np.ndarray:
@@ -616,8 +613,6 @@ def _packed(compiled: CompiledSchedule) -> tuple:
     table = tuple(x.astype(np.int32) for x in (code, pos[compiled.dep_s[order]], pos[compiled.dep2_s[order]],
                                                  pos[compiled.rank_prev_s[order]], hop))
     return table
-
-
 
 
 @lru_cache(maxsize=4096)  # per compiled schedule (hashed by identity)
