@@ -575,27 +575,27 @@ def _evaluate_per_microbatch_count(m: np.ndarray, offset: int, call, reason: dic
 def rank_results(df: pd.DataFrame) -> pd.DataFrame:
     """Sort: feasible first, tokens_per_s descending, then label and every layout field ascending
     (a total order: identical inputs give identical rankings). Adds `label` if missing and a 1-based `rank`."""
-    df = df.copy()
-    if "label" not in df:
-        df.insert(0, "label", layout_labels(df))
+    labels = df["label"].to_numpy() if "label" in df else layout_labels(df)
     tput = df["tokens_per_s"].to_numpy(dtype=float)
 
-    def key(c):  # strings by their sorted codes (same order as sorting the strings), numbers as they are
-        v = df[c].to_numpy()
+    def key(v):  # strings by their sorted codes (same order as sorting the strings), numbers as they are
+        v = np.asarray(v)
         if v.dtype == bool or np.issubdtype(v.dtype, np.number):
             return v
-        return pd.factorize(df[c].astype(str), sort=True)[0]
+        try:
+            return pd.factorize(v, sort=True)[0]
+        except TypeError:  # mixed types: compare as text
+            return pd.factorize(v.astype(str), sort=True)[0]
 
     extra = [c for c in ("schedule", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "ep",
                          "layers_per_stage") if c in df]
     keys = [(~df["feasible"].to_numpy(dtype=bool)).astype(np.int8), -np.where(np.isnan(tput), -np.inf, tput),
-            key("label")] + [key(c) for c in extra]
+            key(labels)] + [key(df[c].to_numpy()) for c in extra]
     order = np.lexsort(keys[::-1])  # first key primary; stable
-    df = df.iloc[order].reset_index(drop=True)
-    if "rank" in df:
-        df = df.drop(columns="rank")
-    df.insert(0, "rank", np.arange(1, len(df) + 1))
-    return df
+    out = df.drop(columns=[c for c in ("rank", "label") if c in df]).take(order).reset_index(drop=True)
+    out.insert(0, "label", np.asarray(labels, dtype=object)[order])
+    out.insert(0, "rank", np.arange(1, len(out) + 1))
+    return out
 
 
 def _order_columns(df: pd.DataFrame) -> pd.DataFrame:
