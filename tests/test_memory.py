@@ -151,6 +151,25 @@ def test_sweep_form_equals_the_scalar_form_row_by_row():
     assert feasible_mask(arr, 80 * GiB).shape == (4,)
 
 
+def test_worst_stage_form_picks_the_per_stage_maximum():
+    # `worst_of` keeps only each layout's worst real stage: it must be the per-stage arrays at their
+    # argmax (first on ties), padded stages never chosen
+    m, tr = _l70()
+    tp, dp = np.array([8, 4, 2, 8, 1]), np.array([8, 16, 32, 4, 64])
+    mb = tr.global_batch_size // dp
+    kw = dict(tp=tp, pp=4, dp=dp, cp=1, ep=1, micro_batch_size=1, num_microbatches=mb, zero=np.array([0, 1, 2, 3, 1]),
+              recompute=np.array(["none", "selective", "full", "none", "full"], dtype=object), sequence_parallel=False)
+    full = stage_memory_arrays(m, tr, **kw)
+    real = np.ones((5, 4), dtype=bool)
+    real[1, 0] = real[4, :2] = False  # pretend some stages are padding
+    worst = stage_memory_arrays(m, tr, **kw, worst_of=real)
+    w = np.argmax(np.where(real, full["peak_bytes"], -np.inf), axis=1)
+    assert np.array_equal(worst["worst_stage"], w) and w[1] != 0 and w[4] >= 2
+    for k in ("peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
+              "other_bytes"):
+        assert np.array_equal(worst[k], full[k][np.arange(5), w]), k
+
+
 def test_sweep_form_evaluates_a_million_layouts_quickly():
     import time
 

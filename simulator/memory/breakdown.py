@@ -118,7 +118,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                         shard_group_size: int | None = None, recompute: str = "none",
                         sequence_parallel: bool = False, schedule: str = "1f1b", layers_per_stage=None,
                         inference: bool = False, inflight_per_stage=None,
-                        overheads: Overheads | None = None, placement=None, rank_class=None) -> dict[str, np.ndarray]:
+                        overheads: Overheads | None = None, placement=None, rank_class=None,
+                        worst_of=None) -> dict[str, np.ndarray]:
     """Per-stage memory of many layouts at once (vectorisation contract of the sweep).
 
     tp, dp, cp, ep, micro_batch_size, num_microbatches, zero, schedule, recompute and
@@ -130,6 +131,9 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     Every returned array has shape (pp,) or (N, pp) (P with `placement`):
     params_bytes, grads_bytes, optimizer_bytes, activations_bytes, kv_cache_bytes, other_bytes,
     peak_bytes, host_bytes, overhead_bytes, transient_bytes, inflight_microbatches, layers, params.
+    With `worst_of` (a mask of the real stages, shape of the result), only each layout's worst stage
+    (highest peak among them, the first on ties): `worst_stage` and the six consumers and peak there,
+    shape (N,) — what a sweep keeps, without building the other per-stage arrays.
     """
     overheads = Overheads() if overheads is None else overheads
     _check_categorical(recompute=recompute, schedule=schedule, zero=zero)
@@ -187,13 +191,23 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         if full.any():
             act = act + to_rank(working_set()) * (full[..., None] if full.ndim else 1.0)
         kv = zeros
-    st = {k: to_rank(v) for k, v in st.items()}
-    params, grads, opt = zeros + st["params"], zeros + st["grads"], zeros + st["optimizer"]
-    transient = zeros + st["gather"]
+    params, grads, opt, transient = (np.broadcast_to(to_rank(st[k]), zeros.shape)
+                                     for k in ("params", "grads", "optimizer", "gather"))
     tensor = params + grads + opt + act + kv + transient
     over = overhead_bytes(overheads, tensor_bytes=tensor, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
     other = transient + over
     peak = params + grads + opt + act + kv + other
+    if worst_of is not None:  # the consumers at each layout's worst stage only
+        w = np.argmax(np.where(worst_of, peak, -np.inf), axis=-1)
+
+        def at_worst(x):
+            return np.take_along_axis(np.broadcast_to(x, zeros.shape), w[..., None], axis=-1)[..., 0]
+
+        return {"worst_stage": w, "peak_bytes": at_worst(peak), **{name: at_worst(x) for name, x in (
+            ("params_bytes", params), ("grads_bytes", grads), ("optimizer_bytes", opt), ("activations_bytes", act),
+            ("kv_cache_bytes", kv), ("other_bytes", other))}}
+    st = {k: to_rank(v) for k, v in st.items() if k not in ("params", "grads", "optimizer", "gather")}
+    params, grads, opt, transient = (zeros + x for x in (params, grads, opt, transient))
     return {"params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt, "activations_bytes": act,
             "kv_cache_bytes": kv, "other_bytes": other, "peak_bytes": peak, "host_bytes": zeros + st["host"],
             "overhead_bytes": over, "transient_bytes": transient, "inflight_microbatches": inflight,
