@@ -605,7 +605,15 @@ def _reasons(out: dict, feasible: np.ndarray, worst_stage: np.ndarray, hbm_bytes
     stage = worst_stage[bad]
     first, inv = distinct_rows(big, big_d, peak_d, stage)  # many rows share a message: format each once
     hbm = f"{hbm_bytes / gib:.1f}"
-    text = np.array([f"{_COMPONENT_LABEL[comps[big[i]]]}: {big_d[i] / 10:.1f} GiB of {peak_d[i] / 10:.1f} GiB peak > "
-                     f"{hbm} GiB HBM (stage {stage[i]})" for i in first], dtype=object)
-    reason[bad] = text[inv]
+    names = np.array([_COMPONENT_LABEL[c] for c in comps])
+
+    def tenths(x):  # integer tenths -> "12.3", formatted by numpy's string ufuncs, not in a Python loop
+        return np.char.add(np.char.add((x // 10).astype(str), "."), (x % 10).astype(str))
+
+    parts = [names[big[first]], ": ", tenths(big_d[first]), " GiB of ", tenths(peak_d[first]),
+             f" GiB peak > {hbm} GiB HBM (stage ", stage[first].astype(str), ")"]
+    text = parts[0]
+    for p in parts[1:]:
+        text = np.char.add(text, p)
+    reason[bad] = text.astype(object)[inv]
     return reason
