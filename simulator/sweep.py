@@ -52,6 +52,7 @@ import math
 import multiprocessing as mp
 import os
 import shutil
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from functools import lru_cache
@@ -705,8 +706,8 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     """Enumerate, evaluate and rank every layout of `scenario` within `space`.
 
     - `space`: default `SweepSpace.from_table(scenario.sweep)`.
-    - `executor`: "local" (this machine: `workers` forked processes, default one per available core
-      and at most one per chunk; 1 evaluates in this process) or "dask"; `scheduler`: a Dask
+    - `executor`: "local" (this machine: `workers` forked processes on Linux, default one per
+      available core and at most one per chunk; 1, or another OS, evaluates in this process) or "dask"; `scheduler`: a Dask
       scheduler address, a `distributed.Client`, or None (a LocalCluster with one single-threaded worker process per core
       is started for the run). Chunks are the unit of distribution: keep `chunk_size` well below
       the number of layouts to use many workers.
@@ -788,7 +789,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     try:
         if executor == "local":
             nproc = min(workers or available_cores(), len(todo[:budget]))
-            if "fork" not in mp.get_all_start_methods():
+            if not sys.platform.startswith("linux"):  # fork is the safe default only on Linux
                 nproc = 1
             batches = _batches(todo[:budget], chunk, nproc)
             if nproc > 1:
