@@ -64,7 +64,7 @@ import pandas as pd
 
 from .cores import available_cores
 from .dedup import distinct_rows
-from .errors import InputError
+from .errors import InputError, WorkerError
 from .spec.layout import RECOMPUTE, SCHEDULES
 from .spec.validate import layout_valid_mask
 
@@ -889,6 +889,7 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
     stages) go first, so the workers finish together. Each worker is pinned to one core. Fork is
     safe: parasim leaves no threads running (the replay joins its threads)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     try:
         cores = sorted(os.sched_getaffinity(0))
@@ -903,7 +904,13 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
-                for k, df in f.result():
+                try:
+                    rows = f.result()
+                except BrokenProcessPool:
+                    raise WorkerError("a sweep worker process died (killed for memory?); finished chunks are kept "
+                                      "with --out: run again to resume, with --workers 1 or a smaller --chunk-size"
+                                      ) from None
+                for k, df in rows:
                     finish(k, df)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -1,6 +1,7 @@
 """Layout sweeps: enumeration against a brute-force product, ranking, resume, Dask, and the
 vectorised path against `estimate` row by row (with the real kernel)."""
 import itertools
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -300,6 +301,24 @@ def test_worker_processes_give_the_in_process_results_and_resume(tmp_path):
                     progress=calls.append)
     assert len(calls) == -(-len(local) // 97) - 4
     pd.testing.assert_frame_equal(res, local)
+
+
+def _dies_in_a_worker(parent_pid):
+    def evaluate(model, training, hardware, **kw):
+        if os.getpid() != parent_pid:
+            os._exit(1)  # as if the OS killed the worker for memory
+        return fake_evaluate_layouts(model, training, hardware, **kw)
+    return evaluate
+
+
+def test_a_dead_worker_raises_a_clear_error_and_the_sweep_resumes(tmp_path):
+    from simulator.errors import WorkerError
+
+    out = tmp_path / "r.csv"
+    with pytest.raises(WorkerError, match="worker process died.*run again to resume"):
+        run_sweep(scenario(), evaluator=_dies_in_a_worker(os.getpid()), out=out, chunk_size=97, workers=2)
+    res = run_sweep(scenario(), evaluator=fake_evaluate_layouts, out=out, chunk_size=97, workers=1)
+    pd.testing.assert_frame_equal(res, run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=97))
 
 
 def test_bad_run_arguments_raise():

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from ..errors import InputError
+from ..errors import InputError, WorkerError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,4 +59,7 @@ def main(argv=None):
     except FileNotFoundError as exc:
         click.echo(f"error: file not found: {exc.filename or exc}", err=True)
         sys.exit(2)
+    except WorkerError as exc:
+        click.echo(f"error: {str(exc).splitlines()[0]}", err=True)
+        sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)
