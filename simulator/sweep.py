@@ -707,10 +707,10 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
 
     - `space`: default `SweepSpace.from_table(scenario.sweep)`.
     - `executor`: "local" (this machine: `workers` forked processes on Linux, default one per
-      available core and at most one per chunk; 1, or another OS, evaluates in this process) or "dask"; `scheduler`: a Dask
-      scheduler address, a `distributed.Client`, or None (a LocalCluster with one single-threaded worker process per core
-      is started for the run). Chunks are the unit of distribution: keep `chunk_size` well below
-      the number of layouts to use many workers.
+      available core and at most one per chunk; 1, or another OS, evaluates in this process) or
+      "dask"; `scheduler`: a Dask scheduler address, a `distributed.Client`, or None (a LocalCluster
+      with one single-threaded worker process per core is started for the run). Chunks are the
+      unit of distribution: keep `chunk_size` well below the number of layouts to use many workers.
     - `out`: results file (.csv/.parquet). Finished chunks go to `<out>.parts/chunk-NNNNNN.pkl`
       (written atomically); with `resume` the chunks already there are reused (the parts folder
       carries a fingerprint of the sweep and is refused if it belongs to a different one); the
@@ -870,7 +870,8 @@ def _batches(todo: list[int], chunk, nproc: int, cells: int = 4_000_000) -> list
     for k in todo:
         n, s = len(stages[k]), int(stages[k].max(initial=1))
         padded = (rows + n) * max(widest, s)
-        if cur and (k != cur[-1] + 1 or padded > cells or padded > 1.1 * (cells_so_far + n * s) or w + work[k] > target):
+        too_big = padded > cells or padded > 1.1 * (cells_so_far + n * s) or w + work[k] > target
+        if cur and (k != cur[-1] + 1 or too_big):
             out.append(tuple(cur))
             cur, rows, widest, w, cells_so_far = [], 0, 0, 0, 0
         cur.append(k)

@@ -66,8 +66,11 @@ def _by_mode(fn, model, training, recompute, sequence_parallel, kw: dict, **extr
     for c in np.unique(code):
         idx = np.flatnonzero(code == c)
         cols = {k: np.asarray(v)[idx] for k, v in kw.items() if np.ndim(v)}
-        first, inv = distinct_rows(*cols.values()) if cols else (np.zeros(1, dtype=np.int64), np.zeros(len(idx), dtype=np.int64))
-        args = {k: (cols[k][first] if k in cols else v) for k, v in kw.items()}  # once per distinct row
+        if cols:  # once per distinct row
+            first, inv = distinct_rows(*cols.values())
+        else:
+            first, inv = np.zeros(1, dtype=np.int64), np.zeros(len(idx), dtype=np.int64)
+        args = {k: (cols[k][first] if k in cols else v) for k, v in kw.items()}
         out[idx] = np.broadcast_to(call(rc[idx[0]], sp[idx[0]], args), (len(first),))[inv]
     return out
 
