@@ -25,7 +25,7 @@ PLACEMENT_FIELDS = ("layers", "moe_layers", "dense_layers", "embedding", "head",
 def _per_row(name: str) -> cached_property:
     """A PipelineTable attribute: the per-shape array `name` gathered to the rows on first access."""
     def rows(self):
-        return self.per_shape[name][self.shape_index]
+        return self._rows(name)
 
     return cached_property(rows)
 

@@ -62,7 +62,8 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from .cores import available_cores
+from .cores import available_cores, core_ids
+from .cost.compute import num_virtual_stages
 from .dedup import distinct_rows
 from .errors import InputError, WorkerError
 from .spec.layout import RECOMPUTE, SCHEDULES
@@ -73,7 +74,6 @@ LIST_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero", 
                "sequence_parallel", "schedule")
 NUMERIC_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero")
 DEFAULT_SCHEDULES = ("1f1b", "interleaved")
-TWO_CHUNK_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")
 # columns of a candidate table, in order (layout fields + derived num_microbatches)
 CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
                      "recompute", "sequence_parallel", "schedule", "layers_per_stage")
@@ -354,8 +354,7 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     block_id = np.repeat(np.arange(len(blocks)), sizes)
     # virtual stages outermost (the kernel pads a chunk's stage axis to its widest row), then pp, then block
     # (schedule, vpp, sp, recompute, zero), then base order (tp, cp, pp, dp, ep, mb)
-    chunks = np.array([b[1] if b[0] == "interleaved" else (2 if b[0] in TWO_CHUNK_SCHEDULES and b[0] != "dualpipe" else 1)
-                       for b in blocks], dtype=np.int64)[block_id]
+    chunks = np.array([num_virtual_stages(1, b[1], b[0]) for b in blocks], dtype=np.int64)[block_id]
     order = np.lexsort((np.arange(len(rows)), block_id, pp[rows], pp[rows] * chunks))
     rows, block_id = rows[order], block_id[order]
     sched_arr = np.array([b[0] for b in blocks], dtype=object)[block_id]
@@ -839,8 +838,9 @@ def _worker_batch_task(batch: tuple[int, ...]) -> list[tuple[int, pd.DataFrame]]
 
 
 def _evaluate_batch(batch, chunk, ctx) -> list[tuple[int, pd.DataFrame]]:
-    """Consecutive chunks in one kernel call (fewer calls, more shared evaluations; every row's results
-    are those of its own chunk's call: the kernel is row by row), split back into (k, chunk rows)."""
+    """Consecutive chunks in one kernel call (fewer calls, more shared evaluations), split back into
+    (k, chunk rows). The kernel works row by row, so a row's results do not depend on its company, up
+    to the last bit of sums over the padded rank axis (a wider padding regroups numpy's summation)."""
     model, training, hardware, num_gpus, evaluator = ctx
     parts = [chunk(k) for k in batch]
     res = evaluate_candidates(model, training, hardware, num_gpus, pd.concat(parts) if len(parts) > 1 else parts[0],
@@ -850,11 +850,11 @@ def _evaluate_batch(batch, chunk, ctx) -> list[tuple[int, pd.DataFrame]]:
 
 
 def _chunk_stages(cands: pd.DataFrame) -> np.ndarray:
-    """Virtual stages (pp x model chunks per rank) of each candidate row."""
-    sched = cands["schedule"].to_numpy()
-    per_rank = np.where(sched == "interleaved", cands["vpp"].to_numpy(),
-                        np.where(np.isin(sched, TWO_CHUNK_SCHEDULES), 2, 1))
-    return cands["pp"].to_numpy() * per_rank
+    """Virtual stages of each candidate row (cost.compute.num_virtual_stages, once per distinct shape)."""
+    sched, pp, vpp = (cands[c].to_numpy() for c in ("schedule", "pp", "vpp"))
+    first, inv = distinct_rows(sched, pp, vpp)
+    return np.array([num_virtual_stages(int(pp[i]), int(vpp[i]), str(sched[i])) for i in first],
+                    dtype=np.int64)[inv]
 
 
 def _batches(todo: list[int], chunk, nproc: int, cells: int = 4_000_000) -> list[tuple[int, ...]]:
@@ -862,7 +862,7 @@ def _batches(todo: list[int], chunk, nproc: int, cells: int = 4_000_000) -> list
     (the size of its padded per-stage arrays) stays within `cells` (4 M: 32 MB per float array) and
     within 1.1x the padded size of its parts called apart (chunks of much wider shapes stay apart), and
     with several processes a batch holds at most 1/(2·nproc) of the work (virtual stages summed over
-    rows), so the workers can share it out evenly."""
+    rows), so the workers can share it out evenly. Heaviest batch first (the order workers take them)."""
     stages = {k: _chunk_stages(chunk(k)) for k in todo}
     work = {k: int(v.sum()) for k, v in stages.items()}
     target = sum(work.values()) / (2 * nproc) if nproc > 1 else float("inf")
@@ -879,28 +879,24 @@ def _batches(todo: list[int], chunk, nproc: int, cells: int = 4_000_000) -> list
         cells_so_far = rows * widest
     if cur:
         out.append(tuple(cur))
-    return out
+    return sorted(out, key=lambda b: -sum(work[k] for k in b))
 
 
 def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: int) -> None:
     """Batches of chunks in `nproc` forked worker processes (the numpy parts of the kernel hold the
     GIL, so threads would not help). The workers inherit the candidates, the specs and the evaluator
     through fork (initializer arguments are not pickled under fork: only chunk numbers and result
-    tables are), and build the schedule shapes their chunks need. The heaviest batches (most virtual
-    stages) go first, so the workers finish together. Each worker is pinned to one core. Fork is
-    safe: parasim leaves no threads running (the replay joins its threads)."""
+    tables are), and build the schedule shapes their chunks need. Batches go out in the given order
+    (heaviest first: the workers finish together). Each worker is pinned to one core. Fork is safe:
+    parasim leaves no threads running (the replay joins its threads)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    try:
-        cores = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux: leave the OS to place the workers
-        cores = []
+    cores = core_ids() or []  # unknown: leave the OS to place the workers
     fork = mp.get_context("fork")
     pool = ProcessPoolExecutor(nproc, mp_context=fork, initializer=_init_worker,
                                initargs=(chunk, ctx, cores, fork.Value("i", 0)))
-    heavy_first = sorted(batches, key=lambda b: -sum(int(_chunk_stages(chunk(k)).sum()) for k in b))
-    pending = {pool.submit(_worker_batch_task, b) for b in heavy_first}
+    pending = {pool.submit(_worker_batch_task, b) for b in batches}
     try:
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -1,4 +1,5 @@
 """Schedules as data: golden op orders, completeness, bad input, deadlock naming."""
+import numpy as np
 import pytest
 
 from simulator.engine import DeadlockError
@@ -72,3 +73,15 @@ def test_missing_op_is_rejected():
     s = make_schedule("bad", [r0], num_stages=1, num_microbatches=1, chunks_per_rank=1)
     with pytest.raises(InputError, match="missing op 0B0"):
         s.arrays
+
+
+def test_running_count_numbers_each_key_in_order():
+    # the step-program microbatch counters, against a plain dictionary counter
+    from simulator.schedules.op import running_count
+
+    key = np.random.default_rng(3).integers(-2, 5, 500)
+    seen, want = {}, []
+    for k in key.tolist():
+        want.append(seen.get(k, 0))
+        seen[k] = want[-1] + 1
+    assert running_count(key).tolist() == want

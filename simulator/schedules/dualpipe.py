@@ -24,7 +24,7 @@ Bubble (DeepSeek-V3 Table 2, B = full backward): (p/2-1)(F&B + B - 3W).
 import numpy as np
 
 from ..errors import InputError
-from .op import check_counts, make_schedule
+from .op import check_counts, make_schedule, running_count, tiled
 
 
 _F, _B, _W, _P = 0, 1, 2, 3  # step kinds; P = F overlapped with the following B (waits for both inputs)
@@ -32,21 +32,8 @@ _F, _B, _W, _P = 0, 1, 2, 3  # step kinds; P = F overlapped with the following B
 
 def _program(H: int, h: int, C: int) -> np.ndarray:
     """The step program of one rank, (n, 3) rows (kind, phase, split) with kind in F/B/W/P (phase −1: W)."""
-    segs = []
-
-    def rep(items, times):
-        if times > 0:
-            segs.append(np.tile(np.array(items, dtype=np.int64).reshape(-1, 3), (times, 1)))
-
-    rep([(_F, 0, 0)], 2 * (H - h - 1))
-    rep([(_F, 0, 0), (_F, 1, 0)], h + 1)
-    rep([(_B, 1, 1), (_W, -1, 0), (_F, 1, 0)], H - h - 1)
     n4 = C - 2 * H + h + 1
-    if n4 > 0:  # the middle ranks' first F of step 4 is a plain F
-        rep([(_F if h == H - 1 else _P, 0, 0), (_B, 1, 0), (_P, 1, 0), (_B, 0, 0)], 1)
-        rep([(_P, 0, 0), (_B, 1, 0), (_P, 1, 0), (_B, 0, 0)], n4 - 1)
-    rep([(_B, 1, 0), (_P, 1, 0), (_B, 0, 0)], H - h - 1)
-    split = 0
+    split = 0  # step 6 switches to split backwards half way (the odd ranks one B earlier)
     n6 = h + 1
     six = []
     for i in range(n6):
@@ -56,10 +43,16 @@ def _program(H: int, h: int, C: int) -> np.ndarray:
         if i == n6 // 2 and h % 2 == 0:
             split = 1
         six.append((_B, 0, split))
-    rep(six, 1)
-    rep([(_W, -1, 0), (_B, 0, split)], H - h - 1)
-    rep([(_W, -1, 0)], h + 1)
-    return np.concatenate(segs)
+    return tiled(([(_F, 0, 0)], 2 * (H - h - 1)),
+                 ([(_F, 0, 0), (_F, 1, 0)], h + 1),
+                 ([(_B, 1, 1), (_W, -1, 0), (_F, 1, 0)], H - h - 1),
+                 # step 4; the middle ranks' first F is a plain F
+                 ([(_F if h == H - 1 else _P, 0, 0), (_B, 1, 0), (_P, 1, 0), (_B, 0, 0)], min(n4, 1)),
+                 ([(_P, 0, 0), (_B, 1, 0), (_P, 1, 0), (_B, 0, 0)], n4 - 1),
+                 ([(_B, 1, 0), (_P, 1, 0), (_B, 0, 0)], H - h - 1),
+                 (six, 1),
+                 ([(_W, -1, 0), (_B, 0, split)], H - h - 1),
+                 ([(_W, -1, 0)], h + 1))
 
 
 def _realise(prog: np.ndarray, phase_stage, phase_mb_offset, microbatches_per_phase) -> np.ndarray:
@@ -70,12 +63,8 @@ def _realise(prog: np.ndarray, phase_stage, phase_mb_offset, microbatches_per_ph
     paired = kind == _P
     kind = np.where(paired, _F, kind)
     fb = kind != _W
-    grp = np.where(fb, kind * 2 + np.maximum(phase, 0), -1)
-    j = np.zeros(len(kind), dtype=np.int64)
-    for g in range(4):
-        sel = grp == g
-        j[sel] = np.arange(int(sel.sum()))
-    assert (j < microbatches_per_phase).all()
+    j = running_count(np.where(fb, kind * 2 + np.maximum(phase, 0), -1))  # W's counts are not used
+    assert (j[fb] < microbatches_per_phase).all()
     ph = np.maximum(phase, 0)
     stage = np.asarray(phase_stage)[ph]
     mb = np.asarray(phase_mb_offset)[ph] + j

@@ -255,3 +255,23 @@ def steps(*slots) -> tuple[np.ndarray, np.ndarray]:
     mb = np.stack([j for _, j, _ in slots], axis=1).ravel()
     ok = np.stack([v for _, _, v in slots], axis=1).ravel()
     return kind[ok], mb[ok]
+
+
+def tiled(*segments) -> np.ndarray:
+    """A step program from (rows, times) segments: each segment's rows (tuples of ints, all the same
+    length) repeated `times` times (segments with times <= 0 left out), concatenated in order."""
+    parts = [np.tile(np.array(rows, dtype=np.int64).reshape(len(rows), -1), (times, 1))
+             for rows, times in segments if times > 0]
+    return np.concatenate(parts)
+
+
+def running_count(key: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... within each distinct value of `key`, in order of position: the microbatch
+    counters of a step program (the j-th forward of a chunk runs microbatch j)."""
+    key = np.asarray(key)
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    start = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    out = np.empty(len(key), dtype=np.int64)
+    out[order] = np.arange(len(key)) - np.repeat(start, np.diff(np.r_[start, len(key)]))
+    return out

@@ -14,7 +14,7 @@ Per-rank phases (the order of `torch.distributed.pipelining.ScheduleZBVZeroBubbl
 import numpy as np
 
 from ..errors import InputError
-from .op import KIND_INDEX, check_counts, make_schedule, rank_columns
+from .op import KIND_INDEX, check_counts, make_schedule, rank_columns, running_count, tiled
 
 
 def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
@@ -27,30 +27,19 @@ def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
     ranks = []
     for r in range(pp):
         c0, c1 = r, 2 * pp - 1 - r
-        segs = []  # rows (kind, chunk) in order; microbatch numbers are per-(kind, chunk) running counts
-
-        def rep(items, times):
-            if times > 0:
-                segs.append(np.tile(np.array(items, dtype=np.int64).reshape(-1, 2), (times, 1)))
-
-        rep([(F, c0)], 2 * (pp - r) - 1)
-        rep([(F, c1), (F, c0)], r)
-        rep([(F, c1), (B, c1), (W, c1)], pp - r)
         # phase 4 runs while forwards remain: first with a c0 forward each (until n are in), then without
         # until c1 has caught up with c0
         f0, f1 = 2 * (pp - r) - 1 + r, pp
         a = max(0, n - f0)
-        rep([(F, c0), (B, c0), (W, c0), (F, c1), (B, c1), (W, c1)], a)
-        rep([(B, c0), (W, c0), (F, c1), (B, c1), (W, c1)], max(0, max(f0, n) - (f1 + a)))
-        rep([(B, c0), (B, c1)], r)
-        rep([(B, c0), (W, c0)], pp - r)
-        t = np.concatenate(segs)
+        t = tiled(([(F, c0)], 2 * (pp - r) - 1),
+                  ([(F, c1), (F, c0)], r),
+                  ([(F, c1), (B, c1), (W, c1)], pp - r),
+                  ([(F, c0), (B, c0), (W, c0), (F, c1), (B, c1), (W, c1)], a),
+                  ([(B, c0), (W, c0), (F, c1), (B, c1), (W, c1)], max(0, max(f0, n) - (f1 + a))),
+                  ([(B, c0), (B, c1)], r),
+                  ([(B, c0), (W, c0)], pp - r))
         kind, chunk = t[:, 0], t[:, 1]
-        j = np.zeros(len(t), dtype=np.int64)
-        for k in (F, B, W):
-            for c in (c0, c1):
-                sel = (kind == k) & (chunk == c)
-                j[sel] = np.arange(int(sel.sum()))
+        j = running_count(kind * 2 * pp + chunk)  # microbatch numbers: per-(kind, chunk) running counts
         # trailing W's: c1 first, then c0
         tail = [(np.full(hi - lo, W), np.full(hi - lo, c), np.arange(lo, hi)) for c in (c1, c0)
                 for lo, hi in [(int(((kind == W) & (chunk == c)).sum()), int(((kind == B) & (chunk == c)).sum()))]]
