@@ -52,6 +52,7 @@ import math
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -824,13 +825,28 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
 _WORKER: dict = {}  # in a forked worker process: the chunk getter and the evaluation context
 
 
-def _init_worker(chunk, ctx, cores, counter) -> None:
+def _init_worker(chunk, ctx, cores, counter, parent_pid) -> None:
+    _exit_with_parent(parent_pid)
     _WORKER.update(chunk=chunk, ctx=ctx)
     with counter.get_lock():  # the workers number themselves 0, 1, ...
         k = counter.value
         counter.value += 1
     if cores:  # one core per worker (round robin): its replay then runs one thread
         os.sched_setaffinity(0, {cores[k % len(cores)]})
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Linux: the kernel sends this worker SIGTERM when the sweep process dies. A sweep killed with
+    SIGKILL (or by the OOM killer) cannot shut its pool down, and its workers, which hold each other's
+    end of the task queue, would wait on it forever."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG (linux/prctl.h)
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def _worker_batch_task(batch: tuple[int, ...]) -> list[tuple[int, pd.DataFrame]]:
@@ -895,7 +911,7 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
     cores = core_ids() or []  # unknown: leave the OS to place the workers
     fork = mp.get_context("fork")
     pool = ProcessPoolExecutor(nproc, mp_context=fork, initializer=_init_worker,
-                               initargs=(chunk, ctx, cores, fork.Value("i", 0)))
+                               initargs=(chunk, ctx, cores, fork.Value("i", 0), os.getpid()))
     pending = {pool.submit(_worker_batch_task, b) for b in batches}
     try:
         while pending:

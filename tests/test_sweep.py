@@ -458,6 +458,21 @@ run_sweep(t.scenario(), evaluator=slow, out={out!r}, chunk_size=40)
 """
 
 
+def _children(pid: int) -> list[int]:
+    """Process ids whose parent is `pid` (Linux /proc; [] elsewhere)."""
+    from pathlib import Path
+
+    out = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(d.name))
+    return out
+
+
 def test_resume_after_sigkill_of_a_running_sweep(tmp_path):
     import os
     import signal
@@ -473,9 +488,16 @@ def test_resume_after_sigkill_of_a_running_sweep(tmp_path):
     deadline = time.time() + 60
     while time.time() < deadline and len(list(parts.glob("chunk-*.pkl"))) < 3:
         time.sleep(0.02)
+    workers = _children(p.pid)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     assert not out.exists(), "the sweep finished before it was killed; make it slower"
+    if sys.platform.startswith("linux"):  # the worker processes die with their sweep, not linger
+        assert workers, "the sweep ran no worker processes"
+        deadline = time.time() + 10
+        while time.time() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
+            time.sleep(0.05)
+        assert not [w for w in workers if Path(f"/proc/{w}").exists()], "orphaned sweep workers still run"
     done = len(list(parts.glob("chunk-*.pkl")))
     assert done >= 3
     calls = []
