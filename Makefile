@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: quickstart setup test bench
+.PHONY: quickstart setup native test bench
 
 quickstart: setup
 	$(BIN)/parasim memory scenarios/llama3-70b-64xh100.toml
@@ -13,7 +13,12 @@ $(BIN)/parasim:
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install ".[test,torch]"
 
-setup: $(BIN)/parasim
+# the compiled replay loops also in this source tree, which the tests import (setuptools skips an
+# up-to-date build)
+native: $(BIN)/parasim
+	$(BIN)/python setup.py -q build_ext --inplace
+
+setup: $(BIN)/parasim native
 
 test: setup
 	$(BIN)/python -m pytest

@@ -1,16 +1,17 @@
 """Sweep speed: layouts evaluated per second (enumeration + vectorised memory/time kernel + schedule
 replays + ranking) and peak resident memory, for the three cases of GitHub issue 4.
 
-Protocol: each case runs in a fresh Python process, imports (numba's included) done before timing;
-`time parasim sweep ...` gives the end-to-end figure of a command, imports and output included.
+Protocol: each case runs in a fresh Python process, imports done before timing; `time parasim
+sweep ...` gives the end-to-end figure of a command, imports and output included.
 - "cold": the first sweep in that process, with the default local executor (one forked worker
   process per available core). The workers build and compile every schedule shape their chunks
-  need; this is what a `parasim sweep` command pays after its imports. numba's compiled kernels come
-  from its on-disk cache after the first run on a machine.
+  need; this is what a `parasim sweep` command pays after its imports.
 - "again": the best of `--repeat` further sweeps with the same executor (fresh workers each time, so
   they build the shapes again: close to cold).
 - "in-process": the best of `--repeat` sweeps with `workers=1` after one unmeasured one, so the
   schedule shapes are cached in the process (a notebook or service sweeping again).
+CPU s: user + system CPU time of the cold sweep, parent and workers together (getrusage), which
+a loaded machine's stolen time does not inflate as it does wall time.
 Peak RSS: the parent process, and the largest worker process (getrusage ru_maxrss of self and of
 the terminated children); the machine holds the parent plus one worker per core at most.
 
@@ -39,9 +40,15 @@ CASES = {
 }
 
 
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process and its finished children."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 def run_case(name: str, repeat: int) -> dict:
     import simulator.estimate  # noqa: F401  (the kernel; run_sweep imports it lazily)
-    import simulator.pipeline  # noqa: F401  (the replay, with numba; imported lazily by the kernel)
+    import simulator.pipeline  # noqa: F401  (the replay; imported lazily by the kernel)
     from simulator.spec.scenario import load_scenario
     from simulator.sweep import SweepSpace, enumerate_layouts, run_sweep
 
@@ -51,16 +58,17 @@ def run_case(name: str, repeat: int) -> dict:
     t0 = time.perf_counter()
     cands = enumerate_layouts(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
     t_enum = time.perf_counter() - t0
-    timed = []
+    timed, cpu = [], []
     for workers in (None,) * (1 + repeat) + (1,) * (1 + repeat):
-        t0 = time.perf_counter()
+        c0, t0 = _cpu_s(), time.perf_counter()
         df = run_sweep(sc, space, workers=workers)
         timed.append(time.perf_counter() - t0)
+        cpu.append(_cpu_s() - c0)
     cold, again, inproc = timed[0], min(timed[1:1 + repeat]), min(timed[2 + repeat:])
     n = len(df)
     return {"case": name, "description": desc, "layouts": n, "feasible": int(df["feasible"].sum()),
             "shapes": len(cands[["schedule", "pp", "vpp", "num_microbatches"]].drop_duplicates()), "enumerate_s": t_enum,
-            "cold_s": cold, "again_s": again, "inprocess_s": inproc, "cold_layouts_per_s": n / cold,
+            "cold_s": cold, "cold_cpu_s": cpu[0], "again_s": again, "inprocess_s": inproc, "cold_layouts_per_s": n / cold,
             "again_layouts_per_s": n / again, "inprocess_layouts_per_s": n / inproc,
             "parent_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "worker_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
@@ -77,7 +85,7 @@ def main():
         print(json.dumps(run_case(a.case, a.repeat)))
         return
     names = list(CASES) if a.case == "all" else [a.case]
-    print(f"{'case':<8} {'layouts':>8} {'shapes':>6} {'cold s':>7} {'cold /s':>8} {'again s':>7} {'again /s':>8} "
+    print(f"{'case':<8} {'layouts':>8} {'shapes':>6} {'cold s':>7} {'cold /s':>8} {'CPU s':>6} {'again s':>7} {'again /s':>8} "
           f"{'in-proc s':>9} {'in-proc /s':>10} {'RSS MiB parent/worker':>22}  winner")
     for n in names:
         p = subprocess.run([sys.executable, __file__, "--case", n, "--repeat", str(a.repeat), "--child"],
@@ -86,7 +94,7 @@ def main():
             print(f"{n:<8} failed: {(p.stderr or p.stdout).strip().splitlines()[-1]}")
             continue
         r = json.loads(p.stdout.strip().splitlines()[-1])
-        print(f"{n:<8} {r['layouts']:>8,} {r['shapes']:>6,} {r['cold_s']:>7.2f} {r['cold_layouts_per_s']:>8,.0f} "
+        print(f"{n:<8} {r['layouts']:>8,} {r['shapes']:>6,} {r['cold_s']:>7.2f} {r['cold_layouts_per_s']:>8,.0f} {r['cold_cpu_s']:>6.2f} "
               f"{r['again_s']:>7.2f} {r['again_layouts_per_s']:>8,.0f} {r['inprocess_s']:>9.2f} "
               f"{r['inprocess_layouts_per_s']:>10,.0f} {r['parent_rss_mib']:>11,.0f}/{r['worker_rss_mib']:<10,.0f}  "
               f"{r['winner']}")

@@ -242,6 +242,50 @@ def test_multi_shape_replay_equals_one_batch_replay_per_shape(N):
         assert not busy[idx, c.schedule.num_ranks:].any()
 
 
+def test_the_compiled_replay_is_built():
+    # the C loops are optional at install (no compiler: numpy fallback); the test suite must run them
+    import os
+
+    from simulator.pipeline import native
+
+    if os.environ.get("PARASIM_NO_NATIVE", "") not in ("", "0"):
+        pytest.skip("PARASIM_NO_NATIVE set")
+    assert native.LIB is not None, "simulator/pipeline/_native.c is not built: run `make setup` (needs a C compiler)"
+
+
+def test_numpy_fallback_equals_the_compiled_loops(monkeypatch):
+    # without the C library the numpy references run: the same levels, makespans and busy times, and
+    # one RuntimeWarning saying the replay is slower
+    from simulator.pipeline import makespan_multi, native
+
+    if native.LIB is None:
+        pytest.skip("the compiled loops are not built")
+    shapes = [("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2), ("zb-h2", 4, 8, 1), ("dualpipev", 4, 8, 1), ("gpipe", 2, 3, 1)]
+    rng = np.random.default_rng(5)
+    N, S = 300, 8
+    sid = rng.integers(0, len(shapes), N)
+    F, B, W = (rng.random((N, S)) for _ in range(3))
+    p = rng.random(N) * 0.1
+    pb = rng.random((N, 3)) * 0.1  # one delay per boundary (makespan_batch's general case)
+
+    def run():
+        cs = [compile_schedule(build(s, pp=pp, microbatches=m, vpp=v)) for s, pp, m, v in shapes]
+        c0 = cs[0]
+        one = makespan_batch(c0, F[:, :4], B[:, :4], W[:, :4], pb)
+        return cs, one, makespan_multi(cs, sid, F, B, W, p)
+
+    cs, one, (mk, mk0, busy) = run()
+    monkeypatch.setattr(native, "LIB", None)
+    monkeypatch.setattr(native, "_warned", False)
+    with pytest.warns(RuntimeWarning, match="not built"):
+        cs2, one2, (mk2, mk02, busy2) = run()
+    for a, b in zip(cs, cs2):
+        assert np.array_equal(a.level_ops, b.level_ops) and np.array_equal(a.level_offsets, b.level_offsets)
+    assert np.array_equal(one.makespan_s, one2.makespan_s) and np.array_equal(one.busy_s_per_rank, one2.busy_s_per_rank)
+    assert np.array_equal(mk, mk2) and np.array_equal(mk0, mk02)
+    assert np.allclose(busy, busy2, rtol=1e-13, atol=0)  # op counts x durations vs op by op
+
+
 def test_padded_rank_sums_equal_the_stage_rank_matrix():
     # structure.pipeline_table pads shapes; rank_sum must equal x @ stage_rank_matrix for each shape
     from simulator.cost.compute import stage_rank_matrix
@@ -266,7 +310,7 @@ def test_padded_rank_sums_equal_the_stage_rank_matrix():
 
 @pytest.mark.parametrize("name", SCHEDULE_NAMES)
 def test_compiled_levelisation_equals_the_numpy_rounds(name):
-    # compile_schedule runs the rounds in numba; the numpy rounds are the reference (same op order)
+    # compile_schedule runs the rounds in C (native.py); the numpy rounds are the reference (same op order)
     from simulator.pipeline.compiled import _levels_numpy
 
     for pp, m, v in [(4, 8, 2), (8, 16, 3), (2, 4, 1), (6, 12, 1)]:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..engine import DeadlockError
 from ..schedules import Schedule
+from . import native
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,19 +54,20 @@ def compile_schedule(schedule: Schedule) -> CompiledSchedule:
     ends = a.rank_offsets[1:]
     dep_s = np.where(a.dep >= 0, a.dep, n)
     dep2_s = np.where(a.dep2 >= 0, a.dep2, n)
-    if _levels is not None:
-        level_ops, level_offsets, ptr, ok = _levels(starts.astype(np.int64), ends.astype(np.int64),
-                                                    dep_s.astype(np.int64), dep2_s.astype(np.int64), n)
+    if native.LIB is not None:  # the same rounds in C: ~100x faster on long schedules
+        level_ops, level_offsets, ptr, ok = native.levels(ends, dep_s.astype(np.int64), dep2_s.astype(np.int64),
+                                                          starts, n)
         if not ok:
             raise DeadlockError(_stuck_message(schedule, ptr[ptr < ends], a))
-    else:  # pragma: no cover - numba is a core dependency
+    else:
+        native.warn_slow()
         level_ops, level_offsets = _levels_numpy(schedule, a, starts, ends, dep_s, dep2_s, n)
     rank_prev_s = np.where(a.rank_prev >= 0, a.rank_prev, n)
     return CompiledSchedule(schedule, level_ops, level_offsets, rank_prev_s, dep_s, dep2_s)
 
 
 def _levels_numpy(schedule, a, starts, ends, dep_s, dep2_s, n):
-    """The rounds of the module docstring with numpy over ranks (reference for `_levels`)."""
+    """The rounds of the module docstring with numpy over ranks (reference for `native.levels`)."""
     level = np.full(n + 1, np.iinfo(np.int64).max, dtype=np.int64)
     level[n] = -1  # sentinel: "no dependency" is always satisfied
     has2 = bool((dep2_s < n).any())
@@ -90,36 +92,3 @@ def _levels_numpy(schedule, a, starts, ends, dep_s, dep2_s, n):
     level_ops = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
     level_offsets = np.concatenate([[0], np.cumsum([len(c) for c in chunks])]).astype(np.int64)
     return level_ops, level_offsets
-
-
-try:  # the same rounds as compiled loops (numba, a core dependency): ~100x faster on long schedules
-    import numba
-
-    @numba.njit(cache=True, nogil=True)
-    def _levels(starts, ends, dep_s, dep2_s, n):
-        """(level_ops, level_offsets, rank pointers, ok): `_levels_numpy` op for op; ok False on deadlock."""
-        R = starts.shape[0]
-        level = np.full(n + 1, np.iinfo(np.int64).max, dtype=np.int64)
-        level[n] = -1
-        ptr = starts.copy()
-        out = np.empty(n, dtype=np.int64)
-        offs = np.zeros(n + 1, dtype=np.int64)
-        count = 0
-        k = 0
-        while count < n:
-            taken = 0
-            for r in range(R):
-                h = ptr[r]
-                if h < ends[r] and level[dep_s[h]] < k and level[dep2_s[h]] < k:
-                    level[h] = k
-                    out[count] = h
-                    count += 1
-                    taken += 1
-                    ptr[r] = h + 1
-            if taken == 0:
-                return out[:count], offs[:k + 1], ptr, False
-            k += 1
-            offs[k] = count
-        return out, offs[:k + 1], ptr, True
-except ImportError:  # pragma: no cover
-    _levels = None

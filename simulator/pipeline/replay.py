@@ -25,6 +25,7 @@ from ..cores import available_cores
 from ..engine import Channel, Simulation, Stream, Task
 from ..errors import InputError
 from ..schedules import Schedule
+from . import native
 from .compiled import CompiledSchedule, compile_schedule
 
 
@@ -368,10 +369,11 @@ def makespan_batch(schedule, forward_s, backward_s, weight_s=0.0, p2p_s=0.0) -> 
             raise InputError(f"{name}: {x.shape[0]} layouts, expected 1 or {N}")
     f, b, w = (np.broadcast_to(x, (N, S)) for x in (f, b, w))
     p = np.broadcast_to(p, (N, max(S - 1, 0)))
-    if _kernel is not None:
+    if native.LIB is not None:
         makespan, busy = _batch_kernel(compiled, np.ascontiguousarray(f, dtype=float), np.ascontiguousarray(b, dtype=float),
                                        np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(p, dtype=float))
     else:
+        native.warn_slow()
         dur = op_durations(sch, f, b, w)
         delay = op_delays(sch, p)
         end = evaluate_levels(compiled, dur, delay, op_delays(sch, p, second=True))
@@ -383,119 +385,12 @@ def makespan_batch(schedule, forward_s, backward_s, weight_s=0.0, p2p_s=0.0) -> 
                        peak_inflight_microbatches_per_rank=_inflight_counts(compiled))
 
 
-# -- compiled kernel for the batch path ------------------------------------------------------------
-# The same recurrence as `evaluate_levels` + `busy_per_rank`, one layout at a time in compiled loops:
+# -- compiled loops for the batch path ---------------------------------------------------------------
+# The same recurrence as `evaluate_levels` + `busy_per_rank`, one layout at a time in C (native.py):
 # a level loop in numpy costs ~µs per level whatever the batch size, which dominates sweeps whose
-# schedule shapes serve few layouts each. numba (a well-kept JIT compiler for numeric Python) makes it
-# ~ns per op. Same float operations in the same order (max is exact; sums are sequential like
-# cumsum), so the results equal the numpy path bit for bit (tests/test_pipeline.py compares them).
-try:  # pragma: no cover - exercised when numba is installed (a core dependency)
-    import numba
-
-    @numba.njit(cache=True, nogil=True, inline="always")
-    def _op_duration(k, incw, f, b, w):
-        """F, B (+ W when the B includes the weight gradient), or W: as `op_durations`."""
-        if k == 0:
-            return f
-        if k == 1:
-            return b + w if incw else b + 0.0
-        return w
-
-    @numba.njit(cache=True, nogil=True)
-    def _kernel(level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2, rank_offsets, F, B, W, P, out_mk, out_busy):
-        N = F.shape[0]
-        n = kind.shape[0]
-        R = rank_offsets.shape[0] - 1
-        end = np.zeros(n + 1)
-        for r in range(N):
-            mk = 0.0
-            for j in range(n):
-                i = level_ops[j]
-                s = stage[i]
-                d = _op_duration(kind[i], incw[i], F[r, s], B[r, s], W[r, s])
-                t = end[dep[i]] + (P[r, bnd[i]] if bnd[i] >= 0 else 0.0)
-                if dep2[i] < n:
-                    t2 = end[dep2[i]] + (P[r, bnd2[i]] if bnd2[i] >= 0 else 0.0)
-                    if t2 > t:
-                        t = t2
-                t0 = end[rp[i]]
-                if t0 > t:
-                    t = t0
-                e = t + d
-                end[i] = e
-                if e > mk:
-                    mk = e
-            out_mk[r] = mk
-            for q in range(R):
-                acc = 0.0
-                for i in range(rank_offsets[q], rank_offsets[q + 1]):
-                    s = stage[i]
-                    acc += _op_duration(kind[i], incw[i], F[r, s], B[r, s], W[r, s])
-                out_busy[r, q] = acc
-
-    @numba.njit(cache=True, nogil=True)
-    def _multi_kernel(op_off, code, dep, dep2, rp, hop, stage_off, busy_off, b_rank, b_stage, b_count, sid,
-                      F, B, W, P, out_mk, out_mk0, out_busy):
-        """`_kernel` over layouts of different schedule shapes: each shape's ops packed in level order
-        (`_packed`: duration code, positions of the dependencies and rank predecessor, p2p flags), one
-        uniform p2p delay P[r] per boundary, the makespan with and without it in one pass; busy time
-        per rank from the op counts per (rank, stage, kind) (`_busy_table`). Rows are independent:
-        `makespan_multi` runs blocks of them in Python threads (the kernel holds no GIL) rather than
-        numba's threading layer, whose OpenMP backend makes a later fork unsafe."""
-        N = F.shape[0]
-        for r in range(N):
-            k = sid[r]
-            o = op_off[k]
-            n = op_off[k + 1] - o
-            S = stage_off[k + 1] - stage_off[k]
-            dur = np.empty(4 * S)  # per stage: F, B, B + W (a B that includes the weight gradient), W
-            for s in range(S):
-                dur[4 * s] = F[r, s]
-                dur[4 * s + 1] = B[r, s] + 0.0
-                dur[4 * s + 2] = B[r, s] + W[r, s]
-                dur[4 * s + 3] = W[r, s]
-            end = np.empty(n + 1)
-            end0 = np.empty(n + 1)
-            end[n] = 0.0
-            end0[n] = 0.0
-            p = P[r]
-            mk = 0.0
-            mk0 = 0.0
-            for j in range(n):
-                g = o + j
-                d = dur[code[g]]
-                a = dep[g]
-                h = hop[g]
-                t = end[a] + (p if h & 1 else 0.0)
-                t0 = end0[a]
-                a2 = dep2[g]
-                if a2 < n:
-                    t2 = end[a2] + (p if h & 2 else 0.0)
-                    if t2 > t:
-                        t = t2
-                    if end0[a2] > t0:
-                        t0 = end0[a2]
-                q = rp[g]
-                if end[q] > t:
-                    t = end[q]
-                if end0[q] > t0:
-                    t0 = end0[q]
-                e = t + d
-                e0 = t0 + d
-                end[j] = e
-                end0[j] = e0
-                if e > mk:
-                    mk = e
-                if e0 > mk0:
-                    mk0 = e0
-            out_mk[r] = mk
-            out_mk0[r] = mk0
-            for e in range(busy_off[k], busy_off[k + 1]):  # busy per rank: op counts x durations
-                s = b_stage[e]
-                out_busy[r, b_rank[e]] += (b_count[e, 0] * F[r, s] + b_count[e, 1] * B[r, s]
-                                           + b_count[e, 2] * (B[r, s] + W[r, s]) + b_count[e, 3] * W[r, s])
-except ImportError:  # pragma: no cover
-    _kernel = _multi_kernel = None
+# schedule shapes serve few layouts each; the C loop costs ~ns per op. Same float operations in the
+# same order (max is exact; sums are sequential like cumsum), so the results equal the numpy path bit
+# for bit (tests/test_pipeline.py compares them).
 
 
 @lru_cache(maxsize=4096)  # per compiled schedule (hashed by identity)
@@ -508,23 +403,19 @@ def _inflight_counts(compiled: CompiledSchedule) -> np.ndarray:
 
 @lru_cache(maxsize=4096)  # per compiled schedule (hashed by identity)
 def _kernel_args(compiled: CompiledSchedule) -> tuple:
-    """The compiled schedule's int arrays in `_kernel`'s dtypes (memoised)."""
+    """The compiled schedule's int arrays in `native.replay_one`'s dtypes (memoised)."""
     a = compiled.schedule.arrays
     n = compiled.num_ops
     return (compiled.level_ops.astype(np.int64), compiled.rank_prev_s.astype(np.int64), compiled.dep_s.astype(np.int64),
             compiled.dep2_s.astype(np.int64), a.kind.astype(np.int64), a.stage.astype(np.int64),
-            a.includes_weight.astype(np.bool_), a.boundary.astype(np.int64),
+            a.includes_weight.astype(np.uint8), a.boundary.astype(np.int64),
             (a.boundary2 if a.boundary2 is not None else np.full(n, -1)).astype(np.int64),
             a.rank_offsets.astype(np.int64))
 
 
 def _batch_kernel(compiled: CompiledSchedule, f, b, w, p):
-    N = f.shape[0]
-    P = p if p.shape[1] else np.zeros((N, 1))
-    mk = np.zeros(N)
-    busy = np.zeros((N, compiled.schedule.num_ranks))
-    _kernel(*_kernel_args(compiled), f, b, w, P, mk, busy)
-    return mk, busy
+    P = p if p.shape[1] else np.zeros((f.shape[0], 1))
+    return native.replay_one(_kernel_args(compiled), f, b, w, P)
 
 
 def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2p_s):
@@ -546,7 +437,8 @@ def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2
     mk, mk0, busy = np.zeros(N), np.zeros(N), np.zeros((N, R))
     if N == 0:
         return mk, mk0, busy
-    if _multi_kernel is None:  # pragma: no cover - numba is a core dependency
+    if native.LIB is None:
+        native.warn_slow()
         for k, c in enumerate(compiled):
             idx = np.flatnonzero(sid == k)
             if not len(idx):
@@ -560,11 +452,11 @@ def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2
     op_off = np.concatenate([[0], np.cumsum([c.num_ops for c in compiled])]).astype(np.int64)
     stage_off = np.concatenate([[0], np.cumsum([c.schedule.num_stages for c in compiled])]).astype(np.int64)
     cat = [np.concatenate([t[j] for t in packed]) for j in range(5)]
-    tables = [_busy_table(c) for c in compiled]
-    busy_off = np.concatenate([[0], np.cumsum([len(t[0]) for t in tables])]).astype(np.int64)
-    b_rank, b_stage, b_count = (np.concatenate([t[j] for t in tables]) for j in range(3))
-    args = (op_off, *cat, stage_off, busy_off, b_rank, b_stage, b_count)
-    # the kernel releases the GIL: blocks of rows with equal shares of the ops run in threads, started
+    busy_tables = [_busy_table(c) for c in compiled]
+    busy_off = np.concatenate([[0], np.cumsum([len(t[0]) for t in busy_tables])]).astype(np.int64)
+    b_rank, b_stage, b_count = (np.concatenate([t[j] for t in busy_tables]) for j in range(3))
+    tables = (op_off, *cat, stage_off, busy_off, b_rank, b_stage, np.ascontiguousarray(b_count))
+    # the C loop runs without the GIL: blocks of rows with equal shares of the ops run in threads, started
     # and joined here (no thread outlives the call, so the process can still fork safely)
     work = np.cumsum(np.diff(op_off)[sid])
     nthreads = max(1, min(available_cores(), int(work[-1] // 200_000)))  # at most one per core
@@ -575,7 +467,7 @@ def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2
     def run(a, b):
         try:
             if b > a:
-                _multi_kernel(*args, sid[a:b], F[a:b], B[a:b], W[a:b], P[a:b], mk[a:b], mk0[a:b], busy[a:b])
+                native.replay_multi(tables, sid[a:b], F[a:b], B[a:b], W[a:b], P[a:b], mk[a:b], mk0[a:b], busy[a:b])
         except BaseException as exc:  # re-raised by the calling thread
             errors.append(exc)
 
@@ -591,13 +483,13 @@ def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2
 
 
 def _duration_kind(a) -> np.ndarray:
-    """Which duration each op takes: 0 F, 1 B without W, 2 B including W, 3 W (as `_op_duration`)."""
+    """Which duration each op takes: 0 F, 1 B without W, 2 B including W, 3 W (as in `_native.c`)."""
     return np.where(a.kind == 0, 0, np.where(a.kind == 1, np.where(a.includes_weight, 2, 1), 3))
 
 
 @lru_cache(maxsize=4096)  # per compiled schedule (hashed by identity)
 def _packed(compiled: CompiledSchedule) -> tuple:
-    """A compiled schedule's ops renumbered in level order, for `_multi_kernel` (memoised): duration
+    """A compiled schedule's ops renumbered in level order, for `native.replay_multi` (memoised): duration
     code 4·stage + {0 F, 1 B, 2 B+W, 3 W}, the level-order positions of the dependency, the second
     dependency and the rank predecessor (n: none), and p2p flags (1: the dependency crosses a stage
     boundary, 2: the second one does). Reading ops sequentially is what makes the replay fast."""

@@ -1,0 +1,157 @@
+/* The replay's inner loops, compiled at install time and called through ctypes (native.py).
+
+   Three loops, each the exact counterpart of a numpy reference in the package (tests compare them
+   bit for bit): the levelling rounds of compiled.py (`_levels_numpy`), and the longest-path
+   recurrence of replay.py (`evaluate_levels` + `busy_per_rank`) for one schedule shape with a delay
+   per stage boundary, and for many shapes with one uniform delay:
+       start(op) = max(end(rank predecessor), end(dep) + p2p, end(dep2) + p2p2)
+       end(op)   = start(op) + duration(op)
+   Plain C99 with no Python API in the loops: the caller owns every array (C-contiguous, the dtypes
+   native.py declares), so the GIL is released for the whole call (ctypes does that for CDLL).
+   Compiled with -ffp-contract=off: no fused multiply-add, so every sum rounds as numpy's does. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Levels: round k takes, on every rank, the next op in its order if its dependencies were taken in
+   an earlier round. level (n + 1) and ptr (R, holding the rank starts) are scratch the caller gives;
+   out (n) receives the ops in level order, offs (n + 1) the level offsets. Returns the number of
+   levels, or -1 on deadlock (ptr then holds each rank's stuck op). */
+int64_t parasim_levels(int64_t R, const int64_t *ends, const int64_t *dep, const int64_t *dep2, int64_t n,
+                       int64_t *level, int64_t *ptr, int64_t *out, int64_t *offs) {
+    for (int64_t i = 0; i < n; i++) level[i] = INT64_MAX;
+    level[n] = -1; /* sentinel: "no dependency" is always satisfied */
+    int64_t count = 0, k = 0;
+    offs[0] = 0;
+    while (count < n) {
+        int64_t taken = 0;
+        for (int64_t r = 0; r < R; r++) {
+            int64_t h = ptr[r];
+            if (h < ends[r] && level[dep[h]] < k && level[dep2[h]] < k) {
+                level[h] = k;
+                out[count++] = h;
+                taken++;
+                ptr[r] = h + 1;
+            }
+        }
+        if (taken == 0) return -1;
+        offs[++k] = count;
+    }
+    return k;
+}
+
+static inline double op_duration(int64_t kind, uint8_t incw, double f, double b, double w) {
+    if (kind == 0) return f;
+    if (kind == 1) return incw ? b + w : b + 0.0;
+    return w;
+}
+
+/* One schedule shape, N layouts: ops in level order (level_ops), rank predecessor rp, dependencies
+   dep/dep2 (n = none), op kind (0 F, 1 B, 2 W), virtual stage, whether a B includes W, the stage
+   boundary each dependency crosses (-1 none) and the rank offsets. F/B/W (N, S), P (N, nP) per
+   boundary. Writes makespan (N) and busy time per rank (N, R). end: scratch (n + 1). */
+void parasim_replay_one(int64_t N, int64_t n, int64_t R, int64_t S, int64_t nP,
+                        const int64_t *level_ops, const int64_t *rp, const int64_t *dep, const int64_t *dep2,
+                        const int64_t *kind, const int64_t *stage, const uint8_t *incw, const int64_t *bnd,
+                        const int64_t *bnd2, const int64_t *rank_offsets,
+                        const double *F, const double *B, const double *W, const double *P,
+                        double *out_mk, double *out_busy, double *end) {
+    end[n] = 0.0;
+    for (int64_t r = 0; r < N; r++) {
+        const double *f = F + r * S, *b = B + r * S, *w = W + r * S, *p = P + r * nP;
+        double mk = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            int64_t i = level_ops[j], s = stage[i];
+            double d = op_duration(kind[i], incw[i], f[s], b[s], w[s]);
+            double t = end[dep[i]] + (bnd[i] >= 0 ? p[bnd[i]] : 0.0);
+            if (dep2[i] < n) {
+                double t2 = end[dep2[i]] + (bnd2[i] >= 0 ? p[bnd2[i]] : 0.0);
+                if (t2 > t) t = t2;
+            }
+            double t0 = end[rp[i]];
+            if (t0 > t) t = t0;
+            double e = t + d;
+            end[i] = e;
+            if (e > mk) mk = e;
+        }
+        out_mk[r] = mk;
+        for (int64_t q = 0; q < R; q++) {
+            double acc = 0.0;
+            for (int64_t i = rank_offsets[q]; i < rank_offsets[q + 1]; i++) {
+                int64_t s = stage[i];
+                acc += op_duration(kind[i], incw[i], f[s], b[s], w[s]);
+            }
+            out_busy[r * R + q] = acc;
+        }
+    }
+}
+
+/* Many shapes: row r runs shape sid[r], whose ops are packed in level order at op_off[k]..op_off[k+1]
+   (code = 4 * stage + {0 F, 1 B, 2 B + W, 3 W}; dep, dep2, rp as positions in that order, n = none;
+   hop bit 1/2: dep/dep2 crosses a stage boundary). One uniform delay P[r] per boundary; writes the
+   makespan with and without it, and adds busy time per rank from the (rank, stage) op counts
+   b_count (E, 4) at busy_off[k]..busy_off[k+1]. F/B/W (N, S), out_busy (N, R).
+   Returns 0, or -1 if scratch memory could not be allocated. */
+int64_t parasim_replay_multi(int64_t N, int64_t S, int64_t R, const int64_t *sid, const int64_t *op_off,
+                             const int32_t *code, const int32_t *dep, const int32_t *dep2, const int32_t *rp,
+                             const int32_t *hop, const int64_t *stage_off, const int64_t *busy_off,
+                             const int64_t *b_rank, const int64_t *b_stage, const double *b_count,
+                             const double *F, const double *B, const double *W, const double *P,
+                             double *out_mk, double *out_mk0, double *out_busy) {
+    int64_t max_n = 0, max_s = 0;
+    for (int64_t r = 0; r < N; r++) {
+        int64_t k = sid[r];
+        if (op_off[k + 1] - op_off[k] > max_n) max_n = op_off[k + 1] - op_off[k];
+        if (stage_off[k + 1] - stage_off[k] > max_s) max_s = stage_off[k + 1] - stage_off[k];
+    }
+    double *end = malloc(sizeof(double) * (size_t)(2 * (max_n + 1) + 4 * max_s + 1));
+    if (!end) return -1;
+    double *end0 = end + max_n + 1, *dur = end0 + max_n + 1;
+    for (int64_t r = 0; r < N; r++) {
+        int64_t k = sid[r], o = op_off[k], n = op_off[k + 1] - o, ns = stage_off[k + 1] - stage_off[k];
+        const double *f = F + r * S, *b = B + r * S, *w = W + r * S;
+        for (int64_t s = 0; s < ns; s++) {
+            dur[4 * s] = f[s];
+            dur[4 * s + 1] = b[s] + 0.0;
+            dur[4 * s + 2] = b[s] + w[s];
+            dur[4 * s + 3] = w[s];
+        }
+        end[n] = 0.0;
+        end0[n] = 0.0;
+        double p = P[r], mk = 0.0, mk0 = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            int64_t g = o + j, a = dep[g], a2 = dep2[g], q = rp[g];
+            int32_t h = hop[g];
+            double d = dur[code[g]];
+            double t = end[a] + ((h & 1) ? p : 0.0), t0 = end0[a];
+            if (a2 < n) {
+                double t2 = end[a2] + ((h & 2) ? p : 0.0);
+                if (t2 > t) t = t2;
+                if (end0[a2] > t0) t0 = end0[a2];
+            }
+            if (end[q] > t) t = end[q];
+            if (end0[q] > t0) t0 = end0[q];
+            double e = t + d, e0 = t0 + d;
+            end[j] = e;
+            end0[j] = e0;
+            if (e > mk) mk = e;
+            if (e0 > mk0) mk0 = e0;
+        }
+        out_mk[r] = mk;
+        out_mk0[r] = mk0;
+        for (int64_t e = busy_off[k]; e < busy_off[k + 1]; e++) {
+            int64_t s = b_stage[e];
+            const double *c = b_count + 4 * e;
+            out_busy[r * R + b_rank[e]] += (c[0] * f[s] + c[1] * b[s] + c[2] * (b[s] + w[s]) + c[3] * w[s]);
+        }
+    }
+    free(end);
+    return 0;
+}
+
+/* An importable (empty) module, so the build and the loader find it by its package name. */
+static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "_native",
+                                           "parasim's replay loops; called through ctypes (native.py)", -1, NULL};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&native_module); }

@@ -1,0 +1,93 @@
+"""The replay's compiled loops (`_native.c`, built by `pip install`) bound through ctypes.
+
+Why C and not a JIT: the loops are ~100 lines with no Python objects, and a sweep runs them for
+~0.15 s; numba, which ran them before, cost every process ~0.4 s to import and ~0.4 s more on its
+first call (loading its compiler even when the machine code comes from its cache) — more than the
+work itself, paid again by every `parasim` command and every sweep worker. A shared library loads in
+about a millisecond. ctypes releases the GIL during each call, so Python threads run rows in parallel.
+
+`LIB` is None when the library was not built (no C compiler at install time; the build marks it
+optional). Callers then use the numpy references, which give the same numbers much more slowly
+(`warn_slow` says so once per process). `PARASIM_NO_NATIVE=1` forces that path (tests).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import warnings
+
+import numpy as np
+
+_i64, _i32, _f64 = (np.ctypeslib.ndpointer(dtype=t, flags="C_CONTIGUOUS") for t in (np.int64, np.int32, np.float64))
+_u8 = np.ctypeslib.ndpointer(dtype=np.uint8, flags="C_CONTIGUOUS")
+_n = ctypes.c_int64
+
+
+def _load():
+    if os.environ.get("PARASIM_NO_NATIVE", "") not in ("", "0"):
+        return None
+    try:
+        spec = importlib.util.find_spec(f"{__package__}._native")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith((".so", ".pyd", ".dylib")):
+        return None
+    try:
+        lib = ctypes.CDLL(spec.origin)
+    except OSError:
+        return None
+    lib.parasim_levels.restype = _n
+    lib.parasim_levels.argtypes = [_n, _i64, _i64, _i64, _n, _i64, _i64, _i64, _i64]
+    lib.parasim_replay_one.restype = None
+    lib.parasim_replay_one.argtypes = [_n] * 5 + [_i64] * 6 + [_u8, _i64, _i64, _i64] + [_f64] * 7
+    lib.parasim_replay_multi.restype = _n
+    lib.parasim_replay_multi.argtypes = [_n] * 3 + [_i64] * 2 + [_i32] * 5 + [_i64] * 4 + [_f64] * 8
+    return lib
+
+
+LIB = _load()
+_warned = False
+
+
+def warn_slow() -> None:
+    """One warning per process that the numpy replay stands in for the compiled one."""
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn("parasim's compiled replay (simulator/pipeline/_native.c) is not built: using the numpy "
+                      "replay, same results but slower on long sweeps; reinstall with a C compiler to build it",
+                      RuntimeWarning, stacklevel=3)
+
+
+def levels(ends: np.ndarray, dep: np.ndarray, dep2: np.ndarray, starts: np.ndarray, n: int):
+    """(level_ops (n,), level_offsets (levels + 1,), rank pointers, ok) of `compiled._levels_numpy`'s
+    rounds; on deadlock ok is False and the pointers hold each rank's stuck op."""
+    level = np.empty(n + 1, dtype=np.int64)
+    ptr = np.array(starts, dtype=np.int64)
+    out = np.empty(n, dtype=np.int64)
+    offs = np.empty(n + 1, dtype=np.int64)
+    k = LIB.parasim_levels(len(ptr), np.ascontiguousarray(ends, dtype=np.int64), dep, dep2, n, level, ptr, out, offs)
+    if k < 0:
+        return None, None, ptr, False
+    return out, offs[:k + 1], ptr, True
+
+
+def replay_one(args: tuple, F: np.ndarray, B: np.ndarray, W: np.ndarray, P: np.ndarray):
+    """Makespan (N,) and busy time per rank (N, R) of N layouts of one shape; `args` from
+    `replay._kernel_args`, P (N, boundaries) with at least one column."""
+    level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2, rank_offsets = args
+    N, S = F.shape
+    n, R = len(level_ops), len(rank_offsets) - 1
+    mk, busy, end = np.zeros(N), np.zeros((N, R)), np.empty(n + 1)
+    LIB.parasim_replay_one(N, n, R, S, P.shape[1], level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2,
+                           rank_offsets, F, B, W, P, mk, busy, end)
+    return mk, busy
+
+
+def replay_multi(tables: tuple, sid, F, B, W, P, out_mk, out_mk0, out_busy) -> None:
+    """Rows of many shapes (`replay.makespan_multi`'s packed `tables`); fills the three outputs, which
+    may be row slices of larger C-contiguous arrays."""
+    N, S = F.shape
+    if LIB.parasim_replay_multi(N, S, out_busy.shape[1], sid, *tables, F, B, W, P, out_mk, out_mk0, out_busy):
+        raise MemoryError("replay scratch memory")
