@@ -98,12 +98,13 @@ class EstimateOptions:
 
 
 @lru_cache(maxsize=2048)
-def _compiled(schedule: str, pp: int, m: int, vpp: int):
-    """The schedule's op order compiled for the fast replay (pure function of its shape; memoised)."""
-    from .pipeline import compile_schedule
+def _shape_tables(schedule: str, pp: int, m: int, vpp: int):
+    """The schedule shape's tables for the fast replay and its in-flight peaks (pipeline.shape_tables;
+    a pure function of the shape; memoised). InputError if the builder refuses the shape."""
+    from .pipeline import shape_tables
     from .schedules import build
 
-    return compile_schedule(build(schedule, pp=pp, microbatches=m, vpp=vpp if schedule == "interleaved" else 1))
+    return shape_tables(build(schedule, pp=pp, microbatches=m, vpp=vpp if schedule == "interleaved" else 1))
 
 
 def replayed_inflight_per_rank(layout: Layout, global_batch_size: int) -> np.ndarray | None:
@@ -112,10 +113,9 @@ def replayed_inflight_per_rank(layout: Layout, global_batch_size: int) -> np.nda
     microbatch) pairs, the memory model microbatches of a rank's whole share: divided by its chunks."""
     if layout.schedule == "pipedream":
         return None
-    from .pipeline import inflight_profile
 
-    sched = _compiled(layout.schedule, layout.pp, layout.num_microbatches(global_batch_size), layout.vpp)
-    return np.asarray(inflight_profile(sched.schedule), dtype=float) / chunks_per_rank(layout.schedule, layout.vpp)
+    tables = _shape_tables(layout.schedule, layout.pp, layout.num_microbatches(global_batch_size), layout.vpp)
+    return np.asarray(tables.inflight, dtype=float) / chunks_per_rank(layout.schedule, layout.vpp)
 
 
 def _ints(x, n):
@@ -322,17 +322,16 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
         idx = np.flatnonzero(~pdm)
         if len(idx):
             from .pipeline import makespan_multi
-            from .pipeline.replay import _inflight_counts
 
-            k_first, sid = distinct_rows(pt.shape_index[idx], m[idx])  # one compiled schedule per (shape, m)
+            k_first, sid = distinct_rows(pt.shape_index[idx], m[idx])  # one schedule shape per (shape, m)
             shapes = [(sched[i], int(pp[i]), int(m[i]), int(chunks[i])) for i in idx[k_first]]
-            compiled = [_compiled(*key) for key in shapes]
-            mk, mk0, bz = makespan_multi(compiled, sid, F_eff[idx], B_eff[idx], W_eff[idx], p2p[idx])
+            tables = [_shape_tables(*key) for key in shapes]
+            mk, mk0, bz = makespan_multi(tables, sid, F_eff[idx], B_eff[idx], W_eff[idx], p2p[idx])
             makespan[idx], makespan0[idx] = mk, mk0
             busy[idx, :bz.shape[1]] = bz
-            counts_k = np.zeros((len(compiled), P))
+            counts_k = np.zeros((len(tables), P))
             for k, (sc, p, mm, v) in enumerate(shapes):
-                counts_k[k, :p] = _inflight_counts(compiled[k]) / chunks_per_rank(sc, v)
+                counts_k[k, :p] = tables[k].inflight / chunks_per_rank(sc, v)
             inflight[idx] = counts_k[sid]
 
     # breakdown on the busiest rank r*: microbatches each virtual stage runs on a rank that holds it: all

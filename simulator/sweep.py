@@ -438,10 +438,10 @@ def schedule_refusal(schedule: str, pp: int, vpp: int, microbatches: int) -> str
     """'' if `schedules.build` accepts this schedule shape, else its one-line reason (e.g. dualpipe needs
     an even m >= 2·pp). Asking the builder keeps its rules in one place; memoised (pure function). An
     accepted shape is built and compiled through the kernel's cache, so the replay reuses it."""
-    from .kernel import _compiled
+    from .kernel import _shape_tables
 
     try:
-        _compiled(str(schedule), int(pp), int(microbatches), int(vpp))
+        _shape_tables(str(schedule), int(pp), int(microbatches), int(vpp))
     except InputError as exc:
         return str(exc).splitlines()[0]
     return ""

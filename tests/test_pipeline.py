@@ -242,6 +242,49 @@ def test_multi_shape_replay_equals_one_batch_replay_per_shape(N):
         assert not busy[idx, c.schedule.num_ranks:].any()
 
 
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
+def test_shape_tables_in_one_c_pass_equal_the_numpy_derivation(name):
+    # shape_tables(schedule) derives dependencies, levels, packed op tables, op counts and in-flight
+    # peaks from the builder's columns in C; from the CompiledSchedule they come from Schedule.arrays,
+    # compile_schedule, _packed, _busy_table and inflight_profile (numpy). Equal, array for array.
+    from simulator.pipeline import native, shape_tables
+
+    if native.LIB is None:
+        pytest.skip("the compiled loops are not built")
+    for pp, m, v in [(4, 8, 2), (8, 16, 3), (2, 4, 1), (6, 12, 1), (1, 3, 1), (4, 32, 4)]:
+        try:
+            sch = build(name, pp=pp, microbatches=m, vpp=v if name == "interleaved" else 1)
+        except InputError:
+            continue
+        if sch.columns is None:
+            continue
+        fast, ref = shape_tables(sch), shape_tables(compile_schedule(sch))
+        assert fast.compiled is None and ref.compiled is not None  # the C pass ran
+        assert (fast.num_ops, fast.num_stages, fast.num_ranks) == (ref.num_ops, ref.num_stages, ref.num_ranks)
+        for a, b in zip(fast.packed + fast.busy, ref.packed + ref.busy):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        assert np.array_equal(fast.inflight, ref.inflight)
+
+
+def test_shape_tables_of_a_broken_order_raise_the_numpy_messages():
+    # 1F1B, p = 2, m = 2 as op columns (rank 0 then rank 1): F0 F1 B0 B1 | F0 B0 F1 B1
+    from simulator.engine import DeadlockError
+    from simulator.pipeline import shape_tables
+    from simulator.schedules import make_schedule
+
+    def sched(kind0, mb0):
+        kind = np.array(kind0 + [0, 1, 0, 1])
+        cols = (kind, np.array([0] * 4 + [1] * 4), np.array(mb0 + [0, 0, 1, 1]), kind == 1, np.zeros(8, bool),
+                np.array([4, 4]))
+        return make_schedule("bad", columns=cols, num_stages=2, num_microbatches=2, chunks_per_rank=1)
+
+    assert shape_tables(sched([0, 0, 1, 1], [0, 1, 0, 1])).num_ops == 8  # the good order
+    with pytest.raises(InputError, match="0F0 appears more than once"):
+        shape_tables(sched([0, 0, 1, 1], [0, 0, 0, 1]))
+    with pytest.raises(DeadlockError, match="0B0 waits for 1B0"):  # rank 0 starts with B0
+        shape_tables(sched([1, 0, 0, 1], [0, 0, 1, 1]))
+
+
 def test_the_compiled_replay_is_built():
     # the C loops are optional at install (no compiler: numpy fallback); the test suite must run them
     import os

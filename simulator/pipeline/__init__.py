@@ -2,10 +2,10 @@
 path over many layouts sharing a schedule shape. See `replay`."""
 from .compiled import CompiledSchedule, compile_schedule
 from .pipedream import steady_state_time_per_microbatch
-from .replay import (BatchResult, Timeline, critical_path, inflight_profile, makespan_batch, makespan_multi, op_delays,
-                     op_durations, replay)
+from .replay import (BatchResult, ShapeTables, Timeline, critical_path, inflight_profile, makespan_batch, makespan_multi,
+                     op_delays, op_durations, replay, shape_tables)
 from .stages import split_layers, stage_times
 
-__all__ = ["BatchResult", "CompiledSchedule", "Timeline", "compile_schedule", "critical_path",
+__all__ = ["BatchResult", "CompiledSchedule", "ShapeTables", "Timeline", "compile_schedule", "critical_path",
            "inflight_profile", "makespan_batch", "makespan_multi", "op_delays", "op_durations", "replay",
-           "split_layers", "stage_times", "steady_state_time_per_microbatch"]
+           "shape_tables", "split_layers", "stage_times", "steady_state_time_per_microbatch"]

@@ -150,6 +150,114 @@ int64_t parasim_replay_multi(int64_t N, int64_t S, int64_t R, const int64_t *sid
     return 0;
 }
 
+/* A schedule shape's replay tables straight from a builder's op columns (rank order; counts per
+   rank): the dependency rule and checks of `Schedule.arrays`, the levels above, then what
+   `replay_multi` reads (`replay._packed`), the (rank, stage, kind) op counts (`replay._busy_table`,
+   dense: busy (R * S * 4), zeroed by the caller) and the in-flight peak per rank with unit weights
+   (`replay.inflight_profile`). One pass each instead of numpy's dozens. Returns 0; 1 if the columns
+   break a rule of `Schedule.arrays` and 2 on deadlock (the caller then runs the numpy path, which
+   raises with the message), -1 if scratch memory could not be allocated. */
+int64_t parasim_shape_tables(int64_t R, int64_t S, int64_t M, int64_t n, const int64_t *kind, const int64_t *stage,
+                             const int64_t *mb, const uint8_t *incw, const uint8_t *paired, const int64_t *counts,
+                             int32_t *code, int32_t *pdep, int32_t *pdep2, int32_t *prp, int32_t *hop, double *busy,
+                             double *inflight) {
+    int64_t SM = S * M, status = 0;
+    int64_t *table = malloc(sizeof(int64_t) * (size_t)(3 * SM + 1));
+    int64_t *w = malloc(sizeof(int64_t) * (size_t)(9 * (n + 1) + 2 * (R + 1)));
+    if (!table || !w) {
+        free(table);
+        free(w);
+        return -1;
+    }
+    int64_t *rank = w, *dep = rank + n + 1, *dep2 = dep + n + 1, *rp = dep2 + n + 1, *bnd = rp + n + 1;
+    int64_t *bnd2 = bnd + n + 1, *level = bnd2 + n + 1, *order = level + n + 1, *pos = order + n + 1;
+    int64_t *offs = pos + n + 1, *ptr = offs + R + 1;
+    offs[0] = 0;
+    for (int64_t r = 0; r < R; r++) {
+        offs[r + 1] = offs[r] + counts[r];
+        for (int64_t i = offs[r]; i < offs[r + 1]; i++) rank[i] = r;
+    }
+    for (int64_t k = 0; k < 3 * SM; k++) table[k] = -1;
+    for (int64_t i = 0; i < n; i++) { /* ranges, then no op twice */
+        if (stage[i] < 0 || stage[i] >= S || mb[i] < 0 || mb[i] >= M || kind[i] < 0 || kind[i] > 2) goto invalid;
+        int64_t key = (kind[i] * S + stage[i]) * M + mb[i];
+        if (table[key] >= 0) goto invalid;
+        table[key] = i;
+    }
+    for (int64_t k = 0; k < SM; k++) { /* F and B of every (stage, microbatch); W exactly when B lacks it */
+        int64_t b = table[SM + k];
+        if (table[k] < 0 || b < 0 || (table[2 * SM + k] >= 0) != !incw[b]) goto invalid;
+    }
+    for (int64_t i = 0; i < n; i++) { /* the one dependency rule (Schedule.arrays) */
+        int64_t s = stage[i], dk, ds;
+        if (kind[i] == 0) {
+            dk = 0;
+            ds = s - 1;
+        } else if (kind[i] == 1) {
+            dk = s == S - 1 ? 0 : 1;
+            ds = s == S - 1 ? s : s + 1;
+        } else {
+            dk = 1;
+            ds = s;
+        }
+        int64_t d = (kind[i] == 0 && s == 0) ? -1 : table[(dk * S + (ds < 0 ? 0 : ds > S - 1 ? S - 1 : ds)) * M + mb[i]];
+        dep[i] = d;
+        bnd[i] = (d >= 0 && rank[d] != rank[i] && kind[i] != 2) ? (kind[i] == 0 ? s - 1 : s) : -1;
+        rp[i] = i - 1;
+    }
+    for (int64_t r = 0; r < R; r++)
+        if (counts[r] > 0) rp[offs[r]] = -1;
+    for (int64_t i = 0; i < n; i++) { /* paired ops also wait for their partner's input */
+        dep2[i] = -1;
+        bnd2[i] = -1;
+        if (paired[i]) {
+            if (i + 1 >= n || rank[i + 1] != rank[i]) goto invalid;
+            dep2[i] = dep[i + 1];
+            bnd2[i] = bnd[i + 1];
+        }
+    }
+    for (int64_t i = 0; i < n; i++) { /* sentinel n for "none", as compile_schedule */
+        if (dep[i] < 0) dep[i] = n;
+        if (dep2[i] < 0) dep2[i] = n;
+        if (rp[i] < 0) rp[i] = n;
+    }
+    for (int64_t r = 0; r < R; r++) ptr[r] = offs[r];
+    if (parasim_levels(R, offs + 1, dep, dep2, n, level, ptr, order, pos) < 0) {
+        status = 2;
+        goto done;
+    }
+    for (int64_t j = 0; j < n; j++) pos[order[j]] = j;
+    pos[n] = n;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t i = order[j];
+        int64_t dk = kind[i] == 0 ? 0 : kind[i] == 1 ? (incw[i] ? 2 : 1) : 3;
+        code[j] = (int32_t)(4 * stage[i] + dk);
+        pdep[j] = (int32_t)pos[dep[i]];
+        pdep2[j] = (int32_t)pos[dep2[i]];
+        prp[j] = (int32_t)pos[rp[i]];
+        hop[j] = (int32_t)((bnd[i] >= 0) + 2 * (bnd2[i] >= 0));
+        busy[(rank[i] * S + stage[i]) * 4 + dk] += 1.0;
+    }
+    for (int64_t r = 0; r < R; r++) { /* +1 at F, -1 at the op that frees it (W, or B including W) */
+        double acc = 0.0, peak = 0.0;
+        for (int64_t i = offs[r]; i < offs[r + 1]; i++) {
+            if (kind[i] == 0)
+                acc += 1.0;
+            else if (kind[i] == 2 || (kind[i] == 1 && incw[i]))
+                acc -= 1.0;
+            if (acc > peak) peak = acc;
+        }
+        inflight[r] = peak;
+    }
+    goto done;
+invalid:
+    status = 1;
+done:
+    free(table);
+    free(w);
+    return status;
+}
+
 /* An importable (empty) module, so the build and the loader find it by its package name. */
 static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "_native",
                                            "parasim's replay loops; called through ctypes (native.py)", -1, NULL};

@@ -43,6 +43,8 @@ def _load():
     lib.parasim_replay_one.argtypes = [_n] * 5 + [_i64] * 6 + [_u8, _i64, _i64, _i64] + [_f64] * 7
     lib.parasim_replay_multi.restype = _n
     lib.parasim_replay_multi.argtypes = [_n] * 3 + [_i64] * 2 + [_i32] * 5 + [_i64] * 4 + [_f64] * 8
+    lib.parasim_shape_tables.restype = _n
+    lib.parasim_shape_tables.argtypes = [_n] * 4 + [_i64] * 3 + [_u8] * 2 + [_i64] + [_i32] * 5 + [_f64] * 2
     return lib
 
 
@@ -91,3 +93,21 @@ def replay_multi(tables: tuple, sid, F, B, W, P, out_mk, out_mk0, out_busy) -> N
     N, S = F.shape
     if LIB.parasim_replay_multi(N, S, out_busy.shape[1], sid, *tables, F, B, W, P, out_mk, out_mk0, out_busy):
         raise MemoryError("replay scratch memory")
+
+
+def shape_tables(columns: tuple, num_stages: int, num_microbatches: int):
+    """`replay.ShapeTables` fields from a builder's op columns (kind, stage, microbatch, includes W,
+    paired, ops per rank): (packed (5 int32 arrays in level order), dense op counts (R, S, 4),
+    in-flight peaks (R,)), or None if the columns break a rule or deadlock (the numpy path then
+    raises with the message)."""
+    kind, stage, mb, incw, paired, counts = columns
+    kind, stage, mb, counts = (np.ascontiguousarray(x, dtype=np.int64) for x in (kind, stage, mb, counts))
+    incw, paired = (np.ascontiguousarray(x, dtype=bool).view(np.uint8) for x in (incw, paired))
+    n, R, S = len(kind), len(counts), num_stages
+    packed = tuple(np.empty(n, dtype=np.int32) for _ in range(5))
+    busy, inflight = np.zeros((R, S, 4)), np.zeros(R)
+    status = LIB.parasim_shape_tables(R, S, num_microbatches, n, kind, stage, mb, incw, paired, counts, *packed,
+                                      busy, inflight)
+    if status < 0:
+        raise MemoryError("schedule tables scratch memory")
+    return (packed, busy, inflight) if status == 0 else None

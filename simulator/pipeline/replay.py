@@ -418,43 +418,78 @@ def _batch_kernel(compiled: CompiledSchedule, f, b, w, p):
     return native.replay_one(_kernel_args(compiled), f, b, w, P)
 
 
-def makespan_multi(compiled, schedule_index, forward_s, backward_s, weight_s, p2p_s):
+@dataclass(frozen=True, eq=False)
+class ShapeTables:
+    """What `makespan_multi` needs of one schedule shape: its ops packed in level order (`_packed`),
+    its op counts per (rank, stage, kind) (`_busy_table`) and its in-flight peak per rank
+    (`inflight_profile`, unit weights, as integers). `compiled` is kept when the numpy path built the
+    tables (the replay without the C loops needs it)."""
+
+    num_ops: int
+    num_stages: int
+    num_ranks: int
+    packed: tuple
+    busy: tuple
+    inflight: np.ndarray
+    compiled: CompiledSchedule | None = None
+
+
+def shape_tables(schedule) -> ShapeTables:
+    """ShapeTables of a Schedule (from the builder's op columns in one C pass when the C loops are
+    built) or of a CompiledSchedule (numpy, from its arrays). Equal either way (tests compare them);
+    a schedule breaking a rule of `Schedule.arrays` raises InputError, a deadlocked one DeadlockError."""
+    if isinstance(schedule, Schedule) and schedule.columns is not None and native.LIB is not None:
+        got = native.shape_tables(schedule.columns, schedule.num_stages, schedule.num_microbatches)
+        if got is not None:
+            packed, dense, peaks = got
+            counts = dense.reshape(-1, 4)
+            keys = np.flatnonzero(counts.any(axis=1))
+            S = schedule.num_stages
+            inflight = peaks.round().astype(int)
+            inflight.setflags(write=False)
+            return ShapeTables(len(packed[0]), S, schedule.num_ranks, packed,
+                               ((keys // S).astype(np.int64), (keys % S).astype(np.int64), counts[keys]), inflight)
+    c = _as_compiled(schedule)  # the numpy path (raises with the message on a broken or deadlocked order)
+    return ShapeTables(c.num_ops, c.schedule.num_stages, c.schedule.num_ranks, _packed(c), _busy_table(c),
+                       _inflight_counts(c), c)
+
+
+def makespan_multi(shapes, schedule_index, forward_s, backward_s, weight_s, p2p_s):
     """Replay of N layouts of different schedule shapes in one compiled pass (the sweep's fast path).
 
-    compiled: list of CompiledSchedule; schedule_index (N,): which one each layout runs; forward_s,
-    backward_s, weight_s: (N, S) per virtual stage (S >= each schedule's stage count; extra columns
-    unused); p2p_s (N,): the delay of every stage boundary. Same recurrence and float operations as
-    `makespan_batch` with a uniform p2p (bit-identical results; tests compare them).
+    shapes: list of ShapeTables or CompiledSchedule; schedule_index (N,): which one each layout runs;
+    forward_s, backward_s, weight_s: (N, S) per virtual stage (S >= each schedule's stage count; extra
+    columns unused); p2p_s (N,): the delay of every stage boundary. Same recurrence and float
+    operations as `makespan_batch` with a uniform p2p (bit-identical results; tests compare them).
     Returns (makespan_s (N,), makespan without p2p (N,), busy_s_per_rank (N, max ranks), 0 past a
     schedule's ranks).
     """
+    tabs = [x if isinstance(x, ShapeTables) else shape_tables(x) for x in shapes]
     sid = np.asarray(schedule_index, dtype=np.int64)
     N = len(sid)
     F, B, W = (np.ascontiguousarray(np.broadcast_to(x, (N, np.shape(forward_s)[-1])), dtype=float)
                for x in (forward_s, backward_s, weight_s))
     P = np.ascontiguousarray(np.broadcast_to(np.asarray(p2p_s, dtype=float), (N,)))
-    R = max(c.schedule.num_ranks for c in compiled)
+    R = max(t.num_ranks for t in tabs)
     mk, mk0, busy = np.zeros(N), np.zeros(N), np.zeros((N, R))
     if N == 0:
         return mk, mk0, busy
     if native.LIB is None:
         native.warn_slow()
-        for k, c in enumerate(compiled):
+        for k, t in enumerate(tabs):
             idx = np.flatnonzero(sid == k)
             if not len(idx):
                 continue
-            S, r = c.schedule.num_stages, c.schedule.num_ranks
+            c, S, r = t.compiled, t.num_stages, t.num_ranks
             a = makespan_batch(c, F[idx, :S], B[idx, :S], W[idx, :S], P[idx])
             b = makespan_batch(c, F[idx, :S], B[idx, :S], W[idx, :S], 0.0)
             mk[idx], mk0[idx], busy[idx, :r] = a.makespan_s, b.makespan_s, a.busy_s_per_rank
         return mk, mk0, busy
-    packed = [_packed(c) for c in compiled]
-    op_off = np.concatenate([[0], np.cumsum([c.num_ops for c in compiled])]).astype(np.int64)
-    stage_off = np.concatenate([[0], np.cumsum([c.schedule.num_stages for c in compiled])]).astype(np.int64)
-    cat = [np.concatenate([t[j] for t in packed]) for j in range(5)]
-    busy_tables = [_busy_table(c) for c in compiled]
-    busy_off = np.concatenate([[0], np.cumsum([len(t[0]) for t in busy_tables])]).astype(np.int64)
-    b_rank, b_stage, b_count = (np.concatenate([t[j] for t in busy_tables]) for j in range(3))
+    op_off = np.concatenate([[0], np.cumsum([t.num_ops for t in tabs])]).astype(np.int64)
+    stage_off = np.concatenate([[0], np.cumsum([t.num_stages for t in tabs])]).astype(np.int64)
+    cat = [np.concatenate([t.packed[j] for t in tabs]) for j in range(5)]
+    busy_off = np.concatenate([[0], np.cumsum([len(t.busy[0]) for t in tabs])]).astype(np.int64)
+    b_rank, b_stage, b_count = (np.concatenate([t.busy[j] for t in tabs]) for j in range(3))
     tables = (op_off, *cat, stage_off, busy_off, b_rank, b_stage, np.ascontiguousarray(b_count))
     # the C loop runs without the GIL: blocks of rows with equal shares of the ops run in threads, started
     # and joined here (no thread outlives the call, so the process can still fork safely)
