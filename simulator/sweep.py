@@ -79,6 +79,8 @@ DEFAULT_SCHEDULES = ("1f1b", "interleaved")
 CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
                      "recompute", "sequence_parallel", "schedule", "layers_per_stage")
 ONE_CHUNK_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "dualpipe", "pipedream")
+# columns of strings, held as object dtype (`_text`)
+TEXT_COLUMNS = ("label", "recompute", "schedule", "layers_per_stage", "reason")
 # step-time components compared by `winner_comparison` (those the kernel returns)
 TIME_COMPONENTS = ("compute_s", "bubble_s", "exposed_comm_s")
 
@@ -365,18 +367,24 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
         "micro_batch_size": mb[rows],
         "num_microbatches": training.global_batch_size // (dp[rows] * mb[rows]),
         "zero": np.array([b[3] for b in blocks], dtype=np.int64)[block_id],
-        "recompute": np.array([b[4] for b in blocks], dtype=object)[block_id],
+        "recompute": _text(np.array([b[4] for b in blocks], dtype=object)[block_id]),
         "sequence_parallel": np.array([b[2] for b in blocks], dtype=bool)[block_id],
-        "schedule": sched_arr,
+        "schedule": _text(sched_arr),
     })
     # pp and an even/uneven split go together (interleaved and V schedules need pp·chunks | L)
-    df["layers_per_stage"] = df["pp"].map(split_text).astype(object)
+    df["layers_per_stage"] = _text(df["pp"].map(split_text).to_numpy(dtype=object))
     return df
 
 
 class _NoHardware:
     def __init__(self, n):
         self.nvlink_domain_gpus = self.gpus_per_node = int(n)
+
+
+def _text(values) -> pd.Series:
+    """A column of Python strings kept as object dtype: pandas 3 would convert it to arrow strings,
+    and every kernel call back, at ~10x the cost of the column itself."""
+    return pd.Series(np.asarray(values, dtype=object), dtype=object, copy=False)
 
 
 def _empty_candidates() -> pd.DataFrame:
@@ -532,7 +540,7 @@ def _evaluate_arrays(model, training, hardware, num_gpus, col: dict, evaluator) 
     res = res.reindex(np.arange(n))
     refused = why != ""
     res["feasible"] = np.where(refused, False, res["feasible"].to_numpy()).astype(bool)
-    res["reason"] = np.where(refused, why, res["reason"].to_numpy())
+    res["reason"] = _text(np.where(refused, why, res["reason"].to_numpy()))
     return res
 
 
@@ -569,7 +577,7 @@ def _evaluate_per_microbatch_count(m: np.ndarray, offset: int, call, reason: dic
     else:
         res = pd.DataFrame({"tokens_per_s": np.full(len(m), np.nan)})
     res["feasible"] = np.where(refused, False, res["feasible"].to_numpy() if "feasible" in res else False).astype(bool)
-    res["reason"] = np.where(refused, why, res["reason"].to_numpy() if "reason" in res else "")
+    res["reason"] = _text(np.where(refused, why, res["reason"].to_numpy() if "reason" in res else ""))
     return res.reset_index(drop=True)
 
 
@@ -594,7 +602,7 @@ def rank_results(df: pd.DataFrame) -> pd.DataFrame:
             key(labels)] + [key(df[c].to_numpy()) for c in extra]
     order = np.lexsort(keys[::-1])  # first key primary; stable
     out = df.drop(columns=[c for c in ("rank", "label") if c in df]).take(order).reset_index(drop=True)
-    out.insert(0, "label", np.asarray(labels, dtype=object)[order])
+    out.insert(0, "label", _text(np.asarray(labels, dtype=object)[order]))
     out.insert(0, "rank", np.arange(1, len(out) + 1))
     return out
 
@@ -604,7 +612,11 @@ def _order_columns(df: pd.DataFrame) -> pd.DataFrame:
              "recompute", "sequence_parallel", "schedule", "layers_per_stage", "feasible", "reason", "tokens_per_s", "mfu", "step_s",
              "peak_bytes", "memory_headroom_bytes"]
     cols = [c for c in first if c in df] + [c for c in df.columns if c not in first]
-    return df[cols]
+    df = df[cols]
+    for c in TEXT_COLUMNS:  # one dtype whichever evaluator or path made the column
+        if c in df and df[c].dtype != object:
+            df[c] = _text(df[c].to_numpy(dtype=object))
+    return df
 
 
 # ---------------------------------------------------------------------------------------------
@@ -682,11 +694,10 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
     if not p.is_file():
         raise InputError(f"file not found: {path}")
     if p.suffix.lower() == ".csv":
-        text = {c: str for c in ("label", "recompute", "schedule", "reason", "layers_per_stage")}
-        df = pd.read_csv(p, keep_default_na=False, na_values=[""], dtype=text)
-        for c in ("reason", "layers_per_stage"):
+        df = pd.read_csv(p, keep_default_na=False, na_values=[""], dtype={c: str for c in TEXT_COLUMNS})
+        for c in TEXT_COLUMNS:  # as the sweep returns them: object strings, "" where empty
             if c in df:
-                df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
+                df[c] = _text(df[c].astype(object).where(df[c].notna(), "").to_numpy(dtype=object))
         counts = ("rank", "tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
                   "worst_stage")
         for c in df.columns:  # a float column of whole numbers (all 0, say) reads back as int: restore it
@@ -694,7 +705,11 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
                 df[c] = df[c].astype(float)
         return df
     if p.suffix.lower() in (".parquet", ".pq"):
-        return pd.read_parquet(p)
+        df = pd.read_parquet(p)
+        for c in TEXT_COLUMNS:
+            if c in df:
+                df[c] = _text(df[c].to_numpy(dtype=object))
+        return df
     raise InputError(f"results file must be .csv or .parquet, got {str(path)!r}")
 
 

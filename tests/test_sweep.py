@@ -586,3 +586,8 @@ def test_csv_results_read_back_exactly(tmp_path):
             assert b.dtype.kind == "f" and np.array_equal(a, b, equal_nan=True), c
         else:
             assert (a.astype(str) == b.astype(str)).all(), c
+    assert back.dtypes.to_dict() == df.dtypes.to_dict()  # text columns as object strings, as the sweep returns
+    from simulator.sweep import write_results
+
+    write_results(df, tmp_path / "r.parquet")
+    pd.testing.assert_frame_equal(read_results(tmp_path / "r.parquet"), df)
