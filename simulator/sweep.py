@@ -323,12 +323,20 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     pps = np.unique(pp)
     splittable = pps[(L % pps == 0) | np.array([uneven_split(L, int(p)) is not None for p in pps], dtype=bool)]
     split_text = {int(p): ",".join(map(str, uneven_split(L, int(p)) or ())) for p in pps}
+    # the rules once per (schedule, sp) for all of its vpp values (a column each: the rules broadcast)
+    vpps = {}
+    for sched, vpp in choices:
+        vpps.setdefault(sched, []).append(vpp)
+    col = {(sched, vpp): j for sched, vs in vpps.items() for j, vpp in enumerate(vs)}
+    valid = {(sched, sp): layout_valid_mask(model, training, tp=tp[:, None], pp=pp[:, None], dp=dp[:, None],
+                                            cp=cp[:, None], ep=ep[:, None], vpp=np.array(vs)[None, :],
+                                            micro_batch_size=mb[:, None], sequence_parallel=sp, schedule=sched,
+                                            uneven_layers=space.uneven_layers and sched in ONE_CHUNK_SCHEDULES)
+             for sched, vs in vpps.items() for sp in sps}
     for sched, vpp in choices:
         for sp in sps:
             uneven = space.uneven_layers and sched in ONE_CHUNK_SCHEDULES
-            mask = layout_valid_mask(model, training, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
-                                     micro_batch_size=mb, sequence_parallel=sp, schedule=sched,
-                                     uneven_layers=uneven)
+            mask = valid[sched, sp][:, col[sched, vpp]].copy()
             if uneven:
                 mask &= np.isin(pp, splittable)
             if sp:
