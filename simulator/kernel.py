@@ -300,8 +300,9 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
 
     makespan, makespan0 = np.zeros(n), np.zeros(n)
     busy, inflight = np.zeros((n, P)), np.zeros((n, P))
-    per_rank = pt.rank_sum(F_eff + B_eff + W_eff)  # one microbatch's busy time per rank
     pdm = sched == "pipedream"
+    if pdm.any() or opt.pipeline == "analytic":  # one microbatch's busy time per rank (the replay sums its own)
+        per_rank = pt.rank_sum(F_eff + B_eff + W_eff)
     if pdm.any():
         idx = np.flatnonzero(pdm)
         makespan[idx] = makespan0[idx] = m[idx] * per_rank[idx].max(axis=1)

@@ -48,31 +48,42 @@ def _check_inflight(inflight_per_stage, pp: int) -> np.ndarray:
     return a
 
 
-def _by_mode(fn, model, training, recompute, sequence_parallel, kw: dict, **extra) -> np.ndarray:
-    """fn(model, training, recompute=..., sequence_parallel=..., **kw) where the modes are scalars, or
-    evaluated once per distinct (recompute, SP) pair of (N,) mode arrays (rows of the array-valued
-    `kw` taken accordingly). `recompute=False` calls fn without a recompute argument."""
-    def call(rc, sp, args):
-        r = {} if rc is False else {"recompute": rc}
-        return np.asarray(fn(model, training, sequence_parallel=bool(sp), **r, **args, **extra), dtype=float)
+class _ModeRows:
+    """The distinct rows of (recompute, SP, the array-valued `kw`) of N layouts, found once: per-row
+    activation terms are then evaluated on those rows only and gathered back (`per_mode`)."""
 
-    if np.ndim(recompute) == 0 and np.ndim(sequence_parallel) == 0:
-        return call(recompute, sequence_parallel, kw)
-    n = max(len(np.atleast_1d(x)) for x in (recompute, sequence_parallel))
-    rc = np.broadcast_to(np.asarray(recompute, dtype=object), (n,))
-    sp = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,))
-    code = pd.factorize(rc)[0] * 2 + sp
-    out = np.zeros(n)
-    for c in np.unique(code):
-        idx = np.flatnonzero(code == c)
-        cols = {k: np.asarray(v)[idx] for k, v in kw.items() if np.ndim(v)}
-        if cols:  # once per distinct row
-            first, inv = distinct_rows(*cols.values())
-        else:
-            first, inv = np.zeros(1, dtype=np.int64), np.zeros(len(idx), dtype=np.int64)
-        args = {k: (cols[k][first] if k in cols else v) for k, v in kw.items()}
-        out[idx] = np.broadcast_to(call(rc[idx[0]], sp[idx[0]], args), (len(first),))[inv]
-    return out
+    def __init__(self, recompute, sequence_parallel, kw: dict):
+        self.kw = kw
+        self.scalar = np.ndim(recompute) == 0 and np.ndim(sequence_parallel) == 0
+        if self.scalar:
+            self.recompute, self.sp = recompute, sequence_parallel
+            return
+        n = max(len(np.atleast_1d(x)) for x in (recompute, sequence_parallel))
+        rc = np.broadcast_to(np.asarray(recompute, dtype=object), (n,))
+        sp = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,))
+        rc_code = pd.factorize(rc)[0]
+        cols = [np.broadcast_to(np.asarray(v), (n,)) for v in kw.values() if np.ndim(v)]
+        first, self.inv = distinct_rows(rc_code, sp, *cols)
+        self.recompute, self.sp = rc[first], sp[first]
+        self.args = {k: (np.broadcast_to(np.asarray(v), (n,))[first] if np.ndim(v) else v) for k, v in kw.items()}
+        self.modes = rc_code[first] * 2 + self.sp
+
+    def per_mode(self, fn, model, training, rc=None, **extra) -> np.ndarray:
+        """fn(model, training, recompute=..., sequence_parallel=..., **kw) per layout, once per distinct
+        (recompute, SP) pair (rc: a scalar recompute for every row; False: fn takes no recompute)."""
+        def call(r, sp, args):
+            r = {} if r is False else {"recompute": r}
+            return np.asarray(fn(model, training, sequence_parallel=bool(sp), **r, **args, **extra), dtype=float)
+
+        if self.scalar:
+            return call(self.recompute if rc is None else rc, self.sp, self.kw)
+        vals = np.empty(len(self.modes))
+        for c in np.unique(self.modes):
+            idx = np.flatnonzero(self.modes == c)
+            args = {k: (v[idx] if np.ndim(v) else v) for k, v in self.args.items()}
+            vals[idx] = np.broadcast_to(call(self.recompute[idx[0]] if rc is None else rc, self.sp[idx[0]], args),
+                                        (len(idx),))
+        return vals[self.inv]
 
 
 def _check_categorical(*, recompute, schedule, zero) -> None:
@@ -162,8 +173,10 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     has_dense = (pl.dense_layers > 0)
     has_moe = (pl.moe_layers > 0)
 
+    modes = _ModeRows(recompute, sequence_parallel, kw)
+
     def per_mode(fn, rc=None, **extra):  # fn(recompute?, sequence_parallel) for scalar or per-row modes
-        return _by_mode(fn, model, training, recompute if rc is None else rc, sequence_parallel, kw, **extra)
+        return modes.per_mode(fn, model, training, rc, **extra)
 
     def working_set():
         wd = per_mode(layer_activation_bytes, rc="none", moe=False)[..., None]
