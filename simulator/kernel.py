@@ -181,9 +181,11 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
                          bytes_per_element=ab, algorithm=cp_algorithm)
         out["cp_f"][:], out["cp_b"][:] = c.forward_s, c.backward_s
         if cp_algorithm == "ring" and opt.cp_overlap:
-            for (spv,), idx in _categories(sp):
-                out["att_f"][idx], out["att_b"][idx] = _core_attention_s(model, training, hardware, tp[idx], cp[idx],
-                                                                         mbs[idx], bool(spv), opt.roofline)
+            for (spv,), idx in _categories(sp):  # once per distinct (tp, cp, micro-batch)
+                u, inv = distinct_rows(tp[idx], cp[idx], mbs[idx])
+                f, b = _core_attention_s(model, training, hardware, tp[idx[u]], cp[idx[u]], mbs[idx[u]], bool(spv),
+                                         opt.roofline)
+                out["att_f"][idx], out["att_b"][idx] = f[inv], b[inv]
     if model.is_moe and (ep > 1).any():
         span_ep = group_span(hardware, group="ep", tp=tp, cp=cp, ep=ep, dp=np.maximum(dp // ep, 1), pp=pp, **place)
         c = comm.ep_comm(hardware, span_ep, tokens_per_rank=mbs * s / cp / np.where(sp, tp, 1),
@@ -246,12 +248,13 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, *, tp, cp, ep
     basis = np.zeros((len(BASIS_KEYS), k, 4))
     for (spv,), idx in _categories(sp):  # the op times once per SP setting; recompute only changes their sum
         modes = tuple(pd.unique(rec[idx]))
-        b = layer_basis_times_by_mode(model, training, hardware, tp=tp[idx], cp=cp[idx], ep=ep[idx],
-                                      micro_batch_size=mbs[idx], modes=modes, sequence_parallel=bool(spv),
+        u, inv = distinct_rows(tp[idx], cp[idx], ep[idx], mbs[idx])  # all they depend on besides the modes
+        b = layer_basis_times_by_mode(model, training, hardware, tp=tp[idx[u]], cp=cp[idx[u]], ep=ep[idx[u]],
+                                      micro_batch_size=mbs[idx[u]], modes=modes, sequence_parallel=bool(spv),
                                       cp_algorithm=cp_algorithm, roofline=opt.roofline)
         for r in modes:
             sel = rec[idx] == r
-            basis[:, idx[sel]] = b[r][:, sel]
+            basis[:, idx[sel]] = b[r][:, inv[sel]]
     counts = np.stack([pt.dense_layers, pt.moe_layers, pt.first, pt.last], axis=1)  # (k, 4, S)
     keys = [BASIS_KEYS.index(x) for x in ("forward_s", "weight_s", "backward_s", "recompute_s")]
     F, W, Bk, R = np.einsum("knb,nbs->kns", basis[keys], counts)
