@@ -35,9 +35,14 @@ def build_interleaved(*, pp: int, microbatches: int, vpp: int = 2):
         warm = min(total, (v - 1) * G + 2 * (pp - r - 1))
         steady = total - warm
         # the rank's k-th forward / backward, in order: warm-up forwards, 1F1B pairs, cool-down backwards
-        is_b = np.concatenate([np.zeros(warm, bool), np.tile([False, True], steady), np.ones(warm, bool)])
-        k = np.concatenate([np.arange(warm), np.stack([np.arange(warm, total), np.arange(steady)], 1).ravel(),
-                            np.arange(steady, total)])
+        is_b = np.ones(2 * total, bool)
+        is_b[:warm] = False
+        is_b[warm:warm + 2 * steady:2] = False
+        k = np.empty(2 * total, np.int64)
+        k[:warm] = np.arange(warm)
+        k[warm:warm + 2 * steady:2] = np.arange(warm, total)
+        k[warm + 1:warm + 2 * steady:2] = np.arange(steady)
+        k[warm + 2 * steady:] = np.arange(steady, total)
         chunk = np.where(is_b, v - 1 - (k // G) % v, (k // G) % v)
         cols.append((is_b, r + chunk * pp, (k // (G * v)) * G + k % G))
     is_b = np.concatenate([c[0] for c in cols])

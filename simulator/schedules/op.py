@@ -250,19 +250,25 @@ def rank_columns(per_rank: list[tuple[np.ndarray, np.ndarray, np.ndarray]], *, s
 def steps(*slots) -> tuple[np.ndarray, np.ndarray]:
     """Interleave per-step op slots into one order: each slot is (kind index, microbatch (n,), valid (n,));
     step i runs slot 0's op, then slot 1's, ... where valid. Returns (kind, microbatch) arrays."""
-    n = len(slots[0][1])
-    kind = np.stack([np.full(n, k) for k, _, _ in slots], axis=1).ravel()
-    mb = np.stack([j for _, j, _ in slots], axis=1).ravel()
-    ok = np.stack([v for _, _, v in slots], axis=1).ravel()
-    return kind[ok], mb[ok]
+    n, w = len(slots[0][1]), len(slots)
+    kind, mb, ok = np.empty((n, w), np.int64), np.empty((n, w), np.int64), np.empty((n, w), bool)
+    for c, (k, j, v) in enumerate(slots):
+        kind[:, c], mb[:, c], ok[:, c] = k, j, v
+    ok = ok.ravel()
+    return kind.ravel()[ok], mb.ravel()[ok]
 
 
 def tiled(*segments) -> np.ndarray:
     """A step program from (rows, times) segments: each segment's rows (tuples of ints, all the same
     length) repeated `times` times (segments with times <= 0 left out), concatenated in order."""
-    parts = [np.tile(np.array(rows, dtype=np.int64).reshape(len(rows), -1), (times, 1))
-             for rows, times in segments if times > 0]
-    return np.concatenate(parts)
+    segments = [(np.array(rows, dtype=np.int64).reshape(len(rows), -1), times) for rows, times in segments if times > 0]
+    out = np.empty((sum(len(r) * t for r, t in segments), segments[0][0].shape[1]), dtype=np.int64)
+    at = 0
+    for rows, times in segments:  # the rows repeated `times` times, as np.tile, written in place
+        n = len(rows) * times
+        out[at:at + n].reshape(times, len(rows), -1)[:] = rows
+        at += n
+    return out
 
 
 def running_count(key: np.ndarray) -> np.ndarray:
