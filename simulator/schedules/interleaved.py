@@ -30,22 +30,18 @@ def build_interleaved(*, pp: int, microbatches: int, vpp: int = 2):
     G = microbatch_group_size(pp, m)
     total = m * v
 
-    cols = []
-    for r in range(pp):
-        warm = min(total, (v - 1) * G + 2 * (pp - r - 1))
-        steady = total - warm
-        # the rank's k-th forward / backward, in order: warm-up forwards, 1F1B pairs, cool-down backwards
-        is_b = np.ones(2 * total, bool)
-        is_b[:warm] = False
-        is_b[warm:warm + 2 * steady:2] = False
-        k = np.empty(2 * total, np.int64)
-        k[:warm] = np.arange(warm)
-        k[warm:warm + 2 * steady:2] = np.arange(warm, total)
-        k[warm + 1:warm + 2 * steady:2] = np.arange(steady)
-        k[warm + 2 * steady:] = np.arange(steady, total)
-        chunk = np.where(is_b, v - 1 - (k // G) % v, (k // G) % v)
-        cols.append((is_b, r + chunk * pp, (k // (G * v)) * G + k % G))
-    is_b = np.concatenate([c[0] for c in cols])
-    columns = (is_b.astype(np.int64), np.concatenate([c[1] for c in cols]), np.concatenate([c[2] for c in cols]),
-               is_b, np.zeros(len(is_b), bool), np.array([len(c[0]) for c in cols]))  # every B includes W
+    # every rank runs 2·total ops: position i of rank r is a warm-up forward (i < warm_r), then F/B pairs,
+    # then the remaining backwards; k is the rank's forward / backward counter at that position
+    r = np.arange(pp)[:, None]
+    i = np.arange(2 * total)[None, :]
+    warm = np.minimum(total, (v - 1) * G + 2 * (pp - r - 1))
+    steady = total - warm
+    d = i - warm
+    in_warm, in_pair = i < warm, (d >= 0) & (d < 2 * steady)
+    is_b = ~in_warm & ~(in_pair & (d % 2 == 0))
+    k = np.where(in_warm, i, np.where(in_pair, np.where(d % 2 == 0, warm + d // 2, d // 2), d - steady))
+    chunk = np.where(is_b, v - 1 - (k // G) % v, (k // G) % v)
+    is_b = is_b.ravel()
+    columns = (is_b.astype(np.int64), (r + chunk * pp).ravel(), ((k // (G * v)) * G + k % G).ravel(),
+               is_b, np.zeros(len(is_b), bool), np.full(pp, 2 * total))  # every B includes W
     return make_schedule("interleaved", columns=columns, num_stages=pp * v, num_microbatches=m, chunks_per_rank=v)

@@ -277,7 +277,9 @@ def running_count(key: np.ndarray) -> np.ndarray:
     key = np.asarray(key)
     order = np.argsort(key, kind="stable")
     k = key[order]
-    start = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    new = np.ones(len(k), dtype=bool)
+    new[1:] = k[1:] != k[:-1]
+    start = np.flatnonzero(new)
     out = np.empty(len(key), dtype=np.int64)
-    out[order] = np.arange(len(key)) - np.repeat(start, np.diff(np.r_[start, len(key)]))
+    out[order] = np.arange(len(key)) - np.repeat(start, np.diff(start, append=len(key)))
     return out
