@@ -424,6 +424,12 @@ def layout_labels(df: pd.DataFrame) -> np.ndarray:
     if len(df) == 0:
         return np.array([], dtype=object)
 
+    distinct, inv = _distinct_labels(df)
+    return distinct[inv]
+
+
+def _distinct_labels(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct labels, each row's index into them): the label strings are built once each."""
     keys = df[["tp", "cp", "pp", "dp", "ep", "vpp"]].to_numpy(dtype=np.int64)
     first, inv = distinct_rows(*keys.T)
     labels = []
@@ -434,7 +440,7 @@ def layout_labels(df: pd.DataFrame) -> np.ndarray:
         if vpp > 1:
             s += f"-V{vpp}"
         labels.append(s)
-    return np.array(labels, dtype=object)[np.asarray(inv).ravel()]
+    return np.array(labels, dtype=object), np.asarray(inv).ravel()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,7 +598,6 @@ def _evaluate_per_microbatch_count(m: np.ndarray, offset: int, call, reason: dic
 def rank_results(df: pd.DataFrame) -> pd.DataFrame:
     """Sort: feasible first, tokens_per_s descending, then label and every layout field ascending
     (a total order: identical inputs give identical rankings). Adds `label` if missing and a 1-based `rank`."""
-    labels = df["label"].to_numpy() if "label" in df else layout_labels(df)
     tput = df["tokens_per_s"].to_numpy(dtype=float)
 
     def key(v):  # strings by their sorted codes (same order as sorting the strings), numbers as they are
@@ -606,8 +611,28 @@ def rank_results(df: pd.DataFrame) -> pd.DataFrame:
 
     extra = [c for c in ("schedule", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "ep",
                          "layers_per_stage") if c in df]
-    keys = [(~df["feasible"].to_numpy(dtype=bool)).astype(np.int8), -np.where(np.isnan(tput), -np.inf, tput),
-            key(labels)] + [key(df[c].to_numpy()) for c in extra]
+    if "label" in df:
+        labels = df["label"].to_numpy()
+        label_key = key(labels)
+    elif len(df):  # sort the few distinct labels, not every row's
+        distinct, inv = _distinct_labels(df)
+        labels, label_key = distinct[inv], np.argsort(np.argsort(distinct, kind="stable"))[inv]
+    else:
+        labels = label_key = np.array([], dtype=object)
+    ties = [label_key] + [key(df[c].to_numpy()) for c in extra]
+    tie = np.zeros(len(df), dtype=np.int64)  # the tie keys as one mixed-radix integer (same order, fewer passes)
+    for k in ties:
+        if np.asarray(k).dtype.kind not in "biu":  # not integer codes: keep the keys apart
+            tie = None
+            break
+        k = np.asarray(k, dtype=np.int64)
+        lo, span = (int(k.min()), int(k.max()) - int(k.min()) + 1) if len(k) else (0, 1)
+        if span >= 2**62 // max(int(tie.max(initial=0)) + 1, 1):  # would overflow: fall back to separate keys
+            tie = None
+            break
+        tie = tie * span + (k - lo)
+    keys = [(~df["feasible"].to_numpy(dtype=bool)).astype(np.int8), -np.where(np.isnan(tput), -np.inf, tput)]
+    keys += [tie] if tie is not None else ties
     order = np.lexsort(keys[::-1])  # first key primary; stable
     out = df.drop(columns=[c for c in ("rank", "label") if c in df]).take(order).reset_index(drop=True)
     out.insert(0, "label", _text(np.asarray(labels, dtype=object)[order]))
