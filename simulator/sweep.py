@@ -1063,6 +1063,13 @@ def winner_comparison(df: pd.DataFrame) -> pd.DataFrame | None:
     return t
 
 
+def short_variant(row) -> str:
+    """The non-label layout choices of a row, e.g. `1f1b mbs1 Z1 sel-rc SP`."""
+    rec = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc"}.get(str(row["recompute"]), str(row["recompute"]))
+    sp = " SP" if bool(row["sequence_parallel"]) else ""
+    return f"{row['schedule']} mbs{int(row['micro_batch_size'])} Z{int(row['zero'])} {rec}{sp}"
+
+
 def _describe(row) -> str:
     sp = "SP" if bool(row.get("sequence_parallel", False)) else "no SP"
     return (f"{row['label']} ({row['schedule']}, mbs {row['micro_batch_size']}, ZeRO-{row['zero']}, "

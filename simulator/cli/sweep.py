@@ -68,7 +68,7 @@ def chart_paths(plot: str) -> dict[str, Path]:
 
 
 def _fmt_table(df, top: int) -> str:
-    from ..report.sweep_plots import short_variant
+    from ..sweep import short_variant  # not from the charts module: that one loads matplotlib (~1 s)
 
     d = df.head(top)
     head = (f"{'rank':>5} {'label':<24} {'choices':<32} {'tokens/s':>12} {'MFU':>6} {'step s':>9} "

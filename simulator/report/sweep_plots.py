@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import InputError  # noqa: E402
+from ..sweep import short_variant  # noqa: E402  (re-exported: the charts label rows with it)
 
 GiB = 2**30
 MEMORY_PARTS = (("params_bytes", "parameters", "#1f77b4"), ("grads_bytes", "gradients", "#ff7f0e"),
@@ -31,13 +32,6 @@ def _need(df: pd.DataFrame, cols, what: str):
     missing = [c for c in cols if c not in df]
     if missing:
         raise InputError(f"{what} needs column {missing[0]!r} in the results")
-
-
-def short_variant(row) -> str:
-    """The non-label layout choices of a row, e.g. `1f1b mbs1 Z1 sel SP`."""
-    rec = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc"}.get(str(row["recompute"]), str(row["recompute"]))
-    sp = " SP" if bool(row["sequence_parallel"]) else ""
-    return f"{row['schedule']} mbs{int(row['micro_batch_size'])} Z{int(row['zero'])} {rec}{sp}"
 
 
 def mfu_heatmap(df: pd.DataFrame, *, title: str | None = None, value: str = "mfu"):
