@@ -138,3 +138,18 @@ def test_contract_command_with_the_real_kernel(tmp_path, capsys):
     assert df["feasible"].any()
     for c in ("label", "tp", "pp", "dp", "feasible", "reason", "step_s", "tokens_per_s", "mfu", "peak_bytes"):
         assert c in df.columns
+
+
+def test_text_commands_load_no_plotting_library(tmp_path):
+    # matplotlib costs ~1 s to import: the commands that print text (sweep without --plot, estimate)
+    # must not load it (a regression once cost every `parasim sweep` that second)
+    import subprocess
+
+    code = ("import sys\nfrom simulator.cli import main\n"
+            f"for args in ({['sweep', *FLAGS, '--top', '2']!r}, ['estimate', 'scenarios/llama3-8b-8xh100.toml']):\n"
+            "    try:\n        main(args)\n    except SystemExit as e:\n        assert not e.code, (args, e.code)\n"
+            "print(sorted(m for m in ('matplotlib', 'numba') if m in sys.modules))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == "[]"
