@@ -279,6 +279,27 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, *, tp, cp, ep
     return out
 
 
+def _sum_terms(first, *terms):
+    """first + terms[0] + terms[1] + ... left to right, into a new array, leaving out the terms that are
+    None or all zero (adding +0.0 changes none of these non-negative times, so the sum is the same)."""
+    out = None
+    for t in terms:
+        if t is None or not t.any():
+            continue
+        if out is None:
+            out = first + t
+        else:
+            out += t
+    return first.copy() if out is None else out
+
+
+def _slowed(slowdown: float, hidden, hidden_z3):
+    """slowdown · (hidden + hidden_z3), or None when it is zero (no slowdown)."""
+    if slowdown == 0:
+        return None
+    return slowdown * (hidden + hidden_z3 if hidden_z3 is not None else hidden)
+
+
 def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dict:
     """Step 3 for K rows with table `pt` and stage times `st` (_stage_times of those rows; `z3`: the
     ZeRO-3 gather exposures, row i using z3[...][z3_id[i]] when z3_id[i] >= 0): the makespan with and
@@ -288,7 +309,7 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
     n = len(sched)
     P = pt.padded_ranks
     F, Bk, W = st["F"], st["B"], st["W"]
-    zf = zb = zhf = zhb = np.zeros_like(F)
+    zf = zb = zhf = zhb = None  # no ZeRO-3 gather exposed
     has = z3_id >= 0
     if has.any():
         zf, zb, zhf, zhb = (np.zeros_like(F) for _ in range(4))
@@ -296,8 +317,9 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
             arr[has] = z3[key][z3_id[has]]
     # Overlapped communication occupies SMs and slows the compute it hides under (Calculon's
     # `processor_usage`; formulas.md §7.1): that compute takes comm_slowdown × the hidden time longer.
-    F_eff = F + st["tp_f"] + st["cp_f"] + st["ep_f"] + zf + opt.comm_slowdown * (st["hid_f"] + zhf)
-    B_eff = Bk + st["tp_b"] + st["cp_b"] + st["ep_b"] + zb + opt.comm_slowdown * (st["hid_b"] + zhb)
+    # F_eff = F + tp_f + cp_f + ep_f + zf + comm_slowdown · (hid_f + zhf), likewise B_eff
+    F_eff = _sum_terms(F, st["tp_f"], st["cp_f"], st["ep_f"], zf, _slowed(opt.comm_slowdown, st["hid_f"], zhf))
+    B_eff = _sum_terms(Bk, st["tp_b"], st["cp_b"], st["ep_b"], zb, _slowed(opt.comm_slowdown, st["hid_b"], zhb))
     split_bw = np.isin(sched, SPLIT_SCHEDULES)[:, None]
     B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
 
@@ -330,7 +352,8 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
             k_first, sid = distinct_rows(pt.shape_index[idx], m[idx])  # one schedule shape per (shape, m)
             shapes = [(sched[i], int(pp[i]), int(m[i]), int(chunks[i])) for i in idx[k_first]]
             tables = [_shape_tables(*key) for key in shapes]
-            mk, mk0, bz = makespan_multi(tables, sid, F_eff[idx], B_eff[idx], W_eff[idx], p2p[idx])
+            rows = slice(None) if len(idx) == n else idx  # all rows: no copies
+            mk, mk0, bz = makespan_multi(tables, sid, F_eff[rows], B_eff[rows], W_eff[rows], p2p[rows])
             makespan[idx], makespan0[idx] = mk, mk0
             busy[idx, :bz.shape[1]] = bz
             counts_k = np.zeros((len(tables), P))
@@ -346,10 +369,11 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
     on_star = pt.held_by(r_star)
     out = dict(makespan=makespan, makespan0=makespan0, busy_sum=busy.sum(axis=1), inflight=inflight,
                last_bwd=pt.rank_sum(B_eff + W_eff), pure=mb * (np.where(on_star, F + Bk + W, 0.0)).sum(axis=1))
-    per_cat = {"tp": st["tp_f"] + st["tp_b"], "cp": st["cp_f"] + st["cp_b"], "ep": st["ep_f"] + st["ep_b"],
-               "zero3": zf + zb}
-    for k, v in per_cat.items():
-        out["exposed_" + k] = mb * np.where(on_star, v, 0.0).sum(axis=1) if np.any(v) else np.zeros(n)
+    per_cat = {"tp": (st["tp_f"], st["tp_b"]), "cp": (st["cp_f"], st["cp_b"]), "ep": (st["ep_f"], st["ep_b"]),
+               "zero3": (zf, zb)}
+    for k, (f, b) in per_cat.items():
+        v = f + b if f is not None and (f.any() or b.any()) else None
+        out["exposed_" + k] = mb * np.where(on_star, v, 0.0).sum(axis=1) if v is not None else np.zeros(n)
     return out
 
 
