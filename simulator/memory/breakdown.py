@@ -207,6 +207,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         if full.any():
             act = act + to_rank(working_set()) * (full[..., None] if full.ndim else 1.0)
         kv = zeros
+    if worst_of is not None and rank_class is not None and not inference:
+        return _worst_stage(overheads, st, act, to_rank, rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
     params, grads, opt, transient = (np.broadcast_to(to_rank(st[k]), zeros.shape)
                                      for k in ("params", "grads", "optimizer", "gather"))
     tensor = params + grads + opt + act + kv + transient
@@ -228,6 +230,32 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
             "kv_cache_bytes": kv, "other_bytes": other, "peak_bytes": peak, "host_bytes": zeros + st["host"],
             "overhead_bytes": over, "transient_bytes": transient, "inflight_microbatches": inflight,
             "layers": zeros + to_rank(pl.layers), "params": zeros + st["params_count"]}
+
+
+def _worst_stage(overheads, st, act, to_rank, rank_class, worst_of, **degrees) -> dict:
+    """`stage_memory_arrays(worst_of=...)` of training rows with rank classes, in fewer passes over the
+    (N, P) rank arrays: params + grads + optimizer summed per class, then gathered (the gather commutes
+    with the sums, so every value is the same to the last bit), the all-zero KV cache and, without
+    ZeRO-3, the zero gather buffers left out of the sums (adding +0.0 changes nothing); the consumers
+    at the worst stage read from their class."""
+    pgo = to_rank(st["params"] + st["grads"] + st["optimizer"]).reshape(act.shape)
+    base = pgo + act  # params + grads + optimizer + activations (+ KV cache, zero here)
+    has_gather = bool(np.any(st["gather"]))
+    transient = to_rank(st["gather"]).reshape(act.shape) if has_gather else None
+    tensor = base + transient if has_gather else base
+    over = overhead_bytes(overheads, tensor_bytes=tensor, **degrees)
+    other = transient + over if has_gather else over
+    peak = base + other
+    w = np.argmax(np.where(worst_of, peak, -np.inf), axis=-1)
+    rows = np.arange(len(w))
+    cls = rank_class[rows, w]  # the worst rank's class
+
+    def of_class(x):
+        return np.broadcast_to(x, (len(w), np.shape(x)[-1]))[rows, cls]
+
+    return {"worst_stage": w, "peak_bytes": peak[rows, w], "params_bytes": of_class(st["params"]),
+            "grads_bytes": of_class(st["grads"]), "optimizer_bytes": of_class(st["optimizer"]),
+            "activations_bytes": act[rows, w], "kv_cache_bytes": np.zeros(len(w)), "other_bytes": other[rows, w]}
 
 
 # ---- one layout ---------------------------------------------------------------------------------
