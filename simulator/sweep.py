@@ -645,11 +645,8 @@ def _order_columns(df: pd.DataFrame) -> pd.DataFrame:
              "recompute", "sequence_parallel", "schedule", "layers_per_stage", "feasible", "reason", "tokens_per_s", "mfu", "step_s",
              "peak_bytes", "memory_headroom_bytes"]
     cols = [c for c in first if c in df] + [c for c in df.columns if c not in first]
-    df = df[cols]
-    for c in TEXT_COLUMNS:  # one dtype whichever evaluator or path made the column
-        if c in df and df[c].dtype != object:
-            df[c] = _text(df[c].to_numpy(dtype=object))
-    return df
+    fix = {c: _text(df[c].to_numpy(dtype=object)) for c in TEXT_COLUMNS if c in df and df[c].dtype != object}
+    return df[cols].assign(**fix) if fix else df[cols]  # one text dtype whichever evaluator made the column
 
 
 # ---------------------------------------------------------------------------------------------
