@@ -8,25 +8,24 @@ Closed form (uniform stages, zero p2p): bubble = (p-1)/(m+p-1) of the makespan (
 import numpy as np
 
 from ..errors import InputError
-from .op import check_counts, make_schedule, rank_columns, steps
+from .op import check_counts, flush_columns, make_schedule
 
 
-def one_f_one_b_rank(r: int, *, pp: int, microbatches: int, split: bool = False, weight_delay=None):
-    """Op order of rank r as (kind index, stage, microbatch) arrays. With `split`, each B is followed by
-    W; `weight_delay` d (ZB-H1) makes the W of microbatch j run right after the B of microbatch j+d
-    instead (leftovers at the end)."""
+def one_f_one_b_columns(*, pp: int, microbatches: int, split: bool = False, weight_delay=None) -> tuple:
+    """Op columns of all ranks: rank r runs ``min(m, p-r-1)`` warm-up forwards, then step j runs
+    F(j + warm-up) and B(j); with `split` each B is followed by a W; `weight_delay` d (per rank, ZB-H1:
+    d = r) makes the W of microbatch j run right after the B of microbatch j+d instead (leftovers at
+    the end)."""
     m = microbatches
-    warm = min(m, pp - r - 1)
-    d = weight_delay or 0
-    j = np.arange(m)
-    slots = [(0, j + warm, j + warm < m), (1, j, np.ones(m, bool))]  # step j: F(j + warm), B(j), [W(j - d)]
+    r = np.arange(pp)[:, None]
+    warm = np.minimum(m, pp - r - 1)
+    d = np.zeros((pp, 1), np.int64) if weight_delay is None else np.asarray(weight_delay).reshape(pp, 1)
+    j = np.arange(m)[None, :]
+    slots = [(0, j + warm, j + warm < m), (1, np.broadcast_to(j, (pp, m)), np.ones((pp, m), bool))]
     if split:
         slots.append((2, j - d, j >= d))
-    kind, mb = steps(*slots)
-    tail = np.arange(max(0, m - d), m) if split else np.zeros(0, np.int64)  # the W's not run yet
-    kind = np.concatenate([np.zeros(warm, np.int64), kind, np.full(len(tail), 2)])
-    mb = np.concatenate([np.arange(warm), mb, tail])
-    return kind, np.full(len(kind), r), mb
+    tail = np.maximum(0, m - d[:, 0]) if split else np.full(pp, m)  # the W's not run yet
+    return flush_columns(warm[:, 0], slots, tail, m, split=split)
 
 
 def build_1f1b(*, pp: int, microbatches: int, vpp: int = 1):
@@ -34,5 +33,5 @@ def build_1f1b(*, pp: int, microbatches: int, vpp: int = 1):
     check_counts("1f1b", pp=pp, microbatches=microbatches, vpp=vpp)
     if vpp != 1:
         raise InputError(f"1f1b: vpp must be 1, got {vpp} (use 'interleaved' for virtual stages)")
-    cols = rank_columns([one_f_one_b_rank(r, pp=pp, microbatches=microbatches) for r in range(pp)], split=False)
+    cols = one_f_one_b_columns(pp=pp, microbatches=microbatches)
     return make_schedule("1f1b", columns=cols, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=1)

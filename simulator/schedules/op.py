@@ -247,15 +247,29 @@ def rank_columns(per_rank: list[tuple[np.ndarray, np.ndarray, np.ndarray]], *, s
     return kind, stage, mb, incw, np.zeros(len(kind), bool), np.array([len(k) for k, _, _ in per_rank])
 
 
-def steps(*slots) -> tuple[np.ndarray, np.ndarray]:
-    """Interleave per-step op slots into one order: each slot is (kind index, microbatch (n,), valid (n,));
-    step i runs slot 0's op, then slot 1's, ... where valid. Returns (kind, microbatch) arrays."""
-    n, w = len(slots[0][1]), len(slots)
-    kind, mb, ok = np.empty((n, w), np.int64), np.empty((n, w), np.int64), np.empty((n, w), bool)
-    for c, (k, j, v) in enumerate(slots):
-        kind[:, c], mb[:, c], ok[:, c] = k, j, v
-    ok = ok.ravel()
-    return kind.ravel()[ok], mb.ravel()[ok]
+def flush_columns(warm, slots, tail_from, m: int, *, split: bool) -> tuple:
+    """`Schedule.columns` of a one-stage-per-rank flushed schedule (1F1B, ZB-H1/H2, PipeDream's window),
+    all ranks at once: rank r runs `warm[r]` warm-up forwards (microbatches 0, 1, ...), then steps
+    j = 0..m-1, each running slot 0's op, slot 1's, ... where valid, then the W's of microbatches
+    tail_from[r]..m-1. slots: (kind index, microbatch (R, m), valid (R, m)). Every B includes the
+    weight gradient unless `split`."""
+    warm, tail_from = np.asarray(warm)[:, None], np.asarray(tail_from)[:, None]
+    R, j = len(warm), np.arange(m)[None, :]
+    ns = len(slots)
+    kind = np.empty((R, m, ns), np.int64)
+    mb = np.empty((R, m, ns), np.int64)
+    ok = np.empty((R, m, ns), bool)
+    for c, (k, jj, v) in enumerate(slots):
+        kind[:, :, c], mb[:, :, c], ok[:, :, c] = k, jj, v
+    full = (R, m)
+    kind = np.concatenate([np.zeros(full, np.int64), kind.reshape(R, -1), np.full(full, 2)], axis=1)
+    mb = np.concatenate([np.broadcast_to(j, full), mb.reshape(R, -1), np.broadcast_to(j, full)], axis=1)
+    ok = np.concatenate([np.broadcast_to(j < warm, full), ok.reshape(R, -1), np.broadcast_to(j >= tail_from, full)],
+                        axis=1)
+    counts = ok.sum(axis=1)
+    kind, mb = kind[ok], mb[ok]  # row by row: rank 0's ops, then rank 1's, ...
+    return (kind, np.repeat(np.arange(R), counts), mb, (kind == 1) & (not split), np.zeros(len(kind), bool),
+            counts)
 
 
 def tiled(*segments) -> np.ndarray:

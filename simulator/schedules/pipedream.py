@@ -7,15 +7,15 @@ versions each stage stashes: one per microbatch in flight, ``p - r`` on stage r 
 of weight versions stashed is at most the number of in-flight microbatches").
 """
 from ..errors import InputError
-from .one_f_one_b import one_f_one_b_rank
-from .op import check_counts, make_schedule, rank_columns
+from .one_f_one_b import one_f_one_b_columns
+from .op import check_counts, make_schedule
 
 
 def build_pipedream(*, pp: int, microbatches: int, vpp: int = 1):
     check_counts("pipedream", pp=pp, microbatches=microbatches, vpp=vpp)
     if vpp != 1:
         raise InputError(f"pipedream: vpp must be 1, got {vpp}")
-    cols = rank_columns([one_f_one_b_rank(r, pp=pp, microbatches=microbatches) for r in range(pp)], split=False)
+    cols = one_f_one_b_columns(pp=pp, microbatches=microbatches)
     return make_schedule("pipedream", columns=cols, num_stages=pp, num_microbatches=microbatches,
                          chunks_per_rank=1, asynchronous=True,
                          notes="asynchronous: no flush; read the steady state, not the makespan")

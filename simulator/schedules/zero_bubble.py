@@ -16,16 +16,15 @@ our replays find ZB-H2's flushed makespan equal to ZB-H1's (docs/pipeline.md).
 import numpy as np
 
 from ..errors import InputError
-from .one_f_one_b import one_f_one_b_rank
-from .op import check_counts, make_schedule, rank_columns, steps
+from .one_f_one_b import one_f_one_b_columns
+from .op import check_counts, flush_columns, make_schedule
 
 
 def build_zb_h1(*, pp: int, microbatches: int, vpp: int = 1):
     check_counts("zb-h1", pp=pp, microbatches=microbatches, vpp=vpp)
     if vpp != 1:
         raise InputError(f"zb-h1: vpp must be 1, got {vpp} (zb-v holds two chunks per rank)")
-    cols = rank_columns([one_f_one_b_rank(r, pp=pp, microbatches=microbatches, split=True, weight_delay=r)
-                         for r in range(pp)], split=True)
+    cols = one_f_one_b_columns(pp=pp, microbatches=microbatches, split=True, weight_delay=np.arange(pp))
     return make_schedule("zb-h1", columns=cols, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=1)
 
 
@@ -34,15 +33,11 @@ def build_zb_h2(*, pp: int, microbatches: int, vpp: int = 1):
     if vpp != 1:
         raise InputError(f"zb-h2: vpp must be 1, got {vpp}")
     m = microbatches
-    per_rank = []
-    j = np.arange(m)
-    for r in range(pp):
-        warm = min(m, 2 * (pp - r) - 1)
-        # step j: B(j), then W(j - r) as ZB-H1, then F(j + warm); leftover W's at the end
-        kind, mb = steps((1, j, np.ones(m, bool)), (2, j - r, j >= r), (0, j + warm, j + warm < m))
-        tail = np.arange(max(0, m - r), m)
-        k_all = np.concatenate([np.zeros(warm, np.int64), kind, np.full(len(tail), 2)])
-        per_rank.append((k_all, np.full(len(k_all), r),
-                         np.concatenate([np.arange(warm), mb, tail])))
-    return make_schedule("zb-h2", columns=rank_columns(per_rank, split=True), num_stages=pp, num_microbatches=m,
+    r = np.arange(pp)[:, None]
+    warm = np.minimum(m, 2 * (pp - r) - 1)
+    j = np.arange(m)[None, :]
+    # step j: B(j), then W(j - r) as ZB-H1, then F(j + warm); leftover W's at the end
+    slots = [(1, np.broadcast_to(j, (pp, m)), np.ones((pp, m), bool)), (2, j - r, j >= r), (0, j + warm, j + warm < m)]
+    cols = flush_columns(warm[:, 0], slots, np.maximum(0, m - r[:, 0]), m, split=True)
+    return make_schedule("zb-h2", columns=cols, num_stages=pp, num_microbatches=m,
                          chunks_per_rank=1)
