@@ -62,6 +62,7 @@ from .spec.model import ModelSpec
 from .spec.placement import chunks_per_rank, params_per_rank, stage_param_split
 from .spec.training import Training
 from .dedup import distinct_rows
+from .frames import text_column
 from .structure import pipeline_table
 
 SPLIT_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
@@ -538,12 +539,9 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         model_flops[idx], hw_flops[idx] = step_flops(model, training, recompute=rec[idx[0]])
     peak_flops = mfu_peak_flops(hardware, training)
     tokens = B * s
-    def text(x):  # object strings: pandas 3 would convert them to arrow strings and back (~10x the cost)
-        return pd.Series(np.asarray(x, dtype=object), dtype=object, copy=False)
-
     return pd.DataFrame({
         "tp": tp, "pp": ppa, "dp": dp, "cp": cp, "ep": ep, "vpp": vppa, "micro_batch_size": mbs,
-        "num_microbatches": m, "zero": zz, "recompute": text(rec), "sequence_parallel": spa, "schedule": text(sched),
+        "num_microbatches": m, "zero": zz, "recompute": text_column(rec), "sequence_parallel": spa, "schedule": text_column(sched),
         "step_s": step, "compute_s": compute_s, "exposed_comm_s": exposed_comm, "bubble_s": bubble_s,
         "bubble_fraction": bubble_fraction, "optimizer_s": optimizer,
         **{f"exposed_{k}_s": exposed[k] for k in EXPOSED},
@@ -552,7 +550,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         "hardware_tflops_per_gpu": hw_flops / (step * num_gpus) / 1e12,
         "mfu": model_flops / (step * num_gpus * peak_flops),
         "hfu": hw_flops / (step * num_gpus * peak_flops),
-        **out, "worst_stage": worst, "feasible": feasible, "reason": text(reason),
+        **out, "worst_stage": worst, "feasible": feasible, "reason": text_column(reason),
     })
 
 

@@ -67,6 +67,7 @@ from .cores import available_cores, core_ids
 from .cost.compute import num_virtual_stages
 from .dedup import distinct_rows
 from .errors import InputError, WorkerError
+from .frames import text_column as _text
 from .spec.layout import RECOMPUTE, SCHEDULES
 from .spec.validate import layout_valid_mask
 
@@ -79,7 +80,7 @@ DEFAULT_SCHEDULES = ("1f1b", "interleaved")
 CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
                      "recompute", "sequence_parallel", "schedule", "layers_per_stage")
 ONE_CHUNK_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "dualpipe", "pipedream")
-# columns of strings, held as object dtype (`_text`)
+# columns of strings, held as object dtype (frames.text_column)
 TEXT_COLUMNS = ("label", "recompute", "schedule", "layers_per_stage", "reason")
 # step-time components compared by `winner_comparison` (those the kernel returns)
 TIME_COMPONENTS = ("compute_s", "bubble_s", "exposed_comm_s")
@@ -387,12 +388,6 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
 class _NoHardware:
     def __init__(self, n):
         self.nvlink_domain_gpus = self.gpus_per_node = int(n)
-
-
-def _text(values) -> pd.Series:
-    """A column of Python strings kept as object dtype: pandas 3 would convert it to arrow strings,
-    and every kernel call back, at ~10x the cost of the column itself."""
-    return pd.Series(np.asarray(values, dtype=object), dtype=object, copy=False)
 
 
 def _empty_candidates() -> pd.DataFrame:

@@ -170,6 +170,36 @@ def test_worst_stage_form_picks_the_per_stage_maximum():
         assert np.array_equal(worst[k], full[k][np.arange(5), w]), k
 
 
+@pytest.mark.parametrize("zero", [1, 3])
+def test_worst_stage_form_with_rank_classes_equals_the_per_rank_arrays(zero):
+    # the sweep's form (rank classes + worst_of) takes a shorter path (state summed per class, zero
+    # terms left out); it must give the per-rank arrays' values at their worst stage, bit for bit,
+    # with and without ZeRO-3 gather buffers, for pipelines of different depths padded together
+    from simulator.structure import pipeline_table
+
+    m, tr = _l70()
+    pp, tp = np.array([2, 4, 8, 4]), np.array([8, 4, 2, 8])
+    dp = 512 // (pp * tp)
+    mb = tr.global_batch_size // dp
+    sched = np.array(["1f1b", "interleaved", "1f1b", "zb-h1"], dtype=object)
+    chunks = np.where(sched == "interleaved", 2, 1)
+    pt = pipeline_table(m, schedule=sched, pp=pp, chunks=chunks)
+    P = pt.padded_ranks
+    inflight = np.where(pt.rank_valid, np.minimum(pp[:, None] - np.arange(P), mb[:, None]), 0.0)
+    kw = dict(tp=tp, pp=pp, dp=dp, cp=1, ep=1, vpp=chunks, micro_batch_size=1, num_microbatches=mb, zero=zero,
+              recompute=np.array(["none", "selective", "full", "selective"], dtype=object), sequence_parallel=False,
+              schedule=sched, inflight_per_stage=inflight, placement=pt.classes, rank_class=pt.rank_class)
+    full = stage_memory_arrays(m, tr, **kw)
+    worst = stage_memory_arrays(m, tr, **kw, worst_of=pt.rank_valid)
+    w = np.argmax(np.where(pt.rank_valid, full["peak_bytes"], -np.inf), axis=1)
+    assert np.array_equal(worst["worst_stage"], w)
+    rows = np.arange(len(w))
+    for k in ("peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
+              "other_bytes"):
+        assert np.array_equal(worst[k], full[k][rows, w]), k
+    assert (full["transient_bytes"] > 0).any() == (zero == 3)  # both branches of the short path ran
+
+
 def test_sweep_form_evaluates_a_million_layouts_quickly():
     import time
 

@@ -237,7 +237,8 @@ def _worst_stage(overheads, st, act, to_rank, rank_class, worst_of, **degrees) -
     (N, P) rank arrays: params + grads + optimizer summed per class, then gathered (the gather commutes
     with the sums, so every value is the same to the last bit), the all-zero KV cache and, without
     ZeRO-3, the zero gather buffers left out of the sums (adding +0.0 changes nothing); the consumers
-    at the worst stage read from their class."""
+    at the worst stage read from their class. peak = params + grads + optimizer + activations + KV
+    cache + other, other = gather buffers + overhead_bytes (MemoryBreakdown; formulas.md §3.1, §3.8)."""
     pgo = to_rank(st["params"] + st["grads"] + st["optimizer"]).reshape(act.shape)
     base = pgo + act  # params + grads + optimizer + activations (+ KV cache, zero here)
     has_gather = bool(np.any(st["gather"]))
