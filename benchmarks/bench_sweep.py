@@ -15,7 +15,11 @@ a loaded machine's stolen time does not inflate as it does wall time.
 Peak RSS: the parent process, and the largest worker process (getrusage ru_maxrss of self and of
 the terminated children); the machine holds the parent plus one worker per core at most.
 
-Usage: python benchmarks/bench_sweep.py [--case 70b|405b|mixtral|all] [--repeat 3]
+"timed": which layouts get a step time. `fit` (the sweep's default): memory is evaluated for every
+layout, the time (stage times, communication, schedule replay, DP tail) only for those that fit;
+`all` (`--time-infeasible`): the time of every layout too. Both rows are printed per case.
+
+Usage: python benchmarks/bench_sweep.py [--case 70b|405b|mixtral|all] [--timed fit|all|both] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ def _cpu_s() -> float:
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
-def run_case(name: str, repeat: int) -> dict:
+def run_case(name: str, repeat: int, time_infeasible: bool) -> dict:
     import simulator.estimate  # noqa: F401  (the kernel; run_sweep imports it lazily)
     import simulator.pipeline  # noqa: F401  (the replay; imported lazily by the kernel)
     from simulator.spec.scenario import load_scenario
@@ -61,12 +65,12 @@ def run_case(name: str, repeat: int) -> dict:
     timed, cpu = [], []
     for workers in (None,) * (1 + repeat) + (1,) * (1 + repeat):
         c0, t0 = _cpu_s(), time.perf_counter()
-        df = run_sweep(sc, space, workers=workers)
+        df = run_sweep(sc, space, workers=workers, time_infeasible=time_infeasible)
         timed.append(time.perf_counter() - t0)
         cpu.append(_cpu_s() - c0)
     cold, again, inproc = timed[0], min(timed[1:1 + repeat]), min(timed[2 + repeat:])
     n = len(df)
-    return {"case": name, "description": desc, "layouts": n, "feasible": int(df["feasible"].sum()),
+    return {"case": name, "timed": "all" if time_infeasible else "fit", "description": desc, "layouts": n, "feasible": int(df["feasible"].sum()),
             "shapes": len(cands[["schedule", "pp", "vpp", "num_microbatches"]].drop_duplicates()), "enumerate_s": t_enum,
             "cold_s": cold, "cold_cpu_s": cpu[0], "again_s": again, "inprocess_s": inproc, "cold_layouts_per_s": n / cold,
             "again_layouts_per_s": n / again, "inprocess_layouts_per_s": n / inproc,
@@ -79,22 +83,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", default="all", choices=["all", *CASES])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--timed", default="both", choices=["fit", "all", "both"],
+                    help="time the layouts that fit (the sweep's default), all of them, or run both")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(run_case(a.case, a.repeat)))
+        print(json.dumps(run_case(a.case, a.repeat, a.timed == "all")))
         return
     names = list(CASES) if a.case == "all" else [a.case]
-    print(f"{'case':<8} {'layouts':>8} {'shapes':>6} {'cold s':>7} {'cold /s':>8} {'CPU s':>6} {'again s':>7} {'again /s':>8} "
+    modes = ["fit", "all"] if a.timed == "both" else [a.timed]
+    print(f"{'case':<8} {'timed':<5} {'layouts':>8} {'shapes':>6} {'cold s':>7} {'cold /s':>8} {'CPU s':>6} {'again s':>7} {'again /s':>8} "
           f"{'in-proc s':>9} {'in-proc /s':>10} {'RSS MiB parent/worker':>22}  winner")
-    for n in names:
-        p = subprocess.run([sys.executable, __file__, "--case", n, "--repeat", str(a.repeat), "--child"],
-                           capture_output=True, text=True)
+    for n, mode in [(n, mode) for n in names for mode in modes]:
+        p = subprocess.run([sys.executable, __file__, "--case", n, "--repeat", str(a.repeat), "--timed", mode,
+                            "--child"], capture_output=True, text=True)
         if p.returncode:
-            print(f"{n:<8} failed: {(p.stderr or p.stdout).strip().splitlines()[-1]}")
+            print(f"{n:<8} {mode:<5} failed: {(p.stderr or p.stdout).strip().splitlines()[-1]}")
             continue
         r = json.loads(p.stdout.strip().splitlines()[-1])
-        print(f"{n:<8} {r['layouts']:>8,} {r['shapes']:>6,} {r['cold_s']:>7.2f} {r['cold_layouts_per_s']:>8,.0f} {r['cold_cpu_s']:>6.2f} "
+        print(f"{n:<8} {mode:<5} {r['layouts']:>8,} {r['shapes']:>6,} {r['cold_s']:>7.2f} {r['cold_layouts_per_s']:>8,.0f} {r['cold_cpu_s']:>6.2f} "
               f"{r['again_s']:>7.2f} {r['again_layouts_per_s']:>8,.0f} {r['inprocess_s']:>9.2f} "
               f"{r['inprocess_layouts_per_s']:>10,.0f} {r['parent_rss_mib']:>11,.0f}/{r['worker_rss_mib']:<10,.0f}  "
               f"{r['winner']}")

@@ -69,6 +69,8 @@ SPLIT_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
 MEMORY_FIELDS = ("peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
                  "kv_cache_bytes", "other_bytes")
 EXPOSED = ("tp", "cp", "ep", "pp", "dp", "zero3")
+TIME_FIELDS = ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_fraction", "optimizer_s",
+               *(f"exposed_{k}_s" for k in EXPOSED))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -304,8 +306,8 @@ def _slowed(slowdown: float, hidden, hidden_z3):
 def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dict:
     """Step 3 for K rows with table `pt` and stage times `st` (_stage_times of those rows; `z3`: the
     ZeRO-3 gather exposures, row i using z3[...][z3_id[i]] when z3_id[i] >= 0): the makespan with and
-    without p2p (replayed, analytic, or PipeDream's steady state), busy time and peak in-flight
-    microbatches per rank, one microbatch's backward per rank (`last_bwd`, for the DP overlap), and the
+    without p2p (replayed, analytic, or PipeDream's steady state), busy time per rank, one
+    microbatch's backward per rank (`last_bwd`, for the DP overlap), and the
     compute and exposed communication on the busiest rank (`pure`, `exposed_<category>`)."""
     n = len(sched)
     P = pt.padded_ranks
@@ -325,7 +327,7 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
     B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
 
     makespan, makespan0 = np.zeros(n), np.zeros(n)
-    busy, inflight = np.zeros((n, P)), np.zeros((n, P))
+    busy = np.zeros((n, P))
     pdm = sched == "pipedream"
     if pdm.any() or opt.pipeline == "analytic":  # one microbatch's busy time per rank (the replay sums its own)
         per_rank = pt.rank_sum(F_eff + B_eff + W_eff)
@@ -333,34 +335,25 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
         idx = np.flatnonzero(pdm)
         makespan[idx] = makespan0[idx] = m[idx] * per_rank[idx].max(axis=1)
         busy[idx] = m[idx, None] * per_rank[idx]
-        inflight[idx] = np.where(pt.rank_valid[idx], np.minimum(pp[idx, None] - np.arange(P), m[idx, None]), 0.0)
     if opt.pipeline == "analytic":
-        from .memory.inflight import inflight_microbatches
-
         pf, pb, pw = pt.rank_sum(F_eff), pt.rank_sum(B_eff), pt.rank_sum(W_eff)
         for _, idx in _categories(pt.shape_index):  # per shape (the closed forms take one schedule)
-            sch, p, v = sched[idx[0]], int(pp[idx[0]]), int(chunks[idx[0]])
+            sch = sched[idx[0]]
             if sch == "pipedream":
                 continue
             makespan[idx], makespan0[idx], busy[idx] = _analytic_pipeline(
                 sch, pp[idx], chunks[idx], m[idx], per_rank[idx], pf[idx], pb[idx], pw[idx], p2p[idx])
-            inflight[idx, :p] = inflight_microbatches(sch, pp=p, num_microbatches=m[idx], vpp=v)
     else:
         idx = np.flatnonzero(~pdm)
         if len(idx):
             from .pipeline import makespan_multi
 
             k_first, sid = distinct_rows(pt.shape_index[idx], m[idx])  # one schedule shape per (shape, m)
-            shapes = [(sched[i], int(pp[i]), int(m[i]), int(chunks[i])) for i in idx[k_first]]
-            tables = [_shape_tables(*key) for key in shapes]
+            tables = [_shape_tables(sched[i], int(pp[i]), int(m[i]), int(chunks[i])) for i in idx[k_first]]
             rows = slice(None) if len(idx) == n else idx  # all rows: no copies
             mk, mk0, bz = makespan_multi(tables, sid, F_eff[rows], B_eff[rows], W_eff[rows], p2p[rows])
             makespan[idx], makespan0[idx] = mk, mk0
             busy[idx, :bz.shape[1]] = bz
-            counts_k = np.zeros((len(tables), P))
-            for k, (sc, p, mm, v) in enumerate(shapes):
-                counts_k[k, :p] = tables[k].inflight / chunks_per_rank(sc, v)
-            inflight[idx] = counts_k[sid]
 
     # breakdown on the busiest rank r*: microbatches each virtual stage runs on a rank that holds it: all
     # m, except DualPipe, whose ranks hold stage r and stage p-1-r and run each for the m/2 microbatches
@@ -368,7 +361,7 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
     r_star = np.argmax(np.where(pt.rank_valid, busy, -np.inf), axis=1)
     mb = np.where(sched == "dualpipe", m / 2.0, m.astype(float))
     on_star = pt.held_by(r_star)
-    out = dict(makespan=makespan, makespan0=makespan0, busy_sum=busy.sum(axis=1), inflight=inflight,
+    out = dict(makespan=makespan, makespan0=makespan0, busy_sum=busy.sum(axis=1),
                last_bwd=pt.rank_sum(B_eff + W_eff), pure=mb * (np.where(on_star, F + Bk + W, 0.0)).sum(axis=1))
     per_cat = {"tp": (st["tp_f"], st["tp_b"]), "cp": (st["cp_f"], st["cp_b"]), "ep": (st["ep_f"], st["ep_b"]),
                "zero3": (zf, zb)}
@@ -378,11 +371,43 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
     return out
 
 
+def _inflight(opt, pt, *, sched, pp, chunks, m) -> np.ndarray:
+    """Peak in-flight microbatches per rank (N, P) of N rows, 0 on padding: counted on the replayed
+    schedule order (the shape's tables: (chunk, microbatch) pairs / chunks per rank), or the memory
+    model's closed forms with `pipeline="analytic"`; PipeDream's steady state holds min(p − i, m) on
+    rank i (memory/inflight.py). A function of the schedule shape and m only, so it is known before
+    any time is."""
+    n, P = len(sched), pt.padded_ranks
+    inflight = np.zeros((n, P))
+    pdm = sched == "pipedream"
+    if pdm.any():
+        idx = np.flatnonzero(pdm)
+        inflight[idx] = np.where(pt.rank_valid[idx], np.minimum(pp[idx, None] - np.arange(P), m[idx, None]), 0.0)
+    if opt.pipeline == "analytic":
+        from .memory.inflight import inflight_microbatches
+
+        for _, idx in _categories(pt.shape_index):  # per shape (the closed forms take one schedule)
+            sch, p, v = sched[idx[0]], int(pp[idx[0]]), int(chunks[idx[0]])
+            if sch != "pipedream":
+                inflight[idx, :p] = inflight_microbatches(sch, pp=p, num_microbatches=m[idx], vpp=v)
+        return inflight
+    idx = np.flatnonzero(~pdm)
+    if len(idx):
+        k_first, sid = distinct_rows(pt.shape_index[idx], m[idx])  # one schedule shape per (shape, m)
+        counts_k = np.zeros((len(k_first), P))
+        for k, i in enumerate(idx[k_first]):
+            sc, p, v = sched[i], int(pp[i]), int(chunks[i])
+            counts_k[k, :p] = _shape_tables(sc, p, int(m[i]), v).inflight / chunks_per_rank(sc, v)
+        inflight[idx] = counts_k[sid]
+    return inflight
+
+
 def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus: int, pp=1, vpp=1,
                      schedule="1f1b", zero=0, recompute="none", sequence_parallel=False,
                      cp_algorithm: str = "ring", dp_mode: str = "ddp", shard_group_size: int | None = None,
                      layers_per_stage=None, tp=1, dp=1, cp=1, ep=1, micro_batch_size=1,
-                     options: EstimateOptions | None = None, inference: bool = False) -> pd.DataFrame:
+                     options: EstimateOptions | None = None, inference: bool = False,
+                     time_infeasible: bool = True) -> pd.DataFrame:
     """Memory and time of N layouts, one row each, in one vectorised pass.
 
     Every layout field (tp, pp, dp, cp, ep, vpp, micro_batch_size, zero, recompute,
@@ -392,7 +417,10 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     Layouts of different pipeline shapes are padded to a common width (structure.pipeline_table);
     the replays of all of them run in one compiled pass (pipeline.makespan_multi), once per distinct
     set of stage times. The caller guarantees validity (spec/validate.py); rows that do not fit HBM
-    are `feasible=False` with a `reason`, never an exception.
+    are `feasible=False` with a `reason`, never an exception. Memory comes first (it needs only the
+    schedule shape's in-flight counts); with `time_infeasible=False` the time is worked out only for
+    the rows that fit, and the time and throughput columns of the others are NaN (a sweep's default:
+    most of a large space does not fit, and its time would be that of a run that cannot start).
     """
     opt = options or EstimateOptions()
     given = dict(tp=tp, dp=dp, cp=cp, ep=ep, micro_batch_size=micro_batch_size, zero=zero, pp=pp, vpp=vpp,
@@ -417,15 +445,62 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                                    cp_algorithm=cp_algorithm, dp_mode=dp_mode, shard_group_size=shard_group_size,
                                    layers_per_stage=_objects([splits[i] for i in idx]),
                                    tp=tp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], micro_batch_size=mbs[idx],
-                                   options=opt, inference=inference)
+                                   options=opt, inference=inference, time_infeasible=time_infeasible)
             parts.append(sub.set_index(idx))
         return pd.concat(parts).sort_index().reset_index(drop=True)
-    B, s, ab = training.global_batch_size, training.seq_length, training.activation_bytes
+    B, s = training.global_batch_size, training.seq_length
     m = B // (dp * mbs)
     rec_c = pd.factorize(rec)[0]  # integer codes: grouping by them is much faster than by strings
     chunks = np.where(sched == "interleaved", vppa, 1)
     pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=splits)
-    P = pt.padded_ranks
+
+    # memory first, with the in-flight microbatches of the replayed schedule order (known from the shape)
+    inflight = _inflight(opt, pt, sched=sched, pp=ppa, chunks=chunks, m=m)
+    mem = stage_memory_arrays(model, training, tp=tp, pp=ppa, dp=dp, cp=cp, ep=ep, vpp=chunks, micro_batch_size=mbs,
+                              num_microbatches=m, zero=zz, shard_group_size=shard_group_size, recompute=rec,
+                              sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
+                              placement=pt.classes, rank_class=pt.rank_class, worst_of=pt.rank_valid)
+    worst = mem["worst_stage"]
+    out = {k: mem[k] for k in MEMORY_FIELDS}
+    feasible = out["peak_bytes"] <= hardware.hbm_bytes
+    reason = _reasons(out, feasible, worst, hardware.hbm_bytes)
+
+    # then the time, of every row or (time_infeasible=False) of the rows that fit
+    every = time_infeasible or feasible.all()
+    r = slice(None) if every else np.flatnonzero(feasible)
+    t = {k: np.full(n, np.nan) for k in TIME_FIELDS}
+    if every or len(r):
+        got = _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_group_size,
+                          pt if every else pt.take(r), tp=tp[r], dp=dp[r], cp=cp[r], ep=ep[r], mbs=mbs[r], zz=zz[r],
+                          pp=ppa[r], sched=sched[r], rec=rec[r], rec_c=rec_c[r], sp=spa[r], chunks=chunks[r], m=m[r])
+        for k in TIME_FIELDS:
+            t[k][r] = got[k]
+    step = t["step_s"]
+
+    model_flops, hw_flops = np.zeros(n), np.zeros(n)
+    for _, idx in _categories(rec_c):
+        model_flops[idx], hw_flops[idx] = step_flops(model, training, recompute=rec[idx[0]])
+    peak_flops = mfu_peak_flops(hardware, training)
+    tokens = B * s
+    return pd.DataFrame({
+        "tp": tp, "pp": ppa, "dp": dp, "cp": cp, "ep": ep, "vpp": vppa, "micro_batch_size": mbs,
+        "num_microbatches": m, "zero": zz, "recompute": text_column(rec), "sequence_parallel": spa, "schedule": text_column(sched),
+        **t,
+        "tokens_per_s": tokens / step,
+        "model_tflops_per_gpu": model_flops / (step * num_gpus) / 1e12,
+        "hardware_tflops_per_gpu": hw_flops / (step * num_gpus) / 1e12,
+        "mfu": model_flops / (step * num_gpus * peak_flops),
+        "hfu": hw_flops / (step * num_gpus * peak_flops),
+        **out, "worst_stage": worst, "feasible": feasible, "reason": text_column(reason),
+    })
+
+
+def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_group_size, pt, *, tp, dp, cp, ep, mbs,
+                zz, pp, sched, rec, rec_c, sp, chunks, m) -> dict:
+    """Steps 1-5 of the module docstring for K rows with pipeline table `pt`: the step time and its
+    breakdown on the busiest rank, (K,) arrays named TIME_FIELDS."""
+    n = len(tp)
+    s, ab = training.seq_length, training.activation_bytes
     rows = np.arange(n)
     ep_ov = np.zeros(n)
     if model.is_moe and (ep > 1).any():
@@ -434,13 +509,13 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
 
     # 1-2. per-stage op times and the communication inside them, once per "base" row: the distinct inputs
     # they depend on (every field but ZeRO stage and schedule, plus the stage contents), then gathered
-    b_first, b_inv = distinct_rows(tp, cp, ep, dp, mbs, spa, rec_c, pt.content_index, ep_ov)
-    c_first, c_inv = distinct_rows(tp, cp, ep, dp, mbs, ppa, spa, rec_c)
+    b_first, b_inv = distinct_rows(tp, cp, ep, dp, mbs, sp, rec_c, pt.content_index, ep_ov)
+    c_first, c_inv = distinct_rows(tp, cp, ep, dp, mbs, pp, sp, rec_c)
     c = _layer_comm(model, training, hardware, opt, cp_algorithm, tp=tp[c_first], cp=cp[c_first], ep=ep[c_first],
-                    dp=dp[c_first], mbs=mbs[c_first], pp=ppa[c_first], sp=spa[c_first], rec=rec[c_first])
+                    dp=dp[c_first], mbs=mbs[c_first], pp=pp[c_first], sp=sp[c_first], rec=rec[c_first])
     bf = b_first
     st = _stage_times(model, training, hardware, opt, cp_algorithm, pt.take(bf), tp=tp[bf], cp=cp[bf], ep=ep[bf],
-                      mbs=mbs[bf], sp=spa[bf], rec=rec[bf], ep_ov=ep_ov[bf],
+                      mbs=mbs[bf], sp=sp[bf], rec=rec[bf], ep_ov=ep_ov[bf],
                       comm={k: v[c_inv[bf]] for k, v in c.items()})
 
     # parameters per rank class for ZeRO-3 gathers, DP traffic and the optimizer (spec/placement.py: one count)
@@ -459,7 +534,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         ptg = pt.take(g)
         ne_stage = ptg.stage_of_rank(ptg.of_class(ne_cls[g])) / ptg.chunks[:, None]
         z = comm.dp_comm(hardware, _col_span(_dp_spans(hardware, opt.placement, tp=tp[g], cp=cp[g], ep=ep[g], dp=dp[g],
-                                                       pp=ppa[g], shard_group_size=shard_group_size)[0]),
+                                                       pp=pp[g], shard_group_size=shard_group_size)[0]),
                          params_per_rank=ne_stage, grad_bytes_per_element=training.grad_bytes,
                          param_bytes_per_element=training.param_bytes, zero=3, num_microbatches=1, bucket_bytes=None,
                          replica_span=None)
@@ -477,10 +552,11 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     # 3. the pipeline, once per "time" row: distinct (base row, shape, ZeRO-3 exposure)
     T, t_inv = distinct_rows(b_inv, pt.shape_index, z3_id)
     tl = _pipeline_times(opt, pt.take(T), {k: v[b_inv[T]] for k, v in st.items()}, z3, z3_id[T], sched=sched[T],
-                         pp=ppa[T], chunks=chunks[T], m=m[T], p2p=c["p2p"][c_inv[T]])
+                         pp=pp[T], chunks=chunks[T], m=m[T], p2p=c["p2p"][c_inv[T]])
     makespan, busy_sum = tl["makespan"][t_inv], tl["busy_sum"][t_inv]
 
     # 4. data-parallel tail (per rank: its non-expert params over dp·cp, expert params over the EDP group)
+    P = pt.padded_ranks
     if dp_mode == "dataparallel":
         ne_rank, ex_rank = pt.of_class(ne_cls), pt.of_class(ex_cls)
         d = comm.data_parallel_single_process_comm(hardware, n_gpus=dp[:, None], params=ne_rank + ex_rank,
@@ -492,7 +568,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     else:
         # evaluated once per distinct (tp, cp, ep, dp, pipeline shape, zero): the traffic does not see the rest
         g, g_inv = distinct_rows(tp, cp, ep, dp, pt.shape_index, zz)
-        spans = _dp_spans(hardware, opt.placement, tp=tp[g], cp=cp[g], ep=ep[g], dp=dp[g], pp=ppa[g],
+        spans = _dp_spans(hardware, opt.placement, tp=tp[g], cp=cp[g], ep=ep[g], dp=dp[g], pp=pp[g],
                           shard_group_size=shard_group_size if (zz >= 1).any() else None)
         rs, ag = (pt.of_class(x[g_inv]) for x in _dp_traffic(hardware, training, opt, ne_cls[g], ex_cls[g], zz[g],
                                                               spans, shard_group_size))
@@ -500,6 +576,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
             exposed_rs = np.maximum(0.0, rs - tl["last_bwd"][t_inv])
             rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
         dp_tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
+    # 5. the optimizer step
     g, g_inv = distinct_rows(tp, cp, ep, dp, pt.shape_index, zz >= 1)
     sharded = zz[g] >= 1  # the optimizer step shards over (shard group or dp)·cp, experts over dp·cp/ep
     z_deg = np.where(sharded, (float(shard_group_size) if shard_group_size else dp[g]) * cp[g], 1.0)
@@ -521,38 +598,10 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     with np.errstate(invalid="ignore", divide="ignore"):
         # (clipped at 0: busy time and makespan are summed in different orders, so an idle-free pipeline can
         # come out at -1e-16)
-        bubble_fraction = np.where(makespan > 0, np.maximum(0.0, 1.0 - busy_sum / (ppa * makespan)), 0.0)
-    inflight = tl["inflight"][t_inv]
-
-    # 5. memory with the replayed in-flight microbatches
-    mem = stage_memory_arrays(model, training, tp=tp, pp=ppa, dp=dp, cp=cp, ep=ep, vpp=chunks, micro_batch_size=mbs,
-                              num_microbatches=m, zero=zz, shard_group_size=shard_group_size, recompute=rec,
-                              sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
-                              placement=pt.classes, rank_class=pt.rank_class, worst_of=pt.rank_valid)
-    worst = mem["worst_stage"]
-    out = {k: mem[k] for k in MEMORY_FIELDS}
-    feasible = out["peak_bytes"] <= hardware.hbm_bytes
-    reason = _reasons(out, feasible, worst, hardware.hbm_bytes)
-
-    model_flops, hw_flops = np.zeros(n), np.zeros(n)
-    for _, idx in _categories(rec_c):
-        model_flops[idx], hw_flops[idx] = step_flops(model, training, recompute=rec[idx[0]])
-    peak_flops = mfu_peak_flops(hardware, training)
-    tokens = B * s
-    return pd.DataFrame({
-        "tp": tp, "pp": ppa, "dp": dp, "cp": cp, "ep": ep, "vpp": vppa, "micro_batch_size": mbs,
-        "num_microbatches": m, "zero": zz, "recompute": text_column(rec), "sequence_parallel": spa, "schedule": text_column(sched),
-        "step_s": step, "compute_s": compute_s, "exposed_comm_s": exposed_comm, "bubble_s": bubble_s,
-        "bubble_fraction": bubble_fraction, "optimizer_s": optimizer,
-        **{f"exposed_{k}_s": exposed[k] for k in EXPOSED},
-        "tokens_per_s": tokens / step,
-        "model_tflops_per_gpu": model_flops / (step * num_gpus) / 1e12,
-        "hardware_tflops_per_gpu": hw_flops / (step * num_gpus) / 1e12,
-        "mfu": model_flops / (step * num_gpus * peak_flops),
-        "hfu": hw_flops / (step * num_gpus * peak_flops),
-        **out, "worst_stage": worst, "feasible": feasible, "reason": text_column(reason),
-    })
-
+        bubble_fraction = np.where(makespan > 0, np.maximum(0.0, 1.0 - busy_sum / (pp * makespan)), 0.0)
+    return {"step_s": step, "compute_s": compute_s, "exposed_comm_s": exposed_comm, "bubble_s": bubble_s,
+            "bubble_fraction": bubble_fraction, "optimizer_s": optimizer,
+            **{f"exposed_{k}_s": exposed[k] for k in EXPOSED}}
 
 evaluate_layouts.array_fields = True  # sweep.evaluate_candidates: every layout field may be an array
 
@@ -633,15 +682,9 @@ def _reasons(out: dict, feasible: np.ndarray, worst_stage: np.ndarray, hbm_bytes
     stage = worst_stage[bad]
     first, inv = distinct_rows(big, big_d, peak_d, stage)  # many rows share a message: format each once
     hbm = f"{hbm_bytes / gib:.1f}"
-    names = np.array([_COMPONENT_LABEL[c] for c in comps])
-
-    def tenths(x):  # integer tenths -> "12.3", formatted by numpy's string ufuncs, not in a Python loop
-        return np.char.add(np.char.add((x // 10).astype(str), "."), (x % 10).astype(str))
-
-    parts = [names[big[first]], ": ", tenths(big_d[first]), " GiB of ", tenths(peak_d[first]),
-             f" GiB peak > {hbm} GiB HBM (stage ", stage[first].astype(str), ")"]
-    text = parts[0]
-    for p in parts[1:]:
-        text = np.char.add(text, p)
-    reason[bad] = text.astype(object)[inv]
+    names = [_COMPONENT_LABEL[c] for c in comps]
+    text = np.empty(len(first), dtype=object)
+    text[:] = [f"{names[b]}: {x // 10}.{x % 10} GiB of {y // 10}.{y % 10} GiB peak > {hbm} GiB HBM (stage {j})"
+               for b, x, y, j in zip(*(a[first].tolist() for a in (big, big_d, peak_d, stage)))]
+    reason[bad] = text[inv]
     return reason

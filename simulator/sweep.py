@@ -46,7 +46,9 @@ column ("7,8,...,7"; "" for an even split).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import inspect
 import json
 import math
 import multiprocessing as mp
@@ -591,8 +593,9 @@ def _evaluate_per_microbatch_count(m: np.ndarray, offset: int, call, reason: dic
 
 
 def rank_results(df: pd.DataFrame) -> pd.DataFrame:
-    """Sort: feasible first, tokens_per_s descending, then label and every layout field ascending
-    (a total order: identical inputs give identical rankings). Adds `label` if missing and a 1-based `rank`."""
+    """Sort: feasible first, tokens_per_s descending (untimed rows last), the layouts that do not fit
+    by peak memory ascending, then label and every layout field ascending (a total order: identical
+    inputs give identical rankings). Adds `label` if missing and a 1-based `rank`."""
     tput = df["tokens_per_s"].to_numpy(dtype=float)
 
     def key(v):  # strings by their sorted codes (same order as sorting the strings), numbers as they are
@@ -626,7 +629,11 @@ def rank_results(df: pd.DataFrame) -> pd.DataFrame:
             tie = None
             break
         tie = tie * span + (k - lo)
-    keys = [(~df["feasible"].to_numpy(dtype=bool)).astype(np.int8), -np.where(np.isnan(tput), -np.inf, tput)]
+    infeasible = ~df["feasible"].to_numpy(dtype=bool)
+    keys = [infeasible.astype(np.int8), -np.where(np.isnan(tput), -np.inf, tput)]
+    if "peak_bytes" in df:  # layouts that do not fit: the closest to fitting first
+        peak = df["peak_bytes"].to_numpy(dtype=float)
+        keys.append(np.where(infeasible, np.where(np.isnan(peak), np.inf, peak), 0.0))
     keys += [tie] if tie is not None else ties
     order = np.lexsort(keys[::-1])  # first key primary; stable
     out = df.drop(columns=[c for c in ("rank", "label") if c in df]).take(order).reset_index(drop=True)
@@ -667,14 +674,24 @@ def _rebuild(obj):
     return obj
 
 
+def _timing(evaluator: Callable, time_infeasible: bool) -> Callable:
+    """`evaluator` with its `time_infeasible` keyword set, when it has one (estimate.evaluate_layouts)."""
+    fn = getattr(evaluator, "func", evaluator)
+    try:
+        takes = "time_infeasible" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a callable without a signature
+        takes = False
+    return functools.partial(evaluator, time_infeasible=time_infeasible) if takes else evaluator
+
+
 def _evaluate_chunk_task(ctx, cands: pd.DataFrame) -> pd.DataFrame:
     model, training, hardware, num_gpus, evaluator = (_rebuild(x) for x in ctx)
     return evaluate_candidates(model, training, hardware, num_gpus, cands, evaluator=evaluator)
 
 
-def _fingerprint(model, training, hardware, num_gpus, cands: pd.DataFrame, chunk_size: int) -> str:
+def _fingerprint(model, training, hardware, num_gpus, cands: pd.DataFrame, settings) -> str:
     h = hashlib.sha256()
-    h.update(repr((model, training, getattr(hardware, "name", repr(hardware)), num_gpus, chunk_size)).encode())
+    h.update(repr((model, training, getattr(hardware, "name", repr(hardware)), num_gpus, settings)).encode())
     h.update(repr(hardware).encode())
     h.update(pd.util.hash_pandas_object(cands, index=False).to_numpy().tobytes())
     return h.hexdigest()
@@ -742,7 +759,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
               out: str | os.PathLike | None = None, chunk_size: int = 10_000, resume: bool = True,
               progress: bool | Callable[[int], None] = False, evaluator: Callable | None = None,
               keep_parts: bool = False, stop_after_chunks: int | None = None,
-              workers: int | None = None) -> pd.DataFrame:
+              workers: int | None = None, time_infeasible: bool = False) -> pd.DataFrame:
     """Enumerate, evaluate and rank every layout of `scenario` within `space`.
 
     - `space`: default `SweepSpace.from_table(scenario.sweep)`.
@@ -759,6 +776,9 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     - `evaluator`: the vectorised kernel (default `simulator.estimate.evaluate_layouts`).
     - `stop_after_chunks`: evaluate at most this many new chunks, then raise KeyboardInterrupt
       (tests and demos of resumption).
+    - `time_infeasible`: also work out the step time of the layouts that do not fit (default: their
+      time and throughput columns are NaN; memory is evaluated first and the time only where it fits,
+      which the kernel's `time_infeasible` does; an evaluator without that keyword times what it times).
     Returns the ranked DataFrame (`rank_results`), one row per layout.
     """
     if executor not in ("local", "dask"):
@@ -769,7 +789,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
         raise InputError(f"workers must be an integer >= 1, got {workers!r}")
     space = space if space is not None else SweepSpace.from_table(getattr(scenario, "sweep", {}))
     model, training, hardware, N = scenario.model, scenario.training, scenario.hardware, scenario.num_gpus
-    evaluator = evaluator or _default_evaluator()
+    evaluator = _timing(evaluator or _default_evaluator(), bool(time_infeasible))
     cands = enumerate_layouts(model, training, N, space, hardware=hardware)
     n = len(cands)
     nchunks = -(-n // chunk_size)
@@ -781,7 +801,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
         if suffix not in (".csv", ".parquet", ".pq"):
             raise InputError(f"--out must end in .csv or .parquet, got {str(out)!r}")
         parts = _parts_dir(out)
-        fp = _fingerprint(model, training, hardware, N, cands, chunk_size)
+        fp = _fingerprint(model, training, hardware, N, cands, (chunk_size, bool(time_infeasible)))
         manifest = parts / "manifest.json"
         if parts.exists() and not resume:
             shutil.rmtree(parts)

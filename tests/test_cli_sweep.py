@@ -138,6 +138,17 @@ def test_contract_command_with_the_real_kernel(tmp_path, capsys):
     assert df["feasible"].any()
     for c in ("label", "tp", "pp", "dp", "feasible", "reason", "step_s", "tokens_per_s", "mfu", "peak_bytes"):
         assert c in df.columns
+    # layouts that do not fit are not timed unless asked: empty time cells, listed closest to fitting first
+    bad = df[~df["feasible"]]
+    assert len(bad) and bad["step_s"].isna().all() and df.loc[df["feasible"], "step_s"].notna().all()
+    assert (bad["peak_bytes"].diff().dropna() >= 0).all()
+    code, text, err = run(["sweep", *FLAGS, "--time-infeasible", "--out", str(tmp_path / "all.csv"), "--top", "400"],
+                          capsys)
+    assert code == 0, err
+    full = pd.read_csv(tmp_path / "all.csv")
+    assert full["step_s"].notna().all() and len(full) == len(df)
+    pd.testing.assert_frame_equal(full[full["feasible"]].reset_index(drop=True), df[df["feasible"]].reset_index(drop=True),
+                                  check_dtype=False)
 
 
 def test_text_commands_load_no_plotting_library(tmp_path):

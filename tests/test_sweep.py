@@ -398,13 +398,28 @@ def test_vectorised_sweep_equals_estimate_row_by_row(gpus):
     sc = load_scenario(model="llama3-8b", hardware="dgx-h100", num_gpus=gpus, seq_length=4096,
                        global_batch_size=48 * gpus // 12, require_layout=False)
     space = SweepSpace(micro_batch_size=[1, 2], schedule=["1f1b", "interleaved", "zb-h1"], max_vpp=4)
-    df = run_sweep(sc, space)
+    df = run_sweep(sc, space, time_infeasible=True)
     assert len(df) > 300
     rows = df.iloc[np.linspace(0, len(df) - 1, 60).astype(int)]
+    bad = df[~df.feasible]
+    assert len(bad) > 10
+    rows = pd.concat([rows, bad.iloc[:: max(1, len(bad) // 10)]])  # and layouts that do not fit
     if gpus == 24:
         uneven = df[df.layers_per_stage != ""]
         assert set(uneven.layers_per_stage) == {"11,11,10"}
         rows = pd.concat([rows, uneven.iloc[:: max(1, len(uneven) // 10)]])
+    # the default sweep works out the time of the layouts that fit only: the same rows, in the same
+    # order among those that fit, with the same memory everywhere and no time where it does not fit
+    pruned = run_sweep(sc, space)
+    fit = df[df.feasible]
+    pd.testing.assert_frame_equal(pruned[pruned.feasible], fit)
+    keys = ["tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel",
+            "schedule", "layers_per_stage"]
+    a, b = (x[~x.feasible].sort_values(keys).reset_index(drop=True) for x in (pruned, df))
+    pd.testing.assert_frame_equal(a[keys + ["peak_bytes", "reason"]], b[keys + ["peak_bytes", "reason"]])
+    assert a[["step_s", "tokens_per_s", "mfu", "bubble_fraction"]].isna().all().all()
+    peaks = pruned[~pruned.feasible].peak_bytes.dropna().to_numpy()  # untimed: the closest to fitting first
+    assert len(peaks) > 10 and (np.diff(peaks) >= 0).all()
     for _, r in rows.iterrows():
         split = tuple(int(x) for x in r.layers_per_stage.split(",")) if r.layers_per_stage else None
         lay = Layout(num_gpus=sc.num_gpus, tp=int(r.tp), pp=int(r.pp), dp=int(r.dp), cp=int(r.cp), ep=int(r.ep),

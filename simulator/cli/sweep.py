@@ -74,10 +74,13 @@ def _fmt_table(df, top: int) -> str:
     head = (f"{'rank':>5} {'label':<24} {'choices':<32} {'tokens/s':>12} {'MFU':>6} {'step s':>9} "
             f"{'bubble':>7} {'peak GiB':>9}  feasible")
     lines = [head]
+    def num(x, spec, width):  # "-" where there is no value (a layout that does not fit is not timed)
+        return f"{x:{spec}}" if x == x else f"{'-':>{width}}"
+
     for _, r in d.iterrows():
         bub = r.get("bubble_fraction", float("nan"))
-        lines.append(f"{int(r['rank']):>5} {r['label']:<24} {short_variant(r):<32} {r['tokens_per_s']:>12,.0f} "
-                     f"{100 * r['mfu']:>5.1f}% {r['step_s']:>9.3f} {100 * bub:>6.1f}% "
+        lines.append(f"{int(r['rank']):>5} {r['label']:<24} {short_variant(r):<32} {num(r['tokens_per_s'], '>12,.0f', 12)} "
+                     f"{num(r['mfu'], '>6.1%', 6)} {num(r['step_s'], '>9.3f', 9)} {num(bub, '>7.1%', 7)} "
                      f"{r['peak_bytes'] / 2**30:>9.1f}  {'yes' if r['feasible'] else 'no: ' + str(r['reason'])}")
     return "\n".join(lines)
 
@@ -103,8 +106,11 @@ def _fmt_table(df, top: int) -> str:
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="reuse finished chunks in OUT.parts/ of an interrupted run")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: when a terminal)")
+@click.option("--time-infeasible", is_flag=True, default=False,
+              help="also work out the step time of layouts that do not fit in memory (default: their time "
+                   "columns are empty; memory is checked first)")
 def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_size, resume, progress, max_tp_within_node,
-          uneven_layers, **kwargs):
+          uneven_layers, time_infeasible, **kwargs):
     """Evaluate every valid layout (tp·cp·pp·dp, ep, vpp, micro-batch, ZeRO, recompute, sequence
     parallelism, schedule) and rank them by tokens/s among those that fit.
 
@@ -136,7 +142,7 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
         progress = sys.stderr.isatty()
     t0 = time.perf_counter()
     df = run_sweep(sc, space, executor=executor, scheduler=scheduler, out=out, chunk_size=chunk_size,
-                   resume=resume, progress=progress, workers=workers)
+                   resume=resume, progress=progress, workers=workers, time_infeasible=time_infeasible)
     dt = time.perf_counter() - t0
     nfeas = int(df["feasible"].sum()) if len(df) else 0
     if fmt == "json":
