@@ -55,35 +55,34 @@ def _program(H: int, h: int, C: int) -> np.ndarray:
                  ([(_W, -1, 0)], h + 1))
 
 
-def _realise(prog: np.ndarray, phase_stage, phase_mb_offset, microbatches_per_phase) -> np.ndarray:
-    """Turn a step program into op rows (kind index, stage, microbatch, includes_weight, paired):
-    per-(kind, phase) microbatch counters; each W takes the oldest pending split B (first in, first
-    out: the k-th W of the rank is the weight gradient of its k-th split B)."""
-    kind, phase, split = prog.T
+def _realise(progs: list, phase_stage: np.ndarray, phase_mb_offset: np.ndarray, microbatches_per_phase: int) -> tuple:
+    """Turn every rank's step program into `Schedule.columns` (kind index, stage, microbatch, includes
+    weight, paired; ops per rank), all ranks at once: per-(rank, kind, phase) microbatch counters
+    (`phase_stage`, `phase_mb_offset`: (ranks, 2) per phase); each W takes its rank's oldest pending
+    split B (first in, first out: the k-th W of a rank is the weight gradient of its k-th split B)."""
+    counts = np.array([len(p) for p in progs], dtype=np.int64)
+    rank = np.repeat(np.arange(len(progs)), counts)
+    kind, phase, split = np.concatenate(progs).T
     paired = kind == _P
     kind = np.where(paired, _F, kind)
     fb = kind != _W
-    j = running_count(np.where(fb, kind * 2 + np.maximum(phase, 0), -1))  # W's counts are not used
-    assert (j[fb] < microbatches_per_phase).all()
     ph = np.maximum(phase, 0)
-    stage = np.asarray(phase_stage)[ph]
-    mb = np.asarray(phase_mb_offset)[ph] + j
+    j = running_count(np.where(fb, 4 * rank + 2 * kind + ph, -1))  # W's counts are not used
+    assert (j[fb] < microbatches_per_phase).all()
+    stage = np.asarray(phase_stage)[rank, ph]
+    mb = np.asarray(phase_mb_offset)[rank, ph] + j
     is_w = kind == _W
     split_b = (kind == _B) & (split == 1)
-    if (np.cumsum(split_b)[is_w] < np.arange(1, int(is_w.sum()) + 1)).any():  # the k-th W needs k split B's before it
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    done_b, done_w = np.cumsum(split_b), np.cumsum(is_w)  # per rank: minus the count before its first op
+    done_b, done_w = done_b - (done_b - split_b)[first][rank], done_w - (done_w - is_w)[first][rank]
+    if (done_b[is_w] < done_w[is_w]).any():  # the k-th W of a rank needs k split B's of that rank before it
         raise AssertionError("dualpipe: W with no pending split backward")
-    if is_w.sum() != split_b.sum():
+    if (np.bincount(rank[is_w], minlength=len(progs)) != np.bincount(rank[split_b], minlength=len(progs))).any():
         raise AssertionError("dualpipe: a split backward without its W")
-    src = np.flatnonzero(split_b)
+    src = np.flatnonzero(split_b)  # rank by rank, in order: the k-th W overall is the k-th split B overall
     stage[is_w], mb[is_w] = stage[src], mb[src]
-    return np.stack([kind, stage, mb, (kind == _B) & (split == 0), paired], axis=1).astype(np.int64)
-
-
-def _columns(ranks: list[np.ndarray]) -> tuple:
-    """`Schedule.columns` from per-rank op rows."""
-    table = np.concatenate(ranks)
-    return (table[:, 0], table[:, 1], table[:, 2], table[:, 3].astype(bool), table[:, 4].astype(bool),
-            np.array([len(ops) for ops in ranks], dtype=np.int64))
+    return kind, stage, mb, (kind == _B) & (split == 0), paired, counts
 
 
 def build_dualpipe(*, pp: int, microbatches: int, vpp: int = 1):
@@ -95,17 +94,15 @@ def build_dualpipe(*, pp: int, microbatches: int, vpp: int = 1):
     if microbatches % 2 or microbatches < 2 * pp:
         raise InputError(f"dualpipe: microbatches must be even and >= 2*pp = {2 * pp}, got {microbatches}")
     H, C = pp // 2, microbatches // 2
-    ranks = []
-    for r in range(pp):
-        h = min(r, pp - 1 - r)
-        second_half = r >= H
-        # direction 0 enters at rank 0 (stage s on rank s), direction 1 at rank p-1 (stage s on p-1-s)
-        direction = {0: int(second_half), 1: 1 - int(second_half)}
-        stage = [r if direction[ph] == 0 else pp - 1 - r for ph in (0, 1)]
-        offset = [direction[ph] * C for ph in (0, 1)]
-        ranks.append(_realise(_program(H, h, C), stage, offset, C))
+    r = np.arange(pp)
+    h = np.minimum(r, pp - 1 - r)  # ranks r and p-1-r run the same program
+    progs = [_program(H, int(x), C) for x in range(H)]
+    # phase 0's direction: 0 (entering at rank 0, stage s on rank s) on the first half of the ranks, 1
+    # (entering at rank p-1, stage s on rank p-1-s) on the second; phase 1 the other one
+    direction = np.stack([r >= H, r < H], axis=1).astype(np.int64)
+    stage = np.where(direction == 0, r[:, None], pp - 1 - r[:, None])
     return make_schedule("dualpipe", num_stages=pp, num_microbatches=microbatches, chunks_per_rank=2,
-                         columns=_columns(ranks))
+                         columns=_realise([progs[x] for x in h], stage, direction * C, C))
 
 
 def build_dualpipev(*, pp: int, microbatches: int, vpp: int = 2):
@@ -114,8 +111,8 @@ def build_dualpipev(*, pp: int, microbatches: int, vpp: int = 2):
         raise InputError(f"dualpipev: holds exactly 2 chunks per rank; vpp must be 1 or 2, got {vpp}")
     if microbatches < 2 * pp:
         raise InputError(f"dualpipev: microbatches must be >= 2*pp = {2 * pp}, got {microbatches}")
-    ranks = []
-    for r in range(pp):
-        ranks.append(_realise(_program(pp, r, microbatches), [r, 2 * pp - 1 - r], [0, 0], microbatches))
+    r = np.arange(pp)
     return make_schedule("dualpipev", num_stages=2 * pp, num_microbatches=microbatches, chunks_per_rank=2,
-                         columns=_columns(ranks))
+                         columns=_realise([_program(pp, int(x), microbatches) for x in r],
+                                          np.stack([r, 2 * pp - 1 - r], axis=1), np.zeros((pp, 2), dtype=np.int64),
+                                          microbatches))

@@ -14,7 +14,7 @@ Per-rank phases (the order of `torch.distributed.pipelining.ScheduleZBVZeroBubbl
 import numpy as np
 
 from ..errors import InputError
-from .op import KIND_INDEX, check_counts, make_schedule, rank_columns, running_count, tiled
+from .op import KIND_INDEX, check_counts, make_schedule, running_count, tiled
 
 
 def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
@@ -24,29 +24,38 @@ def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
     m = microbatches
     n = max(m, 2 * pp - 1)
     F, B, W = KIND_INDEX["F"], KIND_INDEX["B"], KIND_INDEX["W"]
-    ranks = []
+    progs = []
     for r in range(pp):
         c0, c1 = r, 2 * pp - 1 - r
         # phase 4 runs while forwards remain: first with a c0 forward each (until n are in), then without
         # until c1 has caught up with c0
         f0, f1 = 2 * (pp - r) - 1 + r, pp
         a = max(0, n - f0)
-        t = tiled(([(F, c0)], 2 * (pp - r) - 1),
-                  ([(F, c1), (F, c0)], r),
-                  ([(F, c1), (B, c1), (W, c1)], pp - r),
-                  ([(F, c0), (B, c0), (W, c0), (F, c1), (B, c1), (W, c1)], a),
-                  ([(B, c0), (W, c0), (F, c1), (B, c1), (W, c1)], max(0, max(f0, n) - (f1 + a))),
-                  ([(B, c0), (B, c1)], r),
-                  ([(B, c0), (W, c0)], pp - r))
-        kind, chunk = t[:, 0], t[:, 1]
-        j = running_count(kind * 2 * pp + chunk)  # microbatch numbers: per-(kind, chunk) running counts
-        # trailing W's: c1 first, then c0
-        tail = [(np.full(hi - lo, W), np.full(hi - lo, c), np.arange(lo, hi)) for c in (c1, c0)
-                for lo, hi in [(int(((kind == W) & (chunk == c)).sum()), int(((kind == B) & (chunk == c)).sum()))]]
-        kind = np.concatenate([kind] + [x[0] for x in tail])
-        chunk = np.concatenate([chunk] + [x[1] for x in tail])
-        j = np.concatenate([j] + [x[2] for x in tail])
-        keep = j < m  # slots beyond the m microbatches are dropped
-        ranks.append((kind[keep], chunk[keep], j[keep]))
-    return make_schedule("zb-v", num_stages=2 * pp, num_microbatches=m, chunks_per_rank=2,
-                         columns=rank_columns(ranks, split=True))
+        progs.append(tiled(([(F, c0)], 2 * (pp - r) - 1),
+                           ([(F, c1), (F, c0)], r),
+                           ([(F, c1), (B, c1), (W, c1)], pp - r),
+                           ([(F, c0), (B, c0), (W, c0), (F, c1), (B, c1), (W, c1)], a),
+                           ([(B, c0), (W, c0), (F, c1), (B, c1), (W, c1)], max(0, max(f0, n) - (f1 + a))),
+                           ([(B, c0), (B, c1)], r),
+                           ([(B, c0), (W, c0)], pp - r)))
+    # every rank at once: a chunk belongs to one rank, so per-(kind, chunk) running counts are the
+    # microbatch numbers of each rank's program
+    rank = np.repeat(np.arange(pp), [len(t) for t in progs])
+    kind, chunk = np.concatenate(progs).T
+    j = running_count(kind * 2 * pp + chunk)
+    # trailing W's of each rank: chunk c1's pending ones, then c0's (microbatches #W..#B-1 of the chunk)
+    done_w = np.bincount(chunk[kind == W], minlength=2 * pp)
+    pend = np.bincount(chunk[kind == B], minlength=2 * pp) - done_w
+    tail_chunk = np.stack([2 * pp - 1 - np.arange(pp), np.arange(pp)], axis=1).ravel()  # rank-major: c1, c0
+    size = pend[tail_chunk]
+    t_chunk = np.repeat(tail_chunk, size)
+    t_j = np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size) + np.repeat(done_w[tail_chunk], size)
+    t_rank = np.repeat(np.arange(pp), size.reshape(pp, 2).sum(axis=1))
+    order = np.argsort(np.concatenate([rank, t_rank]), kind="stable")  # each rank: its program, then its W's
+    kind, chunk, j, rank = (np.concatenate(x)[order] for x in ((kind, np.full(len(t_chunk), W)), (chunk, t_chunk),
+                                                               (j, t_j), (rank, t_rank)))
+    keep = j < m  # slots beyond the m microbatches are dropped
+    n_ops = int(keep.sum())  # B and W split (no B includes W); no paired ops
+    columns = (kind[keep], chunk[keep], j[keep], np.zeros(n_ops, bool), np.zeros(n_ops, bool),
+               np.bincount(rank[keep], minlength=pp))
+    return make_schedule("zb-v", num_stages=2 * pp, num_microbatches=m, chunks_per_rank=2, columns=columns)
