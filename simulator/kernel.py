@@ -17,14 +17,17 @@ Composition (formulas.md §7.4, made concrete):
    The exposed parts are added to F and B.
 3. The pipeline: the schedule's op order replayed on those durations with the PP p2p time per
    boundary (pipeline.makespan_multi: the engine's exact fast path, all schedule shapes in one
-   compiled pass), giving the makespan, busy time per rank and the peak in-flight microbatches per
-   rank (which the memory model uses). PipeDream (asynchronous, no flush) runs at its steady state:
-   m × the slowest stage's F+B+W.
+   compiled pass), giving the makespan and the busy time per rank. PipeDream (asynchronous, no
+   flush) runs at its steady state: m × the slowest stage's F+B+W.
 4. The data-parallel tail: DDP all-reduce / ZeRO-1,2 reduce-scatter (+ parameter all-gather) of the
    gradients, overlapped with the last microbatch's backward when `grad_reduce_overlap` (Megatron
    `--overlap-grad-reduce`); the ZeRO-1/2 parameter all-gather is exposed unless
    `param_gather_overlap`. Asynchronous DP waits for nothing; single-process DataParallel is serial.
 5. The optimizer step (memory-bound, cost/compute.py), then the step ends.
+
+Memory (memory/breakdown.py) comes before all of this: it needs only the peak in-flight microbatches
+per rank, which the replayed op order fixes whatever the durations (the schedule shape's tables count
+them), so a sweep can skip steps 1-5 for the layouts that do not fit (`time_infeasible=False`).
 
 Breakdown (adds up exactly): step_s = compute_s + exposed_comm_s + bubble_s, where, on the busiest
 pipeline rank r*: compute_s = m·Σ(F+B+W) + optimizer_s; exposed_comm_s = comm inside its ops + the
