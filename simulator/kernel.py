@@ -310,8 +310,8 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
     """Step 3 for K rows with table `pt` and stage times `st` (_stage_times of those rows; `z3`: the
     ZeRO-3 gather exposures, row i using z3[...][z3_id[i]] when z3_id[i] >= 0): the makespan with and
     without p2p (replayed, analytic, or PipeDream's steady state), busy time per rank, one
-    microbatch's backward per rank (`last_bwd`, for the DP overlap), and the
-    compute and exposed communication on the busiest rank (`pure`, `exposed_<category>`)."""
+    microbatch's backward per rank (`last_bwd`, for the DP overlap), and the compute and exposed
+    communication on the busiest rank (`pure`, `exposed_<category>`)."""
     n = len(sched)
     P = pt.padded_ranks
     F, Bk, W = st["F"], st["B"], st["W"]

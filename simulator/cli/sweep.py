@@ -74,6 +74,7 @@ def _fmt_table(df, top: int) -> str:
     head = (f"{'rank':>5} {'label':<24} {'choices':<32} {'tokens/s':>12} {'MFU':>6} {'step s':>9} "
             f"{'bubble':>7} {'peak GiB':>9}  feasible")
     lines = [head]
+
     def num(x, spec, width):  # "-" where there is no value (a layout that does not fit is not timed)
         return f"{x:{spec}}" if x == x else f"{'-':>{width}}"
 
