@@ -151,7 +151,8 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
     elif fmt == "csv":
         click.echo(df.head(top).to_csv(index=False), nl=False)
     else:
-        click.echo(f"{sc.name}: {len(df):,} layouts on {sc.num_gpus} GPUs, {nfeas:,} fit; "
+        untimed = "" if time_infeasible or nfeas == len(df) else " (only those timed; --time-infeasible times all)"
+        click.echo(f"{sc.name}: {len(df):,} layouts on {sc.num_gpus} GPUs, {nfeas:,} fit{untimed}; "
                    f"{dt:.2f} s ({len(df) / dt if dt > 0 else 0:,.0f} layouts/s)")
         if len(df) and top:
             click.echo(_fmt_table(df, top))
