@@ -462,7 +462,8 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     mem = stage_memory_arrays(model, training, tp=tp, pp=ppa, dp=dp, cp=cp, ep=ep, vpp=chunks, micro_batch_size=mbs,
                               num_microbatches=m, zero=zz, shard_group_size=shard_group_size, recompute=rec,
                               sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
-                              placement=pt.classes, rank_class=pt.rank_class, worst_of=pt.rank_valid)
+                              placement=pt.classes, rank_class=pt.rank_class, worst_of=pt.rank_valid,
+                              inflight_key=distinct_rows(pt.shape_index, m)[1])  # in-flight: one per (shape, m)
     worst = mem["worst_stage"]
     out = {k: mem[k] for k in MEMORY_FIELDS}
     feasible = out["peak_bytes"] <= hardware.hbm_bytes

@@ -170,34 +170,44 @@ def test_worst_stage_form_picks_the_per_stage_maximum():
         assert np.array_equal(worst[k], full[k][np.arange(5), w]), k
 
 
+@pytest.mark.parametrize("flat", [False, True])
 @pytest.mark.parametrize("zero", [1, 3])
-def test_worst_stage_form_with_rank_classes_equals_the_per_rank_arrays(zero):
-    # the sweep's form (rank classes + worst_of) takes a shorter path (state summed per class, zero
-    # terms left out); it must give the per-rank arrays' values at their worst stage, bit for bit,
-    # with and without ZeRO-3 gather buffers, for pipelines of different depths padded together
+def test_worst_stage_form_with_rank_classes_equals_the_per_rank_arrays(zero, flat):
+    # the sweep's form (rank classes + worst_of) takes shorter paths (state summed per class, zero terms
+    # left out; with an in-flight key, each class evaluated only at its first rank with the most
+    # microbatches in flight); they must give the per-rank arrays' values at their worst stage, bit
+    # for bit, with and without ZeRO-3 gather buffers, for pipelines of different depths padded
+    # together, with in-flight counts falling along the pipeline (1F1B) or equal on every rank (GPipe:
+    # ranks of a class tie, the first one is the worst), rows sharing a key counted once
     from simulator.structure import pipeline_table
 
     m, tr = _l70()
-    pp, tp = np.array([2, 4, 8, 4]), np.array([8, 4, 2, 8])
+    pp, tp = np.tile([2, 4, 8, 4], 2), np.tile([8, 4, 2, 8], 2)
     dp = 512 // (pp * tp)
     mb = tr.global_batch_size // dp
-    sched = np.array(["1f1b", "interleaved", "1f1b", "zb-h1"], dtype=object)
+    sched = np.tile(np.array(["1f1b", "interleaved", "1f1b", "zb-h1"], dtype=object), 2)
     chunks = np.where(sched == "interleaved", 2, 1)
-    pt = pipeline_table(m, schedule=sched, pp=pp, chunks=chunks)
+    split = [None, None, None, (19, 21, 21, 19)] * 2  # the last layout's interior ranks hold the most layers
+    pt = pipeline_table(m, schedule=sched, pp=pp, chunks=chunks, layers_per_stage=split)
     P = pt.padded_ranks
-    inflight = np.where(pt.rank_valid, np.minimum(pp[:, None] - np.arange(P), mb[:, None]), 0.0)
+    per_rank = np.full((len(pp), P), 3.0) if flat else np.minimum(pp[:, None] - np.arange(P), mb[:, None])
+    inflight = np.where(pt.rank_valid, per_rank, 0.0)
     kw = dict(tp=tp, pp=pp, dp=dp, cp=1, ep=1, vpp=chunks, micro_batch_size=1, num_microbatches=mb, zero=zero,
-              recompute=np.array(["none", "selective", "full", "selective"], dtype=object), sequence_parallel=False,
-              schedule=sched, inflight_per_stage=inflight, placement=pt.classes, rank_class=pt.rank_class)
+              recompute=np.tile(np.array(["none", "selective", "full", "selective"], dtype=object), 2),
+              sequence_parallel=False, schedule=sched, inflight_per_stage=inflight, placement=pt.classes,
+              rank_class=pt.rank_class)
     full = stage_memory_arrays(m, tr, **kw)
-    worst = stage_memory_arrays(m, tr, **kw, worst_of=pt.rank_valid)
     w = np.argmax(np.where(pt.rank_valid, full["peak_bytes"], -np.inf), axis=1)
-    assert np.array_equal(worst["worst_stage"], w)
     rows = np.arange(len(w))
-    for k in ("peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
-              "other_bytes"):
-        assert np.array_equal(worst[k], full[k][rows, w]), k
-    assert (full["transient_bytes"] > 0).any() == (zero == 3)  # both branches of the short path ran
+    for key in (None, np.tile(np.arange(4), 2)):
+        worst = stage_memory_arrays(m, tr, **kw, worst_of=pt.rank_valid, inflight_key=key)
+        assert np.array_equal(worst["worst_stage"], w)
+        for k in ("peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+                  "kv_cache_bytes", "other_bytes"):
+            assert np.array_equal(worst[k], full[k][rows, w]), k
+    assert (full["transient_bytes"] > 0).any() == (zero == 3)  # both branches of the short paths ran
+    if flat:  # equal in-flight counts: the first rank of a class wins its ties (rank 1 of ranks 1 and 2)
+        assert w[3] == w[7] == 1
 
 
 def test_sweep_form_evaluates_a_million_layouts_quickly():

@@ -133,7 +133,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                         sequence_parallel: bool = False, schedule: str = "1f1b", layers_per_stage=None,
                         inference: bool = False, inflight_per_stage=None,
                         overheads: Overheads | None = None, placement=None, rank_class=None,
-                        worst_of=None) -> dict[str, np.ndarray]:
+                        worst_of=None, inflight_key=None) -> dict[str, np.ndarray]:
     """Per-stage memory of many layouts at once (vectorisation contract of the sweep).
 
     tp, dp, cp, ep, micro_batch_size, num_microbatches, zero, schedule, recompute and
@@ -147,7 +147,10 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     peak_bytes, host_bytes, overhead_bytes, transient_bytes, inflight_microbatches, layers, params.
     With `worst_of` (a mask of the real stages, shape of the result), only each layout's worst stage
     (highest peak among them, the first on ties): `worst_stage` and the six consumers and peak there,
-    shape (N,) — what a sweep keeps, without building the other per-stage arrays.
+    shape (N,) — what a sweep keeps, without building the other per-stage arrays. With rank classes,
+    `worst_of`, `inflight_per_stage` and `inflight_key` ((N,) integers; rows with equal keys have equal
+    in-flight, rank-class and `worst_of` rows, e.g. one key per schedule shape and microbatch count),
+    the worst stage is found per class (`_worst_by_class`), never building (N, P) arrays.
     """
     overheads = Overheads() if overheads is None else overheads
     _check_categorical(recompute=recompute, schedule=schedule, zero=zero)
@@ -201,9 +204,17 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         emb = per_mode(embedding_activation_bytes, rc=False)[..., None]
         head = per_mode(head_activation_bytes, rc=False)[..., None]
         loss_m = np.asarray(loss_inflight_microbatches(schedule, num_microbatches=num_microbatches))[..., None]
-        act = inflight * to_rank(pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb)
-        act = act + np.minimum(loss_m, np.maximum(inflight, 1.0)) * to_rank(pl.head * head)  # head: 0 or 1
+        per_mb = pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb  # one microbatch's bytes
         full = np.asarray(recompute) == "full"
+        if (worst_of is not None and rank_class is not None and inflight_key is not None
+                and inflight_per_stage is not None):
+            ws = working_set() * (full[..., None] if full.ndim else 1.0) if full.any() else None
+            got = _worst_by_class(overheads, st, per_mb, pl.head * head, ws, loss_m, inflight, inflight_key,
+                                  rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+            if got is not None:
+                return got
+        act = inflight * to_rank(per_mb)
+        act = act + np.minimum(loss_m, np.maximum(inflight, 1.0)) * to_rank(pl.head * head)  # head: 0 or 1
         if full.any():
             act = act + to_rank(working_set()) * (full[..., None] if full.ndim else 1.0)
         kv = zeros
@@ -257,6 +268,54 @@ def _worst_stage(overheads, st, act, to_rank, rank_class, worst_of, **degrees) -
     return {"worst_stage": w, "peak_bytes": peak[rows, w], "params_bytes": of_class(st["params"]),
             "grads_bytes": of_class(st["grads"]), "optimizer_bytes": of_class(st["optimizer"]),
             "activations_bytes": act[rows, w], "kv_cache_bytes": np.zeros(len(w)), "other_bytes": other[rows, w]}
+
+
+def _worst_by_class(overheads, st, per_mb, head, ws, loss_m, inflight, key, rank_class, worst_of, **degrees):
+    """The worst stage per rank class (None where this shortcut would not be exact).
+
+    Within a class every rank holds the same contents, so its peak (params + grads + optimizer +
+    activations + gather buffers + overhead_bytes, the sum of `_worst_stage`) differs only through
+    its in-flight microbatches i: activations = i·per_mb + min(loss_m, max(i, 1))·head (+ the full-
+    recompute working set), and the overhead grows with the tensor bytes. With per_mb > 0 the peak
+    rises strictly with i, so the class's worst rank is its first with the most microbatches in
+    flight; those ranks depend only on `key` (found once per distinct key), and each class's terms are
+    evaluated there with the same operations as the per-rank arrays (the same values to the last
+    bit). The worst stage is the class peak's maximum, the lowest rank on ties (the per-rank argmax)."""
+    n, q = len(rank_class), np.shape(per_mb)[-1]
+    rows = np.arange(n)
+    first, inv = distinct_rows(key)
+    infl_u, cls_u, ok_u = (np.asarray(x)[first] for x in (inflight, rank_class, worst_of))
+    rep_u = np.zeros((len(first), q), dtype=np.int64)  # each class's first rank with the most in flight
+    has_u = np.zeros((len(first), q), dtype=bool)
+    for c in range(q):
+        mine = np.where(ok_u & (cls_u == c), infl_u, -np.inf)
+        rep_u[:, c], has_u[:, c] = np.argmax(mine, axis=1), (ok_u & (cls_u == c)).any(axis=1)
+    rep, has = rep_u[inv], has_u[inv]
+    per_mb = np.broadcast_to(per_mb, (n, q))
+    if not (np.where(has, per_mb, 1.0) > 0).all():  # a class with nothing in flight: ranks tie, take the long way
+        return None
+    i = np.asarray(inflight)[rows[:, None], rep]
+    act = i * per_mb
+    act = act + np.minimum(loss_m, np.maximum(i, 1.0)) * head
+    if ws is not None:
+        act = act + ws
+    base = (st["params"] + st["grads"] + st["optimizer"]) + act
+    has_gather = bool(np.any(st["gather"]))
+    transient = np.broadcast_to(st["gather"], base.shape) if has_gather else None
+    tensor = base + transient if has_gather else base
+    over = overhead_bytes(overheads, tensor_bytes=tensor, **degrees)
+    other = transient + over if has_gather else over
+    peak = base + other
+    best = np.max(np.where(has, peak, -np.inf), axis=1)
+    at = np.where(has & (peak == best[:, None]), rep, np.iinfo(np.int64).max)
+    c = np.argmin(at, axis=1)  # the class holding the worst rank (the lowest rank among equal peaks)
+
+    def of_class(x):
+        return np.broadcast_to(x, (n, q))[rows, c]
+
+    return {"worst_stage": rep[rows, c], "peak_bytes": peak[rows, c], "params_bytes": of_class(st["params"]),
+            "grads_bytes": of_class(st["grads"]), "optimizer_bytes": of_class(st["optimizer"]),
+            "activations_bytes": act[rows, c], "kv_cache_bytes": np.zeros(n), "other_bytes": other[rows, c]}
 
 
 # ---- one layout ---------------------------------------------------------------------------------
