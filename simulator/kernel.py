@@ -119,9 +119,13 @@ def replayed_inflight_per_rank(layout: Layout, global_batch_size: int) -> np.nda
     microbatch) pairs, the memory model microbatches of a rank's whole share: divided by its chunks."""
     if layout.schedule == "pipedream":
         return None
+    return _shape_inflight(layout.schedule, layout.pp, layout.num_microbatches(global_batch_size), layout.vpp)
 
-    tables = _shape_tables(layout.schedule, layout.pp, layout.num_microbatches(global_batch_size), layout.vpp)
-    return np.asarray(tables.inflight, dtype=float) / chunks_per_rank(layout.schedule, layout.vpp)
+
+def _shape_inflight(schedule: str, pp: int, m: int, vpp: int) -> np.ndarray:
+    """(pp,) peak in-flight microbatches per rank of one replayed schedule shape: the engine's (chunk,
+    microbatch) pairs / chunks per rank."""
+    return np.asarray(_shape_tables(schedule, pp, m, vpp).inflight, dtype=float) / chunks_per_rank(schedule, vpp)
 
 
 def _ints(x, n):
@@ -399,8 +403,7 @@ def _inflight(opt, pt, *, sched, pp, chunks, m) -> np.ndarray:
         k_first, sid = distinct_rows(pt.shape_index[idx], m[idx])  # one schedule shape per (shape, m)
         counts_k = np.zeros((len(k_first), P))
         for k, i in enumerate(idx[k_first]):
-            sc, p, v = sched[i], int(pp[i]), int(chunks[i])
-            counts_k[k, :p] = _shape_tables(sc, p, int(m[i]), v).inflight / chunks_per_rank(sc, v)
+            counts_k[k, :pp[i]] = _shape_inflight(sched[i], int(pp[i]), int(m[i]), int(chunks[i]))
         inflight[idx] = counts_k[sid]
     return inflight
 

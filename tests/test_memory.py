@@ -210,6 +210,22 @@ def test_worst_stage_form_with_rank_classes_equals_the_per_rank_arrays(zero, fla
         assert w[3] == w[7] == 1
 
 
+def test_worst_stage_form_refuses_a_bad_inflight_key():
+    from simulator.structure import pipeline_table
+
+    m, tr = _l70()
+    pp = np.array([2, 4])
+    pt = pipeline_table(m, schedule=np.array(["1f1b", "1f1b"], dtype=object), pp=pp, chunks=np.array([1, 1]))
+    inflight = np.where(pt.rank_valid, 1.0, 0.0)
+    kw = dict(tp=8, pp=pp, dp=512 // (8 * pp), cp=1, ep=1, micro_batch_size=1, num_microbatches=8, zero=1,
+              schedule="1f1b", inflight_per_stage=inflight, placement=pt.classes, rank_class=pt.rank_class,
+              worst_of=pt.rank_valid)
+    for key in (np.array([0, 1, 2]), np.array([0.5, 1.0])):
+        with pytest.raises(InputError, match="inflight_key must be 2 integers") as e:
+            stage_memory_arrays(m, tr, **kw, inflight_key=key)
+        assert "\n" not in str(e.value)
+
+
 def test_sweep_form_evaluates_a_million_layouts_quickly():
     import time
 

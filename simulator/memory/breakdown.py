@@ -243,53 +243,67 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
             "layers": zeros + to_rank(pl.layers), "params": zeros + st["params_count"]}
 
 
+def _peak(overheads, pgo, act, gather, **degrees):
+    """(peak, other) from params + grads + optimizer `pgo`, activations `act` and the gather buffers
+    (None: none), elementwise: peak = params + grads + optimizer + activations (+ KV cache, zero in
+    training) + other, other = gather buffers + overhead_bytes(tensor bytes) (MemoryBreakdown;
+    formulas.md §3.1, §3.8). Without ZeRO-3 the zero gather buffers are left out of the sums (adding
+    +0.0 changes nothing), so every value equals the full per-stage arrays' to the last bit."""
+    base = pgo + act
+    tensor = base + gather if gather is not None else base
+    over = overhead_bytes(overheads, tensor_bytes=tensor, **degrees)
+    other = gather + over if gather is not None else over
+    return base + other, other
+
+
+def _at_worst(st, at, cls, peak, act, other) -> dict:
+    """The six consumers and the peak at column `at` (N,) of peak, act and other (per rank or per
+    class), with params, grads and optimizer of class `cls` (N,) (st holds them per class)."""
+    rows = np.arange(len(at))
+
+    def of_class(x):
+        return np.broadcast_to(x, (len(at), np.shape(x)[-1]))[rows, cls]
+
+    return {"peak_bytes": peak[rows, at], "params_bytes": of_class(st["params"]),
+            "grads_bytes": of_class(st["grads"]), "optimizer_bytes": of_class(st["optimizer"]),
+            "activations_bytes": act[rows, at], "kv_cache_bytes": np.zeros(len(at)), "other_bytes": other[rows, at]}
+
+
 def _worst_stage(overheads, st, act, to_rank, rank_class, worst_of, **degrees) -> dict:
     """`stage_memory_arrays(worst_of=...)` of training rows with rank classes, in fewer passes over the
     (N, P) rank arrays: params + grads + optimizer summed per class, then gathered (the gather commutes
-    with the sums, so every value is the same to the last bit), the all-zero KV cache and, without
-    ZeRO-3, the zero gather buffers left out of the sums (adding +0.0 changes nothing); the consumers
-    at the worst stage read from their class. peak = params + grads + optimizer + activations + KV
-    cache + other, other = gather buffers + overhead_bytes (MemoryBreakdown; formulas.md §3.1, §3.8)."""
+    with the sums, so every value is the same to the last bit), the peak by `_peak`; the consumers at
+    the worst stage (the first on ties) read from their class."""
     pgo = to_rank(st["params"] + st["grads"] + st["optimizer"]).reshape(act.shape)
-    base = pgo + act  # params + grads + optimizer + activations (+ KV cache, zero here)
-    has_gather = bool(np.any(st["gather"]))
-    transient = to_rank(st["gather"]).reshape(act.shape) if has_gather else None
-    tensor = base + transient if has_gather else base
-    over = overhead_bytes(overheads, tensor_bytes=tensor, **degrees)
-    other = transient + over if has_gather else over
-    peak = base + other
+    gather = to_rank(st["gather"]).reshape(act.shape) if np.any(st["gather"]) else None
+    peak, other = _peak(overheads, pgo, act, gather, **degrees)
     w = np.argmax(np.where(worst_of, peak, -np.inf), axis=-1)
-    rows = np.arange(len(w))
-    cls = rank_class[rows, w]  # the worst rank's class
-
-    def of_class(x):
-        return np.broadcast_to(x, (len(w), np.shape(x)[-1]))[rows, cls]
-
-    return {"worst_stage": w, "peak_bytes": peak[rows, w], "params_bytes": of_class(st["params"]),
-            "grads_bytes": of_class(st["grads"]), "optimizer_bytes": of_class(st["optimizer"]),
-            "activations_bytes": act[rows, w], "kv_cache_bytes": np.zeros(len(w)), "other_bytes": other[rows, w]}
+    return {"worst_stage": w, **_at_worst(st, w, rank_class[np.arange(len(w)), w], peak, act, other)}
 
 
 def _worst_by_class(overheads, st, per_mb, head, ws, loss_m, inflight, key, rank_class, worst_of, **degrees):
     """The worst stage per rank class (None where this shortcut would not be exact).
 
-    Within a class every rank holds the same contents, so its peak (params + grads + optimizer +
-    activations + gather buffers + overhead_bytes, the sum of `_worst_stage`) differs only through
-    its in-flight microbatches i: activations = i·per_mb + min(loss_m, max(i, 1))·head (+ the full-
-    recompute working set), and the overhead grows with the tensor bytes. With per_mb > 0 the peak
-    rises strictly with i, so the class's worst rank is its first with the most microbatches in
-    flight; those ranks depend only on `key` (found once per distinct key), and each class's terms are
-    evaluated there with the same operations as the per-rank arrays (the same values to the last
-    bit). The worst stage is the class peak's maximum, the lowest rank on ties (the per-rank argmax)."""
+    Within a class every rank holds the same contents, so its peak (`_peak`) differs only through its
+    in-flight microbatches i: activations = i·per_mb + min(loss_m, max(i, 1))·head (+ the full-
+    recompute working set `ws`; formulas.md §3.4-3.5), and overhead_bytes grows with the tensor bytes.
+    With per_mb > 0 the peak rises strictly with i, so the class's worst rank is its first with the
+    most microbatches in flight; those ranks depend only on `key` (found once per distinct key), and
+    each class's terms are evaluated there with the same operations as the per-rank arrays (the same
+    values to the last bit). The worst stage is the class peaks' maximum, the lowest rank on ties (as
+    the per-rank argmax)."""
     n, q = len(rank_class), np.shape(per_mb)[-1]
+    if np.shape(key) != (n,) or np.asarray(key).dtype.kind not in "iu":
+        raise InputError(f"inflight_key must be {n} integers, one per layout, got shape {np.shape(key)} "
+                         f"of {np.asarray(key).dtype}")
     rows = np.arange(n)
     first, inv = distinct_rows(key)
     infl_u, cls_u, ok_u = (np.asarray(x)[first] for x in (inflight, rank_class, worst_of))
     rep_u = np.zeros((len(first), q), dtype=np.int64)  # each class's first rank with the most in flight
     has_u = np.zeros((len(first), q), dtype=bool)
     for c in range(q):
-        mine = np.where(ok_u & (cls_u == c), infl_u, -np.inf)
-        rep_u[:, c], has_u[:, c] = np.argmax(mine, axis=1), (ok_u & (cls_u == c)).any(axis=1)
+        mine = ok_u & (cls_u == c)
+        rep_u[:, c], has_u[:, c] = np.argmax(np.where(mine, infl_u, -np.inf), axis=1), mine.any(axis=1)
     rep, has = rep_u[inv], has_u[inv]
     per_mb = np.broadcast_to(per_mb, (n, q))
     if not (np.where(has, per_mb, 1.0) > 0).all():  # a class with nothing in flight: ranks tie, take the long way
@@ -299,23 +313,12 @@ def _worst_by_class(overheads, st, per_mb, head, ws, loss_m, inflight, key, rank
     act = act + np.minimum(loss_m, np.maximum(i, 1.0)) * head
     if ws is not None:
         act = act + ws
-    base = (st["params"] + st["grads"] + st["optimizer"]) + act
-    has_gather = bool(np.any(st["gather"]))
-    transient = np.broadcast_to(st["gather"], base.shape) if has_gather else None
-    tensor = base + transient if has_gather else base
-    over = overhead_bytes(overheads, tensor_bytes=tensor, **degrees)
-    other = transient + over if has_gather else over
-    peak = base + other
+    pgo = st["params"] + st["grads"] + st["optimizer"]
+    gather = np.broadcast_to(st["gather"], act.shape) if np.any(st["gather"]) else None
+    peak, other = _peak(overheads, pgo, act, gather, **degrees)
     best = np.max(np.where(has, peak, -np.inf), axis=1)
-    at = np.where(has & (peak == best[:, None]), rep, np.iinfo(np.int64).max)
-    c = np.argmin(at, axis=1)  # the class holding the worst rank (the lowest rank among equal peaks)
-
-    def of_class(x):
-        return np.broadcast_to(x, (n, q))[rows, c]
-
-    return {"worst_stage": rep[rows, c], "peak_bytes": peak[rows, c], "params_bytes": of_class(st["params"]),
-            "grads_bytes": of_class(st["grads"]), "optimizer_bytes": of_class(st["optimizer"]),
-            "activations_bytes": act[rows, c], "kv_cache_bytes": np.zeros(n), "other_bytes": other[rows, c]}
+    c = np.argmin(np.where(has & (peak == best[:, None]), rep, np.iinfo(np.int64).max), axis=1)  # lowest rank wins
+    return {"worst_stage": rep[rows, c], **_at_worst(st, c, c, peak, act, other)}
 
 
 # ---- one layout ---------------------------------------------------------------------------------
