@@ -56,6 +56,9 @@ import os
 import shutil
 import signal
 import sys
+import threading
+from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from functools import lru_cache
@@ -959,34 +962,83 @@ def _batches(todo: list[int], chunk, nproc: int, cells: int = 4_000_000) -> list
 
 
 def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: int) -> None:
-    """Batches of chunks in `nproc` forked worker processes (the numpy parts of the kernel hold the
-    GIL, so threads would not help). The workers inherit the candidates, the specs and the evaluator
-    through fork (initializer arguments are not pickled under fork: only chunk numbers and result
-    tables are), and build the schedule shapes their chunks need. Batches go out in the given order
-    (heaviest first: the workers finish together). Each worker is pinned to one core. Fork is safe:
-    parasim leaves no threads running (the replay joins its threads)."""
+    """Batches of chunks on `nproc` cores: `nproc - 1` forked worker processes and this process (the
+    numpy parts of the kernel hold the GIL, so threads would not help). The workers inherit the
+    candidates, the specs and the evaluator through fork (initializer arguments are not pickled
+    under fork: only chunk numbers and result tables are), and build the schedule shapes their
+    chunks need. The workers take batches from the front of the list (heaviest first; the next one
+    goes out as one finishes), this process takes them from the back, so all finish together; its share needs no fork and no pickling, and the shapes it builds stay cached here.
+    Each process is pinned to one core meanwhile (its replay then runs one thread); this one gets
+    its affinity back at the end. Fork is safe: parasim leaves no threads running (the replay joins
+    its threads; the pool's are stopped before this returns)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    cores = core_ids() or []  # unknown: leave the OS to place the workers
+    cores = core_ids() or []  # unknown: leave the OS to place the processes
     fork = mp.get_context("fork")
-    pool = ProcessPoolExecutor(nproc, mp_context=fork, initializer=_init_worker,
-                               initargs=(chunk, ctx, cores, fork.Value("i", 0), os.getpid()))
-    pending = {pool.submit(_worker_batch_task, b) for b in batches}
+    pool = ProcessPoolExecutor(nproc - 1, mp_context=fork, initializer=_init_worker,
+                               initargs=(chunk, ctx, cores[1:] or cores, fork.Value("i", 0), os.getpid()))
+    queue, futures, lock, stop = deque(batches), [], threading.Lock(), threading.Event()
+
+    def feed(_=None):  # also the done-callback of every worker batch (it runs in the pool's thread)
+        with lock:
+            if not queue or stop.is_set():
+                return
+            try:
+                f = pool.submit(_worker_batch_task, queue.popleft())
+            except (BrokenProcessPool, RuntimeError):  # the pool broke or is shutting down: result() says why
+                stop.set()
+                return
+            futures.append(f)
+        f.add_done_callback(feed)
+
+    def collect(done):
+        for f in done:
+            try:
+                rows = f.result()
+            except BrokenProcessPool:
+                raise WorkerError("a sweep worker process died (killed for memory?); finished chunks are kept "
+                                  "with --out: run again to resume, with --workers 1 or a smaller --chunk-size"
+                                  ) from None
+            for k, df in rows:
+                finish(k, df)
+
+    collected = set()
     try:
+        for _ in range(nproc - 1):
+            feed()
+        with _pinned(cores[:1]):
+            while True:
+                with lock:
+                    if not queue or stop.is_set():
+                        break
+                    b = queue.pop()
+                for k, df in _evaluate_batch(b, chunk, ctx):
+                    finish(k, df)
+                done = [f for f in list(futures) if f.done() and f not in collected]
+                collected.update(done)
+                collect(done)
+        with lock:  # the queue is empty (or stopped): no batch goes out any more
+            pending = set(futures) - collected
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                try:
-                    rows = f.result()
-                except BrokenProcessPool:
-                    raise WorkerError("a sweep worker process died (killed for memory?); finished chunks are kept "
-                                      "with --out: run again to resume, with --workers 1 or a smaller --chunk-size"
-                                      ) from None
-                for k, df in rows:
-                    finish(k, df)
+            collect(done)
     finally:
+        stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _pinned(cores: list[int]):
+    """This thread on `cores` (when given) for the block, then back on the cores it had."""
+    before = core_ids()
+    if cores and before is not None:
+        os.sched_setaffinity(0, set(cores))
+    try:
+        yield
+    finally:
+        if cores and before is not None:
+            os.sched_setaffinity(0, set(before))
 
 
 def _run_dask(todo: list[int], chunk, finish, ctx, scheduler) -> None:
