@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from ..cores import keep_freed_memory
 from ..errors import InputError, WorkerError
 
 
@@ -44,6 +45,7 @@ _register()
 
 def main(argv=None):
     """Entry point of the `parasim` console script."""
+    keep_freed_memory()  # this process and its sweep workers (cores.keep_freed_memory)
     try:
         rv = cli.main(args=argv, prog_name="parasim", standalone_mode=False)
     except click.exceptions.Abort:

@@ -1,0 +1,132 @@
+"""An on-disk cache of schedule shapes' replay tables (`replay.ShapeTables`), shared by every process.
+
+A sweep replays tens to hundreds of schedule shapes (schedule, pp, microbatches, chunks), and
+building one — the builder's op order, then its dependency and level tables in C — costs more than
+replaying it for thousands of layouts: about a quarter of a `parasim sweep` command's CPU time. The
+tables are a pure function of the shape and of parasim's code, so they are kept on disk and read
+back (about 30x faster than building them) by later commands, sweep workers and notebooks.
+
+- Where: `$PARASIM_CACHE_DIR`, else `$XDG_CACHE_HOME/parasim`, else `~/.cache/parasim`, in a folder
+  named after a hash of the code that makes the tables (the schedule builders, the replay and the
+  compiled loops, byte for byte), so tables of other code are never read; folders of other code are
+  removed when a new one is made. `PARASIM_NO_CACHE=1` turns the cache off.
+- What: one file per shape, raw arrays after a fixed header (no pickle: reading runs no code). A file
+  that is short, long or from another layout is ignored and rebuilt. Writes go to a temporary file
+  renamed into place, so concurrent processes never read half a file.
+- Only tables of the compiled path are kept (the numpy fallback's hold its compiled schedule).
+  Any OS error (read-only home, full disk) leaves the cache out: the tables are then built.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .replay import ShapeTables
+
+_MAGIC = b"parasim-shape-1\n"
+_HEAD = np.dtype([(f, np.int64) for f in ("num_ops", "num_stages", "num_ranks", "entries", "inflight")])
+_I4, _I8, _F8 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float64)  # native: the key holds the byte order
+_PACKED = 5  # code, dep, dep2, rank predecessor, hop (int32 each, num_ops long)
+
+
+def _code_files() -> list[Path]:
+    """The files whose bytes fix the tables: schedule builders, replay and compiled loops."""
+    here = Path(__file__).resolve().parent
+    files = sorted((here.parent / "schedules").glob("*.py"))
+    files += [here / f for f in ("replay.py", "native.py", "compiled.py", "cache.py")]
+    files += sorted(p for p in here.glob("_native*") if p.suffix in (".so", ".pyd", ".dylib", ".c"))
+    return files
+
+
+@lru_cache(maxsize=1)
+def code_key() -> str:
+    """Hash of the code that makes the tables (and of this machine's byte order)."""
+    h = hashlib.sha256(sys.byteorder.encode())
+    for p in _code_files():
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path | None:
+    """The folder for this code's tables, or None when the cache is off."""
+    if os.environ.get("PARASIM_NO_CACHE", "") not in ("", "0"):
+        return None
+    root = os.environ.get("PARASIM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "parasim")
+    return Path(root) / f"shapes-{code_key()}"
+
+
+def _path(folder: Path, schedule: str, pp: int, microbatches: int, chunks: int) -> Path:
+    return folder / f"{schedule}-p{pp}-m{microbatches}-c{chunks}.bin"
+
+
+def load(schedule: str, pp: int, microbatches: int, chunks: int) -> ShapeTables | None:
+    """The cached tables of this shape, or None (no cache, no file, or a file not written whole)."""
+    folder = cache_dir()
+    if folder is None:
+        return None
+    try:
+        data = _path(folder, schedule, pp, microbatches, chunks).read_bytes()
+    except OSError:
+        return None
+    return _decode(data)
+
+
+def store(schedule: str, pp: int, microbatches: int, chunks: int, tables: ShapeTables) -> None:
+    """Keep the tables of this shape (compiled path only; silently skipped on any OS error)."""
+    folder = cache_dir()
+    if folder is None or tables.compiled is not None:
+        return
+    try:
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            for old in folder.parent.glob("shapes-*"):  # tables of other code: never read again
+                if old != folder:
+                    shutil.rmtree(old, ignore_errors=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_encode(tables))
+            os.replace(tmp, _path(folder, schedule, pp, microbatches, chunks))
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        return
+
+
+def _arrays(t: ShapeTables) -> list[np.ndarray]:
+    b_rank, b_stage, b_count = t.busy
+    return [*(np.asarray(p, dtype=_I4) for p in t.packed), np.asarray(b_rank, dtype=_I8),
+            np.asarray(b_stage, dtype=_I8), np.asarray(b_count, dtype=_F8).reshape(-1, 4),
+            np.asarray(t.inflight, dtype=_I8)]
+
+
+def _encode(t: ShapeTables) -> bytes:
+    head = np.array([(t.num_ops, t.num_stages, t.num_ranks, len(t.busy[0]), len(t.inflight))], dtype=_HEAD)
+    return b"".join([_MAGIC, head.tobytes(), *(np.ascontiguousarray(a).tobytes() for a in _arrays(t))])
+
+
+def _decode(data: bytes) -> ShapeTables | None:
+    """ShapeTables from `_encode`'s bytes (read-only arrays viewing them), None if they do not fit."""
+    at = len(_MAGIC) + _HEAD.itemsize
+    if len(data) < at or not data.startswith(_MAGIC):
+        return None
+    n, S, R, E, I = (int(v) for v in np.frombuffer(data, dtype=_HEAD, count=1, offset=len(_MAGIC))[0])
+    sizes = [(_I4, n)] * _PACKED + [(_I8, E), (_I8, E), (_F8, 4 * E), (_I8, I)]
+    if min(n, S, R, E, I) < 0 or len(data) != at + sum(d.itemsize * k for d, k in sizes):
+        return None
+    out = []
+    for d, k in sizes:
+        out.append(np.frombuffer(data, dtype=d, count=k, offset=at))
+        at += d.itemsize * k
+    packed, (b_rank, b_stage, b_count, inflight) = tuple(out[:_PACKED]), out[_PACKED:]
+    return ShapeTables(n, S, R, packed, (b_rank, b_stage, b_count.reshape(E, 4)), inflight)
