@@ -81,18 +81,24 @@ def test_other_code_gets_its_own_folder_and_old_folders_go(folder, tmp_path_fact
     code = tmp_path_factory.mktemp("code") / "builder.py"
     code.write_text("v1")
     monkeypatch.setattr(cache, "_code_files", lambda: [code])
-    cache.code_key.cache_clear()
+
+    def code_changed():
+        cache.code_key.cache_clear()
+        cache._folder.cache_clear()
+
+    code_changed()
     try:
         cache.store(*SHAPES[0], _fresh(*SHAPES[0]))
         first = cache.cache_dir()
         assert cache.load(*SHAPES[0]) is not None
         code.write_text("v2")  # the builder changed: its tables may differ
-        cache.code_key.cache_clear()
+        code_changed()
         assert cache.cache_dir() != first and cache.load(*SHAPES[0]) is None
         cache.store(*SHAPES[0], _fresh(*SHAPES[0]))
         assert not first.exists() and [p.name for p in folder.iterdir()] == [cache.cache_dir().name]
     finally:
-        cache.code_key.cache_clear()
+        monkeypatch.undo()
+        code_changed()
 
 
 def test_an_unwritable_cache_folder_only_costs_time(folder, monkeypatch):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import struct
 import sys
 import tempfile
 from functools import lru_cache
@@ -31,7 +32,7 @@ import numpy as np
 from .replay import ShapeTables
 
 _MAGIC = b"parasim-shape-1\n"
-_HEAD = np.dtype([(f, np.int64) for f in ("num_ops", "num_stages", "num_ranks", "entries", "inflight")])
+_HEAD = struct.Struct("=5q")  # num_ops, num_stages, num_ranks, busy entries, ranks in the in-flight peaks
 _I4, _I8, _F8 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float64)  # native: the key holds the byte order
 _PACKED = 5  # code, dep, dep2, rank predecessor, hop (int32 each, num_ops long)
 
@@ -57,24 +58,37 @@ def code_key() -> str:
 
 def cache_dir() -> Path | None:
     """The folder for this code's tables, or None when the cache is off."""
-    if os.environ.get("PARASIM_NO_CACHE", "") not in ("", "0"):
+    got = _folder_now()
+    return None if got is None else Path(got)
+
+
+def _folder_now() -> str | None:
+    env = os.environ
+    return _folder(env.get("PARASIM_NO_CACHE", ""), env.get("PARASIM_CACHE_DIR", ""), env.get("XDG_CACHE_HOME", ""),
+                   env.get("HOME", ""))
+
+
+@lru_cache(maxsize=8)
+def _folder(no_cache: str, cache_dir: str, xdg: str, home: str) -> str | None:
+    """The folder for these settings (memoised: a sweep asks once per shape)."""
+    if no_cache not in ("", "0"):
         return None
-    root = os.environ.get("PARASIM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "parasim")
-    return Path(root) / f"shapes-{code_key()}"
+    root = cache_dir or os.path.join(xdg or os.path.join(home or os.path.expanduser("~"), ".cache"), "parasim")
+    return os.path.join(root, f"shapes-{code_key()}")
 
 
-def _path(folder: Path, schedule: str, pp: int, microbatches: int, chunks: int) -> Path:
-    return folder / f"{schedule}-p{pp}-m{microbatches}-c{chunks}.bin"
+def _name(schedule: str, pp: int, microbatches: int, chunks: int) -> str:
+    return f"{schedule}-p{pp}-m{microbatches}-c{chunks}.bin"
 
 
 def load(schedule: str, pp: int, microbatches: int, chunks: int) -> ShapeTables | None:
     """The cached tables of this shape, or None (no cache, no file, or a file not written whole)."""
-    folder = cache_dir()
+    folder = _folder_now()
     if folder is None:
         return None
     try:
-        data = _path(folder, schedule, pp, microbatches, chunks).read_bytes()
+        with open(os.path.join(folder, _name(schedule, pp, microbatches, chunks)), "rb") as f:
+            data = f.read()
     except OSError:
         return None
     return _decode(data)
@@ -95,7 +109,7 @@ def store(schedule: str, pp: int, microbatches: int, chunks: int, tables: ShapeT
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(_encode(tables))
-            os.replace(tmp, _path(folder, schedule, pp, microbatches, chunks))
+            os.replace(tmp, folder / _name(schedule, pp, microbatches, chunks))
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -111,16 +125,16 @@ def _arrays(t: ShapeTables) -> list[np.ndarray]:
 
 
 def _encode(t: ShapeTables) -> bytes:
-    head = np.array([(t.num_ops, t.num_stages, t.num_ranks, len(t.busy[0]), len(t.inflight))], dtype=_HEAD)
-    return b"".join([_MAGIC, head.tobytes(), *(np.ascontiguousarray(a).tobytes() for a in _arrays(t))])
+    head = _HEAD.pack(t.num_ops, t.num_stages, t.num_ranks, len(t.busy[0]), len(t.inflight))
+    return b"".join([_MAGIC, head, *(np.ascontiguousarray(a).tobytes() for a in _arrays(t))])
 
 
 def _decode(data: bytes) -> ShapeTables | None:
     """ShapeTables from `_encode`'s bytes (read-only arrays viewing them), None if they do not fit."""
-    at = len(_MAGIC) + _HEAD.itemsize
+    at = len(_MAGIC) + _HEAD.size
     if len(data) < at or not data.startswith(_MAGIC):
         return None
-    n, S, R, E, I = (int(v) for v in np.frombuffer(data, dtype=_HEAD, count=1, offset=len(_MAGIC))[0])
+    n, S, R, E, I = _HEAD.unpack_from(data, len(_MAGIC))
     sizes = [(_I4, n)] * _PACKED + [(_I8, E), (_I8, E), (_F8, 4 * E), (_I8, I)]
     if min(n, S, R, E, I) < 0 or len(data) != at + sum(d.itemsize * k for d, k in sizes):
         return None
