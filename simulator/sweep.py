@@ -766,8 +766,9 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     """Enumerate, evaluate and rank every layout of `scenario` within `space`.
 
     - `space`: default `SweepSpace.from_table(scenario.sweep)`.
-    - `executor`: "local" (this machine: `workers` forked processes on Linux, default one per
-      available core and at most one per chunk; 1, or another OS, evaluates in this process) or
+    - `executor`: "local" (this machine: `workers` processes, default one per available core and
+      at most one per chunk: this one and `workers - 1` forked ones on Linux; 1, or another OS,
+      evaluates in this process only) or
       "dask"; `scheduler`: a Dask scheduler address, a `distributed.Client`, or None (a LocalCluster
       with one single-threaded worker process per core is started for the run). Chunks are the
       unit of distribution: keep `chunk_size` well below the number of layouts to use many workers.
@@ -967,10 +968,11 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
     candidates, the specs and the evaluator through fork (initializer arguments are not pickled
     under fork: only chunk numbers and result tables are), and build the schedule shapes their
     chunks need. The workers take batches from the front of the list (heaviest first; the next one
-    goes out as one finishes), this process takes them from the back, so all finish together; its share needs no fork and no pickling, and the shapes it builds stay cached here.
-    Each process is pinned to one core meanwhile (its replay then runs one thread); this one gets
-    its affinity back at the end. Fork is safe: parasim leaves no threads running (the replay joins
-    its threads; the pool's are stopped before this returns)."""
+    goes out as one finishes), this process takes them from the back, so all finish together; its
+    share needs no fork and no pickling, and the shapes it builds stay cached here. Each process is
+    pinned to one core meanwhile (its replay then runs one thread); this one gets its affinity back
+    at the end. Fork is safe: the workers are forked before the pool starts its thread, and parasim
+    leaves no threads running (the replay joins its threads; the pool's stop before this returns)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 

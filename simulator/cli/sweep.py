@@ -100,7 +100,8 @@ def _fmt_table(df, top: int) -> str:
               help="format of the top-K rows on stdout")
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True)
 @click.option("--workers", type=int, default=None,
-              help="local worker processes (default: one per available core; 1: in this process)")
+              help="local processes: this one plus WORKERS-1 forked ones (default: one per available core; "
+                   "1: this process only)")
 @click.option("--scheduler", default=None, help="Dask scheduler address (default: a local cluster)")
 @click.option("--chunk-size", type=int, default=10_000, show_default=True,
               help="layouts per resumable chunk (and per Dask task)")
