@@ -108,14 +108,9 @@ def _shape_tables(schedule: str, pp: int, m: int, vpp: int):
     """The schedule shape's tables for the fast replay and its in-flight peaks (pipeline.shape_tables;
     a pure function of the shape; memoised here and on disk: pipeline.cache). InputError if the
     builder refuses the shape."""
-    from .pipeline import cache, shape_tables
-    from .schedules import build
+    from .pipeline import cache
 
-    got = cache.load(schedule, pp, m, vpp)
-    if got is None:
-        got = shape_tables(build(schedule, pp=pp, microbatches=m, vpp=vpp if schedule == "interleaved" else 1))
-        cache.store(schedule, pp, m, vpp, got)
-    return got
+    return cache.tables(schedule, pp, m, vpp)
 
 
 def replayed_inflight_per_rank(layout: Layout, global_batch_size: int) -> np.ndarray | None:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .replay import ShapeTables
+from .replay import ShapeTables, shape_tables
 
 _MAGIC = b"parasim-shape-1\n"
 _HEAD = struct.Struct("=5q")  # num_ops, num_stages, num_ranks, busy entries, ranks in the in-flight peaks
@@ -75,6 +75,20 @@ def _folder(no_cache: str, cache_dir: str, xdg: str, home: str) -> str | None:
         return None
     root = cache_dir or os.path.join(xdg or os.path.join(home or os.path.expanduser("~"), ".cache"), "parasim")
     return os.path.join(root, f"shapes-{code_key()}")
+
+
+def tables(schedule: str, pp: int, microbatches: int, chunks: int) -> ShapeTables:
+    """The replay tables of a schedule shape (`chunks`: model chunks per rank, used by interleaved):
+    read from the cache, else built (`schedules.build`, `replay.shape_tables`) and kept. InputError
+    if the builder refuses the shape (refusals are not cached)."""
+    from ..schedules import build
+
+    got = load(schedule, pp, microbatches, chunks)
+    if got is None:
+        got = shape_tables(build(schedule, pp=pp, microbatches=microbatches,
+                                 vpp=chunks if schedule == "interleaved" else 1))
+        store(schedule, pp, microbatches, chunks, got)
+    return got
 
 
 def _name(schedule: str, pp: int, microbatches: int, chunks: int) -> str:
