@@ -4,7 +4,7 @@ A sweep replays tens to hundreds of schedule shapes (schedule, pp, microbatches,
 building one — the builder's op order, then its dependency and level tables in C — costs more than
 replaying it for thousands of layouts: about a quarter of a `parasim sweep` command's CPU time. The
 tables are a pure function of the shape and of parasim's code, so they are kept on disk and read
-back (about 30x faster than building them) by later commands, sweep workers and notebooks.
+back (~15x faster than building them: the 70B sweep's 344 shapes in 16 ms against ~0.23 s) by later commands, sweep workers and notebooks.
 
 - Where: `$PARASIM_CACHE_DIR`, else `$XDG_CACHE_HOME/parasim`, else `~/.cache/parasim`, in a folder
   named after a hash of the code that makes the tables (the schedule builders, the replay and the
