@@ -303,33 +303,31 @@ def _sum_terms(first, *terms):
     return first.copy() if out is None else out
 
 
-def _slowed(slowdown: float, hidden, hidden_z3):
-    """slowdown · (hidden + hidden_z3), or None when it is zero (no slowdown)."""
-    if slowdown == 0:
-        return None
-    return slowdown * (hidden + hidden_z3 if hidden_z3 is not None else hidden)
-
-
-def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dict:
-    """Step 3 for K rows with table `pt` and stage times `st` (_stage_times of those rows; `z3`: the
-    ZeRO-3 gather exposures, row i using z3[...][z3_id[i]] when z3_id[i] >= 0): the makespan with and
-    without p2p (replayed, analytic, or PipeDream's steady state), busy time per rank, one
+def _pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dict:
+    """Step 3 for K rows with table `pt`; row i has the stage times of base row g[i] of `st` (_stage_times
+    of the base rows; each sum below is formed there once and gathered, so per-row work is a gather),
+    and `z3`: the ZeRO-3 gather exposures, row i using z3[...][z3_id[i]] when z3_id[i] >= 0: the makespan
+    with and without p2p (replayed, analytic, or PipeDream's steady state), busy time per rank, one
     microbatch's backward per rank (`last_bwd`, for the DP overlap), and the compute and exposed
     communication on the busiest rank (`pure`, `exposed_<category>`)."""
     n = len(sched)
     P = pt.padded_ranks
-    F, Bk, W = st["F"], st["B"], st["W"]
-    zf = zb = zhf = zhb = None  # no ZeRO-3 gather exposed
-    has = z3_id >= 0
-    if has.any():
-        zf, zb, zhf, zhb = (np.zeros_like(F) for _ in range(4))
-        for arr, key in ((zf, "f"), (zb, "b"), (zhf, "hid_f"), (zhb, "hid_b")):
-            arr[has] = z3[key][z3_id[has]]
+    has = np.flatnonzero(z3_id >= 0)  # rows with a ZeRO-3 gather exposed
+    zk = z3_id[has]
     # Overlapped communication occupies SMs and slows the compute it hides under (Calculon's
     # `processor_usage`; formulas.md §7.1): that compute takes comm_slowdown × the hidden time longer.
     # F_eff = F + tp_f + cp_f + ep_f + zf + comm_slowdown · (hid_f + zhf), likewise B_eff
-    F_eff = _sum_terms(F, st["tp_f"], st["cp_f"], st["ep_f"], zf, _slowed(opt.comm_slowdown, st["hid_f"], zhf))
-    B_eff = _sum_terms(Bk, st["tp_b"], st["cp_b"], st["ep_b"], zb, _slowed(opt.comm_slowdown, st["hid_b"], zhb))
+    F_eff = _sum_terms(st["F"], st["tp_f"], st["cp_f"], st["ep_f"])[g]
+    B_eff = _sum_terms(st["B"], st["tp_b"], st["cp_b"], st["ep_b"])[g]
+    for eff, d, hid, hd in ((F_eff, "f", "hid_f", "hid_f"), (B_eff, "b", "hid_b", "hid_b")):
+        if len(has):
+            eff[has] += z3[d][zk]
+        if opt.comm_slowdown != 0:
+            h = st[hid][g]
+            if len(has):
+                h[has] += z3[hd][zk]
+            eff += opt.comm_slowdown * h
+    W = st["W"][g]
     split_bw = np.isin(sched, SPLIT_SCHEDULES)[:, None]
     B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
 
@@ -368,13 +366,18 @@ def _pipeline_times(opt, pt, st, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dic
     r_star = np.argmax(np.where(pt.rank_valid, busy, -np.inf), axis=1)
     mb = np.where(sched == "dualpipe", m / 2.0, m.astype(float))
     on_star = pt.held_by(r_star)
+    pure = st["F"] + st["B"] + st["W"]
     out = dict(makespan=makespan, makespan0=makespan0, busy_sum=busy.sum(axis=1),
-               last_bwd=pt.rank_sum(B_eff + W_eff), pure=mb * (np.where(on_star, F + Bk + W, 0.0)).sum(axis=1))
-    per_cat = {"tp": (st["tp_f"], st["tp_b"]), "cp": (st["cp_f"], st["cp_b"]), "ep": (st["ep_f"], st["ep_b"]),
-               "zero3": (zf, zb)}
-    for k, (f, b) in per_cat.items():
-        v = f + b if f is not None and (f.any() or b.any()) else None
-        out["exposed_" + k] = mb * np.where(on_star, v, 0.0).sum(axis=1) if v is not None else np.zeros(n)
+               last_bwd=pt.rank_sum(B_eff + W_eff), pure=mb * (np.where(on_star, pure[g], 0.0)).sum(axis=1))
+    for k in ("tp", "cp", "ep"):
+        f, b = st[k + "_f"], st[k + "_b"]
+        out["exposed_" + k] = (mb * np.where(on_star, (f + b)[g], 0.0).sum(axis=1) if f.any() or b.any()
+                               else np.zeros(n))
+    v = None
+    if len(has):
+        v = np.zeros_like(F_eff)
+        v[has] = z3["f"][zk] + z3["b"][zk]
+    out["exposed_zero3"] = mb * np.where(on_star, v, 0.0).sum(axis=1) if v is not None and v.any() else np.zeros(n)
     return out
 
 
@@ -558,7 +561,7 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
 
     # 3. the pipeline, once per "time" row: distinct (base row, shape, ZeRO-3 exposure)
     T, t_inv = distinct_rows(b_inv, pt.shape_index, z3_id)
-    tl = _pipeline_times(opt, pt.take(T), {k: v[b_inv[T]] for k, v in st.items()}, z3, z3_id[T], sched=sched[T],
+    tl = _pipeline_times(opt, pt.take(T), st, b_inv[T], z3, z3_id[T], sched=sched[T],
                          pp=pp[T], chunks=chunks[T], m=m[T], p2p=c["p2p"][c_inv[T]])
     makespan, busy_sum = tl["makespan"][t_inv], tl["busy_sum"][t_inv]
 

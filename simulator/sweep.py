@@ -386,7 +386,8 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
         "schedule": _text(sched_arr),
     })
     # pp and an even/uneven split go together (interleaved and V schedules need pp·chunks | L)
-    df["layers_per_stage"] = _text(df["pp"].map(split_text).to_numpy(dtype=object))
+    split_of = np.array([split_text[int(p)] for p in pps], dtype=object)  # per distinct pp, gathered
+    df["layers_per_stage"] = _text(split_of[np.searchsorted(pps, df["pp"].to_numpy())])
     return df
 
 
@@ -1014,7 +1015,7 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
                 with lock:
                     if not queue or stop.is_set():
                         break
-                    b = queue.pop()
+                    b = queue.popleft()
                 for k, df in _evaluate_batch(b, chunk, ctx):
                     finish(k, df)
                 done = [f for f in list(futures) if f.done() and f not in collected]
