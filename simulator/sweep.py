@@ -52,7 +52,9 @@ import inspect
 import json
 import math
 import multiprocessing as mp
+import mmap
 import os
+import pickle
 import shutil
 import signal
 import sys
@@ -887,12 +889,12 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     return df
 
 
-_WORKER: dict = {}  # in a forked worker process: the chunk getter and the evaluation context
+_WORKER: dict = {}  # in a forked worker process: the chunk getter, the evaluation context, the result slots
 
 
-def _init_worker(chunk, ctx, cores, counter, parent_pid) -> None:
+def _init_worker(chunk, ctx, cores, counter, parent_pid, slots) -> None:
     _exit_with_parent(parent_pid)
-    _WORKER.update(chunk=chunk, ctx=ctx)
+    _WORKER.update(chunk=chunk, ctx=ctx, slots=slots)
     with counter.get_lock():  # the workers number themselves 0, 1, ...
         k = counter.value
         counter.value += 1
@@ -914,8 +916,40 @@ def _exit_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _worker_batch_task(batch: tuple[int, ...]) -> list[tuple[int, pd.DataFrame]]:
-    return _evaluate_batch(batch, _WORKER["chunk"], _WORKER["ctx"])
+def _worker_batch_task(batch: tuple[int, ...], slot: int):
+    """A batch's rows, pickled into result slot `slot` of the shared memory (`_ResultSlots`; returns
+    (slot, bytes)), or returned through the pool's pipe if they do not fit."""
+    rows = _evaluate_batch(batch, _WORKER["chunk"], _WORKER["ctx"])
+    return _WORKER["slots"].put(slot, rows)
+
+
+class _ResultSlots:
+    """Shared memory through which the forked workers hand back their results: one slot per batch in
+    flight, in an anonymous shared mapping made before the fork (so nothing to clean up; it goes with
+    the processes). The pool's pipe moves ~3 MB of a chunk's results 64 KiB at a time, each piece read
+    by the pool thread of the sweeping process, which must take the GIL from the evaluation running
+    there: a batch's results took 100-250 ms to arrive, and the worker got its next batch only then.
+    Here the pipe carries (slot, size), and the results are copied out of the slot in one piece."""
+
+    def __init__(self, slots: int, slot_bytes: int):
+        self.size = int(slot_bytes)
+        self.buf = mmap.mmap(-1, max(1, slots) * self.size)  # MAP_SHARED | MAP_ANONYMOUS
+        self.free = list(range(slots))
+
+    def put(self, slot: int, rows):
+        """In a worker: `rows` into the slot, or the rows themselves if they do not fit."""
+        data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(data) > self.size:
+            return rows
+        self.buf[slot * self.size:slot * self.size + len(data)] = data
+        return slot, len(data)
+
+    def take(self, got) -> bytes | list:
+        """In the sweep process: a worker's answer with its slot copied out (the slot is free again)."""
+        if isinstance(got, tuple):
+            slot, n = got
+            got = self.buf[slot * self.size:slot * self.size + n]
+        return got
 
 
 def _evaluate_batch(batch, chunk, ctx) -> list[tuple[int, pd.DataFrame]]:
@@ -979,31 +1013,46 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
 
     cores = core_ids() or []  # unknown: leave the OS to place the processes
     fork = mp.get_context("fork")
+    rows_most = max(sum(len(chunk(k)) for k in b) for b in batches)
+    slots = _ResultSlots(nproc - 1, (rows_most + 1000) * 1024)  # ~300 bytes a row; bigger answers take the pipe
     pool = ProcessPoolExecutor(nproc - 1, mp_context=fork, initializer=_init_worker,
-                               initargs=(chunk, ctx, cores[1:] or cores, fork.Value("i", 0), os.getpid()))
-    queue, futures, lock, stop = deque(batches), [], threading.Lock(), threading.Event()
+                               initargs=(chunk, ctx, cores[1:] or cores, fork.Value("i", 0), os.getpid(), slots))
+    queue, futures, lock, stop = deque(batches), {}, threading.Lock(), threading.Event()
+    answers: dict = {}  # future -> its answer, copied out of its slot
 
-    def feed(_=None):  # also the done-callback of every worker batch (it runs in the pool's thread)
+    def receive(f):  # under the lock, once per finished batch: its answer copied out, its slot freed
+        if f not in answers:
+            answers[f] = None if f.cancelled() or f.exception() is not None else slots.take(f.result())
+            slots.free.append(futures[f])
+
+    def feed(f=None):  # also the done-callback of every worker batch (it runs in the pool's thread)
         with lock:
+            if f is not None:
+                receive(f)  # before the slot goes to the next batch
             if not queue or stop.is_set():
                 return
+            slot = slots.free.pop()
             try:
-                f = pool.submit(_worker_batch_task, queue.popleft())
+                f = pool.submit(_worker_batch_task, queue.popleft(), slot)
             except (BrokenProcessPool, RuntimeError):  # the pool broke or is shutting down: result() says why
+                slots.free.append(slot)
                 stop.set()
                 return
-            futures.append(f)
+            futures[f] = slot
         f.add_done_callback(feed)
 
     def collect(done):
         for f in done:
             try:
-                rows = f.result()
+                f.result()
             except BrokenProcessPool:
                 raise WorkerError("a sweep worker process died (killed for memory?); finished chunks are kept "
                                   "with --out: run again to resume, with --workers 1 or a smaller --chunk-size"
                                   ) from None
-            for k, df in rows:
+            with lock:  # the done-callback may not have run yet
+                receive(f)
+                got, answers[f] = answers[f], None
+            for k, df in (got if isinstance(got, list) else pickle.loads(got)):
                 finish(k, df)
 
     collected = set()
@@ -1029,6 +1078,7 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
     finally:
         stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
+        slots.buf.close()
 
 
 @contextmanager
