@@ -853,40 +853,45 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
         return cands.iloc[k * chunk_size:(k + 1) * chunk_size]
 
     budget = len(todo) if stop_after_chunks is None else stop_after_chunks
+    closing: list[threading.Thread] = []  # a local pool's stop, finishing while the rows are ranked
     try:
-        if executor == "local":
-            nproc = min(workers or available_cores(), len(todo[:budget]))
-            if not sys.platform.startswith("linux"):  # fork is the safe default only on Linux
-                nproc = 1
-            batches = _batches(todo[:budget], chunk, nproc)
-            if nproc > 1:
-                _run_processes(batches, chunk, finish, (model, training, hardware, N, evaluator), nproc)
+        try:
+            if executor == "local":
+                nproc = min(workers or available_cores(), len(todo[:budget]))
+                if not sys.platform.startswith("linux"):  # fork is the safe default only on Linux
+                    nproc = 1
+                batches = _batches(todo[:budget], chunk, nproc)
+                if nproc > 1:
+                    _run_processes(batches, chunk, finish, (model, training, hardware, N, evaluator), nproc, closing)
+                else:
+                    for batch in batches:
+                        for k, df in _evaluate_batch(batch, chunk, (model, training, hardware, N, evaluator)):
+                            finish(k, df)
             else:
-                for batch in batches:
-                    for k, df in _evaluate_batch(batch, chunk, (model, training, hardware, N, evaluator)):
-                        finish(k, df)
-        else:
-            _run_dask(todo[:budget], chunk, finish, (model, training, hardware, N, evaluator), scheduler)
-        if budget < len(todo):
-            raise KeyboardInterrupt(f"stopped after {budget} chunks")
-    finally:
-        if bar is not None:
-            bar.close()
+                _run_dask(todo[:budget], chunk, finish, (model, training, hardware, N, evaluator), scheduler)
+            if budget < len(todo):
+                raise KeyboardInterrupt(f"stopped after {budget} chunks")
+        finally:
+            if bar is not None:
+                bar.close()
 
-    if n == 0:
-        df = _empty_candidates()
-        for c in ("feasible",):
-            df[c] = pd.Series([], dtype=bool)
-        df["reason"] = pd.Series([], dtype=object)
-        df["tokens_per_s"] = pd.Series([], dtype=float)
-    else:
-        df = pd.concat([results[k] for k in range(nchunks)], ignore_index=True)
-    df = _order_columns(rank_results(df))
-    if out is not None:
-        write_results(df, out)
-        if not keep_parts:
-            shutil.rmtree(parts, ignore_errors=True)
-    return df
+        if n == 0:
+            df = _empty_candidates()
+            for c in ("feasible",):
+                df[c] = pd.Series([], dtype=bool)
+            df["reason"] = pd.Series([], dtype=object)
+            df["tokens_per_s"] = pd.Series([], dtype=float)
+        else:
+            df = pd.concat([results[k] for k in range(nchunks)], ignore_index=True)
+        df = _order_columns(rank_results(df))
+        if out is not None:
+            write_results(df, out)
+            if not keep_parts:
+                shutil.rmtree(parts, ignore_errors=True)
+        return df
+    finally:
+        for t in closing:
+            t.join()
 
 
 _WORKER: dict = {}  # in a forked worker process: the chunk getter, the evaluation context, the result slots
@@ -997,17 +1002,22 @@ def _batches(todo: list[int], chunk, nproc: int, cells: int = 4_000_000) -> list
     return sorted(out, key=lambda b: -sum(work[k] for k in b))
 
 
-def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: int) -> None:
+def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: int,
+                   closing: list | None = None) -> None:
     """Batches of chunks on `nproc` cores: `nproc - 1` forked worker processes and this process (the
     numpy parts of the kernel hold the GIL, so threads would not help). The workers inherit the
     candidates, the specs and the evaluator through fork (initializer arguments are not pickled
-    under fork: only chunk numbers and result tables are), and build the schedule shapes their
-    chunks need. The workers take batches from the front of the list (heaviest first; the next one
-    goes out as one finishes), this process takes them from the back, so all finish together; its
-    share needs no fork and no pickling, and the shapes it builds stay cached here. Each process is
-    pinned to one core meanwhile (its replay then runs one thread); this one gets its affinity back
-    at the end. Fork is safe: the workers are forked before the pool starts its thread, and parasim
-    leaves no threads running (the replay joins its threads; the pool's stop before this returns)."""
+    under fork: only chunk numbers are; the results come back through `_ResultSlots`), and build the
+    schedule shapes their chunks need. Every process takes the heaviest batch left (the list is
+    sorted; a worker gets its next one as it hands back the last), so the last ones, the lightest,
+    even out the finish; this process's share needs no fork and no result transfer, and the shapes
+    it builds stay cached here. Each process is pinned to one core meanwhile (its replay then runs
+    one thread); this one gets its affinity back at the end. With `closing` (a list), once every
+    batch is in, the pool's stop (the workers' exit) runs in a thread appended there, for the caller
+    to join when it needs to (run_sweep ranks the rows meanwhile); without it, or on an error, it is
+    joined before this returns. Fork is safe: the workers are forked before the pool starts its
+    thread, and parasim leaves no threads running when a sweep returns (the replay joins its
+    threads; run_sweep joins the pool's stop)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
@@ -1055,7 +1065,7 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
             for k, df in (got if isinstance(got, list) else pickle.loads(got)):
                 finish(k, df)
 
-    collected = set()
+    collected, done_ok = set(), False
     try:
         for _ in range(nproc - 1):
             feed()
@@ -1075,10 +1085,20 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             collect(done)
+        done_ok = True
     finally:
         stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-        slots.buf.close()
+        if done_ok and closing is not None:  # every batch is in: the caller joins the stop when it needs to
+            closing.append(threading.Thread(target=_close_pool, args=(pool, slots), name="parasim-pool-stop"))
+            closing[-1].start()
+        else:
+            _close_pool(pool, slots)
+
+
+def _close_pool(pool, slots: "_ResultSlots") -> None:
+    """Stop the workers (they exit; no batch is left) and join them, then free the result slots."""
+    pool.shutdown(wait=True, cancel_futures=True)
+    slots.buf.close()
 
 
 @contextmanager
