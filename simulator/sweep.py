@@ -642,7 +642,8 @@ def rank_results(df: pd.DataFrame) -> pd.DataFrame:
         keys.append(np.where(infeasible, np.where(np.isnan(peak), np.inf, peak), 0.0))
     keys += [tie] if tie is not None else ties
     order = np.lexsort(keys[::-1])  # first key primary; stable
-    out = df.drop(columns=[c for c in ("rank", "label") if c in df]).take(order).reset_index(drop=True)
+    old = [c for c in ("rank", "label") if c in df]
+    out = (df.drop(columns=old) if old else df).take(order).reset_index(drop=True)
     out.insert(0, "label", _text(np.asarray(labels, dtype=object)[order]))
     out.insert(0, "rank", np.arange(1, len(out) + 1))
     return out
@@ -654,7 +655,9 @@ def _order_columns(df: pd.DataFrame) -> pd.DataFrame:
              "peak_bytes", "memory_headroom_bytes"]
     cols = [c for c in first if c in df] + [c for c in df.columns if c not in first]
     fix = {c: _text(df[c].to_numpy(dtype=object)) for c in TEXT_COLUMNS if c in df and df[c].dtype != object}
-    return df[cols].assign(**fix) if fix else df[cols]  # one text dtype whichever evaluator made the column
+    if list(df.columns) != cols:  # reordering copies a fragmented frame's columns
+        df = df[cols]
+    return df.assign(**fix) if fix else df  # one text dtype whichever evaluator made the column
 
 
 # ---------------------------------------------------------------------------------------------
@@ -883,7 +886,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
             df["tokens_per_s"] = pd.Series([], dtype=float)
         else:
             df = pd.concat([results[k] for k in range(nchunks)], ignore_index=True)
-        df = _order_columns(rank_results(df))
+        df = _order_columns(rank_results(_order_columns(df)))  # columns ordered first: one copy, by the rank
         if out is not None:
             write_results(df, out)
             if not keep_parts:
