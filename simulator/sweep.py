@@ -473,20 +473,22 @@ def schedule_refusal(schedule: str, pp: int, vpp: int, microbatches: int) -> str
 
 
 def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.DataFrame, *,
-                        evaluator: Callable | None = None) -> pd.DataFrame:
+                        evaluator: Callable | None = None, joined: bool = True) -> pd.DataFrame:
     """Evaluate candidate rows. Rows whose schedule shape the schedule builder refuses
     (`schedule_refusal`) are not sent to the kernel; they come back infeasible with the builder's
     reason. A kernel taking every layout field as an array (`array_fields = True`, as
     `estimate.evaluate_layouts`) gets all other rows in one call; any other evaluator one call per run
     of equal scalar fields (`group_runs`). Returns the candidate columns followed by the kernel's
-    columns, in the candidates' order (index 0..n-1)."""
+    columns, in the candidates' order (index 0..n-1); with `joined=False`, the kernel's columns
+    only (`_join` adds the candidates': a worker process hands back less)."""
+    join = _join if joined else (lambda _, res, __: res)
     evaluator = evaluator or _default_evaluator()
     col = {c: cands[c].to_numpy() for c in CANDIDATE_COLUMNS}
     n = len(cands)
     if n and getattr(getattr(evaluator, "func", evaluator), "array_fields", False):
         res = _evaluate_arrays(model, training, hardware, num_gpus, col, evaluator)
         if res is not None:
-            return _join(cands, res, hardware)
+            return join(cands, res, hardware)
 
     def split_kw(text):
         # only uneven rows pass layers_per_stage, so kernels without that keyword still serve even splits
@@ -516,8 +518,8 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
                 pass  # the kernel refused something the builder accepted: find out per microbatch count
         parts.append(_evaluate_per_microbatch_count(m, a, call, reason))
     if not parts:
-        return cands.reset_index(drop=True)
-    return _join(cands, pd.concat(parts, ignore_index=True), hardware)
+        return cands.reset_index(drop=True) if joined else pd.DataFrame(index=pd.RangeIndex(0))
+    return join(cands, pd.concat(parts, ignore_index=True), hardware)
 
 
 def _join(cands: pd.DataFrame, res: pd.DataFrame, hardware) -> pd.DataFrame:
@@ -863,13 +865,15 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
                 nproc = min(workers or available_cores(), len(todo[:budget]))
                 if not sys.platform.startswith("linux"):  # fork is the safe default only on Linux
                     nproc = 1
-                batches = _batches(todo[:budget], chunk, nproc)
+                ctx = (model, training, hardware, N, evaluator)
+                tasks = _tasks(todo[:budget], chunk_size, _chunk_stages(cands), cands["num_microbatches"].to_numpy(),
+                               nproc)
+                deliver = _Assembler(chunk_size, n, finish)
                 if nproc > 1:
-                    _run_processes(batches, chunk, finish, (model, training, hardware, N, evaluator), nproc, closing)
+                    _run_processes(tasks, cands, deliver, ctx, nproc, closing)
                 else:
-                    for batch in batches:
-                        for k, df in _evaluate_batch(batch, chunk, (model, training, hardware, N, evaluator)):
-                            finish(k, df)
+                    for a, b in tasks:
+                        deliver(a, _evaluate_rows(cands, a, b, ctx))
             else:
                 _run_dask(todo[:budget], chunk, finish, (model, training, hardware, N, evaluator), scheduler)
             if budget < len(todo):
@@ -897,12 +901,12 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
             t.join()
 
 
-_WORKER: dict = {}  # in a forked worker process: the chunk getter, the evaluation context, the result slots
+_WORKER: dict = {}  # in a forked worker process: the candidates, the evaluation context, the result slots
 
 
-def _init_worker(chunk, ctx, cores, counter, parent_pid, slots) -> None:
+def _init_worker(cands, ctx, cores, counter, parent_pid, slots) -> None:
     _exit_with_parent(parent_pid)
-    _WORKER.update(chunk=chunk, ctx=ctx, slots=slots)
+    _WORKER.update(cands=cands, ctx=ctx, slots=slots)
     with counter.get_lock():  # the workers number themselves 0, 1, ...
         k = counter.value
         counter.value += 1
@@ -924,11 +928,13 @@ def _exit_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _worker_batch_task(batch: tuple[int, ...], slot: int):
-    """A batch's rows, pickled into result slot `slot` of the shared memory (`_ResultSlots`; returns
-    (slot, bytes)), or returned through the pool's pipe if they do not fit."""
-    rows = _evaluate_batch(batch, _WORKER["chunk"], _WORKER["ctx"])
-    return _WORKER["slots"].put(slot, rows)
+def _worker_task(task: tuple[int, int], slot: int):
+    """(a, b, the kernel's columns) of candidate rows task = (a, b), pickled into result slot `slot`
+    of the shared memory (`_ResultSlots`; returns (slot, bytes)), or returned through the pool's pipe
+    if they do not fit. The candidate columns stay out: the sweep process has them, and their text
+    columns took most of the pickling."""
+    a, b = task
+    return _WORKER["slots"].put(slot, (a, b, _evaluate_rows(_WORKER["cands"], a, b, _WORKER["ctx"], joined=False)))
 
 
 class _ResultSlots:
@@ -944,32 +950,47 @@ class _ResultSlots:
         self.buf = mmap.mmap(-1, max(1, slots) * self.size)  # MAP_SHARED | MAP_ANONYMOUS
         self.free = list(range(slots))
 
-    def put(self, slot: int, rows):
-        """In a worker: `rows` into the slot, or the rows themselves if they do not fit."""
-        data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
+    def put(self, slot: int, answer) -> tuple:
+        """In a worker: `answer` into the slot: (slot, bytes); (None, answer) if it does not fit."""
+        data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
         if len(data) > self.size:
-            return rows
+            return None, answer
         self.buf[slot * self.size:slot * self.size + len(data)] = data
         return slot, len(data)
 
-    def take(self, got) -> bytes | list:
-        """In the sweep process: a worker's answer with its slot copied out (the slot is free again)."""
-        if isinstance(got, tuple):
-            slot, n = got
-            got = self.buf[slot * self.size:slot * self.size + n]
-        return got
+    def take(self, got: tuple):
+        """In the sweep process: a worker's answer (`put`), copied out of its slot (free again)."""
+        slot, x = got
+        return x if slot is None else pickle.loads(self.buf[slot * self.size:slot * self.size + x])
 
 
-def _evaluate_batch(batch, chunk, ctx) -> list[tuple[int, pd.DataFrame]]:
-    """Consecutive chunks in one kernel call (fewer calls, more shared evaluations), split back into
-    (k, chunk rows). The kernel works row by row, so a row's results do not depend on its company, up
-    to the last bit of sums over the padded rank axis (a wider padding regroups numpy's summation)."""
+def _evaluate_rows(cands: pd.DataFrame, a: int, b: int, ctx, joined: bool = True) -> pd.DataFrame:
+    """Candidate rows a..b-1 in one kernel call (fewer calls, more shared evaluations: a call costs
+    ~20 ms besides its rows; `joined` as in evaluate_candidates). The kernel works row by row, so a
+    row's results do not depend on its company, up to the last bit of sums over the padded rank axis
+    (a wider padding regroups numpy's summation)."""
     model, training, hardware, num_gpus, evaluator = ctx
-    parts = [chunk(k) for k in batch]
-    res = evaluate_candidates(model, training, hardware, num_gpus, pd.concat(parts) if len(parts) > 1 else parts[0],
-                              evaluator=evaluator)
-    bounds = np.cumsum([0] + [len(p) for p in parts])
-    return [(k, res.iloc[a:b].reset_index(drop=True)) for k, a, b in zip(batch, bounds[:-1], bounds[1:])]
+    return evaluate_candidates(model, training, hardware, num_gpus, cands.iloc[a:b], evaluator=evaluator,
+                               joined=joined)
+
+
+class _Assembler:
+    """Results arrive as row ranges (`deliver(a, rows)`: candidate rows a, a+1, ...), which may split
+    chunks; each chunk goes to `finish(k, rows)` once all its rows are in, in order."""
+
+    def __init__(self, chunk_size: int, n: int, finish):
+        self.size, self.n, self.finish, self.got = chunk_size, n, finish, {}
+
+    def __call__(self, a: int, df: pd.DataFrame) -> None:
+        for k in range(a // self.size, (a + len(df) - 1) // self.size + 1):
+            lo, hi = max(a, k * self.size), min(a + len(df), (k + 1) * self.size)
+            have = self.got.setdefault(k, [])
+            have.append((lo, df.iloc[lo - a:hi - a]))
+            if sum(len(p) for _, p in have) == min(self.size, self.n - k * self.size):
+                del self.got[k]
+                have.sort(key=lambda x: x[0])
+                rows = pd.concat([p for _, p in have]) if len(have) > 1 else have[0][1]
+                self.finish(k, rows.reset_index(drop=True))
 
 
 def _chunk_stages(cands: pd.DataFrame) -> np.ndarray:
@@ -980,13 +1001,113 @@ def _chunk_stages(cands: pd.DataFrame) -> np.ndarray:
                     dtype=np.int64)[inv]
 
 
-def _batches(todo: list[int], chunk, nproc: int, cells: int = 4_000_000) -> list[tuple[int, ...]]:
+def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarray, nproc: int,
+           cells: int = 4_000_000) -> list[tuple[int, int]]:
+    """The kernel calls of a local sweep: candidate row ranges (a, b), heaviest first. One process:
+    `_batches` (whole chunks). Several: the rows cut into `nproc` ranges of equal predicted time
+    (`_balanced`), one call per process, since a call costs ~20 ms besides its rows; if a range
+    would pass `cells`, `_batches` again (a long sweep: many calls, shared out as they finish)."""
+    n = len(stages)
+
+    def span(ks):
+        return ks[0] * chunk_size, min((ks[-1] + 1) * chunk_size, n)
+
+    if nproc > 1:
+        runs, cur = [], []  # consecutive chunks: their rows are contiguous
+        for k in todo:
+            if cur and k != cur[-1] + 1:
+                runs.append(span(cur))
+                cur = []
+            cur.append(k)
+        if cur:
+            runs.append(span(cur))
+        got = _balanced(runs, stages, micro, nproc, cells)
+        if got is not None:
+            return got
+    return [span(b) for b in _batches(todo, chunk_size, stages, nproc, cells)]
+
+
+# Predicted kernel time of a call on candidate rows a..b-1, in units of one padded cell (row x virtual
+# stage of the per-stage arrays): rows x widest stage count + Σ (_ROW_CELLS + _OP_CELLS · stages · m)
+# over the rows, m the microbatches (the replay's ops of a row are ~3·stages·m). Fitted to 42 single
+# calls of 2,000-30,000 rows of the three benchmark sweeps on the 2-core benchmark machine:
+# t = 22.5 ms + 3.72 us/row + 0.0384 us/padded cell + 0.0036 us/(stage x microbatch), 17% median error.
+_ROW_CELLS, _OP_CELLS = 97.0, 0.094
+
+
+def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, parts: int, cells: int):
+    """At most `parts` ranges within the row runs `runs`, of about equal predicted kernel time (above),
+    or None if one would pass `cells` (rows x widest virtual-stage count). The bound on the
+    predicted time is found by bisection, the ranges greedily, over the rows grouped in segments of
+    equal stage count."""
+    seg = []  # (first row, past the last row, stage count, run end) of equal stage counts
+    for a, b in runs:
+        st = stages[a:b]
+        cut = np.flatnonzero(np.diff(st)) + 1
+        starts, stops = np.r_[0, cut], np.r_[cut, len(st)]
+        seg += [(a + int(i), a + int(j), int(st[i]), b) for i, j in zip(starts, stops)]
+    if not seg:
+        return []
+    cum = np.zeros(len(stages) + 1)  # the rows' own costs, summed
+    np.cumsum(_ROW_CELLS + _OP_CELLS * stages * micro, out=cum[1:])
+    cum = cum.tolist()
+
+    def cost(a, b, widest):
+        return (b - a) * widest + cum[b] - cum[a]
+
+    def split(limit):  # the ranges, greedily: each as long as `limit` allows
+        out, i, pos = [], 0, seg[0][0]
+        while i < len(seg):
+            start, widest, j = pos, 0, i
+            while True:
+                lo, hi, w, end = seg[j]
+                wide = max(widest, w)
+                if cost(start, hi, wide) <= limit:  # the rest of segment j fits
+                    widest, pos, j = wide, hi, j + 1
+                    if hi == end or j == len(seg):  # its run ends: so does the range
+                        break
+                    continue
+                first, last = max(lo, start), hi  # the last row of it that fits: bisection
+                while last - first > 1:
+                    mid = (first + last) // 2
+                    first, last = (mid, last) if cost(start, mid, wide) <= limit else (first, mid)
+                if first > max(lo, start):  # part of it fits
+                    widest, pos = wide, first
+                elif lo <= start:  # not one row fits: that row alone
+                    widest, pos = wide, start + 1
+                else:  # the range ends before segment j
+                    pos = lo
+                break
+            out.append((start, pos, widest))
+            i = j
+            while i < len(seg) and pos >= seg[i][1]:
+                i += 1
+            if i < len(seg):
+                pos = max(pos, seg[i][0])
+        return out
+
+    low, high = 0.0, float(sum(cost(a, b, max(x[2] for x in seg)) for a, b in runs))
+    for _ in range(24):  # the least bound giving at most `parts` ranges (to 6e-8 of the total)
+        mid = (low + high) / 2
+        if len(split(mid)) <= parts:
+            high = mid
+        else:
+            low = mid
+    got = split(high)
+    if any((b - a) * w > cells for a, b, w in got):
+        return None
+    got.sort(key=lambda r: -cost(*r))
+    return [(a, b) for a, b, _ in got]
+
+
+def _batches(todo: list[int], chunk_size: int, stages: np.ndarray, nproc: int,
+             cells: int = 4_000_000) -> list[tuple[int, ...]]:
     """Group consecutive chunks into kernel calls: a batch's rows x its widest virtual-stage count
     (the size of its padded per-stage arrays) stays within `cells` (4 M: 32 MB per float array) and
     within 1.1x the padded size of its parts called apart (chunks of much wider shapes stay apart), and
     with several processes a batch holds at most 1/(2·nproc) of the work (virtual stages summed over
     rows), so the workers can share it out evenly. Heaviest batch first (the order workers take them)."""
-    stages = {k: _chunk_stages(chunk(k)) for k in todo}
+    stages = {k: stages[k * chunk_size:(k + 1) * chunk_size] for k in todo}
     work = {k: int(v.sum()) for k, v in stages.items()}
     target = sum(work.values()) / (2 * nproc) if nproc > 1 else float("inf")
     out, cur, rows, widest, w, cells_so_far = [], [], 0, 0, 0, 0
@@ -1005,32 +1126,32 @@ def _batches(todo: list[int], chunk, nproc: int, cells: int = 4_000_000) -> list
     return sorted(out, key=lambda b: -sum(work[k] for k in b))
 
 
-def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: int,
+def _run_processes(tasks: list[tuple[int, int]], cands: pd.DataFrame, deliver, ctx, nproc: int,
                    closing: list | None = None) -> None:
-    """Batches of chunks on `nproc` cores: `nproc - 1` forked worker processes and this process (the
-    numpy parts of the kernel hold the GIL, so threads would not help). The workers inherit the
+    """Kernel calls on candidate row ranges `tasks` ((a, b), heaviest first; `deliver(a, rows)` gets
+    the results) on `nproc` cores: `nproc - 1` forked worker processes and this process (the numpy
+    parts of the kernel hold the GIL, so threads would not help). The workers inherit the
     candidates, the specs and the evaluator through fork (initializer arguments are not pickled
-    under fork: only chunk numbers are; the results come back through `_ResultSlots`), and build the
-    schedule shapes their chunks need. Every process takes the heaviest batch left (the list is
-    sorted; a worker gets its next one as it hands back the last), so the last ones, the lightest,
-    even out the finish; this process's share needs no fork and no result transfer, and the shapes
-    it builds stay cached here. Each process is pinned to one core meanwhile (its replay then runs
-    one thread); this one gets its affinity back at the end. With `closing` (a list), once every
-    batch is in, the pool's stop (the workers' exit) runs in a thread appended there, for the caller
-    to join when it needs to (run_sweep ranks the rows meanwhile); without it, or on an error, it is
-    joined before this returns. Fork is safe: the workers are forked before the pool starts its
-    thread, and parasim leaves no threads running when a sweep returns (the replay joins its
-    threads; run_sweep joins the pool's stop)."""
+    under fork: only row numbers are; the results come back through `_ResultSlots`), and build the
+    schedule shapes their rows need. Every process takes the heaviest task left (a worker gets its
+    next one as it hands back the last); this process's share needs no fork and no result transfer,
+    and the shapes it builds stay cached here. Each process is pinned to one core meanwhile (its
+    replay then runs one thread); this one gets its affinity back at the end. With `closing` (a
+    list), once every task is in, the pool's stop (the workers' exit) runs in a thread appended
+    there, for the caller to join when it needs to (run_sweep ranks the rows meanwhile); without it,
+    or on an error, it is joined before this returns. Fork is safe: the workers are forked before
+    the pool starts its thread, and parasim leaves no threads running when a sweep returns (the
+    replay joins its threads; run_sweep joins the pool's stop)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     cores = core_ids() or []  # unknown: leave the OS to place the processes
     fork = mp.get_context("fork")
-    rows_most = max(sum(len(chunk(k)) for k in b) for b in batches)
+    rows_most = max(b - a for a, b in tasks)
     slots = _ResultSlots(nproc - 1, (rows_most + 1000) * 1024)  # ~300 bytes a row; bigger answers take the pipe
     pool = ProcessPoolExecutor(nproc - 1, mp_context=fork, initializer=_init_worker,
-                               initargs=(chunk, ctx, cores[1:] or cores, fork.Value("i", 0), os.getpid(), slots))
-    queue, futures, lock, stop = deque(batches), {}, threading.Lock(), threading.Event()
+                               initargs=(cands, ctx, cores[1:] or cores, fork.Value("i", 0), os.getpid(), slots))
+    queue, futures, lock, stop = deque(tasks), {}, threading.Lock(), threading.Event()
     answers: dict = {}  # future -> its answer, copied out of its slot
 
     def receive(f):  # under the lock, once per finished batch: its answer copied out, its slot freed
@@ -1046,7 +1167,7 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
                 return
             slot = slots.free.pop()
             try:
-                f = pool.submit(_worker_batch_task, queue.popleft(), slot)
+                f = pool.submit(_worker_task, queue.popleft(), slot)
             except (BrokenProcessPool, RuntimeError):  # the pool broke or is shutting down: result() says why
                 slots.free.append(slot)
                 stop.set()
@@ -1065,8 +1186,8 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
             with lock:  # the done-callback may not have run yet
                 receive(f)
                 got, answers[f] = answers[f], None
-            for k, df in (got if isinstance(got, list) else pickle.loads(got)):
-                finish(k, df)
+            a, b, res = got  # the kernel's columns: the candidates' are here already
+            deliver(a, _join(cands.iloc[a:b], res, ctx[2]))
 
     collected, done_ok = set(), False
     try:
@@ -1077,9 +1198,8 @@ def _run_processes(batches: list[tuple[int, ...]], chunk, finish, ctx, nproc: in
                 with lock:
                     if not queue or stop.is_set():
                         break
-                    b = queue.popleft()
-                for k, df in _evaluate_batch(b, chunk, ctx):
-                    finish(k, df)
+                    a, b = queue.popleft()
+                deliver(a, _evaluate_rows(cands, a, b, ctx))
                 done = [f for f in list(futures) if f.done() and f not in collected]
                 collected.update(done)
                 collect(done)
