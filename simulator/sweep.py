@@ -1003,10 +1003,11 @@ def _chunk_stages(cands: pd.DataFrame) -> np.ndarray:
 
 def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarray, nproc: int,
            cells: int = 4_000_000) -> list[tuple[int, int]]:
-    """The kernel calls of a local sweep: candidate row ranges (a, b), heaviest first. One process:
-    `_batches` (whole chunks). Several: the rows cut into `nproc` ranges of equal predicted time
-    (`_balanced`), one call per process, since a call costs ~20 ms besides its rows; if a range
-    would pass `cells`, `_batches` again (a long sweep: many calls, shared out as they finish)."""
+    """The kernel calls of a local sweep: candidate row ranges (a, b), in the order the processes take
+    them. One process: `_batches` (whole chunks, heaviest first). Several: the rows cut into `nproc`
+    ranges of equal predicted time (`_balanced`), one call per process, since a call costs ~20 ms
+    besides its rows; if a range would pass `cells`, `_batches` again (a long sweep: many calls,
+    heaviest first, shared out as they finish)."""
     n = len(stages)
 
     def span(ks):
@@ -1033,13 +1034,17 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
 # calls of 2,000-30,000 rows of the three benchmark sweeps on the 2-core benchmark machine:
 # t = 22.5 ms + 3.72 us/row + 0.0384 us/padded cell + 0.0036 us/(stage x microbatch), 17% median error.
 _ROW_CELLS, _OP_CELLS = 97.0, 0.094
+# A worker's rows also travel back to the sweeping process (pickled, through shared memory,
+# unpickled: ~30 ms for 12,500 rows of the 70B sweep, measured in its cold runs), ~2.4 us a row.
+_SENT_CELLS = 62.0
 
 
 def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, parts: int, cells: int):
     """At most `parts` ranges within the row runs `runs`, of about equal predicted kernel time (above),
-    or None if one would pass `cells` (rows x widest virtual-stage count). The bound on the
-    predicted time is found by bisection, the ranges greedily, over the rows grouped in segments of
-    equal stage count."""
+    or None if one would pass `cells` (rows x widest virtual-stage count). The first range, in row
+    order, is the sweeping process's and is listed last (`_run_processes` feeds the workers first);
+    the others' rows also count the time to send them back. The bound on the predicted time is found
+    by bisection, the ranges greedily, over the rows grouped in segments of equal stage count."""
     seg = []  # (first row, past the last row, stage count, run end) of equal stage counts
     for a, b in runs:
         st = stages[a:b]
@@ -1052,17 +1057,17 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
     np.cumsum(_ROW_CELLS + _OP_CELLS * stages * micro, out=cum[1:])
     cum = cum.tolist()
 
-    def cost(a, b, widest):
-        return (b - a) * widest + cum[b] - cum[a]
+    def cost(a, b, widest, sent=True):
+        return (b - a) * (widest + _SENT_CELLS * sent) + cum[b] - cum[a]
 
-    def split(limit):  # the ranges, greedily: each as long as `limit` allows
+    def split(limit):  # the ranges, greedily: each as long as `limit` allows; the first is this process's
         out, i, pos = [], 0, seg[0][0]
         while i < len(seg):
-            start, widest, j = pos, 0, i
+            start, widest, j, sent = pos, 0, i, bool(out)
             while True:
                 lo, hi, w, end = seg[j]
                 wide = max(widest, w)
-                if cost(start, hi, wide) <= limit:  # the rest of segment j fits
+                if cost(start, hi, wide, sent) <= limit:  # the rest of segment j fits
                     widest, pos, j = wide, hi, j + 1
                     if hi == end or j == len(seg):  # its run ends: so does the range
                         break
@@ -1070,7 +1075,7 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
                 first, last = max(lo, start), hi  # the last row of it that fits: bisection
                 while last - first > 1:
                     mid = (first + last) // 2
-                    first, last = (mid, last) if cost(start, mid, wide) <= limit else (first, mid)
+                    first, last = (mid, last) if cost(start, mid, wide, sent) <= limit else (first, mid)
                 if first > max(lo, start):  # part of it fits
                     widest, pos = wide, first
                 elif lo <= start:  # not one row fits: that row alone
@@ -1096,8 +1101,7 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
     got = split(high)
     if any((b - a) * w > cells for a, b, w in got):
         return None
-    got.sort(key=lambda r: -cost(*r))
-    return [(a, b) for a, b, _ in got]
+    return [(a, b) for a, b, _ in got[1:] + got[:1]]  # the workers take theirs first
 
 
 def _batches(todo: list[int], chunk_size: int, stages: np.ndarray, nproc: int,
