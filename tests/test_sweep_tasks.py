@@ -2,6 +2,7 @@
 back together from row ranges (`_Assembler`) and gets results back from its worker processes
 (`_ResultSlots`, with the pool's pipe when an answer does not fit its slot)."""
 import itertools
+import os
 
 import numpy as np
 import pandas as pd
@@ -105,6 +106,11 @@ def test_result_slots_round_trip_and_hand_back_what_does_not_fit():
     back = slots.take(got)
     assert back[:2] == (5, 9)
     pd.testing.assert_frame_equal(back[2], answer[2])
+    assert [slots.ticket(), slots.ticket()] == [0, 1]
+    pid = os.fork()
+    if pid == 0:  # a forked worker counts on in the same memory
+        os._exit(0 if slots.ticket() == 2 else 1)
+    assert os.waitpid(pid, 0)[1] == 0 and slots.ticket() == 3
     big = (0, 1, pd.DataFrame({"a": np.arange(10_000.0)}))
     assert slots.put(0, big) == (None, big) and slots.take((None, big)) is big
     slots.buf.close()
