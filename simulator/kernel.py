@@ -434,14 +434,14 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     opt = options or EstimateOptions()
     given = dict(tp=tp, dp=dp, cp=cp, ep=ep, micro_batch_size=micro_batch_size, zero=zero, pp=pp, vpp=vpp,
                  schedule=schedule, recompute=recompute, sequence_parallel=sequence_parallel)
-    n = int(np.broadcast(*[np.asarray(v, dtype=object) for v in given.values()]).size)
+    n = int(np.prod(np.broadcast_shapes(*(np.shape(v) for v in given.values())), dtype=np.int64))
     tp, dp, cp, ep, mbs, zz, ppa, vppa = (_ints(given[k], n) for k in ("tp", "dp", "cp", "ep", "micro_batch_size",
                                                                         "zero", "pp", "vpp"))
     sched, rec = _names(schedule, n), _names(recompute, n)
     spa = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,))
     splits = _splits(layers_per_stage, n)
     for name, vals, ok in (("schedule", sched, SCHEDULES), ("recompute", rec, RECOMPUTE)):
-        bad = set(vals.tolist()) - set(ok)
+        bad = set(pd.unique(vals).tolist()) - set(ok)
         if bad:
             raise InputError(f"{name} must be one of {', '.join(ok)}, got {sorted(bad)[0]!r}")
     if (shard_group_size or dp_mode == "dataparallel") and len(np.unique(zz)) > 1:
