@@ -1012,28 +1012,33 @@ def _chunk_stages(cands: pd.DataFrame) -> np.ndarray:
 def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarray, nproc: int,
            cells: int = 4_000_000) -> list[tuple[int, int]]:
     """The kernel calls of a local sweep: candidate row ranges (a, b), in the order the processes take
-    them. One process: `_batches` (whole chunks, heaviest first). Several: the rows cut into `nproc`
-    ranges of equal predicted time (`_balanced`), one call per process, since a call costs ~20 ms
-    besides its rows; if a range would pass `cells`, `_batches` again (a long sweep: many calls,
-    heaviest first, shared out as they finish)."""
+    them; a call costs ~20 ms besides its rows, so calls are few. Several processes: the rows cut
+    into `nproc` ranges of equal predicted time (`_balanced`), one call per process; if a range would
+    pass `cells`, `_batches` (whole chunks: a long sweep, many calls, heaviest first, shared out as
+    they finish). One process: whichever predicts the least time in all, calls included
+    (`_plan_cells`): the chunk batches, or the rows cut into one to four more ranges than there are
+    runs of consecutive chunks."""
     n = len(stages)
 
     def span(ks):
         return ks[0] * chunk_size, min((ks[-1] + 1) * chunk_size, n)
 
-    if nproc > 1:
-        runs, cur = [], []  # consecutive chunks: their rows are contiguous
-        for k in todo:
-            if cur and k != cur[-1] + 1:
-                runs.append(span(cur))
-                cur = []
-            cur.append(k)
-        if cur:
+    batches = [span(b) for b in _batches(todo, chunk_size, stages, nproc, cells)] if todo else []
+    runs, cur = [], []  # consecutive chunks: their rows are contiguous
+    for k in todo:
+        if cur and k != cur[-1] + 1:
             runs.append(span(cur))
+            cur = []
+        cur.append(k)
+    if cur:
+        runs.append(span(cur))
+    if nproc > 1:
         got = _balanced(runs, stages, micro, nproc, cells)
-        if got is not None:
-            return got
-    return [span(b) for b in _batches(todo, chunk_size, stages, nproc, cells)]
+        return batches if got is None else got
+    # one process: the fewest predicted seconds in all, calls included (a few cuts, or the chunk batches)
+    plans = [batches] + [got for extra in range(4) if (got := _balanced(runs, stages, micro, len(runs) + extra,
+                                                                          cells, sent=False)) is not None]
+    return min(plans, key=lambda plan: _plan_cells(plan, stages, micro))
 
 
 # Predicted kernel time of a call on candidate rows a..b-1, in units of one padded cell (row x virtual
@@ -1041,18 +1046,26 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
 # over the rows, m the microbatches (the replay's ops of a row are ~3·stages·m). Fitted to 42 single
 # calls of 2,000-30,000 rows of the three benchmark sweeps on the 2-core benchmark machine:
 # t = 22.5 ms + 3.72 us/row + 0.0384 us/padded cell + 0.0036 us/(stage x microbatch), 17% median error.
-_ROW_CELLS, _OP_CELLS = 97.0, 0.094
+_ROW_CELLS, _OP_CELLS, _CALL_CELLS = 97.0, 0.094, 586_000.0
 # A worker's rows also travel back to the sweeping process (pickled, through shared memory,
 # unpickled: ~30 ms for 12,500 rows of the 70B sweep, measured in its cold runs), ~2.4 us a row.
 _SENT_CELLS = 62.0
 
 
-def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, parts: int, cells: int):
+def _plan_cells(plan: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray) -> float:
+    """Predicted time of kernel calls on row ranges `plan` in one process, calls included (above)."""
+    own = _ROW_CELLS + _OP_CELLS * stages * micro
+    return sum(_CALL_CELLS + (b - a) * float(stages[a:b].max()) + float(own[a:b].sum()) for a, b in plan)
+
+
+def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, parts: int, cells: int,
+              sent: bool = True):
     """At most `parts` ranges within the row runs `runs`, of about equal predicted kernel time (above),
     or None if one would pass `cells` (rows x widest virtual-stage count). The first range, in row
     order, is the sweeping process's and is listed last (`_run_processes` feeds the workers first);
-    the others' rows also count the time to send them back. The bound on the predicted time is found
-    by bisection, the ranges greedily, over the rows grouped in segments of equal stage count."""
+    the others' rows also count the time to send them back (unless not `sent`: one process). The
+    bound on the predicted time is found by bisection, the ranges greedily, over the rows grouped in
+    segments of equal stage count."""
     seg = []  # (first row, past the last row, stage count, run end) of equal stage counts
     for a, b in runs:
         st = stages[a:b]
@@ -1065,17 +1078,17 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
     np.cumsum(_ROW_CELLS + _OP_CELLS * stages * micro, out=cum[1:])
     cum = cum.tolist()
 
-    def cost(a, b, widest, sent=True):
-        return (b - a) * (widest + _SENT_CELLS * sent) + cum[b] - cum[a]
+    def cost(a, b, widest, back=True):
+        return (b - a) * (widest + _SENT_CELLS * back) + cum[b] - cum[a]
 
     def split(limit):  # the ranges, greedily: each as long as `limit` allows; the first is this process's
         out, i, pos = [], 0, seg[0][0]
         while i < len(seg):
-            start, widest, j, sent = pos, 0, i, bool(out)
+            start, widest, j, back = pos, 0, i, sent and bool(out)
             while True:
                 lo, hi, w, end = seg[j]
                 wide = max(widest, w)
-                if cost(start, hi, wide, sent) <= limit:  # the rest of segment j fits
+                if cost(start, hi, wide, back) <= limit:  # the rest of segment j fits
                     widest, pos, j = wide, hi, j + 1
                     if hi == end or j == len(seg):  # its run ends: so does the range
                         break
@@ -1083,7 +1096,7 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
                 first, last = max(lo, start), hi  # the last row of it that fits: bisection
                 while last - first > 1:
                     mid = (first + last) // 2
-                    first, last = (mid, last) if cost(start, mid, wide, sent) <= limit else (first, mid)
+                    first, last = (mid, last) if cost(start, mid, wide, back) <= limit else (first, mid)
                 if first > max(lo, start):  # part of it fits
                     widest, pos = wide, first
                 elif lo <= start:  # not one row fits: that row alone
