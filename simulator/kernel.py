@@ -319,13 +319,13 @@ def _pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> 
     # F_eff = F + tp_f + cp_f + ep_f + zf + comm_slowdown · (hid_f + zhf), likewise B_eff
     F_eff = _sum_terms(st["F"], st["tp_f"], st["cp_f"], st["ep_f"])[g]
     B_eff = _sum_terms(st["B"], st["tp_b"], st["cp_b"], st["ep_b"])[g]
-    for eff, d, hid, hd in ((F_eff, "f", "hid_f", "hid_f"), (B_eff, "b", "hid_b", "hid_b")):
+    for eff, d in ((F_eff, "f"), (B_eff, "b")):
         if len(has):
             eff[has] += z3[d][zk]
         if opt.comm_slowdown != 0:
-            h = st[hid][g]
+            h = st["hid_" + d][g]
             if len(has):
-                h[has] += z3[hd][zk]
+                h[has] += z3["hid_" + d][zk]
             eff += opt.comm_slowdown * h
     W = st["W"][g]
     split_bw = np.isin(sched, SPLIT_SCHEDULES)[:, None]

@@ -929,7 +929,7 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 def _worker_task(task: tuple[int, int], slot: int):
     """(a, b, the kernel's columns) of candidate rows task = (a, b), pickled into result slot `slot`
-    of the shared memory (`_ResultSlots`; returns (slot, bytes)), or returned through the pool's pipe
+    of the shared memory (`_ResultSlots`; returns (slot, size)), or returned through the pool's pipe
     if they do not fit. The candidate columns stay out: the sweep process has them, and their text
     columns took most of the pickling."""
     a, b = task
@@ -967,7 +967,8 @@ class _ResultSlots:
         return slot, len(data)
 
     def take(self, got: tuple):
-        """In the sweep process: a worker's answer (`put`), copied out of its slot (free again)."""
+        """In the sweep process: a worker's answer (`put`), read out of its slot (which the caller then
+        frees)."""
         slot, x = got
         return x if slot is None else pickle.loads(self.buf[8 + slot * self.size:8 + slot * self.size + x])
 
@@ -1023,7 +1024,9 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
     def span(ks):
         return ks[0] * chunk_size, min((ks[-1] + 1) * chunk_size, n)
 
-    batches = [span(b) for b in _batches(todo, chunk_size, stages, nproc, cells)] if todo else []
+    def batches():
+        return [span(b) for b in _batches(todo, chunk_size, stages, nproc, cells)] if todo else []
+
     runs, cur = [], []  # consecutive chunks: their rows are contiguous
     for k in todo:
         if cur and k != cur[-1] + 1:
@@ -1034,9 +1037,9 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
         runs.append(span(cur))
     if nproc > 1:
         got = _balanced(runs, stages, micro, nproc, cells)
-        return batches if got is None else got
+        return batches() if got is None else got
     # one process: the fewest predicted seconds in all, calls included (a few cuts, or the chunk batches)
-    plans = [batches] + [got for extra in range(4) if (got := _balanced(runs, stages, micro, len(runs) + extra,
+    plans = [batches()] + [got for extra in range(4) if (got := _balanced(runs, stages, micro, len(runs) + extra,
                                                                           cells, sent=False)) is not None]
     return min(plans, key=lambda plan: _plan_cells(plan, stages, micro))
 
@@ -1153,12 +1156,12 @@ def _batches(todo: list[int], chunk_size: int, stages: np.ndarray, nproc: int,
 
 def _run_processes(tasks: list[tuple[int, int]], cands: pd.DataFrame, deliver, ctx, nproc: int,
                    closing: list | None = None) -> None:
-    """Kernel calls on candidate row ranges `tasks` ((a, b), heaviest first; `deliver(a, rows)` gets
-    the results) on `nproc` cores: `nproc - 1` forked worker processes and this process (the numpy
+    """Kernel calls on candidate row ranges `tasks` ((a, b), in the order they are taken; `deliver(a,
+    rows)` gets the results) on `nproc` cores: `nproc - 1` forked worker processes and this process (the numpy
     parts of the kernel hold the GIL, so threads would not help). The workers inherit the
     candidates, the specs and the evaluator through fork (initializer arguments are not pickled
     under fork: only row numbers are; the results come back through `_ResultSlots`), and build the
-    schedule shapes their rows need. Every process takes the heaviest task left (a worker gets its
+    schedule shapes their rows need. Every process takes the next task in the list (a worker gets its
     next one as it hands back the last); this process's share needs no fork and no result transfer,
     and the shapes it builds stay cached here. Each process is pinned to one core meanwhile (its
     replay then runs one thread); this one gets its affinity back at the end. With `closing` (a
