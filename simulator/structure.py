@@ -125,12 +125,11 @@ def _shape(model, schedule: str, pp: int, chunks: int, split) -> dict:
     pl = stage_placement(model, pp=pp, vpp=chunks, schedule=schedule, layers_per_stage=split)
     d, e = stage_layer_split(model, pp=pp, vpp=chunks, schedule=schedule, layers_per_stage=split)
     fields = np.stack([np.asarray(getattr(pl, f), dtype=float) for f in PLACEMENT_FIELDS], axis=-1)  # (pp, F)
-    uq, first_r, cinv = np.unique(fields, axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(first_r)
-    rank_of = np.empty_like(order)
-    rank_of[order] = np.arange(len(order))
+    seen: dict = {}  # a rank's contents -> its class, numbered in order of first rank (a dict: ~10x np.unique)
+    rank_class = np.array([seen.setdefault(row, len(seen)) for row in map(tuple, fields.tolist())], dtype=np.int64)
     out = {**{f: np.asarray(getattr(pl, f)) for f in PLACEMENT_FIELDS}, "dense": d, "moe": e,
-           "stage_rank": stage_rank(pp, chunks, schedule), "rank_class": rank_of[cinv.ravel()], "classes": uq[order]}
+           "stage_rank": stage_rank(pp, chunks, schedule), "rank_class": rank_class,
+           "classes": np.array(list(seen), dtype=float).reshape(len(seen), len(PLACEMENT_FIELDS))}
     for a in out.values():
         a.setflags(write=False)  # shared by every caller of the memo
     return {**out, "chunks": pl.chunks}

@@ -72,7 +72,7 @@ def stage_placement(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = 
     chunk_ranks = _chunk_ranks(schedule, pp, vpp)
     n_chunks = len(chunk_ranks)
     L = model.num_layers
-    moe_mask = model.moe_layer_mask
+    moe_before = np.concatenate([[0], np.cumsum(model.moe_layer_mask, dtype=np.int64)]).tolist()  # MoE layers < i
     layers = np.zeros(pp, dtype=np.int64)
     moe = np.zeros(pp, dtype=np.int64)
     if layers_per_stage and schedule == "dualpipe":
@@ -82,21 +82,21 @@ def stage_placement(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = 
         for c, ranks in enumerate(chunk_ranks):
             for r in ranks:
                 layers[r] += counts[c]
-                moe[r] += moe_mask[bounds[c]:bounds[c + 1]].sum()
+                moe[r] += moe_before[bounds[c + 1]] - moe_before[bounds[c]]
     elif layers_per_stage:
         # explicit per-rank totals: consecutive layers per rank (chunking does not move MoE layers)
         counts = stage_layer_counts(L, pp, tuple(layers_per_stage))
         bounds = np.concatenate([[0], np.cumsum(counts)])
         for r in range(pp):
             layers[r] = counts[r]
-            moe[r] = moe_mask[bounds[r]:bounds[r + 1]].sum()
+            moe[r] = moe_before[bounds[r + 1]] - moe_before[bounds[r]]
     else:
         if L % n_chunks:
             raise InputError(f"num_hidden_layers({L}) is not divisible by the {n_chunks} pipeline chunks of "
                              f"schedule {schedule!r} with pp({pp})" + (f", vpp({vpp})" if vpp > 1 else ""))
         per = L // n_chunks
         for c, ranks in enumerate(chunk_ranks):
-            n_moe = int(moe_mask[c * per:(c + 1) * per].sum())
+            n_moe = moe_before[(c + 1) * per] - moe_before[c * per]
             for r in ranks:
                 layers[r] += per
                 moe[r] += n_moe
