@@ -1045,19 +1045,26 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
 
 
 # Predicted kernel time of a call on candidate rows a..b-1, in units of one padded cell (row x virtual
-# stage of the per-stage arrays): rows x widest stage count + Σ (_ROW_CELLS + _OP_CELLS · stages · m)
-# over the rows, m the microbatches (the replay's ops of a row are ~3·stages·m). Fitted to 42 single
-# calls of 2,000-30,000 rows of the three benchmark sweeps on the 2-core benchmark machine:
-# t = 22.5 ms + 3.72 us/row + 0.0384 us/padded cell + 0.0036 us/(stage x microbatch), 17% median error.
+# stage of the per-stage arrays): _CALL_CELLS + rows x widest stage count + Σ _row_cells over the rows.
+# Least-squares fit of 42 single calls of 2,000-30,000 rows of the three benchmark sweeps on the
+# 2-core benchmark machine (benchmarks/fit_kernel_cost.py; data benchmarks/results/kernel_cost-fit-
+# 2026-11-22.jsonl): t = 22.5 ms + 3.72 us/row + 0.0384 us/padded cell + 0.0036 us/(stage x
+# microbatch) (the replay's ops of a row are ~3·stages·m); median error 17 % on those calls, 10 % on
+# 42 held-out calls (kernel_cost-heldout-2026-11-22.jsonl, max 56 %).
 _ROW_CELLS, _OP_CELLS, _CALL_CELLS = 97.0, 0.094, 586_000.0
 # A worker's rows also travel back to the sweeping process (pickled, through shared memory,
 # unpickled: ~30 ms for 12,500 rows of the 70B sweep, measured in its cold runs), ~2.4 us a row.
 _SENT_CELLS = 62.0
 
 
+def _row_cells(stages: np.ndarray, micro: np.ndarray) -> np.ndarray:
+    """Each row's own predicted cost (above): _ROW_CELLS + _OP_CELLS · virtual stages · microbatches."""
+    return _ROW_CELLS + _OP_CELLS * stages * micro
+
+
 def _plan_cells(plan: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray) -> float:
     """Predicted time of kernel calls on row ranges `plan` in one process, calls included (above)."""
-    own = _ROW_CELLS + _OP_CELLS * stages * micro
+    own = _row_cells(stages, micro)
     return sum(_CALL_CELLS + (b - a) * float(stages[a:b].max()) + float(own[a:b].sum()) for a, b in plan)
 
 
@@ -1078,7 +1085,7 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
     if not seg:
         return []
     cum = np.zeros(len(stages) + 1)  # the rows' own costs, summed
-    np.cumsum(_ROW_CELLS + _OP_CELLS * stages * micro, out=cum[1:])
+    np.cumsum(_row_cells(stages, micro), out=cum[1:])
     cum = cum.tolist()
 
     def cost(a, b, widest, back=True):
