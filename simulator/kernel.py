@@ -470,6 +470,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                               sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
                               placement=pt.classes, rank_class=pt.rank_class, worst_of=pt.rank_valid,
                               inflight_key=distinct_rows(pt.shape_index, m)[1])  # in-flight: one per (shape, m)
+    del inflight  # (N, P): not needed for the time
     worst = mem["worst_stage"]
     out = {k: mem[k] for k in MEMORY_FIELDS}
     feasible = out["peak_bytes"] <= hardware.hbm_bytes

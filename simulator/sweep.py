@@ -70,7 +70,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from .cores import available_cores, core_ids
+from .cores import available_cores, core_ids, huge_page_heap
 from .cost.compute import num_virtual_stages
 from .dedup import distinct_rows
 from .errors import InputError, WorkerError
@@ -873,6 +873,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
                 if nproc > 1:
                     _run_processes(tasks, cands, deliver, ctx, nproc, closing)
                 else:
+                    huge_page_heap()  # (cores.huge_page_heap; only where the parasim command kept freed memory)
                     for a, b in tasks:
                         deliver(a, _evaluate_rows(cands, a, b, ctx))
             else:
@@ -909,6 +910,7 @@ def _init_worker(cands, ctx, cores, parent_pid, slots) -> None:
     _exit_with_parent(parent_pid)
     _WORKER.update(cands=cands, ctx=ctx, slots=slots)
     k = slots.ticket()  # the workers number themselves 0, 1, ...
+    huge_page_heap()  # after the fork (cores.huge_page_heap; only where the parasim command kept freed memory)
     if cores:  # one core per worker (round robin): its replay then runs one thread
         os.sched_setaffinity(0, {cores[k % len(cores)]})
 
@@ -1228,6 +1230,7 @@ def _run_processes(tasks: list[tuple[int, int]], cands: pd.DataFrame, deliver, c
     try:
         for _ in range(nproc - 1):
             feed()
+        huge_page_heap()  # the workers are forked: this process's fresh heap in huge pages (cores.huge_page_heap)
         with _pinned(cores[:1]):
             while True:
                 with lock:

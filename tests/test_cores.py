@@ -54,3 +54,38 @@ def test_a_sweep_gives_the_calling_thread_its_cores_back():
     before = core_ids()
     run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=97, workers=2)  # pins this thread meanwhile
     assert core_ids() == before
+
+
+_HUGE_PROBE = r"""
+import resource, sys
+import numpy as np
+from simulator.cores import huge_page_heap, keep_freed_memory
+print(huge_page_heap())  # False: keep_freed_memory not set yet
+assert keep_freed_memory()
+print(huge_page_heap() if sys.argv[1] == "huge" else False)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+kept = [np.ones(1 << 16) for _ in range(64)]  # 64 arrays of 512 KiB: 8,192 pages of 4 KiB, 16 of 2 MiB
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _thp_enabled():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not (_glibc() and _thp_enabled()), reason="glibc with transparent huge pages")
+def test_huge_page_heap_faults_a_fresh_array_in_by_2_mib_pages():
+    def run(mode):
+        out = subprocess.run([sys.executable, "-c", _HUGE_PROBE, mode], capture_output=True, text=True, check=True)
+        return out.stdout.split()
+
+    off_unset, off_set, faults_4k = run("default")
+    on_unset, on_set, faults_huge = run("huge")
+    assert (off_unset, on_unset, on_set) == ("False", "False", "True")
+    # (arrays under 4 MiB: numpy asks for huge pages only on bigger ones, and a kernel call's are mostly smaller)
+    assert int(faults_4k) > 4000  # ~8,192 on 4 KiB pages
+    assert int(faults_huge) < int(faults_4k) / 8  # ~16 on 2 MiB pages

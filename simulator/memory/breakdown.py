@@ -160,18 +160,20 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                            shard_group_size=shard_group_size, inference=inference)
     if rank_class is not None:  # terms of a rank's contents are computed per class, then gathered to the ranks
         nq = np.shape(pl.layers)[-1]
-        flat = rank_class + (np.arange(len(rank_class)) * nq)[:, None]
         width = rank_class.shape[-1]
+        flat = []  # the flat gather index, made on first use (the worst-by-class path needs none)
 
         def to_rank(x):
-            return np.ascontiguousarray(np.broadcast_to(x, (len(rank_class), nq))).ravel()[flat]
+            if not flat:
+                flat.append(rank_class + (np.arange(len(rank_class)) * nq)[:, None])
+            return np.ascontiguousarray(np.broadcast_to(x, (len(rank_class), nq))).ravel()[flat[0]]
     else:
         width = int(np.shape(pl.layers)[-1])
 
         def to_rank(x):
             return x
     shape = np.broadcast_shapes(*(np.shape(x) for x in (tp, dp, cp, ep, micro_batch_size, num_microbatches)))
-    zeros = np.zeros(shape + (width,))
+    shape = shape + (width,)
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     has_dense = (pl.dense_layers > 0)
     has_moe = (pl.moe_layers > 0)
@@ -189,16 +191,17 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     if inference:
         t = np.asarray(tp, dtype=float)[..., None]
         last_logits = 4.0 * model.vocab_size * np.asarray(micro_batch_size, dtype=float)[..., None] / t
+        zeros = np.zeros(shape)
         act = zeros + to_rank(working_set() + pl.head * last_logits)
         batch = training.global_batch_size / np.asarray(dp, dtype=float)
         kv = zeros + to_rank(kv_cache_bytes(model, layers=pl.layers, batch=batch, context=training.seq_length,
                                             tp=tp, cp=cp, dtype_bytes=training.activation_bytes))
         inflight = zeros + 1.0
     else:
-        if inflight_per_stage is not None:
-            inflight = zeros + _check_inflight(inflight_per_stage, width)
-        else:
-            inflight = zeros + inflight_microbatches(schedule, pp=pp, num_microbatches=num_microbatches, vpp=vpp)
+        # (a read-only view of the given counts: the per-class path below reads them, never copies them)
+        inflight = np.broadcast_to(_check_inflight(inflight_per_stage, width) if inflight_per_stage is not None
+                                   else inflight_microbatches(schedule, pp=pp, num_microbatches=num_microbatches,
+                                                              vpp=vpp), shape)
         a_d = per_mode(layer_activation_bytes, moe=False)[..., None]
         a_m = per_mode(layer_activation_bytes, moe=True)[..., None]
         emb = per_mode(embedding_activation_bytes, rc=False)[..., None]
@@ -217,7 +220,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         act = act + np.minimum(loss_m, np.maximum(inflight, 1.0)) * to_rank(pl.head * head)  # head: 0 or 1
         if full.any():
             act = act + to_rank(working_set()) * (full[..., None] if full.ndim else 1.0)
-        kv = zeros
+        zeros = np.zeros(shape)
+        kv, inflight = zeros, zeros + inflight
     if worst_of is not None and rank_class is not None and not inference:
         return _worst_stage(overheads, st, act, to_rank, rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
     params, grads, opt, transient = (np.broadcast_to(to_rank(st[k]), zeros.shape)
