@@ -600,12 +600,33 @@ def _evaluate_per_microbatch_count(m: np.ndarray, offset: int, call, reason: dic
     return res.reset_index(drop=True)
 
 
-def rank_results(df: pd.DataFrame) -> pd.DataFrame:
+def rank_results(df: pd.DataFrame, ties: tuple | None = None) -> pd.DataFrame:
     """Sort: feasible first, tokens_per_s descending (untimed rows last), the layouts that do not fit
     by peak memory ascending, then label and every layout field ascending (a total order: identical
-    inputs give identical rankings). Adds `label` if missing and a 1-based `rank`."""
+    inputs give identical rankings). Adds `label` if missing and a 1-based `rank`. `ties`:
+    `_rank_ties(df)` worked out beforehand (a sweep worker does it while the last rows are evaluated;
+    it reads only the layout columns)."""
     tput = df["tokens_per_s"].to_numpy(dtype=float)
+    tie_keys, labels = ties if ties is not None else _rank_ties(df)
+    infeasible = ~df["feasible"].to_numpy(dtype=bool)
+    keys = [infeasible.astype(np.int8), -np.where(np.isnan(tput), -np.inf, tput)]
+    if "peak_bytes" in df:  # layouts that do not fit: the closest to fitting first
+        peak = df["peak_bytes"].to_numpy(dtype=float)
+        keys.append(np.where(infeasible, np.where(np.isnan(peak), np.inf, peak), 0.0))
+    order = np.lexsort((keys + tie_keys)[::-1])  # first key primary; stable
+    old = [c for c in ("rank", "label") if c in df]
+    out = (df.drop(columns=old) if old else df).take(order).reset_index(drop=True)
+    ranked = labels[0][labels[1][order]] if isinstance(labels, tuple) else np.asarray(labels, dtype=object)[order]
+    out.insert(0, "label", _text(ranked))
+    out.insert(0, "rank", np.arange(1, len(out) + 1))
+    return out
 
+
+def _rank_ties(df: pd.DataFrame) -> tuple[list, object]:
+    """The tie-breaking keys of `rank_results` (label, then schedule, vpp, micro_batch_size, zero,
+    recompute, sequence_parallel, ep, layers_per_stage ascending; strings by their sorted codes, the
+    same order as sorting the strings), folded into one mixed-radix integer where it fits (same order,
+    fewer sort passes), and the labels (the `label` column, or (distinct labels, each row's index))."""
     def key(v):  # strings by their sorted codes (same order as sorting the strings), numbers as they are
         v = np.asarray(v)
         if v.dtype == bool or np.issubdtype(v.dtype, np.number):
@@ -629,27 +650,13 @@ def rank_results(df: pd.DataFrame) -> pd.DataFrame:
     tie = np.zeros(len(df), dtype=np.int64)  # the tie keys as one mixed-radix integer (same order, fewer passes)
     for k in ties:
         if np.asarray(k).dtype.kind not in "biu":  # not integer codes: keep the keys apart
-            tie = None
-            break
+            return ties, labels
         k = np.asarray(k, dtype=np.int64)
         lo, span = (int(k.min()), int(k.max()) - int(k.min()) + 1) if len(k) else (0, 1)
-        if span >= 2**62 // max(int(tie.max(initial=0)) + 1, 1):  # would overflow: fall back to separate keys
-            tie = None
-            break
+        if span >= 2**62 // max(int(tie.max(initial=0)) + 1, 1):  # would overflow: keep the keys apart
+            return ties, labels
         tie = tie * span + (k - lo)
-    infeasible = ~df["feasible"].to_numpy(dtype=bool)
-    keys = [infeasible.astype(np.int8), -np.where(np.isnan(tput), -np.inf, tput)]
-    if "peak_bytes" in df:  # layouts that do not fit: the closest to fitting first
-        peak = df["peak_bytes"].to_numpy(dtype=float)
-        keys.append(np.where(infeasible, np.where(np.isnan(peak), np.inf, peak), 0.0))
-    keys += [tie] if tie is not None else ties
-    order = np.lexsort(keys[::-1])  # first key primary; stable
-    old = [c for c in ("rank", "label") if c in df]
-    out = (df.drop(columns=old) if old else df).take(order).reset_index(drop=True)
-    ranked = labels[0][labels[1][order]] if isinstance(labels, tuple) else np.asarray(labels, dtype=object)[order]
-    out.insert(0, "label", _text(ranked))
-    out.insert(0, "rank", np.arange(1, len(out) + 1))
-    return out
+    return [tie], labels
 
 
 def _order_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -859,6 +866,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
         return cands.iloc[k * chunk_size:(k + 1) * chunk_size]
 
     budget = len(todo) if stop_after_chunks is None else stop_after_chunks
+    ties: list = []  # the rank's tie keys, when a local pool works them out (_rank_ties)
     closing: list[threading.Thread] = []  # a local pool's stop, finishing while the rows are ranked
     try:
         try:
@@ -871,7 +879,10 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
                                nproc)
                 deliver = _Assembler(chunk_size, n, finish)
                 if nproc > 1:
-                    _run_processes(tasks, cands, deliver, ctx, nproc, closing)
+                    # and the rank's tie keys (layout columns only): a worker done with its rows works
+                    # them out while this process evaluates its own, or this process does, if first
+                    _run_processes(tasks + ([_TIES] if budget == len(todo) else []), cands, deliver, ctx, nproc,
+                                   closing, keep=ties.append)
                 else:
                     huge_page_heap()  # (cores.huge_page_heap; only where the parasim command kept freed memory)
                     for a, b in tasks:
@@ -892,7 +903,8 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
             df["tokens_per_s"] = pd.Series([], dtype=float)
         else:
             df = pd.concat([results[k] for k in range(nchunks)], ignore_index=True)
-        df = _order_columns(rank_results(_order_columns(df)))  # columns ordered first: one copy, by the rank
+        # columns ordered first: one copy, by the rank
+        df = _order_columns(rank_results(_order_columns(df), ties=ties[0] if ties else None))
         if out is not None:
             write_results(df, out)
             if not keep_parts:
@@ -933,7 +945,9 @@ def _worker_task(task: tuple[int, int], slot: int):
     """(a, b, the kernel's columns) of candidate rows task = (a, b), pickled into result slot `slot`
     of the shared memory (`_ResultSlots`; returns (slot, size)), or returned through the pool's pipe
     if they do not fit. The candidate columns stay out: the sweep process has them, and their text
-    columns took most of the pickling."""
+    columns took most of the pickling. The `_TIES` task: (None, None, `_rank_ties` of every candidate)."""
+    if task == _TIES:
+        return _WORKER["slots"].put(slot, (None, None, _rank_ties(_WORKER["cands"])))
     a, b = task
     return _WORKER["slots"].put(slot, (a, b, _evaluate_rows(_WORKER["cands"], a, b, _WORKER["ctx"], joined=False)))
 
@@ -1163,8 +1177,11 @@ def _batches(todo: list[int], chunk_size: int, stages: np.ndarray, nproc: int,
     return sorted(out, key=lambda b: -sum(work[k] for k in b))
 
 
-def _run_processes(tasks: list[tuple[int, int]], cands: pd.DataFrame, deliver, ctx, nproc: int,
-                   closing: list | None = None) -> None:
+_TIES = "ties"  # a local pool's task besides row ranges: the rank's tie keys of every candidate (_rank_ties)
+
+
+def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, closing: list | None = None,
+                   keep=None) -> None:
     """Kernel calls on candidate row ranges `tasks` ((a, b), in the order they are taken; `deliver(a,
     rows)` gets the results) on `nproc` cores: `nproc - 1` forked worker processes and this process (the numpy
     parts of the kernel hold the GIL, so threads would not help). The workers inherit the
@@ -1178,39 +1195,43 @@ def _run_processes(tasks: list[tuple[int, int]], cands: pd.DataFrame, deliver, c
     there, for the caller to join when it needs to (run_sweep ranks the rows meanwhile); without it,
     or on an error, it is joined before this returns. Fork is safe: the workers are forked before
     the pool starts its thread, and parasim leaves no threads running when a sweep returns (the
-    replay joins its threads; run_sweep joins the pool's stop)."""
+    replay joins its threads; run_sweep joins the pool's stop). A task may also be `_TIES`: the rank's
+    tie keys of every candidate (`_rank_ties`), handed to `keep`."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     cores = core_ids() or []  # unknown: leave the OS to place the processes
     fork = mp.get_context("fork")
-    rows_most = max(b - a for a, b in tasks)
-    slots = _ResultSlots(nproc - 1, (rows_most + 1000) * 1024)  # ~300 bytes a row; bigger answers take the pipe
+    rows_most = max(b - a for a, b in (t for t in tasks if t != _TIES))
+    # two result slots per worker: its next task goes out before its last answer is copied out
+    slots = _ResultSlots(2 * (nproc - 1), (rows_most + 1000) * 1024)  # ~300 bytes a row; bigger: the pipe
     pool = ProcessPoolExecutor(nproc - 1, mp_context=fork, initializer=_init_worker,
                                initargs=(cands, ctx, cores[1:] or cores, os.getpid(), slots))
     queue, futures, lock, stop = deque(tasks), {}, threading.Lock(), threading.Event()
     answers: dict = {}  # future -> its answer, copied out of its slot
 
+    # answers are copied out by this thread as it collects them (collect), not by the pool's thread, which
+    # passes the next task to the worker only once its callbacks return
     def receive(f):  # under the lock, once per finished batch: its answer copied out, its slot freed
         if f not in answers:
             answers[f] = None if f.cancelled() or f.exception() is not None else slots.take(f.result())
             slots.free.append(futures[f])
 
     def feed(f=None):  # also the done-callback of every worker batch (it runs in the pool's thread)
+        nxt = None
         with lock:
-            if f is not None:
-                receive(f)  # before the slot goes to the next batch
-            if not queue or stop.is_set():
-                return
-            slot = slots.free.pop()
-            try:
-                f = pool.submit(_worker_task, queue.popleft(), slot)
-            except (BrokenProcessPool, RuntimeError):  # the pool broke or is shutting down: result() says why
-                slots.free.append(slot)
-                stop.set()
-                return
-            futures[f] = slot
-        f.add_done_callback(feed)
+            if queue and not stop.is_set():  # the worker's next task, before its last answer is copied out
+                if not slots.free and f is not None:
+                    receive(f)  # (no slot free: f's)
+                slot = slots.free.pop()
+                try:
+                    nxt = pool.submit(_worker_task, queue.popleft(), slot)
+                    futures[nxt] = slot
+                except (BrokenProcessPool, RuntimeError):  # the pool broke or is shutting down: result() says why
+                    slots.free.append(slot)
+                    stop.set()
+        if nxt is not None:
+            nxt.add_done_callback(feed)
 
     def collect(done):
         for f in done:
@@ -1224,6 +1245,9 @@ def _run_processes(tasks: list[tuple[int, int]], cands: pd.DataFrame, deliver, c
                 receive(f)
                 got, answers[f] = answers[f], None
             a, b, res = got  # the kernel's columns: the candidates' are here already
+            if a is None:  # the _TIES task
+                keep(res)
+                continue
             deliver(a, _join(cands.iloc[a:b], res, ctx[2]))
 
     collected, done_ok = set(), False
@@ -1236,7 +1260,11 @@ def _run_processes(tasks: list[tuple[int, int]], cands: pd.DataFrame, deliver, c
                 with lock:
                     if not queue or stop.is_set():
                         break
-                    a, b = queue.popleft()
+                    task = queue.popleft()
+                if task == _TIES:
+                    keep(_rank_ties(cands))
+                    continue
+                a, b = task
                 deliver(a, _evaluate_rows(cands, a, b, ctx))
                 done = [f for f in list(futures) if f.done() and f not in collected]
                 collected.update(done)

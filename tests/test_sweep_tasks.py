@@ -129,3 +129,23 @@ def test_worker_answers_too_big_for_their_slot_come_through_the_pipe(monkeypatch
     run = S.run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=97, workers=2)
     assert made and made[0].buf.closed
     pd.testing.assert_frame_equal(run, local)
+
+
+@pytest.mark.parametrize("order", ["worker first", "this process first"])
+def test_the_rank_tie_keys_come_from_whichever_process_takes_that_task(order):
+    sc = scenario()
+    space = S.SweepSpace.from_table(sc.sweep)
+    cands = S.enumerate_layouts(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
+    n = len(cands)
+    ctx = (sc.model, sc.training, sc.hardware, sc.num_gpus, fake_evaluate_layouts)
+    # the one worker takes the first task as the pool starts, this process the next one
+    tasks = [S._TIES, (0, n)] if order == "worker first" else [(0, n), S._TIES]
+    got, kept = {}, []
+    S._run_processes(tasks, cands, lambda a, rows: got.setdefault(a, rows), ctx, 2, keep=kept.append)
+    want_keys, want_labels = S._rank_ties(cands)
+    assert len(kept) == 1 and len(got[0]) == n
+    keys, labels = kept[0]
+    assert len(keys) == len(want_keys) and all(np.array_equal(k, w) for k, w in zip(keys, want_keys))
+    assert all(np.array_equal(x, y) for x, y in zip(labels, want_labels))
+    df = got[0]
+    pd.testing.assert_frame_equal(S.rank_results(df, ties=kept[0]), S.rank_results(df))
