@@ -674,7 +674,7 @@ def _core_attention_s(model, training, hardware, tp, cp, mbs, sequence_parallel,
     """Forward and backward time of one layer's core attention per microbatch, (n,) arrays."""
     ops = layer_op_times(model, training, hardware, tp=tp[:, None].astype(float), cp=cp[:, None].astype(float),
                          micro_batch_size=mbs[:, None].astype(float), sequence_parallel=sequence_parallel,
-                         roofline=roofline)
+                         roofline=roofline, core_attention_only=True)
     f = sum(np.asarray(o.forward_s, dtype=float) for o in ops if o.core_attention)
     b = sum(np.asarray(o.backward_s, dtype=float) for o in ops if o.core_attention)
     n = len(tp)

@@ -370,3 +370,16 @@ def test_compute_only_throughput_bounds_torchtitan_measurements():
         # 0.60–0.78 with the shipped A100 profile, docs/compute.md); compute alone cannot be more than twice
         # the measured rate when published MFU is 50–61 % of peak
         assert r.tokens_per_s_per_gpu <= predicted <= r.tokens_per_s_per_gpu / 0.5, r.run_id
+
+
+@pytest.mark.parametrize("flash", [True, False])
+def test_core_attention_only_times_exactly_the_core_attention_ops_of_the_full_table(flash):
+    # the sweep times core attention alone per CP setting; it must be the full table's rows, not a variant
+    hw = load_hardware("dgx-h100")
+    tr = Training(seq_length=8192, global_batch_size=8, flash_attention=flash)
+    kw = dict(tp=np.array([[1.0], [4.0]]), cp=np.array([[2.0], [8.0]]), micro_batch_size=np.array([[1.0], [2.0]]))
+    full = [o for o in C.layer_op_times(LLAMA, tr, hw, **kw) if o.core_attention]
+    only = C.layer_op_times(LLAMA, tr, hw, core_attention_only=True, **kw)
+    assert [o.name for o in only] == [o.name for o in full] and len(only) >= 1
+    for a, b in zip(only, full):
+        assert np.array_equal(a.forward_s, b.forward_s) and np.array_equal(a.backward_s, b.backward_s)

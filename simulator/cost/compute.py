@@ -404,11 +404,12 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
 
 def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool = False, tp=1, cp=1, ep=1,
                    micro_batch_size=1, sequence_parallel: bool = False, cp_algorithm: str = "ring",
-                   roofline: bool = True) -> list[OpTime]:
+                   roofline: bool = True, core_attention_only: bool = False) -> list[OpTime]:
     """Per-op times of one transformer layer for one microbatch on one rank (a breakdown table).
 
     Executed attention FLOPs: causal halving with FlashAttention (masked blocks are skipped), the full
-    s² without it — independent of the `attention_flops` reporting convention.
+    s² without it — independent of the `attention_flops` reporting convention. `core_attention_only`:
+    the core-attention ops only (the GEMMs are not timed: the sweep asks for these per CP setting).
     """
     one = np.ones(1)
     groups = _stage_op_groups(model, training, tp=tp, cp=cp, ep=ep, micro_batch_size=micro_batch_size,
@@ -416,6 +417,8 @@ def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool 
                               n_moe=one if moe else 0 * one, first=0 * one, last=0 * one, recompute="none")
     out = []
     for kind, ops, W, _ in groups:
+        if core_attention_only and kind == "gemm":  # (projections, FFN, head: no core attention)
+            continue
         t = _evaluate(kind, ops, model, training, hardware, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                       cp_algorithm=cp_algorithm, roofline=roofline)
         names = [o.name for o in ops] if (kind != "attention" or not training.flash_attention) else ["attention"]
@@ -423,6 +426,8 @@ def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool 
             if not W[i].any():  # embedding / head / the other FFN kind: not part of this layer
                 continue
             core = kind == "attention" or (kind == "memory" and ops[i].core_attention)
+            if core_attention_only and not core:
+                continue
             out.append(OpTime(name=name, kind=kind, core_attention=core,
                               **{k: t[j, i] for j, k in enumerate(_TIME_KEYS)}))
     return out
