@@ -51,7 +51,8 @@ def huge_page_heap(nbytes: int = 256 << 20) -> bool:
     on the benchmark VM. With this, the processes of the 405B benchmark sweep took ~4.2 k faults each
     instead of ~13 k. How: malloc `nbytes` (glibc grows the heap; nothing is touched), madvise
     (MADV_HUGEPAGE) that range, free it (kept: the heap is not trimmed below 1 GiB), so later arrays
-    are carved from it. Resident memory still grows only as pages are touched, in 2 MiB steps.
+    are carved from it. Resident memory still grows only as pages are touched, in 2 MiB steps; where
+    the kernel finds no free 2 MiB page (fragmented memory) it falls back to 4 KiB pages.
     The sweep calls it in each process right after forking its workers (or before evaluating in
     this process only): huge pages touched before a fork would be shared with the child.
     False (nothing done) without keep_freed_memory, without THP ('never' in

@@ -57,15 +57,25 @@ def test_a_sweep_gives_the_calling_thread_its_cores_back():
 
 
 _HUGE_PROBE = r"""
-import resource, sys
+import sys
 import numpy as np
 from simulator.cores import huge_page_heap, keep_freed_memory
 print(huge_page_heap())  # False: keep_freed_memory not set yet
 assert keep_freed_memory()
 print(huge_page_heap() if sys.argv[1] == "huge" else False)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-kept = [np.ones(1 << 16) for _ in range(64)]  # 64 arrays of 512 KiB: 8,192 pages of 4 KiB, 16 of 2 MiB
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+kept = [np.ones(1 << 16) for _ in range(64)]  # 64 arrays of 512 KiB: below numpy's own huge-page size
+at = [a.ctypes.data for a in kept]
+advised = 0
+vma = None
+with open("/proc/self/smaps") as f:  # the mappings holding the arrays, and whether they carry the advice
+    for line in f:
+        head = line.split()
+        if "-" in head[0] and len(head) >= 5:
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            vma = (lo, hi)
+        elif head[0] == "VmFlags:" and "hg" in head[1:]:
+            advised += sum(vma[0] <= p < vma[1] for p in at)
+print(advised)
 """
 
 
@@ -78,14 +88,15 @@ def _thp_enabled():
 
 
 @pytest.mark.skipif(not (_glibc() and _thp_enabled()), reason="glibc with transparent huge pages")
-def test_huge_page_heap_faults_a_fresh_array_in_by_2_mib_pages():
+def test_huge_page_heap_puts_the_next_arrays_in_memory_advised_for_huge_pages():
+    # Whether the kernel then finds free 2 MiB pages depends on the machine's memory (measured: 8,183 faults
+    # of 4 KiB for these arrays without the advice, 55 with it; one run under load got 6,652); that the
+    # arrays land in advised memory does not.
     def run(mode):
         out = subprocess.run([sys.executable, "-c", _HUGE_PROBE, mode], capture_output=True, text=True, check=True)
         return out.stdout.split()
 
-    off_unset, off_set, faults_4k = run("default")
-    on_unset, on_set, faults_huge = run("huge")
-    assert (off_unset, on_unset, on_set) == ("False", "False", "True")
-    # (arrays under 4 MiB: numpy asks for huge pages only on bigger ones, and a kernel call's are mostly smaller)
-    assert int(faults_4k) > 4000  # ~8,192 on 4 KiB pages
-    assert int(faults_huge) < int(faults_4k) / 8  # ~16 on 2 MiB pages
+    assert run("default") == ["False", "False", "0"]
+    unset, done, advised = run("huge")
+    # (all but those carved from free heap below the advised range or from its first, partial 2 MiB: 62 measured)
+    assert (unset, done) == ("False", "True") and 48 <= int(advised) <= 64
