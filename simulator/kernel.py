@@ -557,7 +557,8 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
         zf, zb, bb = gf[g_inv[pf]], gb[g_inv[pf]], b_inv[r3[pf]]
         ef, eb = zf, zb
         if opt.zero3_prefetch:  # prefetched under the chunk's compute: only the excess is exposed
-            ef, eb = np.maximum(0.0, zf - _rows(st["F"], bb)), np.maximum(0.0, zb - (_rows(st["B"], bb) + _rows(st["W"], bb)))
+            f_b, b_b, w_b = (_rows(st[k], bb) for k in ("F", "B", "W"))
+            ef, eb = np.maximum(0.0, zf - f_b), np.maximum(0.0, zb - (b_b + w_b))
         z3 = dict(f=ef, b=eb, hid_f=zf - ef, hid_b=zb - eb)
         seen = (z3["f"] + z3["b"]).any(axis=1) | (opt.comm_slowdown > 0)
         z3_id[r3] = np.where(seen[p_inv], p_inv, -1)
@@ -583,8 +584,9 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
         g, g_inv = distinct_rows(tp, cp, ep, dp, pt.shape_index, zz)
         spans = _dp_spans(hardware, opt.placement, tp=tp[g], cp=cp[g], ep=ep[g], dp=dp[g], pp=pp[g],
                           shard_group_size=shard_group_size if (zz >= 1).any() else None)
-        rs, ag = (pt.of_class(_rows(x, g_inv)) for x in _dp_traffic(hardware, training, opt, _rows(ne_cls, g), _rows(ex_cls, g), zz[g],
-                                                              spans, shard_group_size))
+        traffic = _dp_traffic(hardware, training, opt, _rows(ne_cls, g), _rows(ex_cls, g), zz[g], spans,
+                              shard_group_size)
+        rs, ag = (pt.of_class(_rows(x, g_inv)) for x in traffic)
         if opt.grad_reduce_overlap:
             exposed_rs = np.maximum(0.0, rs - _rows(tl["last_bwd"], t_inv))
             rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
@@ -594,8 +596,9 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     sharded = zz[g] >= 1  # the optimizer step shards over (shard group or dp)·cp, experts over dp·cp/ep
     z_deg = np.where(sharded, (float(shard_group_size) if shard_group_size else dp[g]) * cp[g], 1.0)
     z_e = np.where(sharded, dp[g] * cp[g] / ep[g], 1.0)
-    opt_s = pt.of_class(_rows(optimizer_params_step_s(training, hardware, non_expert=_rows(ne_cls, g), expert=_rows(ex_cls, g),
-                                                shard_degree=z_deg[:, None], expert_shard_degree=z_e[:, None]), g_inv))
+    opt_g = optimizer_params_step_s(training, hardware, non_expert=_rows(ne_cls, g), expert=_rows(ex_cls, g),
+                                    shard_degree=z_deg[:, None], expert_shard_degree=z_e[:, None])
+    opt_s = pt.of_class(_rows(opt_g, g_inv))
     tail_rank = np.where(pt.rank_valid, dp_tail + opt_s, -np.inf)
     t_star = np.argmax(tail_rank, axis=1)
     step = makespan + tail_rank[rows, t_star]
@@ -656,6 +659,7 @@ def _analytic_pipeline(schedule, pp, vpp, m, per, f_rank, b_rank, w_rank, p2p):
     mb = mf / 2 if schedule == "dualpipe" else mf
     busy = mb[:, None] * per
     return mk0 + 2 * P * p2p, mk0, busy
+
 
 def _rows(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """x[rows] along the first axis (np.take: the same values, up to ~10x faster than fancy indexing when
