@@ -64,7 +64,7 @@ from .spec.layout import RECOMPUTE, SCHEDULES, Layout
 from .spec.model import ModelSpec
 from .spec.placement import chunks_per_rank, params_per_rank, stage_param_split
 from .spec.training import Training
-from .dedup import distinct_rows
+from .dedup import distinct_rows, gather_rows
 from .frames import text_column
 from .structure import pipeline_table
 
@@ -317,17 +317,17 @@ def _pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> 
     # Overlapped communication occupies SMs and slows the compute it hides under (Calculon's
     # `processor_usage`; formulas.md §7.1): that compute takes comm_slowdown × the hidden time longer.
     # F_eff = F + tp_f + cp_f + ep_f + zf + comm_slowdown · (hid_f + zhf), likewise B_eff
-    F_eff = _rows(_sum_terms(st["F"], st["tp_f"], st["cp_f"], st["ep_f"]), g)
-    B_eff = _rows(_sum_terms(st["B"], st["tp_b"], st["cp_b"], st["ep_b"]), g)
+    F_eff = gather_rows(_sum_terms(st["F"], st["tp_f"], st["cp_f"], st["ep_f"]), g)
+    B_eff = gather_rows(_sum_terms(st["B"], st["tp_b"], st["cp_b"], st["ep_b"]), g)
     for eff, d in ((F_eff, "f"), (B_eff, "b")):
         if len(has):
             eff[has] += z3[d][zk]
         if opt.comm_slowdown != 0:
-            h = _rows(st["hid_" + d], g)
+            h = gather_rows(st["hid_" + d], g)
             if len(has):
                 h[has] += z3["hid_" + d][zk]
             eff += opt.comm_slowdown * h
-    W = _rows(st["W"], g)
+    W = gather_rows(st["W"], g)
     split_bw = np.isin(sched, SPLIT_SCHEDULES)[:, None]
     B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
 
@@ -368,10 +368,11 @@ def _pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> 
     on_star = pt.held_by(r_star)
     pure = st["F"] + st["B"] + st["W"]
     out = dict(makespan=makespan, makespan0=makespan0, busy_sum=busy.sum(axis=1),
-               last_bwd=pt.rank_sum(B_eff + W_eff), pure=mb * (np.where(on_star, _rows(pure, g), 0.0)).sum(axis=1))
+               last_bwd=pt.rank_sum(B_eff + W_eff),
+               pure=mb * (np.where(on_star, gather_rows(pure, g), 0.0)).sum(axis=1))
     for k in ("tp", "cp", "ep"):
         f, b = st[k + "_f"], st[k + "_b"]
-        out["exposed_" + k] = (mb * np.where(on_star, _rows(f + b, g), 0.0).sum(axis=1) if f.any() or b.any()
+        out["exposed_" + k] = (mb * np.where(on_star, gather_rows(f + b, g), 0.0).sum(axis=1) if f.any() or b.any()
                                else np.zeros(n))
     v = None
     if len(has):
@@ -408,8 +409,8 @@ def _inflight(opt, pt, *, sched, pp, chunks, m) -> np.ndarray:
         for k, i in enumerate(idx[k_first]):
             counts_k[k, :pp[i]] = _shape_inflight(sched[i], int(pp[i]), int(m[i]), int(chunks[i]))
         if len(idx) == n:
-            return _rows(counts_k, sid)
-        inflight[idx] = _rows(counts_k, sid)
+            return gather_rows(counts_k, sid)
+        inflight[idx] = gather_rows(counts_k, sid)
     return inflight
 
 
@@ -545,7 +546,7 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
         g, g_inv = distinct_rows(tp[r3], cp[r3], ep[r3], dp[r3], pt.shape_index[r3])
         g = r3[g]
         ptg = pt.take(g)
-        ne_stage = ptg.stage_of_rank(ptg.of_class(_rows(ne_cls, g))) / ptg.chunks[:, None]
+        ne_stage = ptg.stage_of_rank(ptg.of_class(gather_rows(ne_cls, g))) / ptg.chunks[:, None]
         z = comm.dp_comm(hardware, _col_span(_dp_spans(hardware, opt.placement, tp=tp[g], cp=cp[g], ep=ep[g], dp=dp[g],
                                                        pp=pp[g], shard_group_size=shard_group_size)[0]),
                          params_per_rank=ne_stage, grad_bytes_per_element=training.grad_bytes,
@@ -557,7 +558,7 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
         zf, zb, bb = gf[g_inv[pf]], gb[g_inv[pf]], b_inv[r3[pf]]
         ef, eb = zf, zb
         if opt.zero3_prefetch:  # prefetched under the chunk's compute: only the excess is exposed
-            f_b, b_b, w_b = (_rows(st[k], bb) for k in ("F", "B", "W"))
+            f_b, b_b, w_b = (gather_rows(st[k], bb) for k in ("F", "B", "W"))
             ef, eb = np.maximum(0.0, zf - f_b), np.maximum(0.0, zb - (b_b + w_b))
         z3 = dict(f=ef, b=eb, hid_f=zf - ef, hid_b=zb - eb)
         seen = (z3["f"] + z3["b"]).any(axis=1) | (opt.comm_slowdown > 0)
@@ -584,11 +585,11 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
         g, g_inv = distinct_rows(tp, cp, ep, dp, pt.shape_index, zz)
         spans = _dp_spans(hardware, opt.placement, tp=tp[g], cp=cp[g], ep=ep[g], dp=dp[g], pp=pp[g],
                           shard_group_size=shard_group_size if (zz >= 1).any() else None)
-        traffic = _dp_traffic(hardware, training, opt, _rows(ne_cls, g), _rows(ex_cls, g), zz[g], spans,
+        traffic = _dp_traffic(hardware, training, opt, gather_rows(ne_cls, g), gather_rows(ex_cls, g), zz[g], spans,
                               shard_group_size)
-        rs, ag = (pt.of_class(_rows(x, g_inv)) for x in traffic)
+        rs, ag = (pt.of_class(gather_rows(x, g_inv)) for x in traffic)
         if opt.grad_reduce_overlap:
-            exposed_rs = np.maximum(0.0, rs - _rows(tl["last_bwd"], t_inv))
+            exposed_rs = np.maximum(0.0, rs - gather_rows(tl["last_bwd"], t_inv))
             rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
         dp_tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
     # 5. the optimizer step
@@ -596,9 +597,10 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     sharded = zz[g] >= 1  # the optimizer step shards over (shard group or dp)·cp, experts over dp·cp/ep
     z_deg = np.where(sharded, (float(shard_group_size) if shard_group_size else dp[g]) * cp[g], 1.0)
     z_e = np.where(sharded, dp[g] * cp[g] / ep[g], 1.0)
-    opt_g = optimizer_params_step_s(training, hardware, non_expert=_rows(ne_cls, g), expert=_rows(ex_cls, g),
+    opt_g = optimizer_params_step_s(training, hardware, non_expert=gather_rows(ne_cls, g),
+                                    expert=gather_rows(ex_cls, g),
                                     shard_degree=z_deg[:, None], expert_shard_degree=z_e[:, None])
-    opt_s = pt.of_class(_rows(opt_g, g_inv))
+    opt_s = pt.of_class(gather_rows(opt_g, g_inv))
     tail_rank = np.where(pt.rank_valid, dp_tail + opt_s, -np.inf)
     t_star = np.argmax(tail_rank, axis=1)
     step = makespan + tail_rank[rows, t_star]
@@ -659,12 +661,6 @@ def _analytic_pipeline(schedule, pp, vpp, m, per, f_rank, b_rank, w_rank, p2p):
     mb = mf / 2 if schedule == "dualpipe" else mf
     busy = mb[:, None] * per
     return mk0 + 2 * P * p2p, mk0, busy
-
-
-def _rows(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """x[rows] along the first axis (np.take: the same values, up to ~10x faster than fancy indexing when
-    x's rows are narrow: a few values per class or rank)."""
-    return np.take(x, rows, axis=0)
 
 
 def _col_span(span):

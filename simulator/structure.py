@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .cost.compute import num_virtual_stages, stage_layer_split, stage_rank
-from .dedup import distinct_rows
+from .dedup import distinct_rows, gather_rows
 from .spec.placement import StagePlacement, stage_placement
 
 PLACEMENT_FIELDS = ("layers", "moe_layers", "dense_layers", "embedding", "head", "tied_copy")
@@ -52,8 +52,7 @@ class PipelineTable:
     per_shape: dict
 
     def _rows(self, name: str) -> np.ndarray:
-        # np.take: a row gather ~10x faster than fancy indexing on narrow rows (a bool or int32 per rank)
-        return np.take(self.per_shape[name], self.shape_index, axis=0)
+        return gather_rows(self.per_shape[name], self.shape_index)
 
     def take(self, rows) -> "PipelineTable":
         """The table of rows `rows` (same shapes)."""

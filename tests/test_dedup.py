@@ -37,3 +37,15 @@ def test_many_wide_keys_do_not_overflow():
 def test_empty_input():
     first, inv = distinct_rows(np.zeros(0, dtype=int))
     assert len(first) == 0 and len(inv) == 0
+
+
+def test_gather_rows_equals_fancy_indexing_for_every_shape_and_dtype_the_kernel_gathers():
+    from simulator.dedup import gather_rows
+
+    rng = np.random.default_rng(5)
+    inv = rng.integers(0, 40, 1000)
+    for x in (rng.random(40), rng.random((40, 4)), rng.random((40, 32)) > 0.5,
+              rng.integers(0, 9, (40, 32)).astype(np.int32), rng.random((40, 3, 2))):
+        got = gather_rows(x, inv)
+        assert got.dtype == x.dtype and np.array_equal(got, x[inv])
+    assert gather_rows(rng.random((40, 4)), np.zeros(0, dtype=np.int64)).shape == (0, 4)
