@@ -876,7 +876,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
                     nproc = 1
                 ctx = (model, training, hardware, N, evaluator)
                 tasks = _tasks(todo[:budget], chunk_size, _chunk_stages(cands), cands["num_microbatches"].to_numpy(),
-                               nproc)
+                               nproc, time_infeasible=time_infeasible)
                 deliver = _Assembler(chunk_size, n, finish)
                 if nproc > 1:
                     # and the rank's tie keys (layout columns only): a worker done with its rows works
@@ -1027,14 +1027,14 @@ def _chunk_stages(cands: pd.DataFrame) -> np.ndarray:
 
 
 def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarray, nproc: int,
-           cells: int = 4_000_000) -> list[tuple[int, int]]:
+           cells: int = 4_000_000, time_infeasible: bool = False) -> list[tuple[int, int]]:
     """The kernel calls of a local sweep: candidate row ranges (a, b), in the order the processes take
     them; a call costs ~20 ms besides its rows, so calls are few. Several processes: the rows cut
-    into `nproc` ranges of equal predicted time (`_balanced`), one call per process; if a range would
-    pass `cells`, `_batches` (whole chunks: a long sweep, many calls, heaviest first, shared out as
-    they finish). One process: whichever predicts the least time in all, calls included
-    (`_plan_cells`): the chunk batches, or the rows cut into one to four more ranges than there are
-    runs of consecutive chunks."""
+    into `nproc` ranges of equal predicted time (`_balanced` with SPLIT_CALL[time_infeasible]), one
+    call per process; if a range would pass `cells`, `_batches` (whole chunks: a long sweep, many
+    calls, heaviest first, shared out as they finish). One process: whichever predicts the least time
+    in all, calls included (`_plan_s` with WARM_CALL): the chunk batches, or the rows cut into one to
+    four more ranges than there are runs of consecutive chunks."""
     n = len(stages)
 
     def span(ks):
@@ -1052,46 +1052,64 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
     if cur:
         runs.append(span(cur))
     if nproc > 1:
-        got = _balanced(runs, stages, micro, nproc, cells)
+        got = _balanced(runs, stages, micro, nproc, cells, SPLIT_CALL[bool(time_infeasible)])
         return batches() if got is None else got
     # one process: the fewest predicted seconds in all, calls included (a few cuts, or the chunk batches)
     plans = [batches()] + [got for extra in range(4) if (got := _balanced(runs, stages, micro, len(runs) + extra,
-                                                                          cells, sent=False)) is not None]
-    return min(plans, key=lambda plan: _plan_cells(plan, stages, micro))
+                                                                          cells, WARM_CALL)) is not None]
+    return min(plans, key=lambda plan: _plan_s(plan, stages, micro, WARM_CALL))
 
 
-# Predicted kernel time of a call on candidate rows a..b-1, in units of one padded cell (row x virtual
-# stage of the per-stage arrays): _CALL_CELLS + rows x widest stage count + Σ _row_cells over the rows.
-# Least-squares fit of 42 single calls of 2,000-30,000 rows of the three benchmark sweeps on the
-# 2-core benchmark machine (benchmarks/fit_kernel_cost.py; data benchmarks/results/kernel_cost-fit-
-# 2026-11-22.jsonl): t = 22.5 ms + 3.72 us/row + 0.0384 us/padded cell + 0.0036 us/(stage x
-# microbatch) (the replay's ops of a row are ~3·stages·m); median error 17 % on those calls, 10 % on
-# 42 held-out calls (kernel_cost-heldout-2026-11-22.jsonl, max 56 %).
-_ROW_CELLS, _OP_CELLS, _CALL_CELLS = 97.0, 0.094, 586_000.0
-# A worker's rows also travel back to the sweeping process (pickled, through shared memory,
-# unpickled: ~30 ms for 12,500 rows of the 70B sweep, measured in its cold runs), ~2.4 us a row.
-_SENT_CELLS = 62.0
+@dataclass(frozen=True)
+class CallCost:
+    """Predicted seconds of one kernel call on candidate rows a..b-1:
+    call_s + Σ_rows (row_s + op_s · virtual stages · microbatches) + cell_s · (b − a) · widest stage
+    count, plus sent_s per row for a worker's rows (pickling its answer into the result slot).
+    The padded cells (rows x widest virtual-stage count) are the size of the call's per-stage arrays;
+    stages x microbatches counts a row's replay ops (~3 per stage and microbatch). Least-squares fits
+    of measured calls on the 2-core benchmark machine (benchmarks/fit_kernel_cost.py, data in
+    benchmarks/results/kernel_cost-*.jsonl)."""
+
+    call_s: float
+    row_s: float
+    cell_s: float
+    op_s: float
+    sent_s: float = 0.0
+
+    def own_s(self, stages: np.ndarray, micro: np.ndarray) -> np.ndarray:
+        """Each row's own predicted seconds: row_s + op_s · virtual stages · microbatches."""
+        return self.row_s + self.op_s * stages * micro
 
 
-def _row_cells(stages: np.ndarray, micro: np.ndarray) -> np.ndarray:
-    """Each row's own predicted cost (above): _ROW_CELLS + _OP_CELLS · virtual stages · microbatches."""
-    return _ROW_CELLS + _OP_CELLS * stages * micro
+# One process choosing its calls: 42 warm single calls of 2,000-30,000 rows of the three benchmark
+# sweeps (shapes in memory; `collect`, kernel_cost-fit-2026-11-22.jsonl): median error 17 %, 10 % on 42
+# held-out calls (kernel_cost-heldout-2026-11-22.jsonl, max 56 %).
+WARM_CALL = CallCost(call_s=22.51e-3, row_s=3.723e-6, cell_s=3.845e-8, op_s=3.6e-9)
+# Rows cut among processes: the first calls of two fresh processes forked after the enumeration, side by
+# side on the two cores, on rows [0, c) and [c, n) of the three benchmark sweeps (`collect-split`, 60
+# pairs each mode; kernel_cost-split[-all]-fit-2026-11-22.jsonl), keyed by time_infeasible. Held out
+# (42 pairs each, kernel_cost-split[-all]-heldout-*): median error 9.1 % / 8.6 %; the two sides' time
+# ratio, predicted over measured, median 0.945 / 0.886 (WARM_CALL: 0.63 / 0.66, the first rows' range
+# under-predicted: that process finished 30-60 ms after the worker). sent_s: the worker's pickling,
+# 0.30 us a row; the sweeping process's unpickling and join (0.56 us a row) follows both ranges either way.
+SPLIT_CALL = {False: CallCost(call_s=57.92e-3, row_s=6.196e-6, cell_s=1.705e-8, op_s=5.648e-9, sent_s=0.30e-6),
+              True: CallCost(call_s=77.95e-3, row_s=5.07e-6, cell_s=5.963e-8, op_s=6.789e-9, sent_s=0.30e-6)}
 
 
-def _plan_cells(plan: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray) -> float:
-    """Predicted time of kernel calls on row ranges `plan` in one process, calls included (above)."""
-    own = _row_cells(stages, micro)
-    return sum(_CALL_CELLS + (b - a) * float(stages[a:b].max()) + float(own[a:b].sum()) for a, b in plan)
+def _plan_s(plan: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, cost: CallCost) -> float:
+    """Predicted seconds of kernel calls on row ranges `plan` in one process, calls included (CallCost)."""
+    own = cost.own_s(stages, micro)
+    return sum(cost.call_s + cost.cell_s * (b - a) * float(stages[a:b].max()) + float(own[a:b].sum())
+               for a, b in plan)
 
 
 def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, parts: int, cells: int,
-              sent: bool = True):
-    """At most `parts` ranges within the row runs `runs`, of about equal predicted kernel time (above),
+              cost: CallCost):
+    """At most `parts` ranges within the row runs `runs`, of about equal predicted kernel time (`cost`),
     or None if one would pass `cells` (rows x widest virtual-stage count). The first range, in row
     order, is the sweeping process's and is listed last (`_run_processes` feeds the workers first);
-    the others' rows also count the time to send them back (unless not `sent`: one process). The
-    bound on the predicted time is found by bisection, the ranges greedily, over the rows grouped in
-    segments of equal stage count."""
+    the others' rows also count `cost.sent_s`. The bound on the predicted time is found by bisection,
+    the ranges greedily, over the rows grouped in segments of equal stage count."""
     seg = []  # (first row, past the last row, stage count, run end) of equal stage counts
     for a, b in runs:
         st = stages[a:b]
@@ -1101,20 +1119,21 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
     if not seg:
         return []
     cum = np.zeros(len(stages) + 1)  # the rows' own costs, summed
-    np.cumsum(_row_cells(stages, micro), out=cum[1:])
+    np.cumsum(cost.own_s(stages, micro), out=cum[1:])
     cum = cum.tolist()
+    cell_s, sent_s = cost.cell_s, cost.sent_s
 
-    def cost(a, b, widest, back=True):
-        return (b - a) * (widest + _SENT_CELLS * back) + cum[b] - cum[a]
+    def seconds(a, b, widest, back=True):  # the call constant is the same for every range: left out
+        return (b - a) * (cell_s * widest + sent_s * back) + cum[b] - cum[a]
 
     def split(limit):  # the ranges, greedily: each as long as `limit` allows; the first is this process's
         out, i, pos = [], 0, seg[0][0]
         while i < len(seg):
-            start, widest, j, back = pos, 0, i, sent and bool(out)
+            start, widest, j, back = pos, 0, i, bool(out)
             while True:
                 lo, hi, w, end = seg[j]
                 wide = max(widest, w)
-                if cost(start, hi, wide, back) <= limit:  # the rest of segment j fits
+                if seconds(start, hi, wide, back) <= limit:  # the rest of segment j fits
                     widest, pos, j = wide, hi, j + 1
                     if hi == end or j == len(seg):  # its run ends: so does the range
                         break
@@ -1122,7 +1141,7 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
                 first, last = max(lo, start), hi  # the last row of it that fits: bisection
                 while last - first > 1:
                     mid = (first + last) // 2
-                    first, last = (mid, last) if cost(start, mid, wide, back) <= limit else (first, mid)
+                    first, last = (mid, last) if seconds(start, mid, wide, back) <= limit else (first, mid)
                 if first > max(lo, start):  # part of it fits
                     widest, pos = wide, first
                 elif lo <= start:  # not one row fits: that row alone
@@ -1138,7 +1157,7 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
                 pos = max(pos, seg[i][0])
         return out
 
-    low, high = 0.0, float(sum(cost(a, b, max(x[2] for x in seg)) for a, b in runs))
+    low, high = 0.0, float(sum(seconds(a, b, max(x[2] for x in seg)) for a, b in runs))
     for _ in range(24):  # the least bound giving at most `parts` ranges (to 6e-8 of the total)
         mid = (low + high) / 2
         if len(split(mid)) <= parts:
