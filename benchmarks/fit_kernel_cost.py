@@ -10,8 +10,11 @@ rows, padded cells (rows x widest virtual-stage count: the per-stage arrays' siz
   The process enumerates the candidates (nothing else: the kernel has not run in it, and the schedule
   shapes are in the on-disk cache only, which a child filled beforehand), then forks two children at
   once, each pinned to its own core and given fresh huge-page heap as a sweep worker is: one evaluates
-  rows [0, c), the other [c, n) (joined=False, as a worker; it also times pickling its answer, `put`, and
-  unpickling + joining it, which the sweeping process then does). Cut c random in 15-85 % of the rows.
+  rows [0, c), the other works out the rank's tie keys of all rows (`ties_s`) and then evaluates rows
+  [c, n) (joined=False, as a worker; it also times pickling its answer, `put_s`, and unpickling + joining
+  it, `take_s`, which the sweeping process then does). Cut c random in 15-85 % of the rows. Times are
+  each child's CPU seconds (`t`; the wall clock in `wall_s`): on a shared VM the host takes up to ~20 %
+  of the wall clock at times, unevenly between the two cores, which CPU time leaves out.
   First calls in fresh processes running side by side: their cost is what the cut must balance.
 One JSON line per call. `fit`: least squares, the median error in and out of sample (`--check`), and
 for split data the per-row costs of `put` and of taking an answer back.
@@ -90,16 +93,21 @@ def _split_child(cands, ctx, a: int, b: int, core: int, worker: bool, fd: int) -
     try:
         os.sched_setaffinity(0, {core})
         huge_page_heap()
-        t0 = time.perf_counter()
-        res = S._evaluate_rows(cands, a, b, ctx, joined=not worker)
-        rec = dict(t=time.perf_counter() - t0)
+        rec = {}
+
+        def timed(key, f):  # CPU seconds of this (single-threaded, pinned) process: what the host's stolen
+            c0, t0 = time.process_time(), time.perf_counter()  # time leaves out, unlike the wall clock
+            out = f()
+            rec[key], rec[key.replace("_s", "_wall_s") if key != "t" else "wall_s"] = (
+                time.process_time() - c0, time.perf_counter() - t0)
+            return out
+
+        if worker:  # the rank's tie keys first, as a sweep's worker does (sweep._TIES)
+            timed("ties_s", lambda: S._rank_ties(cands))
+        res = timed("t", lambda: S._evaluate_rows(cands, a, b, ctx, joined=not worker))
         if worker:
-            t0 = time.perf_counter()
-            data = pickle.dumps((a, b, res), protocol=pickle.HIGHEST_PROTOCOL)
-            rec["put_s"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            S._join(cands.iloc[a:b], pickle.loads(data)[2], ctx[2])
-            rec["take_s"] = time.perf_counter() - t0
+            data = timed("put_s", lambda: pickle.dumps((a, b, res), protocol=pickle.HIGHEST_PROTOCOL))
+            timed("take_s", lambda: S._join(cands.iloc[a:b], pickle.loads(data)[2], ctx[2]))
         os.write(fd, json.dumps(rec).encode())
     finally:
         os._exit(0)
@@ -148,7 +156,7 @@ def collect_split(seed: int, per_case: int, time_infeasible: bool) -> None:
                     os.waitpid(pid, 0)
                     rec = json.loads(os.read(r, 1 << 16).decode())
                     os.close(r)
-                    print(json.dumps(dict(case=name, a=a, b=b, worker=worker, **_features(stages, micro, a, b), **rec)),
+                    print(json.dumps(dict(case=name, a=a, b=b, n=n, worker=worker, **_features(stages, micro, a, b), **rec)),
                           flush=True)
 
 
@@ -163,9 +171,10 @@ def coefficients(path: str) -> np.ndarray:
     return np.linalg.lstsq(A, y, rcond=None)[0]
 
 
-def sent_s(path: str) -> float:
-    """Median seconds a row to pickle a worker's answer (`put_s`) in split data."""
-    return float(np.median([r["put_s"] / r["rows"] for r in map(json.loads, open(path)) if "put_s" in r]))
+def per_row(path: str, key: str, rows: str = "rows") -> float:
+    """Median seconds per row of a worker's `key` in split data: `put_s` per row of its range, `ties_s` per
+    candidate row (rows="n")."""
+    return float(np.median([r[key] / r[rows] for r in map(json.loads, open(path)) if key in r]))
 
 
 def fit(path: str, check: str | None) -> None:
@@ -176,10 +185,9 @@ def fit(path: str, check: str | None) -> None:
           f"+ {c[3] * 1e6:.4f} us/op; median error {np.median(err):.1%}")
     print(f"CallCost(call_s={c[0]:.4g}, row_s={c[1]:.4g}, cell_s={c[2]:.4g}, op_s={c[3]:.4g})")
     if any("put_s" in r for r in rows):
-        w = [r for r in rows if r.get("worker")]
-        put = np.median([r["put_s"] / r["rows"] for r in w])
-        take = np.median([r["take_s"] / r["rows"] for r in w])
-        print(f"answers: put {put * 1e6:.2f} us/row (worker), take + join {take * 1e6:.2f} us/row (sweeping process)")
+        put, take, ties = per_row(path, "put_s"), per_row(path, "take_s"), per_row(path, "ties_s", "n")
+        print(f"answers: put {put * 1e6:.2f} us/row (worker), take + join {take * 1e6:.2f} us/row (sweeping process); "
+              f"tie keys {ties * 1e6:.3f} us per candidate row (worker)")
     if check:
         B, z, held = _load(check)
         e = np.abs(B @ c - z) / z

@@ -479,9 +479,9 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
     reason. A kernel taking every layout field as an array (`array_fields = True`, as
     `estimate.evaluate_layouts`) gets all other rows in one call; any other evaluator one call per run
     of equal scalar fields (`group_runs`). Returns the candidate columns followed by the kernel's
-    columns, in the candidates' order (index 0..n-1); with `joined=False`, the kernel's columns
+    columns, in the candidates' order (index 0..n-1); with `joined=False`, the kernel's other columns
     only (`_join` adds the candidates': a worker process hands back less)."""
-    join = _join if joined else (lambda _, res, __: res)
+    join = _join if joined else (lambda _, res, __: _kernel_only(res))
     evaluator = evaluator or _default_evaluator()
     col = {c: cands[c].to_numpy() for c in CANDIDATE_COLUMNS}
     n = len(cands)
@@ -520,6 +520,12 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
     if not parts:
         return cands.reset_index(drop=True) if joined else pd.DataFrame(index=pd.RangeIndex(0))
     return join(cands, pd.concat(parts, ignore_index=True), hardware)
+
+
+def _kernel_only(res: pd.DataFrame) -> pd.DataFrame:
+    """The kernel's columns less the candidate columns it echoes (the candidates' own are joined back)."""
+    echoed = [c for c in res.columns if c in CANDIDATE_COLUMNS]
+    return res.drop(columns=echoed) if echoed else res
 
 
 def _join(cands: pd.DataFrame, res: pd.DataFrame, hardware) -> pd.DataFrame:
@@ -606,14 +612,9 @@ def rank_results(df: pd.DataFrame, ties: tuple | None = None) -> pd.DataFrame:
     inputs give identical rankings). Adds `label` if missing and a 1-based `rank`. `ties`:
     `_rank_ties(df)` worked out beforehand (a sweep worker does it while the last rows are evaluated;
     it reads only the layout columns)."""
-    tput = df["tokens_per_s"].to_numpy(dtype=float)
-    tie_keys, labels = ties if ties is not None else _rank_ties(df)
-    infeasible = ~df["feasible"].to_numpy(dtype=bool)
-    keys = [infeasible.astype(np.int8), -np.where(np.isnan(tput), -np.inf, tput)]
-    if "peak_bytes" in df:  # layouts that do not fit: the closest to fitting first
-        peak = df["peak_bytes"].to_numpy(dtype=float)
-        keys.append(np.where(infeasible, np.where(np.isnan(peak), np.inf, peak), 0.0))
-    order = np.lexsort((keys + tie_keys)[::-1])  # first key primary; stable
+    _, labels, by_tie = ties if ties is not None else _rank_ties(df)
+    order = _rank_order(~df["feasible"].to_numpy(dtype=bool), df["tokens_per_s"].to_numpy(dtype=float),
+                        df["peak_bytes"].to_numpy(dtype=float) if "peak_bytes" in df else None, by_tie)
     old = [c for c in ("rank", "label") if c in df]
     out = (df.drop(columns=old) if old else df).take(order).reset_index(drop=True)
     ranked = labels[0][labels[1][order]] if isinstance(labels, tuple) else np.asarray(labels, dtype=object)[order]
@@ -622,11 +623,30 @@ def rank_results(df: pd.DataFrame, ties: tuple | None = None) -> pd.DataFrame:
     return out
 
 
-def _rank_ties(df: pd.DataFrame) -> tuple[list, object]:
+def _rank_order(infeasible: np.ndarray, tput: np.ndarray, peak: np.ndarray | None, by_tie: np.ndarray) -> np.ndarray:
+    """The rows in rank order (rank_results): the order of the lexicographic sort on (infeasible,
+    −tokens_per_s with NaN last, peak bytes of the layouts that do not fit with NaN last, tie keys),
+    from `by_tie` (the rows sorted by the tie keys, `_rank_ties`) by stable sorts of the two groups
+    on their few keys: fewer and smaller passes than one lexsort of every key over every row."""
+    key = -np.where(np.isnan(tput), -np.inf, tput)
+    bad = infeasible[by_tie]
+    fit, rest = by_tie[~bad], by_tie[bad]
+    fit = fit[np.argsort(key[fit], kind="stable")]
+    k = key[rest]
+    if peak is None:
+        rest = rest[np.argsort(k, kind="stable")]
+    else:
+        pk = np.where(np.isnan(peak[rest]), np.inf, peak[rest])
+        rest = rest[np.argsort(pk, kind="stable") if (k == k[:1]).all() else np.lexsort((pk, k))]  # (untimed: by peak)
+    return np.concatenate([fit, rest])
+
+
+def _rank_ties(df: pd.DataFrame) -> tuple[list, object, np.ndarray]:
     """The tie-breaking keys of `rank_results` (label, then schedule, vpp, micro_batch_size, zero,
     recompute, sequence_parallel, ep, layers_per_stage ascending; strings by their sorted codes, the
     same order as sorting the strings), folded into one mixed-radix integer where it fits (same order,
-    fewer sort passes), and the labels (the `label` column, or (distinct labels, each row's index))."""
+    fewer sort passes); the labels (the `label` column, or (distinct labels, each row's index)); and
+    the rows sorted by the keys (stable)."""
     def key(v):  # strings by their sorted codes (same order as sorting the strings), numbers as they are
         v = np.asarray(v)
         if v.dtype == bool or np.issubdtype(v.dtype, np.number):
@@ -650,24 +670,103 @@ def _rank_ties(df: pd.DataFrame) -> tuple[list, object]:
     tie = np.zeros(len(df), dtype=np.int64)  # the tie keys as one mixed-radix integer (same order, fewer passes)
     for k in ties:
         if np.asarray(k).dtype.kind not in "biu":  # not integer codes: keep the keys apart
-            return ties, labels
+            return ties, labels, np.lexsort(ties[::-1])
         k = np.asarray(k, dtype=np.int64)
         lo, span = (int(k.min()), int(k.max()) - int(k.min()) + 1) if len(k) else (0, 1)
         if span >= 2**62 // max(int(tie.max(initial=0)) + 1, 1):  # would overflow: keep the keys apart
-            return ties, labels
+            return ties, labels, np.lexsort(ties[::-1])
         tie = tie * span + (k - lo)
-    return [tie], labels
+    return [tie], labels, np.argsort(tie, kind="stable")
+
+
+_FIRST_COLUMNS = ("rank", "label", "tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
+                  "recompute", "sequence_parallel", "schedule", "layers_per_stage", "feasible", "reason", "tokens_per_s",
+                  "mfu", "step_s", "peak_bytes", "memory_headroom_bytes")
+
+
+def _column_order(columns) -> list:
+    """The result table's column order: _FIRST_COLUMNS, then the others as they come."""
+    return [c for c in _FIRST_COLUMNS if c in columns] + [c for c in columns if c not in _FIRST_COLUMNS]
 
 
 def _order_columns(df: pd.DataFrame) -> pd.DataFrame:
-    first = ["rank", "label", "tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
-             "recompute", "sequence_parallel", "schedule", "layers_per_stage", "feasible", "reason", "tokens_per_s", "mfu", "step_s",
-             "peak_bytes", "memory_headroom_bytes"]
-    cols = [c for c in first if c in df] + [c for c in df.columns if c not in first]
+    cols = _column_order(list(df.columns))
     fix = {c: _text(df[c].to_numpy(dtype=object)) for c in TEXT_COLUMNS if c in df and df[c].dtype != object}
     if list(df.columns) != cols:  # reordering copies a fragmented frame's columns
         df = df[cols]
     return df.assign(**fix) if fix else df  # one text dtype whichever evaluator made the column
+
+
+def _ranked_frame(cands: pd.DataFrame, pieces: list, hardware, ties: tuple | None) -> pd.DataFrame | None:
+    """The ranked result table from the kernel's columns of row ranges `pieces` ((a, b, frame), covering
+    every candidate row once): what joining them to the candidates, putting the chunks together,
+    ordering the columns and ranking give (`_join`, `_order_columns`, `rank_results`), with each
+    column written once, straight into its place in the table's blocks (`_blocks_frame`), instead of
+    copied five times: fresh memory costs a page fault per 4 KiB, which took most of that work's time.
+    None (the caller takes that way) when the pieces do not cover the rows or their columns differ,
+    repeat candidate columns, or lack what the rank reads."""
+    pieces = sorted(pieces, key=lambda p: p[0])
+    n, cols = len(cands), list(pieces[0][2].columns)
+    if (sum(b - a for a, b, _ in pieces) != n or any(len(r) != b - a for a, b, r in pieces)
+            or any(list(r.columns) != cols or not r.dtypes.equals(pieces[0][2].dtypes) for _, _, r in pieces)
+            or set(cols) & (set(cands.columns) | {"rank", "label"}) or not {"tokens_per_s", "feasible"} <= set(cols)):
+        return None
+    parts = [{c: r[c].to_numpy() for c in cols} for _, _, r in pieces]
+
+    def whole(c):  # a kernel column of every row (only those the rank reads)
+        return np.concatenate([p[c] for p in parts])
+
+    tput, feasible = whole("tokens_per_s").astype(float), whole("feasible").astype(bool)
+    peak = whole("peak_bytes").astype(float) if "peak_bytes" in cols else None
+    _, labels, by_tie = ties if ties is not None else _rank_ties(cands)
+    order = _rank_order(~feasible, tput, peak, by_tie)
+    where = np.empty(n, dtype=np.int64)  # each candidate row's place in the table
+    where[order] = np.arange(n)
+    label = labels[0][labels[1][order]] if isinstance(labels, tuple) else np.asarray(labels, dtype=object)[order]
+    columns = {"rank": (np.arange(1, n + 1), None), "label": (label, None)}
+    columns.update((c, (cands[c].to_numpy(), order)) for c in cands.columns)
+    columns.update((c, ([p[c] for p in parts], [where[a:b] for a, b, _ in pieces])) for c in cols)
+    hbm = getattr(hardware, "hbm_bytes", None)
+    if hbm is not None and peak is not None:  # (_join)
+        columns["memory_headroom_bytes"] = (float(hbm) - peak, order)
+    return _blocks_frame({c: columns[c] for c in _column_order(list(columns))}, n)
+
+
+def _blocks_frame(columns: dict, n: int) -> pd.DataFrame:
+    """A DataFrame of n rows from `columns` (name -> (values, rows)): values[rows] when rows is an index
+    array, values as they are when None, or, for lists, each piece values[k] scattered to rows[k];
+    text columns as Python strings (object dtype, frames.text_column). Columns of one dtype share one
+    2-D block, filled in place (pandas.api.internals.create_dataframe_from_blocks where pandas has it)."""
+    def dtype(v):
+        d = (v[0] if isinstance(v, list) else v).dtype
+        return np.dtype(object) if d.kind in "OUS" else d
+
+    groups: dict = {}
+    for j, (c, (v, _)) in enumerate(columns.items()):
+        groups.setdefault(dtype(v), []).append(j)
+    names = list(columns)
+    blocks = []
+    for d, js in groups.items():
+        block = np.empty((len(js), n), dtype=d)
+        for row, j in zip(block, js):
+            v, rows = columns[names[j]]
+            if isinstance(v, list):
+                for piece, at in zip(v, rows):
+                    row[at] = piece
+            elif rows is None:
+                row[:] = v
+            else:
+                np.take(v, rows, out=row)
+        blocks.append((block, np.array(js, dtype=np.intp)))
+    try:
+        from pandas.api.internals import create_dataframe_from_blocks
+    except ImportError:  # older pandas: the plain constructor (one more copy)
+        out = [None] * len(names)
+        for block, js in blocks:
+            for row, j in zip(block, js):
+                out[j] = row
+        return pd.DataFrame({c: _text(v) if v.dtype == object else v for c, v in zip(names, out)})
+    return create_dataframe_from_blocks(blocks, index=pd.RangeIndex(n), columns=pd.Index(names))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -866,6 +965,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
         return cands.iloc[k * chunk_size:(k + 1) * chunk_size]
 
     budget = len(todo) if stop_after_chunks is None else stop_after_chunks
+    pieces: list = []  # (a, b, the kernel's columns of candidate rows a..b-1): a local sweep without chunk files
     ties: list = []  # the rank's tie keys, when a local pool works them out (_rank_ties)
     closing: list[threading.Thread] = []  # a local pool's stop, finishing while the rows are ranked
     try:
@@ -875,18 +975,25 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
                 if not sys.platform.startswith("linux"):  # fork is the safe default only on Linux
                     nproc = 1
                 ctx = (model, training, hardware, N, evaluator)
+                # several processes: with the rank's tie keys (_TIES) when every row is evaluated here
                 tasks = _tasks(todo[:budget], chunk_size, _chunk_stages(cands), cands["num_microbatches"].to_numpy(),
-                               nproc, time_infeasible=time_infeasible)
-                deliver = _Assembler(chunk_size, n, finish)
+                               nproc, time_infeasible=time_infeasible, ties=budget == len(todo))
+                if parts is None:  # no chunk files: the kernel's columns kept per range, ranked at once
+                    def deliver(a, b, res):
+                        pieces.append((a, b, res))
+                        if tick:
+                            tick(b - a)
+                else:
+                    assemble = _Assembler(chunk_size, n, finish)
+
+                    def deliver(a, b, res):
+                        assemble(a, _join(cands.iloc[a:b], res, hardware))
                 if nproc > 1:
-                    # and the rank's tie keys (layout columns only): a worker done with its rows works
-                    # them out while this process evaluates its own, or this process does, if first
-                    _run_processes(tasks + ([_TIES] if budget == len(todo) else []), cands, deliver, ctx, nproc,
-                                   closing, keep=ties.append)
+                    _run_processes(tasks, cands, deliver, ctx, nproc, closing, keep=ties.append)
                 else:
                     huge_page_heap()  # (cores.huge_page_heap; only where the parasim command kept freed memory)
                     for a, b in tasks:
-                        deliver(a, _evaluate_rows(cands, a, b, ctx))
+                        deliver(a, b, _evaluate_rows(cands, a, b, ctx, joined=False))
             else:
                 _run_dask(todo[:budget], chunk, finish, (model, training, hardware, N, evaluator), scheduler)
             if budget < len(todo):
@@ -895,16 +1002,22 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
             if bar is not None:
                 bar.close()
 
-        if n == 0:
-            df = _empty_candidates()
-            for c in ("feasible",):
-                df[c] = pd.Series([], dtype=bool)
-            df["reason"] = pd.Series([], dtype=object)
-            df["tokens_per_s"] = pd.Series([], dtype=float)
-        else:
-            df = pd.concat([results[k] for k in range(nchunks)], ignore_index=True)
-        # columns ordered first: one copy, by the rank
-        df = _order_columns(rank_results(_order_columns(df), ties=ties[0] if ties else None))
+        df = _ranked_frame(cands, pieces, hardware, ties[0] if ties else None) if pieces else None
+        if df is None:
+            if n == 0:
+                df = _empty_candidates()
+                for c in ("feasible",):
+                    df[c] = pd.Series([], dtype=bool)
+                df["reason"] = pd.Series([], dtype=object)
+                df["tokens_per_s"] = pd.Series([], dtype=float)
+            else:
+                if pieces:  # kernel columns _ranked_frame does not take: through the chunks (ticked already)
+                    assemble = _Assembler(chunk_size, n, results.__setitem__)
+                    for a, b, res in pieces:
+                        assemble(a, _join(cands.iloc[a:b], res, hardware))
+                df = pd.concat([results[k] for k in range(nchunks)], ignore_index=True)
+            # columns ordered first: one copy, by the rank
+            df = _order_columns(rank_results(_order_columns(df), ties=ties[0] if ties else None))
         if out is not None:
             write_results(df, out)
             if not keep_parts:
@@ -1027,14 +1140,17 @@ def _chunk_stages(cands: pd.DataFrame) -> np.ndarray:
 
 
 def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarray, nproc: int,
-           cells: int = 4_000_000, time_infeasible: bool = False) -> list[tuple[int, int]]:
+           cells: int = 4_000_000, time_infeasible: bool = False, ties: bool = False) -> list:
     """The kernel calls of a local sweep: candidate row ranges (a, b), in the order the processes take
     them; a call costs ~20 ms besides its rows, so calls are few. Several processes: the rows cut
     into `nproc` ranges of equal predicted time (`_balanced` with SPLIT_CALL[time_infeasible]), one
     call per process; if a range would pass `cells`, `_batches` (whole chunks: a long sweep, many
-    calls, heaviest first, shared out as they finish). One process: whichever predicts the least time
-    in all, calls included (`_plan_s` with WARM_CALL): the chunk batches, or the rows cut into one to
-    four more ranges than there are runs of consecutive chunks."""
+    calls, heaviest first, shared out as they finish). With `ties` (several processes), also the
+    `_TIES` task: a worker's first, its range then cut shorter by the predicted time of the tie keys;
+    after the batches, for whichever process is idle first. One process: whichever predicts the
+    least time in all, calls included (`_plan_s` with WARM_CALL): the chunk batches, or the rows cut
+    into one to four more ranges than there are runs of consecutive chunks (no `_TIES`: the rank
+    works the keys out)."""
     n = len(stages)
 
     def span(ks):
@@ -1052,8 +1168,15 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
     if cur:
         runs.append(span(cur))
     if nproc > 1:
-        got = _balanced(runs, stages, micro, nproc, cells, SPLIT_CALL[bool(time_infeasible)])
-        return batches() if got is None else got
+        cost = SPLIT_CALL[bool(time_infeasible)]
+        got = _balanced(runs, stages, micro, nproc, cells, cost, ties_s=cost.ties_s * n if ties else 0.0)
+        if got is None:
+            return batches() + ([_TIES] if ties else [])
+        if not ties:
+            return got
+        # the processes take the list in order: the workers one task each, this process its range (listed
+        # after the workers'), then each worker its next: _TIES goes first, its worker's range last
+        return [_TIES] + got[1:-1] + got[-1:] + got[:1] if len(got) > 1 else [_TIES] + got
     # one process: the fewest predicted seconds in all, calls included (a few cuts, or the chunk batches)
     plans = [batches()] + [got for extra in range(4) if (got := _balanced(runs, stages, micro, len(runs) + extra,
                                                                           cells, WARM_CALL)) is not None]
@@ -1064,7 +1187,8 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
 class CallCost:
     """Predicted seconds of one kernel call on candidate rows a..b-1:
     call_s + Σ_rows (row_s + op_s · virtual stages · microbatches) + cell_s · (b − a) · widest stage
-    count, plus sent_s per row for a worker's rows (pickling its answer into the result slot).
+    count, plus sent_s per row for a worker's rows (pickling its answer into the result slot), and
+    ties_s per candidate row of the sweep for the worker that first works out the rank's tie keys.
     The padded cells (rows x widest virtual-stage count) are the size of the call's per-stage arrays;
     stages x microbatches counts a row's replay ops (~3 per stage and microbatch). Least-squares fits
     of measured calls on the 2-core benchmark machine (benchmarks/fit_kernel_cost.py, data in
@@ -1075,6 +1199,7 @@ class CallCost:
     cell_s: float
     op_s: float
     sent_s: float = 0.0
+    ties_s: float = 0.0
 
     def own_s(self, stages: np.ndarray, micro: np.ndarray) -> np.ndarray:
         """Each row's own predicted seconds: row_s + op_s · virtual stages · microbatches."""
@@ -1086,14 +1211,19 @@ class CallCost:
 # held-out calls (kernel_cost-heldout-2026-11-22.jsonl, max 56 %).
 WARM_CALL = CallCost(call_s=22.51e-3, row_s=3.723e-6, cell_s=3.845e-8, op_s=3.6e-9)
 # Rows cut among processes: the first calls of two fresh processes forked after the enumeration, side by
-# side on the two cores, on rows [0, c) and [c, n) of the three benchmark sweeps (`collect-split`, 60
-# pairs each mode; kernel_cost-split[-all]-fit-2026-11-22.jsonl), keyed by time_infeasible. Held out
-# (42 pairs each, kernel_cost-split[-all]-heldout-*): median error 9.1 % / 8.6 %; the two sides' time
-# ratio, predicted over measured, median 0.945 / 0.886 (WARM_CALL: 0.63 / 0.66, the first rows' range
-# under-predicted: that process finished 30-60 ms after the worker). sent_s: the worker's pickling,
-# 0.30 us a row; the sweeping process's unpickling and join (0.56 us a row) follows both ranges either way.
-SPLIT_CALL = {False: CallCost(call_s=57.92e-3, row_s=6.196e-6, cell_s=1.705e-8, op_s=5.648e-9, sent_s=0.30e-6),
-              True: CallCost(call_s=77.95e-3, row_s=5.07e-6, cell_s=5.963e-8, op_s=6.789e-9, sent_s=0.30e-6)}
+# side on the two cores, on rows [0, c) and [c, n) of the three benchmark sweeps, the second process
+# first working out the tie keys (`collect-split`, CPU seconds, 60 pairs per mode;
+# kernel_cost-split[-all]-fit-2026-11-22.jsonl), keyed by time_infeasible: median error 3.5 % / 3.1 %,
+# held out (42 pairs each, kernel_cost-split[-all]-heldout-*) 3.9 % / 5.5 %; the two sides' time ratio,
+# predicted over measured, median 0.99 / 0.98 (WARM_CALL: 0.78 / 0.84; the warm fit plus 2.4 us a row
+# for sending, used before: 0.63 / 0.67, the first rows' range under-predicted, so that process
+# finished 30-60 ms after the worker). sent_s: the worker's pickling, 0.14 us a row (this process's
+# unpickling and join, 0.29 us a row, follows both ranges whatever the cut); ties_s: the tie keys,
+# 0.66 us per candidate row in a fresh worker.
+SPLIT_CALL = {False: CallCost(call_s=71.57e-3, row_s=4.713e-6, cell_s=2.237e-8, op_s=4.178e-9, sent_s=0.1406e-6,
+                              ties_s=0.6631e-6),
+              True: CallCost(call_s=79.9e-3, row_s=5.011e-6, cell_s=6.02e-8, op_s=3.955e-9, sent_s=0.1376e-6,
+                             ties_s=0.6549e-6)}
 
 
 def _plan_s(plan: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, cost: CallCost) -> float:
@@ -1104,12 +1234,13 @@ def _plan_s(plan: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, 
 
 
 def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, parts: int, cells: int,
-              cost: CallCost):
-    """At most `parts` ranges within the row runs `runs`, of about equal predicted kernel time (`cost`),
-    or None if one would pass `cells` (rows x widest virtual-stage count). The first range, in row
-    order, is the sweeping process's and is listed last (`_run_processes` feeds the workers first);
-    the others' rows also count `cost.sent_s`. The bound on the predicted time is found by bisection,
-    the ranges greedily, over the rows grouped in segments of equal stage count."""
+              cost: CallCost, ties_s: float = 0.0):
+    """At most `parts` ranges within the row runs `runs`, of about equal predicted time (`cost`), or
+    None if one would pass `cells` (rows x widest virtual-stage count). The first range, in row order,
+    is the sweeping process's and is listed last (`_run_processes` feeds the workers first); the
+    others' rows also count `cost.sent_s`, and the second range `ties_s` (its worker first works out
+    the rank's tie keys). The bound on the predicted time is found by bisection, the ranges greedily,
+    over the rows grouped in segments of equal stage count."""
     seg = []  # (first row, past the last row, stage count, run end) of equal stage counts
     for a, b in runs:
         st = stages[a:b]
@@ -1123,17 +1254,18 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
     cum = cum.tolist()
     cell_s, sent_s = cost.cell_s, cost.sent_s
 
-    def seconds(a, b, widest, back=True):  # the call constant is the same for every range: left out
-        return (b - a) * (cell_s * widest + sent_s * back) + cum[b] - cum[a]
+    def seconds(a, b, widest, back=True, fixed=0.0):  # (the call constant, the same for every range: left out)
+        return (b - a) * (cell_s * widest + sent_s * back) + cum[b] - cum[a] + fixed
 
     def split(limit):  # the ranges, greedily: each as long as `limit` allows; the first is this process's
         out, i, pos = [], 0, seg[0][0]
         while i < len(seg):
             start, widest, j, back = pos, 0, i, bool(out)
+            fixed = ties_s if len(out) == 1 else 0.0
             while True:
                 lo, hi, w, end = seg[j]
                 wide = max(widest, w)
-                if seconds(start, hi, wide, back) <= limit:  # the rest of segment j fits
+                if seconds(start, hi, wide, back, fixed) <= limit:  # the rest of segment j fits
                     widest, pos, j = wide, hi, j + 1
                     if hi == end or j == len(seg):  # its run ends: so does the range
                         break
@@ -1141,7 +1273,7 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
                 first, last = max(lo, start), hi  # the last row of it that fits: bisection
                 while last - first > 1:
                     mid = (first + last) // 2
-                    first, last = (mid, last) if seconds(start, mid, wide, back) <= limit else (first, mid)
+                    first, last = (mid, last) if seconds(start, mid, wide, back, fixed) <= limit else (first, mid)
                 if first > max(lo, start):  # part of it fits
                     widest, pos = wide, first
                 elif lo <= start:  # not one row fits: that row alone
@@ -1157,7 +1289,7 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
                 pos = max(pos, seg[i][0])
         return out
 
-    low, high = 0.0, float(sum(seconds(a, b, max(x[2] for x in seg)) for a, b in runs))
+    low, high = 0.0, float(sum(seconds(a, b, max(x[2] for x in seg)) for a, b in runs)) + ties_s
     for _ in range(24):  # the least bound giving at most `parts` ranges (to 6e-8 of the total)
         mid = (low + high) / 2
         if len(split(mid)) <= parts:
@@ -1201,12 +1333,12 @@ _TIES = "ties"  # a local pool's task besides row ranges: the rank's tie keys of
 
 def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, closing: list | None = None,
                    keep=None) -> None:
-    """Kernel calls on candidate row ranges `tasks` ((a, b), in the order they are taken; `deliver(a,
-    rows)` gets the results) on `nproc` cores: `nproc - 1` forked worker processes and this process (the numpy
-    parts of the kernel hold the GIL, so threads would not help). The workers inherit the
-    candidates, the specs and the evaluator through fork (initializer arguments are not pickled
-    under fork: only row numbers are; the results come back through `_ResultSlots`), and build the
-    schedule shapes their rows need. Every process takes the next task in the list (a worker gets its
+    """Kernel calls on candidate row ranges `tasks` ((a, b), in the order they are taken; `deliver(a, b,
+    the kernel's columns)` gets the results) on `nproc` cores: `nproc - 1` forked worker processes and
+    this process (the numpy parts of the kernel hold the GIL, so threads would not help). The workers
+    inherit the candidates, the specs and the evaluator through fork (initializer arguments are not
+    pickled under fork: only row numbers are; the results come back through `_ResultSlots`), and
+    build the schedule shapes their rows need. Every process takes the next task in the list (a worker gets its
     next one as it hands back the last); this process's share needs no fork and no result transfer,
     and the shapes it builds stay cached here. Each process is pinned to one core meanwhile (its
     replay then runs one thread); this one gets its affinity back at the end. With `closing` (a
@@ -1267,7 +1399,7 @@ def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, c
             if a is None:  # the _TIES task
                 keep(res)
                 continue
-            deliver(a, _join(cands.iloc[a:b], res, ctx[2]))
+            deliver(a, b, res)
 
     collected, done_ok = set(), False
     try:
@@ -1284,7 +1416,7 @@ def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, c
                     keep(_rank_ties(cands))
                     continue
                 a, b = task
-                deliver(a, _evaluate_rows(cands, a, b, ctx))
+                deliver(a, b, _evaluate_rows(cands, a, b, ctx, joined=False))
                 done = [f for f in list(futures) if f.done() and f not in collected]
                 collected.update(done)
                 collect(done)

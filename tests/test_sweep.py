@@ -2,12 +2,14 @@
 vectorised path against `estimate` row by row (with the real kernel)."""
 import itertools
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from simulator import sweep
 from simulator.errors import InputError
 from simulator.spec.layout import Layout
 from simulator.spec.model import ModelSpec
@@ -304,9 +306,13 @@ def test_worker_processes_give_the_in_process_results_and_resume(tmp_path):
 
 
 def _dies_in_a_worker(parent_pid):
+    slept = []
+
     def evaluate(model, training, hardware, **kw):
         if os.getpid() != parent_pid:
             os._exit(1)  # as if the OS killed the worker for memory
+        if not slept:  # slower than the worker's first task (the tie keys), so the worker takes a range too
+            slept.append(time.sleep(0.5))
         return fake_evaluate_layouts(model, training, hardware, **kw)
     return evaluate
 
@@ -606,3 +612,65 @@ def test_csv_results_read_back_exactly(tmp_path):
 
     write_results(df, tmp_path / "r.parquet")
     pd.testing.assert_frame_equal(read_results(tmp_path / "r.parquet"), df)
+
+
+def test_the_ranked_table_from_the_kernel_columns_equals_joining_chunking_and_ranking(tmp_path):
+    """Without chunk files the sweep ranks the kernel's columns of its row ranges in one gather per
+    column (_ranked_frame); with them (`out`) it joins, writes and concatenates chunks, then ranks. Same
+    table, to the bit, in one process and two, with rows the schedule builder refuses among them."""
+    _real_kernel()
+    from simulator.spec.scenario import load_scenario
+
+    sc = load_scenario("llama3-8b-8xh100", require_layout=False)
+    space = SweepSpace(schedule=("1f1b", "dualpipe", "interleaved"), max_vpp=4)
+    for workers in (1, 2):
+        direct = run_sweep(sc, space, chunk_size=97, workers=workers)
+        chunked = run_sweep(sc, space, chunk_size=97, workers=workers, out=tmp_path / f"r{workers}.parquet")
+        assert (~direct["feasible"]).any() and direct["reason"].str.contains("dualpipe").any()
+        assert list(direct.columns) == list(chunked.columns) and direct.equals(chunked)
+        assert (direct.dtypes == chunked.dtypes).all() and isinstance(direct.index, pd.RangeIndex)
+
+
+def test_the_ranked_table_without_pandas_block_constructor_is_the_same(monkeypatch):
+    _real_kernel()
+    from simulator.spec.scenario import load_scenario
+
+    sc = load_scenario("llama3-8b-8xh100", require_layout=False)
+    space = SweepSpace(schedule=("1f1b", "interleaved"), max_vpp=2)
+    want = run_sweep(sc, space, workers=1)
+    monkeypatch.delattr("pandas.api.internals.create_dataframe_from_blocks", raising=False)  # (older pandas)
+    got = run_sweep(sc, space, workers=1)
+    assert list(got.columns) == list(want.columns) and got.equals(want) and (got.dtypes == want.dtypes).all()
+
+
+def test_the_ranked_table_declines_pieces_it_cannot_gather():
+    cands = enumerate_layouts(DENSE, Training(seq_length=4096, global_batch_size=32), 8, SweepSpace())
+    n = len(cands)
+    res = pd.DataFrame({"tokens_per_s": np.arange(n, dtype=float), "feasible": np.ones(n, bool)})
+    assert sweep._ranked_frame(cands, [(0, n, res)], None, None) is not None
+    assert sweep._ranked_frame(cands, [(0, n - 1, res.iloc[:-1])], None, None) is None  # a row missing
+    half = n // 2
+    other = res.iloc[half:].assign(extra=1.0)
+    assert sweep._ranked_frame(cands, [(0, half, res.iloc[:half]), (half, n, other)], None, None) is None  # columns differ
+    assert sweep._ranked_frame(cands, [(0, n, res.assign(tp=1))], None, None) is None  # a candidate column again
+    assert sweep._ranked_frame(cands, [(0, n, res.drop(columns="feasible"))], None, None) is None
+
+
+def test_the_rank_order_equals_one_lexsort_of_every_key():
+    """_rank_order (stable sorts of the rows that fit and the others, from the rows in tie order) against
+    numpy's lexsort of all keys at once, with NaN throughputs and peaks, ties in every key, both modes."""
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        n = int(rng.integers(0, 60))
+        infeasible = rng.random(n) < rng.random()
+        tput = rng.choice([1.0, 2.0, 3.0, np.nan], n)
+        if rng.random() < 0.5:  # the default mode: no throughput where it does not fit
+            tput[infeasible] = np.nan
+        peak = rng.choice([5.0, 6.0, np.nan], n) if rng.random() < 0.8 else None
+        tie = [rng.integers(0, 4, n), rng.integers(0, 3, n)]
+        keys = [infeasible.astype(np.int8), -np.where(np.isnan(tput), -np.inf, tput)]
+        if peak is not None:
+            keys.append(np.where(infeasible, np.where(np.isnan(peak), np.inf, peak), 0.0))
+        want = np.lexsort((keys + tie)[::-1])
+        got = sweep._rank_order(infeasible, tput, peak, np.lexsort(tie[::-1]))
+        assert np.array_equal(got, want)
