@@ -1054,15 +1054,18 @@ def _exit_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _worker_task(task: tuple[int, int], slot: int):
-    """(a, b, the kernel's columns) of candidate rows task = (a, b), pickled into result slot `slot`
-    of the shared memory (`_ResultSlots`; returns (slot, size)), or returned through the pool's pipe
-    if they do not fit. The candidate columns stay out: the sweep process has them, and their text
-    columns took most of the pickling. The `_TIES` task: (None, None, `_rank_ties` of every candidate)."""
+def _worker_task(task: tuple, slot: int):
+    """(a, b, the kernel's columns, None) of candidate rows task = (a, b), pickled into result slot
+    `slot` of the shared memory (`_ResultSlots`; returns (slot, size)), or returned through the pool's
+    pipe if they do not fit. The candidate columns stay out: the sweep process has them, and their
+    text columns took most of the pickling. Task (a, b, _TIES): the rank's tie keys of every candidate
+    (`_rank_ties`) first, then the rows: (a, b, columns, keys); task _TIES: (None, None, None, keys)."""
+    cands = _WORKER["cands"]
+    ties = _rank_ties(cands) if task == _TIES or task[-1] == _TIES else None
     if task == _TIES:
-        return _WORKER["slots"].put(slot, (None, None, _rank_ties(_WORKER["cands"])))
-    a, b = task
-    return _WORKER["slots"].put(slot, (a, b, _evaluate_rows(_WORKER["cands"], a, b, _WORKER["ctx"], joined=False)))
+        return _WORKER["slots"].put(slot, (None, None, None, ties))
+    a, b = task[:2]
+    return _WORKER["slots"].put(slot, (a, b, _evaluate_rows(cands, a, b, _WORKER["ctx"], joined=False), ties))
 
 
 class _ResultSlots:
@@ -1146,8 +1149,9 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
     into `nproc` ranges of equal predicted time (`_balanced` with SPLIT_CALL[time_infeasible]), one
     call per process; if a range would pass `cells`, `_batches` (whole chunks: a long sweep, many
     calls, heaviest first, shared out as they finish). With `ties` (several processes), also the
-    `_TIES` task: a worker's first, its range then cut shorter by the predicted time of the tie keys;
-    after the batches, for whichever process is idle first. One process: whichever predicts the
+    rank's tie keys: in the first worker's task, (a, b, _TIES), ahead of its range, which is cut
+    shorter by their predicted time; after the batches, as a task of their own (_TIES) for whichever
+    process is idle first. One process: whichever predicts the
     least time in all, calls included (`_plan_s` with WARM_CALL): the chunk batches, or the rows cut
     into one to four more ranges than there are runs of consecutive chunks (no `_TIES`: the rank
     works the keys out)."""
@@ -1172,11 +1176,9 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
         got = _balanced(runs, stages, micro, nproc, cells, cost, ties_s=cost.ties_s * n if ties else 0.0)
         if got is None:
             return batches() + ([_TIES] if ties else [])
-        if not ties:
+        if not ties or len(got) < 2:  # (one range: this process's, whose rank works the keys out)
             return got
-        # the processes take the list in order: the workers one task each, this process its range (listed
-        # after the workers'), then each worker its next: _TIES goes first, its worker's range last
-        return [_TIES] + got[1:-1] + got[-1:] + got[:1] if len(got) > 1 else [_TIES] + got
+        return [(*got[0], _TIES)] + got[1:]  # the first worker's task: the range after this process's
     # one process: the fewest predicted seconds in all, calls included (a few cuts, or the chunk batches)
     plans = [batches()] + [got for extra in range(4) if (got := _balanced(runs, stages, micro, len(runs) + extra,
                                                                           cells, WARM_CALL)) is not None]
@@ -1328,7 +1330,7 @@ def _batches(todo: list[int], chunk_size: int, stages: np.ndarray, nproc: int,
     return sorted(out, key=lambda b: -sum(work[k] for k in b))
 
 
-_TIES = "ties"  # a local pool's task besides row ranges: the rank's tie keys of every candidate (_rank_ties)
+_TIES = "ties"  # the rank's tie keys of every candidate (_rank_ties), a local pool's task or part of one
 
 
 def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, closing: list | None = None,
@@ -1346,14 +1348,15 @@ def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, c
     there, for the caller to join when it needs to (run_sweep ranks the rows meanwhile); without it,
     or on an error, it is joined before this returns. Fork is safe: the workers are forked before
     the pool starts its thread, and parasim leaves no threads running when a sweep returns (the
-    replay joins its threads; run_sweep joins the pool's stop). A task may also be `_TIES`: the rank's
-    tie keys of every candidate (`_rank_ties`), handed to `keep`."""
+    replay joins its threads; run_sweep joins the pool's stop). A task may also be `_TIES`, or
+    (a, b, _TIES): the rank's tie keys of every candidate (`_rank_ties`, handed to `keep`), then rows
+    a..b-1 for the latter."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     cores = core_ids() or []  # unknown: leave the OS to place the processes
     fork = mp.get_context("fork")
-    rows_most = max(b - a for a, b in (t for t in tasks if t != _TIES))
+    rows_most = max(t[1] - t[0] for t in tasks if t != _TIES)
     # two result slots per worker: its next task goes out before its last answer is copied out
     slots = _ResultSlots(2 * (nproc - 1), (rows_most + 1000) * 1024)  # ~300 bytes a row; bigger: the pipe
     pool = ProcessPoolExecutor(nproc - 1, mp_context=fork, initializer=_init_worker,
@@ -1395,11 +1398,11 @@ def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, c
             with lock:  # the done-callback may not have run yet
                 receive(f)
                 got, answers[f] = answers[f], None
-            a, b, res = got  # the kernel's columns: the candidates' are here already
-            if a is None:  # the _TIES task
-                keep(res)
-                continue
-            deliver(a, b, res)
+            a, b, res, tie_keys = got  # the kernel's columns: the candidates' are here already
+            if tie_keys is not None:
+                keep(tie_keys)
+            if a is not None:
+                deliver(a, b, res)
 
     collected, done_ok = set(), False
     try:
@@ -1412,10 +1415,11 @@ def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, c
                     if not queue or stop.is_set():
                         break
                     task = queue.popleft()
-                if task == _TIES:
+                if task == _TIES or task[-1] == _TIES:
                     keep(_rank_ties(cands))
+                if task == _TIES:
                     continue
-                a, b = task
+                a, b = task[:2]
                 deliver(a, b, _evaluate_rows(cands, a, b, ctx, joined=False))
                 done = [f for f in list(futures) if f.done() and f not in collected]
                 collected.update(done)

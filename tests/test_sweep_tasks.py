@@ -132,23 +132,27 @@ def test_worker_answers_too_big_for_their_slot_come_through_the_pipe(monkeypatch
     pd.testing.assert_frame_equal(run, local)
 
 
-@pytest.mark.parametrize("order", ["worker first", "this process first"])
+@pytest.mark.parametrize("order", ["worker first", "this process first", "with a worker's rows",
+                                   "with this process's rows"])
 def test_the_rank_tie_keys_come_from_whichever_process_takes_that_task(order):
     sc = scenario()
     space = S.SweepSpace.from_table(sc.sweep)
     cands = S.enumerate_layouts(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
     n = len(cands)
+    h = n // 3
     ctx = (sc.model, sc.training, sc.hardware, sc.num_gpus, fake_evaluate_layouts)
     # the one worker takes the first task as the pool starts, this process the next one
-    tasks = [S._TIES, (0, n)] if order == "worker first" else [(0, n), S._TIES]
+    tasks = {"worker first": [S._TIES, (0, n)], "this process first": [(0, n), S._TIES],
+             "with a worker's rows": [(h, n, S._TIES), (0, h)], "with this process's rows": [(h, n), (0, h, S._TIES)]}[order]
     got, kept = {}, []
-    S._run_processes(tasks, cands, lambda a, b, res: got.setdefault(a, res), ctx, 2, keep=kept.append)
+    S._run_processes(tasks, cands, lambda a, b, res: got.setdefault(a, (b, res)), ctx, 2, keep=kept.append)
     want_keys, want_labels, want_order = S._rank_ties(cands)
-    assert len(kept) == 1 and len(got[0]) == n
+    assert len(kept) == 1 and sum(b - a for a, (b, _) in got.items()) == n
     keys, labels, by_tie = kept[0]
     assert len(keys) == len(want_keys) and all(np.array_equal(k, w) for k, w in zip(keys, want_keys))
     assert all(np.array_equal(x, y) for x, y in zip(labels, want_labels)) and np.array_equal(by_tie, want_order)
-    df = S._join(cands, got[0], sc.hardware)
+    df = pd.concat([S._join(cands.iloc[a:b], res, sc.hardware) for a, (b, res) in sorted(got.items())],
+                   ignore_index=True)
     pd.testing.assert_frame_equal(S.rank_results(df, ties=kept[0]), S.rank_results(df))
 
 
@@ -201,10 +205,12 @@ def test_the_tie_keys_go_first_to_a_worker_whose_range_is_cut_shorter_for_them(n
         micro = rng.integers(1, 128, n)
         todo = list(range(-(-n // 7)))
         plain, tied = S._tasks(todo, 7, stages, micro, nproc), S._tasks(todo, 7, stages, micro, nproc, ties=True)
-        # the workers take one task each, this process its range (the first rows), then the tie worker its range
-        assert tied[0] == S._TIES and tied[nproc - 1][0] == 0 and len(tied) == nproc + 1
-        ranges = sorted(t for t in tied if t != S._TIES)
-        assert tied[-1] == ranges[1]  # the range right after this process's
+        # the workers take one task each, then this process its range (the first rows), listed last; the first
+        # worker's task, the range right after this process's, starts with the tie keys
+        assert tied[-1][0] == 0 and len(tied) == nproc and tied[0][-1] == S._TIES
+        assert all(len(t) == 2 for t in tied[1:])
+        ranges = sorted(t[:2] for t in tied)
+        assert tied[0][:2] == ranges[1]
         assert ranges[1][1] - ranges[1][0] <= np.diff(sorted(plain)[1])[0]  # no longer than without the keys
 
         def slowest(rs):
