@@ -10,9 +10,9 @@ rows, padded cells (rows x widest virtual-stage count: the per-stage arrays' siz
   The process enumerates the candidates (nothing else: the kernel has not run in it, and the schedule
   shapes are in the on-disk cache only, which a child filled beforehand), then forks two children at
   once, each pinned to its own core and given fresh huge-page heap as a sweep worker is: one evaluates
-  rows [0, c), the other works out the rank's tie keys of all rows (`ties_s`) and then evaluates rows
-  [c, n) (joined=False, as a worker; it also times pickling its answer, `put_s`, and unpickling + joining
-  it, `take_s`, which the sweeping process then does). Cut c random in 15-85 % of the rows. Times are
+  rows [0, c), the other rows [c, n) (joined=False, as a worker; it also times pickling its answer,
+  `put_s`, unpickling + joining it, `take_s`, which the sweeping process then does, and then the rank's
+  tie keys of all rows, `ties_s`, which the first process idle does). Cut c random in 15-85 % of the rows. Times are
   each child's CPU seconds (`t`; the wall clock in `wall_s`): on a shared VM the host takes up to ~20 %
   of the wall clock at times, unevenly between the two cores, which CPU time leaves out.
   First calls in fresh processes running side by side: their cost is what the cut must balance.
@@ -102,12 +102,11 @@ def _split_child(cands, ctx, a: int, b: int, core: int, worker: bool, fd: int) -
                 time.process_time() - c0, time.perf_counter() - t0)
             return out
 
-        if worker:  # the rank's tie keys first, as a sweep's worker does (sweep._TIES)
-            timed("ties_s", lambda: S._rank_ties(cands))
         res = timed("t", lambda: S._evaluate_rows(cands, a, b, ctx, joined=not worker))
         if worker:
             data = timed("put_s", lambda: pickle.dumps((a, b, res), protocol=pickle.HIGHEST_PROTOCOL))
             timed("take_s", lambda: S._join(cands.iloc[a:b], pickle.loads(data)[2], ctx[2]))
+            timed("ties_s", lambda: S._rank_ties(cands))  # the rank's tie keys, as an idle worker (sweep._TIES)
         os.write(fd, json.dumps(rec).encode())
     finally:
         os._exit(0)

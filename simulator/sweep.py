@@ -1054,18 +1054,15 @@ def _exit_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _worker_task(task: tuple, slot: int):
-    """(a, b, the kernel's columns, None) of candidate rows task = (a, b), pickled into result slot
-    `slot` of the shared memory (`_ResultSlots`; returns (slot, size)), or returned through the pool's
-    pipe if they do not fit. The candidate columns stay out: the sweep process has them, and their
-    text columns took most of the pickling. Task (a, b, _TIES): the rank's tie keys of every candidate
-    (`_rank_ties`) first, then the rows: (a, b, columns, keys); task _TIES: (None, None, None, keys)."""
-    cands = _WORKER["cands"]
-    ties = _rank_ties(cands) if task == _TIES or task[-1] == _TIES else None
+def _worker_task(task: tuple[int, int], slot: int):
+    """(a, b, the kernel's columns) of candidate rows task = (a, b), pickled into result slot `slot`
+    of the shared memory (`_ResultSlots`; returns (slot, size)), or returned through the pool's pipe
+    if they do not fit. The candidate columns stay out: the sweep process has them, and their text
+    columns took most of the pickling. The `_TIES` task: (None, None, `_rank_ties` of every candidate)."""
     if task == _TIES:
-        return _WORKER["slots"].put(slot, (None, None, None, ties))
-    a, b = task[:2]
-    return _WORKER["slots"].put(slot, (a, b, _evaluate_rows(cands, a, b, _WORKER["ctx"], joined=False), ties))
+        return _WORKER["slots"].put(slot, (None, None, _rank_ties(_WORKER["cands"])))
+    a, b = task
+    return _WORKER["slots"].put(slot, (a, b, _evaluate_rows(_WORKER["cands"], a, b, _WORKER["ctx"], joined=False)))
 
 
 class _ResultSlots:
@@ -1149,9 +1146,7 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
     into `nproc` ranges of equal predicted time (`_balanced` with SPLIT_CALL[time_infeasible]), one
     call per process; if a range would pass `cells`, `_batches` (whole chunks: a long sweep, many
     calls, heaviest first, shared out as they finish). With `ties` (several processes), also the
-    rank's tie keys: in the first worker's task, (a, b, _TIES), ahead of its range, which is cut
-    shorter by their predicted time; after the batches, as a task of their own (_TIES) for whichever
-    process is idle first. One process: whichever predicts the
+    rank's tie keys, last (_TIES): whichever process is idle first works them out. One process: whichever predicts the
     least time in all, calls included (`_plan_s` with WARM_CALL): the chunk batches, or the rows cut
     into one to four more ranges than there are runs of consecutive chunks (no `_TIES`: the rank
     works the keys out)."""
@@ -1173,12 +1168,8 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
         runs.append(span(cur))
     if nproc > 1:
         cost = SPLIT_CALL[bool(time_infeasible)]
-        got = _balanced(runs, stages, micro, nproc, cells, cost, ties_s=cost.ties_s * n if ties else 0.0)
-        if got is None:
-            return batches() + ([_TIES] if ties else [])
-        if not ties or len(got) < 2:  # (one range: this process's, whose rank works the keys out)
-            return got
-        return [(*got[0], _TIES)] + got[1:]  # the first worker's task: the range after this process's
+        got = _balanced(runs, stages, micro, nproc, cells, SPLIT_CALL[bool(time_infeasible)])
+        return (batches() if got is None else got) + ([_TIES] if ties else [])
     # one process: the fewest predicted seconds in all, calls included (a few cuts, or the chunk batches)
     plans = [batches()] + [got for extra in range(4) if (got := _balanced(runs, stages, micro, len(runs) + extra,
                                                                           cells, WARM_CALL)) is not None]
@@ -1189,8 +1180,7 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
 class CallCost:
     """Predicted seconds of one kernel call on candidate rows a..b-1:
     call_s + Σ_rows (row_s + op_s · virtual stages · microbatches) + cell_s · (b − a) · widest stage
-    count, plus sent_s per row for a worker's rows (pickling its answer into the result slot), and
-    ties_s per candidate row of the sweep for the worker that first works out the rank's tie keys.
+    count, plus sent_s per row for a worker's rows (pickling its answer into the result slot).
     The padded cells (rows x widest virtual-stage count) are the size of the call's per-stage arrays;
     stages x microbatches counts a row's replay ops (~3 per stage and microbatch). Least-squares fits
     of measured calls on the 2-core benchmark machine (benchmarks/fit_kernel_cost.py, data in
@@ -1201,7 +1191,6 @@ class CallCost:
     cell_s: float
     op_s: float
     sent_s: float = 0.0
-    ties_s: float = 0.0
 
     def own_s(self, stages: np.ndarray, micro: np.ndarray) -> np.ndarray:
         """Each row's own predicted seconds: row_s + op_s · virtual stages · microbatches."""
@@ -1213,19 +1202,16 @@ class CallCost:
 # held-out calls (kernel_cost-heldout-2026-11-22.jsonl, max 56 %).
 WARM_CALL = CallCost(call_s=22.51e-3, row_s=3.723e-6, cell_s=3.845e-8, op_s=3.6e-9)
 # Rows cut among processes: the first calls of two fresh processes forked after the enumeration, side by
-# side on the two cores, on rows [0, c) and [c, n) of the three benchmark sweeps, the second process
-# first working out the tie keys (`collect-split`, CPU seconds, 60 pairs per mode;
-# kernel_cost-split[-all]-fit-2026-11-22.jsonl), keyed by time_infeasible: median error 3.5 % / 3.1 %,
-# held out (42 pairs each, kernel_cost-split[-all]-heldout-*) 3.9 % / 5.5 %; the two sides' time ratio,
-# predicted over measured, median 0.99 / 0.98 (WARM_CALL: 0.78 / 0.84; the warm fit plus 2.4 us a row
-# for sending, used before: 0.63 / 0.67, the first rows' range under-predicted, so that process
-# finished 30-60 ms after the worker). sent_s: the worker's pickling, 0.14 us a row (this process's
-# unpickling and join, 0.29 us a row, follows both ranges whatever the cut); ties_s: the tie keys,
-# 0.66 us per candidate row in a fresh worker.
-SPLIT_CALL = {False: CallCost(call_s=71.57e-3, row_s=4.713e-6, cell_s=2.237e-8, op_s=4.178e-9, sent_s=0.1406e-6,
-                              ties_s=0.6631e-6),
-              True: CallCost(call_s=79.9e-3, row_s=5.011e-6, cell_s=6.02e-8, op_s=3.955e-9, sent_s=0.1376e-6,
-                             ties_s=0.6549e-6)}
+# side on the two cores, on rows [0, c) and [c, n) of the three benchmark sweeps (`collect-split`, CPU
+# seconds, 60 pairs per mode; kernel_cost-split[-all]-fit-2026-11-22.jsonl), keyed by time_infeasible:
+# median error 3.5 % / 4.2 %, held out (42 pairs each, kernel_cost-split[-all]-heldout-*) 3.6 % / 4.2 %;
+# the two sides' time ratio, predicted over measured, median 0.97 / 1.06 (WARM_CALL: 0.79 / 0.96; the
+# warm fit plus 2.4 us a row for sending, used before: 0.66 / 0.79, the first rows' range under-predicted,
+# so that process finished 30-60 ms after the worker). sent_s: the worker's pickling, 0.14 us a row (this
+# process's unpickling and join, 0.30 us a row, follows both ranges whatever the cut; so do the tie
+# keys, 0.36 us per candidate row, worked out by the first process idle).
+SPLIT_CALL = {False: CallCost(call_s=68.04e-3, row_s=4.522e-6, cell_s=2.075e-8, op_s=4.996e-9, sent_s=0.1429e-6),
+              True: CallCost(call_s=81.61e-3, row_s=4.847e-6, cell_s=6.528e-8, op_s=4.406e-9, sent_s=0.1365e-6)}
 
 
 def _plan_s(plan: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, cost: CallCost) -> float:
@@ -1236,13 +1222,12 @@ def _plan_s(plan: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, 
 
 
 def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, parts: int, cells: int,
-              cost: CallCost, ties_s: float = 0.0):
+              cost: CallCost):
     """At most `parts` ranges within the row runs `runs`, of about equal predicted time (`cost`), or
     None if one would pass `cells` (rows x widest virtual-stage count). The first range, in row order,
     is the sweeping process's and is listed last (`_run_processes` feeds the workers first); the
-    others' rows also count `cost.sent_s`, and the second range `ties_s` (its worker first works out
-    the rank's tie keys). The bound on the predicted time is found by bisection, the ranges greedily,
-    over the rows grouped in segments of equal stage count."""
+    others' rows also count `cost.sent_s`. The bound on the predicted time is found by bisection, the
+    ranges greedily, over the rows grouped in segments of equal stage count."""
     seg = []  # (first row, past the last row, stage count, run end) of equal stage counts
     for a, b in runs:
         st = stages[a:b]
@@ -1256,18 +1241,17 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
     cum = cum.tolist()
     cell_s, sent_s = cost.cell_s, cost.sent_s
 
-    def seconds(a, b, widest, back=True, fixed=0.0):  # (the call constant, the same for every range: left out)
-        return (b - a) * (cell_s * widest + sent_s * back) + cum[b] - cum[a] + fixed
+    def seconds(a, b, widest, back=True):  # (the call constant, the same for every range: left out)
+        return (b - a) * (cell_s * widest + sent_s * back) + cum[b] - cum[a]
 
     def split(limit):  # the ranges, greedily: each as long as `limit` allows; the first is this process's
         out, i, pos = [], 0, seg[0][0]
         while i < len(seg):
             start, widest, j, back = pos, 0, i, bool(out)
-            fixed = ties_s if len(out) == 1 else 0.0
             while True:
                 lo, hi, w, end = seg[j]
                 wide = max(widest, w)
-                if seconds(start, hi, wide, back, fixed) <= limit:  # the rest of segment j fits
+                if seconds(start, hi, wide, back) <= limit:  # the rest of segment j fits
                     widest, pos, j = wide, hi, j + 1
                     if hi == end or j == len(seg):  # its run ends: so does the range
                         break
@@ -1275,7 +1259,7 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
                 first, last = max(lo, start), hi  # the last row of it that fits: bisection
                 while last - first > 1:
                     mid = (first + last) // 2
-                    first, last = (mid, last) if seconds(start, mid, wide, back, fixed) <= limit else (first, mid)
+                    first, last = (mid, last) if seconds(start, mid, wide, back) <= limit else (first, mid)
                 if first > max(lo, start):  # part of it fits
                     widest, pos = wide, first
                 elif lo <= start:  # not one row fits: that row alone
@@ -1291,7 +1275,7 @@ def _balanced(runs: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray
                 pos = max(pos, seg[i][0])
         return out
 
-    low, high = 0.0, float(sum(seconds(a, b, max(x[2] for x in seg)) for a, b in runs)) + ties_s
+    low, high = 0.0, float(sum(seconds(a, b, max(x[2] for x in seg)) for a, b in runs))
     for _ in range(24):  # the least bound giving at most `parts` ranges (to 6e-8 of the total)
         mid = (low + high) / 2
         if len(split(mid)) <= parts:
@@ -1330,7 +1314,7 @@ def _batches(todo: list[int], chunk_size: int, stages: np.ndarray, nproc: int,
     return sorted(out, key=lambda b: -sum(work[k] for k in b))
 
 
-_TIES = "ties"  # the rank's tie keys of every candidate (_rank_ties), a local pool's task or part of one
+_TIES = "ties"  # a local pool's task besides row ranges: the rank's tie keys of every candidate (_rank_ties)
 
 
 def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, closing: list | None = None,
@@ -1348,15 +1332,14 @@ def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, c
     there, for the caller to join when it needs to (run_sweep ranks the rows meanwhile); without it,
     or on an error, it is joined before this returns. Fork is safe: the workers are forked before
     the pool starts its thread, and parasim leaves no threads running when a sweep returns (the
-    replay joins its threads; run_sweep joins the pool's stop). A task may also be `_TIES`, or
-    (a, b, _TIES): the rank's tie keys of every candidate (`_rank_ties`, handed to `keep`), then rows
-    a..b-1 for the latter."""
+    replay joins its threads; run_sweep joins the pool's stop). A task may also be `_TIES`: the rank's
+    tie keys of every candidate (`_rank_ties`), handed to `keep`."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     cores = core_ids() or []  # unknown: leave the OS to place the processes
     fork = mp.get_context("fork")
-    rows_most = max(t[1] - t[0] for t in tasks if t != _TIES)
+    rows_most = max(b - a for a, b in (t for t in tasks if t != _TIES))
     # two result slots per worker: its next task goes out before its last answer is copied out
     slots = _ResultSlots(2 * (nproc - 1), (rows_most + 1000) * 1024)  # ~300 bytes a row; bigger: the pipe
     pool = ProcessPoolExecutor(nproc - 1, mp_context=fork, initializer=_init_worker,
@@ -1398,11 +1381,11 @@ def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, c
             with lock:  # the done-callback may not have run yet
                 receive(f)
                 got, answers[f] = answers[f], None
-            a, b, res, tie_keys = got  # the kernel's columns: the candidates' are here already
-            if tie_keys is not None:
-                keep(tie_keys)
-            if a is not None:
-                deliver(a, b, res)
+            a, b, res = got  # the kernel's columns: the candidates' are here already
+            if a is None:  # the _TIES task
+                keep(res)
+                continue
+            deliver(a, b, res)
 
     collected, done_ok = set(), False
     try:
@@ -1415,11 +1398,10 @@ def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, c
                     if not queue or stop.is_set():
                         break
                     task = queue.popleft()
-                if task == _TIES or task[-1] == _TIES:
-                    keep(_rank_ties(cands))
                 if task == _TIES:
+                    keep(_rank_ties(cands))
                     continue
-                a, b = task[:2]
+                a, b = task
                 deliver(a, b, _evaluate_rows(cands, a, b, ctx, joined=False))
                 done = [f for f in list(futures) if f.done() and f not in collected]
                 collected.update(done)

@@ -2,7 +2,6 @@
 vectorised path against `estimate` row by row (with the real kernel)."""
 import itertools
 import os
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -306,13 +305,9 @@ def test_worker_processes_give_the_in_process_results_and_resume(tmp_path):
 
 
 def _dies_in_a_worker(parent_pid):
-    slept = []
-
     def evaluate(model, training, hardware, **kw):
         if os.getpid() != parent_pid:
             os._exit(1)  # as if the OS killed the worker for memory
-        if not slept:  # slower than the worker's first task (the tie keys), so the worker takes a range too
-            slept.append(time.sleep(0.5))
         return fake_evaluate_layouts(model, training, hardware, **kw)
     return evaluate
 
