@@ -6,16 +6,15 @@ rows, padded cells (rows x widest virtual-stage count: the per-stage arrays' siz
 - `collect` (WARM_CALL: one process choosing its calls): single kernel calls (`sweep._evaluate_rows`)
   on random contiguous row ranges of 2,000-30,000 candidates, this process pinned to one core, best
   of 3 CPU seconds each after one unmeasured sweep (shapes in memory).
-- `collect-split` (SPLIT_CALL: cutting the rows among processes): what a sweep on two cores does.
-  The process enumerates the candidates (nothing else: the kernel has not run in it, and the schedule
-  shapes are in the on-disk cache only, which a child filled beforehand), then forks two children at
-  once, each pinned to its own core and given fresh huge-page heap as a sweep worker is: one evaluates
-  rows [0, c), the other rows [c, n) (joined=False, as a worker; it also times pickling its answer,
-  `put_s`, unpickling + joining it, `take_s`, which the sweeping process then does, and then the rank's
-  tie keys of all rows, `ties_s`, which the first process idle does). Cut c random in 15-85 % of the rows. Times are
-  each child's CPU seconds (`t`; the wall clock in `wall_s`): on a shared VM the host takes up to ~20 %
-  of the wall clock at times, unevenly between the two cores, which CPU time leaves out.
-  First calls in fresh processes running side by side: their cost is what the cut must balance.
+- `collect-split` (SPLIT_CALL: cutting the rows among processes): real two-process sweeps
+  (`run_sweep` with the local pool, one fresh process each: `split-sample`), their rows cut at a
+  random c (15-85 % of the rows) instead of where the model cuts them; the sweeping process
+  evaluates rows [0, c), the forked worker rows [c, n), and each side's kernel call is timed where
+  it runs, with the worker's pickling of its answer (`put_s`). Schedule shapes come from the
+  on-disk cache, which a first sweep filled. Times are wall seconds (`t`, what the cut balances;
+  each process's CPU seconds in `cpu_s`: the worker's wall time ran up to ~40 % over its CPU time).
+  (Fitted on the same cuts measured in two bare forked processes, or on CPU time, the model gave
+  the worker 10-65 ms too much in real sweeps.)
 One JSON line per call. `fit`: least squares, the median error in and out of sample (`--check`), and
 for split data the per-row costs of `put` and of taking an answer back.
 
@@ -85,34 +84,24 @@ def collect(seed: int, per_case: int, time_infeasible: bool) -> None:
             print(json.dumps(dict(case=name, a=a, b=b, **_features(stages, micro, a, b), t=best)), flush=True)
 
 
-def _split_child(cands, ctx, a: int, b: int, core: int, worker: bool, fd: int) -> None:
-    """In a forked child: evaluate rows a..b-1 as a sweep process does, write the timings to `fd`, exit."""
-    import simulator.sweep as S
-    from simulator.cores import huge_page_heap
-
-    try:
-        os.sched_setaffinity(0, {core})
-        huge_page_heap()
-        rec = {}
-
-        def timed(key, f):  # CPU seconds of this (single-threaded, pinned) process: what the host's stolen
-            c0, t0 = time.process_time(), time.perf_counter()  # time leaves out, unlike the wall clock
-            out = f()
-            rec[key], rec[key.replace("_s", "_wall_s") if key != "t" else "wall_s"] = (
-                time.process_time() - c0, time.perf_counter() - t0)
-            return out
-
-        res = timed("t", lambda: S._evaluate_rows(cands, a, b, ctx, joined=not worker))
-        if worker:
-            data = timed("put_s", lambda: pickle.dumps((a, b, res), protocol=pickle.HIGHEST_PROTOCOL))
-            timed("take_s", lambda: S._join(cands.iloc[a:b], pickle.loads(data)[2], ctx[2]))
-            timed("ties_s", lambda: S._rank_ties(cands))  # the rank's tie keys, as an idle worker (sweep._TIES)
-        os.write(fd, json.dumps(rec).encode())
-    finally:
-        os._exit(0)
+def _timed(rec: dict, key: str, f):
+    """f(), its wall seconds in rec[key] (what the cut balances) and its CPU seconds (this process's)."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = f()
+    rec[key], rec["cpu_s" if key == "t" else key.replace("_s", "_cpu_s")] = (time.perf_counter() - t0,
+                                                                           time.process_time() - c0)
+    return out
 
 
-def collect_split(seed: int, per_case: int, time_infeasible: bool) -> None:
+def split_sample(name: str, c: int, time_infeasible: bool) -> None:
+    """One measured cut, in a fresh process: a real two-process sweep (`run_sweep`, the local pool,
+    with the `parasim` command's process settings) whose rows are cut at c instead of where the model
+    would cut them: this process evaluates rows [0, c), the forked worker rows [c, n). Each side's
+    kernel call is timed where it runs (CPU and wall seconds of `_evaluate_rows`), and the worker's
+    pickling of its answer (`put_s`); the rows' answers, the rank and the rest run as in any sweep.
+    Prints one JSON line per side."""
+    import threading
+
     from simulator.cores import keep_freed_memory
 
     keep_freed_memory()  # as the parasim command does
@@ -120,43 +109,64 @@ def collect_split(seed: int, per_case: int, time_infeasible: bool) -> None:
     import simulator.pipeline  # noqa: F401
     import simulator.sweep as S
 
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
+    sc, space = _sweep(name)
+    cands = S.enumerate_layouts(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
+    stages, micro = S._chunk_stages(cands), cands["num_microbatches"].to_numpy()
+    n = len(cands)
+    r, w = os.pipe()
+    lock = threading.Lock()
+    evaluate, put = S._evaluate_rows, S._ResultSlots.put
+
+    def timed_evaluate(cands_, a, b, ctx, joined=True):  # both processes: the worker inherits it by fork
+        rec = {}
+        out = _timed(rec, "t", lambda: evaluate(cands_, a, b, ctx, joined))
+        rec.update(a=a, b=b, pid=os.getpid())
+        with lock:
+            os.write(w, (json.dumps(rec) + "\n").encode())
+        return out
+
+    def timed_put(self, slot, answer):
+        rec = {}
+        got = _timed(rec, "put_s", lambda: put(self, slot, answer))
+        if answer[0] is not None:
+            os.write(w, (json.dumps(dict(rec, a=answer[0], pid=os.getpid())) + "\n").encode())
+        return got
+
+    S._evaluate_rows, S._ResultSlots.put = timed_evaluate, timed_put
+    S._tasks = lambda todo, chunk_size, stages_, micro_, nproc, *args, **kw: [(c, n), (0, c), S._TIES]
+    S.run_sweep(sc, space, workers=2, time_infeasible=time_infeasible)
+    os.close(w)
+    got: dict = {}
+    with os.fdopen(r) as f:
+        for line in f:
+            rec = json.loads(line)
+            got.setdefault(rec.pop("a"), {}).update({k: v for k, v in rec.items() if k not in ("b", "pid")})
+    for a, b, worker in ((0, c, False), (c, n, True)):
+        print(json.dumps(dict(case=name, a=a, b=b, n=n, worker=worker, **_features(stages, micro, a, b), **got[a])))
+
+
+def collect_split(seed: int, per_case: int, time_infeasible: bool) -> None:
+    import subprocess
+
+    if len(os.sched_getaffinity(0)) < 2:
         sys.exit("collect-split needs two cores")
+    mode = ["--time-infeasible"] if time_infeasible else []
     with tempfile.TemporaryDirectory(prefix="parasim-fit-cache-") as cache:
-        os.environ["PARASIM_CACHE_DIR"] = cache
+        env = {**os.environ, "PARASIM_CACHE_DIR": cache, "PARASIM_NO_CACHE": ""}
+        import simulator.sweep as S
+
         for name in CASES:
-            rng = np.random.default_rng(seed)
             sc, space = _sweep(name)
-            pid = os.fork()
-            if pid == 0:  # the shapes into the on-disk cache, not into this process's memory
-                try:
-                    S.run_sweep(sc, space, workers=1, time_infeasible=time_infeasible)
-                finally:
-                    os._exit(0)
-            os.waitpid(pid, 0)
-            cands = S.enumerate_layouts(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
-            ctx = (sc.model, sc.training, sc.hardware, sc.num_gpus,
-                   S._timing(S._default_evaluator(), time_infeasible))
-            stages, micro = S._chunk_stages(cands), cands["num_microbatches"].to_numpy()
-            n = len(cands)
+            n = len(S.enumerate_layouts(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware))
+            # the shapes into the on-disk cache first (a sweep's later commands read them from there)
+            subprocess.run([sys.executable, __file__, "split-sample", "--case", name, "--cut", str(n // 2), *mode],
+                           env=env, check=True, capture_output=True)
+            rng = np.random.default_rng(seed)
             for _ in range(per_case):
                 c = int(rng.integers(int(0.15 * n), int(0.85 * n)))
-                kids = []
-                for a, b, core, worker in ((0, c, cores[0], False), (c, n, cores[1], True)):
-                    r, w = os.pipe()
-                    pid = os.fork()
-                    if pid == 0:
-                        os.close(r)
-                        _split_child(cands, ctx, a, b, core, worker, w)
-                    os.close(w)
-                    kids.append((pid, r, a, b, worker))
-                for pid, r, a, b, worker in kids:
-                    os.waitpid(pid, 0)
-                    rec = json.loads(os.read(r, 1 << 16).decode())
-                    os.close(r)
-                    print(json.dumps(dict(case=name, a=a, b=b, n=n, worker=worker, **_features(stages, micro, a, b), **rec)),
-                          flush=True)
+                out = subprocess.run([sys.executable, __file__, "split-sample", "--case", name, "--cut", str(c), *mode],
+                                     env=env, check=True, capture_output=True, text=True).stdout
+                print(out.strip(), flush=True)
 
 
 def _load(path: str) -> tuple[np.ndarray, np.ndarray, list]:
@@ -184,9 +194,7 @@ def fit(path: str, check: str | None) -> None:
           f"+ {c[3] * 1e6:.4f} us/op; median error {np.median(err):.1%}")
     print(f"CallCost(call_s={c[0]:.4g}, row_s={c[1]:.4g}, cell_s={c[2]:.4g}, op_s={c[3]:.4g})")
     if any("put_s" in r for r in rows):
-        put, take, ties = per_row(path, "put_s"), per_row(path, "take_s"), per_row(path, "ties_s", "n")
-        print(f"answers: put {put * 1e6:.2f} us/row (worker), take + join {take * 1e6:.2f} us/row (sweeping process); "
-              f"tie keys {ties * 1e6:.3f} us per candidate row (worker)")
+        print(f"answers: put {per_row(path, 'put_s') * 1e6:.2f} us/row (worker)")
     if check:
         B, z, held = _load(check)
         e = np.abs(B @ c - z) / z
@@ -206,6 +214,10 @@ def main(argv=None) -> None:
         c.add_argument("--seed", type=int, default=7)
         c.add_argument("--per-case", type=int, default=14)
         c.add_argument("--time-infeasible", action="store_true", help="time every layout (default: those that fit)")
+    c = sub.add_parser("split-sample", help="one measured cut in this (fresh) process (collect-split runs it)")
+    c.add_argument("--case", required=True)
+    c.add_argument("--cut", type=int, required=True)
+    c.add_argument("--time-infeasible", action="store_true")
     f = sub.add_parser("fit")
     f.add_argument("data")
     f.add_argument("--check", default=None)
@@ -214,6 +226,8 @@ def main(argv=None) -> None:
         collect(args.seed, args.per_case, args.time_infeasible)
     elif args.cmd == "collect-split":
         collect_split(args.seed, args.per_case, args.time_infeasible)
+    elif args.cmd == "split-sample":
+        split_sample(args.case, args.cut, args.time_infeasible)
     else:
         fit(args.data, args.check)
 

@@ -1201,17 +1201,16 @@ class CallCost:
 # sweeps (shapes in memory; `collect`, kernel_cost-fit-2026-11-22.jsonl): median error 17 %, 10 % on 42
 # held-out calls (kernel_cost-heldout-2026-11-22.jsonl, max 56 %).
 WARM_CALL = CallCost(call_s=22.51e-3, row_s=3.723e-6, cell_s=3.845e-8, op_s=3.6e-9)
-# Rows cut among processes: the first calls of two fresh processes forked after the enumeration, side by
-# side on the two cores, on rows [0, c) and [c, n) of the three benchmark sweeps (`collect-split`, CPU
-# seconds, 60 pairs per mode; kernel_cost-split[-all]-fit-2026-11-22.jsonl), keyed by time_infeasible:
-# median error 3.5 % / 4.2 %, held out (42 pairs each, kernel_cost-split[-all]-heldout-*) 3.6 % / 4.2 %;
-# the two sides' time ratio, predicted over measured, median 0.97 / 1.06 (WARM_CALL: 0.79 / 0.96; the
-# warm fit plus 2.4 us a row for sending, used before: 0.66 / 0.79, the first rows' range under-predicted,
-# so that process finished 30-60 ms after the worker). sent_s: the worker's pickling, 0.14 us a row (this
-# process's unpickling and join, 0.30 us a row, follows both ranges whatever the cut; so do the tie
-# keys, 0.36 us per candidate row, worked out by the first process idle).
-SPLIT_CALL = {False: CallCost(call_s=68.04e-3, row_s=4.522e-6, cell_s=2.075e-8, op_s=4.996e-9, sent_s=0.1429e-6),
-              True: CallCost(call_s=81.61e-3, row_s=4.847e-6, cell_s=6.528e-8, op_s=4.406e-9, sent_s=0.1365e-6)}
+# Rows cut among processes: real two-process sweeps of the three benchmark sweeps, one fresh process
+# each, their rows cut at a random c, each side's kernel call timed where it runs (`collect-split`, wall
+# seconds, 60 cuts per mode; kernel_cost-split[-all]-fit-2026-11-22.jsonl), keyed by time_infeasible:
+# median error 7.3 % / 9.9 %, held out (42 cuts each, kernel_cost-split[-all]-heldout-*) 7.8 % / 11 %;
+# the two sides' time ratio, predicted over measured, median 0.98 / 0.95 (WARM_CALL: 0.85 / 0.87; the
+# warm fit plus 2.4 us a row for sending, used before: 0.70 / 0.71). sent_s: the worker's pickling of its
+# answer, 0.36 / 0.34 us a row (this process's unpickling and join follow both ranges whatever the cut;
+# so do the tie keys, worked out by the first process idle).
+SPLIT_CALL = {False: CallCost(call_s=51.77e-3, row_s=5.495e-6, cell_s=1.13e-8, op_s=5.699e-9, sent_s=0.3588e-6),
+              True: CallCost(call_s=53.01e-3, row_s=5.121e-6, cell_s=4.92e-8, op_s=5.179e-9, sent_s=0.3377e-6)}
 
 
 def _plan_s(plan: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, cost: CallCost) -> float:
