@@ -707,7 +707,8 @@ def _ranked_frame(cands: pd.DataFrame, pieces: list, hardware, ties: tuple | Non
     repeat candidate columns, or lack what the rank reads."""
     pieces = sorted(pieces, key=lambda p: p[0])
     n, cols = len(cands), list(pieces[0][2].columns)
-    if (sum(b - a for a, b, _ in pieces) != n or any(len(r) != b - a for a, b, r in pieces)
+    bounds = [0] + [x for a, b, _ in pieces for x in (a, b)] + [n]  # each range ends where the next starts
+    if (bounds[0::2] != bounds[1::2] or any(len(r) != b - a for a, b, r in pieces)
             or any(list(r.columns) != cols or not r.dtypes.equals(pieces[0][2].dtypes) for _, _, r in pieces)
             or set(cols) & (set(cands.columns) | {"rank", "label"}) or not {"tokens_per_s", "feasible"} <= set(cols)):
         return None
@@ -1146,10 +1147,10 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
     into `nproc` ranges of equal predicted time (`_balanced` with SPLIT_CALL[time_infeasible]), one
     call per process; if a range would pass `cells`, `_batches` (whole chunks: a long sweep, many
     calls, heaviest first, shared out as they finish). With `ties` (several processes), also the
-    rank's tie keys, last (_TIES): whichever process is idle first works them out. One process: whichever predicts the
-    least time in all, calls included (`_plan_s` with WARM_CALL): the chunk batches, or the rows cut
-    into one to four more ranges than there are runs of consecutive chunks (no `_TIES`: the rank
-    works the keys out)."""
+    rank's tie keys, last (_TIES): whichever process is idle first works them out. One process:
+    whichever predicts the least time in all, calls included (`_plan_s` with WARM_CALL): the chunk
+    batches, or the rows cut into one to four more ranges than there are runs of consecutive chunks
+    (no `_TIES`: the rank works the keys out)."""
     n = len(stages)
 
     def span(ks):
@@ -1167,7 +1168,6 @@ def _tasks(todo: list[int], chunk_size: int, stages: np.ndarray, micro: np.ndarr
     if cur:
         runs.append(span(cur))
     if nproc > 1:
-        cost = SPLIT_CALL[bool(time_infeasible)]
         got = _balanced(runs, stages, micro, nproc, cells, SPLIT_CALL[bool(time_infeasible)])
         return (batches() if got is None else got) + ([_TIES] if ties else [])
     # one process: the fewest predicted seconds in all, calls included (a few cuts, or the chunk batches)

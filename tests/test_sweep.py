@@ -644,6 +644,7 @@ def test_the_ranked_table_declines_pieces_it_cannot_gather():
     res = pd.DataFrame({"tokens_per_s": np.arange(n, dtype=float), "feasible": np.ones(n, bool)})
     assert sweep._ranked_frame(cands, [(0, n, res)], None, None) is not None
     assert sweep._ranked_frame(cands, [(0, n - 1, res.iloc[:-1])], None, None) is None  # a row missing
+    assert sweep._ranked_frame(cands, [(0, 2, res.iloc[:2]), (1, n - 1, res.iloc[1:-1])], None, None) is None  # overlap
     half = n // 2
     other = res.iloc[half:].assign(extra=1.0)
     assert sweep._ranked_frame(cands, [(0, half, res.iloc[:half]), (half, n, other)], None, None) is None  # columns differ
