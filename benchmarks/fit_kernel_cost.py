@@ -16,7 +16,7 @@ rows, padded cells (rows x widest virtual-stage count: the per-stage arrays' siz
   (Fitted on the same cuts measured in two bare forked processes, or on CPU time, the model gave
   the worker 10-65 ms too much in real sweeps.)
 One JSON line per call. `fit`: least squares, the median error in and out of sample (`--check`), and
-for split data the per-row costs of `put` and of taking an answer back.
+for split data the worker's pickling per row (sent_s) and, held out, the two sides' time ratio.
 
 Cases: bench_sweep.py's three sweeps, the default `fit` mode (`--time-infeasible`: every layout timed).
 
@@ -180,10 +180,9 @@ def coefficients(path: str) -> np.ndarray:
     return np.linalg.lstsq(A, y, rcond=None)[0]
 
 
-def per_row(path: str, key: str, rows: str = "rows") -> float:
-    """Median seconds per row of a worker's `key` in split data: `put_s` per row of its range, `ties_s` per
-    candidate row (rows="n")."""
-    return float(np.median([r[key] / r[rows] for r in map(json.loads, open(path)) if key in r]))
+def per_row(path: str, key: str) -> float:
+    """Median seconds per row of its range of a worker's `key` (`put_s`) in split data."""
+    return float(np.median([r[key] / r["rows"] for r in map(json.loads, open(path)) if key in r]))
 
 
 def fit(path: str, check: str | None) -> None:
@@ -193,15 +192,17 @@ def fit(path: str, check: str | None) -> None:
     print(f"{len(y)} calls: t = {c[0] * 1e3:.1f} ms + {c[1] * 1e6:.2f} us/row + {c[2] * 1e6:.4f} us/padded cell "
           f"+ {c[3] * 1e6:.4f} us/op; median error {np.median(err):.1%}")
     print(f"CallCost(call_s={c[0]:.4g}, row_s={c[1]:.4g}, cell_s={c[2]:.4g}, op_s={c[3]:.4g})")
-    if any("put_s" in r for r in rows):
-        print(f"answers: put {per_row(path, 'put_s') * 1e6:.2f} us/row (worker)")
+    sent = per_row(path, "put_s") if any("put_s" in r for r in rows) else 0.0
+    if sent:
+        print(f"sent_s (the worker's pickling of its answer): {sent * 1e6:.2f} us/row")
     if check:
         B, z, held = _load(check)
         e = np.abs(B @ c - z) / z
         print(f"held-out {len(z)} calls ({check}): median error {np.median(e):.1%}, max {e.max():.1%}")
         if any("put_s" in r for r in held):  # the cut's question: the two sides' time ratio, predicted / measured
-            pred = B @ c
-            ratio = (pred[0::2] / pred[1::2]) / (z[0::2] / z[1::2])
+            pred = B @ c + sent * np.array([r["rows"] * r["worker"] for r in held])
+            took = z + np.array([r.get("put_s", 0.0) for r in held])
+            ratio = (pred[0::2] / pred[1::2]) / (took[0::2] / took[1::2])
             print(f"  first/second side time ratio, predicted over measured: median {np.median(ratio):.3f}, "
                   f"quartiles {np.quantile(ratio, 0.25):.3f}-{np.quantile(ratio, 0.75):.3f}")
 

@@ -522,14 +522,14 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
     return join(cands, pd.concat(parts, ignore_index=True), hardware)
 
 
-def _kernel_only(res: pd.DataFrame) -> pd.DataFrame:
+def _kernel_only(res: pd.DataFrame, candidates=CANDIDATE_COLUMNS) -> pd.DataFrame:
     """The kernel's columns less the candidate columns it echoes (the candidates' own are joined back)."""
-    echoed = [c for c in res.columns if c in CANDIDATE_COLUMNS]
+    echoed = [c for c in res.columns if c in candidates]
     return res.drop(columns=echoed) if echoed else res
 
 
 def _join(cands: pd.DataFrame, res: pd.DataFrame, hardware) -> pd.DataFrame:
-    res = res.drop(columns=[c for c in res.columns if c in cands.columns])
+    res = _kernel_only(res, cands.columns)
     out = pd.concat([cands.reset_index(drop=True), res.reset_index(drop=True)], axis=1)
     hbm = getattr(hardware, "hbm_bytes", None)
     if hbm is not None and "peak_bytes" in out:

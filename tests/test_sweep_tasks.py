@@ -167,8 +167,9 @@ def _fit_script():
 @pytest.mark.parametrize("mode,infix", [(False, "split"), (True, "split-all")])
 def test_the_split_cost_model_is_the_fit_of_its_measurements_and_predicts_held_out_splits(mode, infix):
     """SPLIT_CALL is the least-squares fit of the committed measurements (code and data cannot drift
-    apart), and on held-out measured splits (two fresh processes side by side, as a sweep runs them) it
-    predicts how much longer one side takes than the other better than the warm single-call model."""
+    apart), and on held-out measured cuts (real two-process sweeps cut at random rows, each side timed
+    where it runs) it predicts how much longer one side takes than the other better than the warm
+    single-call model."""
     import json
 
     fit, results = _fit_script()
