@@ -92,60 +92,155 @@ void parasim_replay_one(int64_t N, int64_t n, int64_t R, int64_t S, int64_t nP,
    hop bit 1/2: dep/dep2 crosses a stage boundary). One uniform delay P[r] per boundary; writes the
    makespan with and without it, and adds busy time per rank from the (rank, stage) op counts
    b_count (E, 4) at busy_off[k]..busy_off[k+1]. F/B/W (N, S), out_busy (N, R).
+   The rows of a shape run LANES at a time: each op's indices are read once for all lanes, whose
+   arithmetic is independent and runs as vector operations (GCC/Clang vector extensions: SSE2 on
+   baseline x86-64, AVX2 where the CPU has it, through target_clones), ~2x faster than one row at a
+   time; other compilers run one row at a time. Every lane does the scalar recurrence's
+   operations in the same order (vmax(x, y) = x > y ? x : y is the scalar `if (x > y) y = x`), so
+   the results are bit for bit those of the numpy reference.
    Returns 0, or -1 if scratch memory could not be allocated. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(PARASIM_PLAIN_LANES)
+#define LANES 4
+typedef double vd __attribute__((vector_size(8 * LANES)));
+typedef int64_t vl __attribute__((vector_size(8 * LANES)));
+
+static inline vd vadd(vd x, vd y) { return x + y; }
+
+static inline vd vmax(vd x, vd y) {
+    vl m = x > y;
+    return (vd)(((vl)x & m) | ((vl)y & ~m));
+}
+
+static inline vd vload(const double *p) {
+    vd v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void vstore(double *p, vd v) { __builtin_memcpy(p, &v, sizeof v); }
+#else
+#define LANES 1 /* one row at a time */
+typedef struct { double v[LANES]; } vd;
+
+static inline vd vadd(vd x, vd y) {
+    for (int l = 0; l < LANES; l++) x.v[l] = x.v[l] + y.v[l];
+    return x;
+}
+
+static inline vd vmax(vd x, vd y) {
+    for (int l = 0; l < LANES; l++) if (x.v[l] > y.v[l]) y.v[l] = x.v[l];
+    return y;
+}
+
+static inline vd vload(const double *p) {
+    vd v;
+    for (int l = 0; l < LANES; l++) v.v[l] = p[l];
+    return v;
+}
+
+static inline void vstore(double *p, vd v) {
+    for (int l = 0; l < LANES; l++) p[l] = v.v[l];
+}
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void replay_lanes(int64_t n, int64_t ns, int64_t R, int64_t S, int64_t lanes, const int64_t *rows,
+                         const int32_t *code, const int32_t *dep, const int32_t *dep2, const int32_t *rp,
+                         const int32_t *hop, const int64_t *b_rank, const int64_t *b_stage, const double *b_count,
+                         int64_t e_lo, int64_t e_hi, const double *F, const double *B, const double *W,
+                         const double *P, double *out_mk, double *out_mk0, double *out_busy, double *end, double *end0,
+                         double *dur) {
+    double pl[LANES];
+    for (int64_t l = 0; l < LANES; l++) {
+        int64_t r = rows[l < lanes ? l : lanes - 1]; /* idle lanes repeat the last row; not written back */
+        const double *f = F + r * S, *b = B + r * S, *w = W + r * S;
+        for (int64_t s = 0; s < ns; s++) {
+            dur[(4 * s) * LANES + l] = f[s];
+            dur[(4 * s + 1) * LANES + l] = b[s] + 0.0;
+            dur[(4 * s + 2) * LANES + l] = b[s] + w[s];
+            dur[(4 * s + 3) * LANES + l] = w[s];
+        }
+        pl[l] = P[r];
+    }
+    double zl[LANES] = {0.0};
+    vd zero = vload(zl), p = vload(pl), mk = zero, mk0 = zero;
+    vstore(end + n * LANES, zero);
+    vstore(end0 + n * LANES, zero);
+    for (int64_t j = 0; j < n; j++) {
+        int64_t a = dep[j], a2 = dep2[j], q = rp[j];
+        int32_t h = hop[j];
+        vd d = vload(dur + (int64_t)code[j] * LANES);
+        vd t = vadd(vload(end + a * LANES), (h & 1) ? p : zero), t0 = vload(end0 + a * LANES);
+        if (a2 < n) {
+            t = vmax(vadd(vload(end + a2 * LANES), (h & 2) ? p : zero), t);
+            t0 = vmax(vload(end0 + a2 * LANES), t0);
+        }
+        t = vmax(vload(end + q * LANES), t);
+        t0 = vmax(vload(end0 + q * LANES), t0);
+        vd e = vadd(t, d), e0 = vadd(t0, d);
+        vstore(end + j * LANES, e);
+        vstore(end0 + j * LANES, e0);
+        mk = vmax(e, mk);
+        mk0 = vmax(e0, mk0);
+    }
+    double m[LANES], m0[LANES];
+    vstore(m, mk);
+    vstore(m0, mk0);
+    for (int64_t l = 0; l < lanes; l++) {
+        int64_t r = rows[l];
+        const double *f = F + r * S, *b = B + r * S, *w = W + r * S;
+        out_mk[r] = m[l];
+        out_mk0[r] = m0[l];
+        for (int64_t e = e_lo; e < e_hi; e++) {
+            int64_t s = b_stage[e];
+            const double *c = b_count + 4 * e;
+            out_busy[r * R + b_rank[e]] += (c[0] * f[s] + c[1] * b[s] + c[2] * (b[s] + w[s]) + c[3] * w[s]);
+        }
+    }
+}
+
 int64_t parasim_replay_multi(int64_t N, int64_t S, int64_t R, const int64_t *sid, const int64_t *op_off,
                              const int32_t *code, const int32_t *dep, const int32_t *dep2, const int32_t *rp,
                              const int32_t *hop, const int64_t *stage_off, const int64_t *busy_off,
                              const int64_t *b_rank, const int64_t *b_stage, const double *b_count,
                              const double *F, const double *B, const double *W, const double *P,
                              double *out_mk, double *out_mk0, double *out_busy) {
-    int64_t max_n = 0, max_s = 0;
+    int64_t K = 0, max_n = 0, max_s = 0;
     for (int64_t r = 0; r < N; r++) {
         int64_t k = sid[r];
+        if (k + 1 > K) K = k + 1;
         if (op_off[k + 1] - op_off[k] > max_n) max_n = op_off[k + 1] - op_off[k];
         if (stage_off[k + 1] - stage_off[k] > max_s) max_s = stage_off[k + 1] - stage_off[k];
     }
-    double *end = malloc(sizeof(double) * (size_t)(2 * (max_n + 1) + 4 * max_s + 1));
-    if (!end) return -1;
-    double *end0 = end + max_n + 1, *dur = end0 + max_n + 1;
-    for (int64_t r = 0; r < N; r++) {
-        int64_t k = sid[r], o = op_off[k], n = op_off[k + 1] - o, ns = stage_off[k + 1] - stage_off[k];
-        const double *f = F + r * S, *b = B + r * S, *w = W + r * S;
-        for (int64_t s = 0; s < ns; s++) {
-            dur[4 * s] = f[s];
-            dur[4 * s + 1] = b[s] + 0.0;
-            dur[4 * s + 2] = b[s] + w[s];
-            dur[4 * s + 3] = w[s];
-        }
-        end[n] = 0.0;
-        end0[n] = 0.0;
-        double p = P[r], mk = 0.0, mk0 = 0.0;
-        for (int64_t j = 0; j < n; j++) {
-            int64_t g = o + j, a = dep[g], a2 = dep2[g], q = rp[g];
-            int32_t h = hop[g];
-            double d = dur[code[g]];
-            double t = end[a] + ((h & 1) ? p : 0.0), t0 = end0[a];
-            if (a2 < n) {
-                double t2 = end[a2] + ((h & 2) ? p : 0.0);
-                if (t2 > t) t = t2;
-                if (end0[a2] > t0) t0 = end0[a2];
-            }
-            if (end[q] > t) t = end[q];
-            if (end0[q] > t0) t0 = end0[q];
-            double e = t + d, e0 = t0 + d;
-            end[j] = e;
-            end0[j] = e0;
-            if (e > mk) mk = e;
-            if (e0 > mk0) mk0 = e0;
-        }
-        out_mk[r] = mk;
-        out_mk0[r] = mk0;
-        for (int64_t e = busy_off[k]; e < busy_off[k + 1]; e++) {
-            int64_t s = b_stage[e];
-            const double *c = b_count + 4 * e;
-            out_busy[r * R + b_rank[e]] += (c[0] * f[s] + c[1] * b[s] + c[2] * (b[s] + w[s]) + c[3] * w[s]);
+    /* the rows of each shape, in row order (a counting sort by shape) */
+    int64_t *first = malloc(sizeof(int64_t) * (size_t)(K + 1 + N));
+    size_t scratch = sizeof(double) * (size_t)(LANES * (2 * (max_n + 1) + 4 * max_s + 1));
+    double *end = malloc(scratch);
+    if (!first || !end) {
+        free(first);
+        free(end);
+        return -1;
+    }
+    int64_t *order = first + K + 1;
+    for (int64_t k = 0; k <= K; k++) first[k] = 0;
+    for (int64_t r = 0; r < N; r++) first[sid[r] + 1]++;
+    for (int64_t k = 0; k < K; k++) first[k + 1] += first[k];
+    for (int64_t r = 0; r < N; r++) order[first[sid[r]]++] = r;
+    for (int64_t k = K; k > 0; k--) first[k] = first[k - 1];
+    first[0] = 0;
+    double *end0 = end + LANES * (max_n + 1), *dur = end0 + LANES * (max_n + 1);
+    for (int64_t k = 0; k < K; k++) {
+        int64_t o = op_off[k], n = op_off[k + 1] - o, ns = stage_off[k + 1] - stage_off[k];
+        for (int64_t i = first[k]; i < first[k + 1]; i += LANES) {
+            int64_t lanes = first[k + 1] - i < LANES ? first[k + 1] - i : LANES;
+            replay_lanes(n, ns, R, S, lanes, order + i, code + o, dep + o, dep2 + o, rp + o, hop + o, b_rank,
+                         b_stage, b_count, busy_off[k], busy_off[k + 1], F, B, W, P, out_mk, out_mk0, out_busy,
+                         end, end0, dur);
         }
     }
+    free(first);
     free(end);
     return 0;
 }
