@@ -372,25 +372,26 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     rows = np.concatenate([b[5] for b in blocks])
     block_id = np.repeat(np.arange(len(blocks)), sizes)
     # virtual stages outermost (the kernel pads a chunk's stage axis to its widest row), then pp, then block
-    # (schedule, vpp, sp, recompute, zero), then base order (tp, cp, pp, dp, ep, mb)
+    # (schedule, vpp, sp, recompute, zero), then base order (tp, cp, pp, dp, ep, mb): the blocks are in
+    # that order already, so a stable sort by (virtual stages, pp) (one key: 3x faster than lexsort)
     chunks = np.array([num_virtual_stages(1, b[1], b[0]) for b in blocks], dtype=np.int64)[block_id]
-    order = np.lexsort((np.arange(len(rows)), block_id, pp[rows], pp[rows] * chunks))
+    p_rows = pp[rows]
+    order = np.argsort(p_rows * chunks * (int(p_rows.max()) + 1) + p_rows, kind="stable")
     rows, block_id = rows[order], block_id[order]
-    sched_arr = np.array([b[0] for b in blocks], dtype=object)[block_id]
-    df = pd.DataFrame({
-        "tp": tp[rows], "cp": cp[rows], "pp": pp[rows], "dp": dp[rows], "ep": ep[rows],
-        "vpp": np.array([b[1] for b in blocks], dtype=np.int64)[block_id],
-        "micro_batch_size": mb[rows],
-        "num_microbatches": training.global_batch_size // (dp[rows] * mb[rows]),
-        "zero": np.array([b[3] for b in blocks], dtype=np.int64)[block_id],
-        "recompute": _text(np.array([b[4] for b in blocks], dtype=object)[block_id]),
-        "sequence_parallel": np.array([b[2] for b in blocks], dtype=bool)[block_id],
-        "schedule": _text(sched_arr),
-    })
+
+    def per_block(i, dtype):
+        return np.array([b[i] for b in blocks], dtype=dtype), block_id
+
     # pp and an even/uneven split go together (interleaved and V schedules need pp·chunks | L)
     split_of = np.array([split_text[int(p)] for p in pps], dtype=object)  # per distinct pp, gathered
-    df["layers_per_stage"] = _text(split_of[np.searchsorted(pps, df["pp"].to_numpy())])
-    return df
+    # each column written once, into its place in the table's blocks (_blocks_frame: ~5x pd.DataFrame here)
+    return _blocks_frame({
+        "tp": (tp, rows), "cp": (cp, rows), "pp": (pp, rows), "dp": (dp, rows), "ep": (ep, rows),
+        "vpp": per_block(1, np.int64), "micro_batch_size": (mb, rows),
+        "num_microbatches": (training.global_batch_size // (dp * mb), rows),
+        "zero": per_block(3, np.int64), "recompute": per_block(4, object), "sequence_parallel": per_block(2, bool),
+        "schedule": per_block(0, object), "layers_per_stage": (split_of, np.searchsorted(pps, pp)[rows]),
+    }, len(rows))
 
 
 class _NoHardware:
