@@ -289,6 +289,13 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, *, tp, cp, ep
     return out
 
 
+def _row_sums(x: np.ndarray) -> np.ndarray:
+    """Sums along axis 1 of (K, W) padded rows, left to right: the zeros padding a row then change nothing,
+    so a row sums to the same bits whatever width its call pads to (numpy's pairwise `sum` regroups
+    rows of 8 or more values, so the padding would move the last bit)."""
+    return np.cumsum(x, axis=1)[:, -1] if x.shape[1] else np.zeros(len(x))
+
+
 def _sum_terms(first, *terms):
     """first + terms[0] + terms[1] + ... left to right, into a new array, leaving out the terms that are
     None or all zero (adding +0.0 changes none of these non-negative times, so the sum is the same)."""
@@ -367,18 +374,18 @@ def _pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> 
     mb = np.where(sched == "dualpipe", m / 2.0, m.astype(float))
     on_star = pt.held_by(r_star)
     pure = st["F"] + st["B"] + st["W"]
-    out = dict(makespan=makespan, makespan0=makespan0, busy_sum=busy.sum(axis=1),
+    out = dict(makespan=makespan, makespan0=makespan0, busy_sum=_row_sums(busy),
                last_bwd=pt.rank_sum(B_eff + W_eff),
-               pure=mb * (np.where(on_star, gather_rows(pure, g), 0.0)).sum(axis=1))
+               pure=mb * _row_sums(np.where(on_star, gather_rows(pure, g), 0.0)))
     for k in ("tp", "cp", "ep"):
         f, b = st[k + "_f"], st[k + "_b"]
-        out["exposed_" + k] = (mb * np.where(on_star, gather_rows(f + b, g), 0.0).sum(axis=1) if f.any() or b.any()
+        out["exposed_" + k] = (mb * _row_sums(np.where(on_star, gather_rows(f + b, g), 0.0)) if f.any() or b.any()
                                else np.zeros(n))
     v = None
     if len(has):
         v = np.zeros_like(F_eff)
         v[has] = z3["f"][zk] + z3["b"][zk]
-    out["exposed_zero3"] = mb * np.where(on_star, v, 0.0).sum(axis=1) if v is not None and v.any() else np.zeros(n)
+    out["exposed_zero3"] = mb * _row_sums(np.where(on_star, v, 0.0)) if v is not None and v.any() else np.zeros(n)
     return out
 
 

@@ -1106,9 +1106,9 @@ class _ResultSlots:
 
 def _evaluate_rows(cands: pd.DataFrame, a: int, b: int, ctx, joined: bool = True) -> pd.DataFrame:
     """Candidate rows a..b-1 in one kernel call (fewer calls, more shared evaluations: a call costs
-    ~20 ms besides its rows; `joined` as in evaluate_candidates). The kernel works row by row, so a
-    row's results do not depend on its company, up to the last bit of sums over the padded rank axis
-    (a wider padding regroups numpy's summation)."""
+    ~20 ms besides its rows; `joined` as in evaluate_candidates). The kernel works row by row, and its
+    sums over the padded axes run left to right, so a row's results do not depend on its company, to
+    the bit (tests/test_sweep.py checks it)."""
     model, training, hardware, num_gpus, evaluator = ctx
     return evaluate_candidates(model, training, hardware, num_gpus, cands.iloc[a:b], evaluator=evaluator,
                                joined=joined)

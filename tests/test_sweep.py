@@ -670,3 +670,30 @@ def test_the_rank_order_equals_one_lexsort_of_every_key():
         want = np.lexsort((keys + tie)[::-1])
         got = sweep._rank_order(infeasible, tput, peak, np.lexsort(tie[::-1]))
         assert np.array_equal(got, want)
+
+
+def test_a_layouts_results_do_not_depend_on_the_rows_evaluated_with_it():
+    """The kernel pads a call's stage and rank axes to its widest row, and a sweep cuts its rows into
+    calls by process and by cost, so a row's results must not depend on its company: every row of the
+    128k-context space (pp 1-32, interleaved up to 32 virtual stages) evaluated in one call, and again
+    in calls of 40 rows each (narrower padding), agree bit for bit. (Sums over the padded axes run
+    left to right: numpy's pairwise sum regroups rows of 8 or more values, which moved the last bit of
+    bubble_fraction between one-process and two-process sweeps.)"""
+    import functools
+
+    evaluate_layouts = _real_kernel().evaluate_layouts
+    from simulator.spec.scenario import load_scenario
+    from simulator.sweep import _evaluate_rows
+
+    sc = load_scenario("llama3-8b-128k-cp", require_layout=False)
+    space = SweepSpace.from_table(sc.sweep).replace(schedule=("1f1b", "interleaved", "zb-h1", "dualpipev"),
+                                                    recompute=("selective",), zero=(0, 3))
+    cands = enumerate_layouts(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
+    ctx = (sc.model, sc.training, sc.hardware, sc.num_gpus, functools.partial(evaluate_layouts, time_infeasible=True))
+    whole = _evaluate_rows(cands, 0, len(cands), ctx)
+    stages = cands["pp"].to_numpy() * np.where(cands["schedule"] == "interleaved", cands["vpp"], 1)
+    assert len(cands) > 300 and stages.max() >= 16 and whole["feasible"].any()
+    cuts = list(range(0, len(cands), 40)) + [len(cands)]
+    parts = pd.concat([_evaluate_rows(cands, a, b, ctx) for a, b in zip(cuts, cuts[1:])], ignore_index=True)
+    for c in whole.columns:
+        assert whole[c].equals(parts[c]), c
