@@ -1199,19 +1199,19 @@ class CallCost:
 
 
 # One process choosing its calls: 42 warm single calls of 2,000-30,000 rows of the three benchmark
-# sweeps (shapes in memory; `collect`, kernel_cost-fit-2026-11-22.jsonl): median error 17 %, 10 % on 42
-# held-out calls (kernel_cost-heldout-2026-11-22.jsonl, max 56 %).
-WARM_CALL = CallCost(call_s=22.51e-3, row_s=3.723e-6, cell_s=3.845e-8, op_s=3.6e-9)
+# sweeps (shapes in memory; `collect`, kernel_cost-fit-2026-11-22.jsonl): median error 4.7 %, 5.2 % on 41
+# held-out calls (kernel_cost-heldout-2026-11-22.jsonl, max 24 %).
+WARM_CALL = CallCost(call_s=38.22e-3, row_s=3.728e-6, cell_s=3.788e-8, op_s=2.527e-9)
 # Rows cut among processes: real two-process sweeps of the three benchmark sweeps, one fresh process
 # each, their rows cut at a random c, each side's kernel call timed where it runs (`collect-split`, wall
 # seconds, 60 cuts per mode; kernel_cost-split[-all]-fit-2026-11-22.jsonl), keyed by time_infeasible:
-# median error 7.3 % / 9.9 %, held out (42 cuts each, kernel_cost-split[-all]-heldout-*) 7.8 % / 11 %;
-# the two sides' time ratio, predicted over measured, median 0.98 / 0.95 (WARM_CALL: 0.85 / 0.87; the
-# warm fit plus 2.4 us a row for sending, used before: 0.70 / 0.71). sent_s: the worker's pickling of its
-# answer, 0.36 / 0.34 us a row (this process's unpickling and join follow both ranges whatever the cut;
-# so do the tie keys, worked out by the first process idle).
-SPLIT_CALL = {False: CallCost(call_s=51.77e-3, row_s=5.495e-6, cell_s=1.13e-8, op_s=5.699e-9, sent_s=0.3588e-6),
-              True: CallCost(call_s=53.01e-3, row_s=5.121e-6, cell_s=4.92e-8, op_s=5.179e-9, sent_s=0.3377e-6)}
+# median error 5.2 % / 15 %, held out (42 cuts each, kernel_cost-split[-all]-heldout-*) 7.6 % / 8.3 %;
+# the two sides' time ratio, predicted over measured, median 1.06 / 1.02 (quartiles 0.96-1.14 /
+# 0.92-1.16; WARM_CALL: 0.97 / 1.02, as close). sent_s: the worker's pickling of its answer, 0.37 / 0.36
+# us a row (this process's unpickling and join follow both ranges whatever the cut; so do the tie keys,
+# worked out by the first process idle).
+SPLIT_CALL = {False: CallCost(call_s=59.47e-3, row_s=5.151e-6, cell_s=2.385e-8, op_s=3.445e-9, sent_s=0.3668e-6),
+              True: CallCost(call_s=71.95e-3, row_s=6.214e-6, cell_s=5.038e-8, op_s=4.530e-9, sent_s=0.3642e-6)}
 
 
 def _plan_s(plan: list[tuple[int, int]], stages: np.ndarray, micro: np.ndarray, cost: CallCost) -> float:
