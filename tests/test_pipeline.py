@@ -369,3 +369,21 @@ def test_compiled_levelisation_equals_the_numpy_rounds(name):
         lo, off = _levels_numpy(sch, a, a.rank_offsets[:-1].copy(), a.rank_offsets[1:], np.where(a.dep >= 0, a.dep, n),
                                 np.where(a.dep2 >= 0, a.dep2, n), n)
         assert np.array_equal(lo, c.level_ops) and np.array_equal(off, c.level_offsets)
+
+
+def test_row_sums_add_left_to_right_so_padding_changes_no_bit(monkeypatch):
+    # the kernel sums padded (rows x stages/ranks) arrays with native.row_sums: each row left to right,
+    # as np.cumsum does (the numpy fallback), so a row padded with zeros to any width sums to the same
+    # bits; numpy's pairwise sum does not (rows of 8 or more values are regrouped)
+    from simulator.pipeline import native
+
+    rng = np.random.default_rng(3)
+    x = rng.random((500, 13)) * 10.0 ** rng.integers(-6, 3, (500, 13))
+    want = np.cumsum(x, axis=1)[:, -1]
+    for width in (13, 16, 40, 128):
+        padded = np.zeros((500, width))
+        padded[:, :13] = x
+        assert np.array_equal(native.row_sums(padded), want), width
+    assert not np.array_equal(np.pad(x, ((0, 0), (0, 27))).sum(axis=1), want)  # what it replaces
+    monkeypatch.setattr(native, "LIB", None)
+    assert np.array_equal(native.row_sums(np.pad(x, ((0, 0), (0, 3)))), want)

@@ -101,6 +101,9 @@ void parasim_replay_one(int64_t N, int64_t n, int64_t R, int64_t S, int64_t nP,
    Returns 0, or -1 if scratch memory could not be allocated. */
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(PARASIM_PLAIN_LANES)
 #define LANES 4
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* vectors passed to static inline helpers only: no ABI is crossed */
+#endif
 typedef double vd __attribute__((vector_size(8 * LANES)));
 typedef int64_t vl __attribute__((vector_size(8 * LANES)));
 
@@ -351,6 +354,17 @@ done:
     free(table);
     free(w);
     return status;
+}
+
+/* Sums of the rows of an (N, W) array, each left to right (numpy's cumsum order), so zeros padding a row
+   change none of its bits; numpy's pairwise `sum` regroups rows of 8 or more values. */
+void parasim_row_sums(int64_t N, int64_t W, const double *x, double *out) {
+    for (int64_t r = 0; r < N; r++) {
+        const double *v = x + r * W;
+        double acc = W > 0 ? v[0] : 0.0;
+        for (int64_t j = 1; j < W; j++) acc += v[j];
+        out[r] = acc;
+    }
 }
 
 /* An importable (empty) module, so the build and the loader find it by its package name. */

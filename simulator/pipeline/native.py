@@ -43,6 +43,8 @@ def _load():
     lib.parasim_replay_one.argtypes = [_n] * 5 + [_i64] * 6 + [_u8, _i64, _i64, _i64] + [_f64] * 7
     lib.parasim_replay_multi.restype = _n
     lib.parasim_replay_multi.argtypes = [_n] * 3 + [_i64] * 2 + [_i32] * 5 + [_i64] * 4 + [_f64] * 8
+    lib.parasim_row_sums.restype = None
+    lib.parasim_row_sums.argtypes = [_n, _n, _f64, _f64]
     lib.parasim_shape_tables.restype = _n
     lib.parasim_shape_tables.argtypes = [_n] * 4 + [_i64] * 3 + [_u8] * 2 + [_i64] + [_i32] * 5 + [_f64] * 2
     return lib
@@ -85,6 +87,18 @@ def replay_one(args: tuple, F: np.ndarray, B: np.ndarray, W: np.ndarray, P: np.n
     LIB.parasim_replay_one(N, n, R, S, P.shape[1], level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2,
                            rank_offsets, F, B, W, P, mk, busy, end)
     return mk, busy
+
+
+def row_sums(x: np.ndarray) -> np.ndarray:
+    """Sums along axis 1 of a 2-D array, each row left to right: the zeros padding a row change none of
+    its bits (numpy's pairwise `sum` regroups rows of 8 or more values). Without the C library,
+    np.cumsum's last column: the same additions in the same order, ~6x slower."""
+    x = np.ascontiguousarray(x, dtype=float)
+    if LIB is None or x.ndim != 2:
+        return np.cumsum(x, axis=-1)[..., -1] if x.shape[-1] else np.zeros(x.shape[:-1])
+    out = np.empty(len(x))
+    LIB.parasim_row_sums(x.shape[0], x.shape[1], x, out)
+    return out
 
 
 def replay_multi(tables: tuple, sid, F, B, W, P, out_mk, out_mk0, out_busy) -> None:
