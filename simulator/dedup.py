@@ -23,15 +23,13 @@ def distinct_rows(*keys):
             c, u = pd.factorize(k)
             r = max(len(u), 1)
         if radix * r >= 2**62:  # re-number: the code then stays < N
-            code, radix = _renumber(code)
+            code, first = _renumber(code)
+            radix = max(len(first), 1)
         code, radix = code * r + c, radix * r
-    code, _ = _renumber(code)
     if not len(code):
         return np.zeros(0, dtype=np.int64), code
-    new = np.empty(len(code), dtype=bool)  # codes first appear in increasing order
-    new[0] = True
-    new[1:] = code[1:] > np.maximum.accumulate(code)[:-1]
-    return np.flatnonzero(new), code
+    code, first = _renumber(code)
+    return first, code
 
 
 def gather_rows(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -41,7 +39,18 @@ def gather_rows(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.take(x, rows, axis=0)
 
 
-def _renumber(code: np.ndarray) -> tuple[np.ndarray, int]:
-    """Codes 0, 1, ... in order of first appearance, and how many there are."""
-    c, u = pd.factorize(code)
-    return np.asarray(c, dtype=np.int64), max(len(u), 1)
+def _renumber(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes 0, 1, ... in order of first appearance, each one's first row): pipeline.native.first_ids,
+    else pandas.factorize."""
+    from .pipeline import native
+
+    got = native.first_ids(code)
+    if got is not None:
+        return got
+    c, _ = pd.factorize(code)
+    c = np.asarray(c, dtype=np.int64)
+    new = np.empty(len(c), dtype=bool)  # codes first appear in increasing order
+    if len(c):
+        new[0] = True
+        new[1:] = c[1:] > np.maximum.accumulate(c)[:-1]
+    return c, np.flatnonzero(new)

@@ -70,7 +70,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from .cores import available_cores, core_ids, huge_page_heap
+from .cores import available_cores, core_ids, huge_page_heap, release_freed_memory
 from .cost.compute import num_virtual_stages
 from .dedup import distinct_rows
 from .errors import InputError, WorkerError
@@ -1340,6 +1340,7 @@ def _run_processes(tasks: list, cands: pd.DataFrame, deliver, ctx, nproc: int, c
     cores = core_ids() or []  # unknown: leave the OS to place the processes
     fork = mp.get_context("fork")
     rows_most = max(b - a for a, b in (t for t in tasks if t != _TIES))
+    release_freed_memory()  # (cores.release_freed_memory: no free page shared copy-on-write with the workers)
     # two result slots per worker: its next task goes out before its last answer is copied out
     slots = _ResultSlots(2 * (nproc - 1), (rows_most + 1000) * 1024)  # ~300 bytes a row; bigger: the pipe
     pool = ProcessPoolExecutor(nproc - 1, mp_context=fork, initializer=_init_worker,

@@ -1,7 +1,19 @@
-"""distinct_rows: grouping by equal keys, checked against a plain dictionary of tuples."""
+"""distinct_rows: grouping by equal keys, checked against a plain dictionary of tuples, with the C
+hash table (pipeline.native.first_ids) and without it (pandas.factorize)."""
 import numpy as np
+import pytest
 
 from simulator.dedup import distinct_rows
+from simulator.pipeline import native
+
+
+@pytest.fixture(params=["C", "pandas"], autouse=True)
+def numbering(request, monkeypatch):
+    if request.param == "C" and native.LIB is None:
+        pytest.skip("the C library is not built")
+    if request.param == "pandas":
+        monkeypatch.setattr(native, "LIB", None)
+    return request.param
 
 
 def _reference(*keys):
@@ -32,6 +44,25 @@ def test_many_wide_keys_do_not_overflow():
     keys = [np.concatenate([b, b]) for b in base]  # every row appears twice
     first, inv = distinct_rows(*keys)
     assert len(first) == 300 and np.array_equal(inv[:300], inv[300:]) and np.array_equal(first, np.arange(300))
+
+
+def test_codes_that_share_hash_slots_and_extreme_values_group_exactly():
+    # codes the C table hashes to the same few slots (its hash: the top bits of code x 0x9E3779B97F4A7C15;
+    # 20,000 rows: 2^16 slots), the last slot among them: long probe chains that wrap around the
+    # table's end; int64 extremes and negative codes are keys like any other
+    c = np.arange(3_000_000, dtype=np.uint64)
+    slot = (c * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(48)  # (wraps modulo 2^64, as in C)
+    same = c[np.isin(slot, (7, 8, 2**16 - 1))].astype(np.int64)
+    assert len(same) > 60
+    pool = np.concatenate([same, [np.iinfo(np.int64).max, np.iinfo(np.int64).min, -1, 0, 1]])
+    rng = np.random.default_rng(2)
+    code = pool[rng.integers(0, len(pool), 20000)]
+    ref_first, ref_inv = _reference(code)
+    first, inv = distinct_rows(code)
+    assert np.array_equal(first, ref_first) and np.array_equal(inv, ref_inv)
+    if native.LIB is not None:
+        inv, first = native.first_ids(code)
+        assert np.array_equal(first, ref_first) and np.array_equal(inv, ref_inv)
 
 
 def test_empty_input():

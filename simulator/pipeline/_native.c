@@ -6,6 +6,8 @@
    per stage boundary, and for many shapes with one uniform delay:
        start(op) = max(end(rank predecessor), end(dep) + p2p, end(dep2) + p2p2)
        end(op)   = start(op) + duration(op)
+   Besides the replay, two array helpers of the sweep kernel: left-to-right row sums (np.cumsum's
+   order) and first-appearance group numbers (pandas.factorize's numbering).
    Plain C99 with no Python API in the loops: the caller owns every array (C-contiguous, the dtypes
    native.py declares), so the GIL is released for the whole call (ctypes does that for CDLL).
    Compiled with -ffp-contract=off: no fused multiply-add, so every sum rounds as numpy's does. */
@@ -13,6 +15,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Levels: round k takes, on every rank, the next op in its order if its dependencies were taken in
    an earlier round. level (n + 1) and ptr (R, holding the rank starts) are scratch the caller gives;
@@ -365,6 +368,35 @@ void parasim_row_sums(int64_t N, int64_t W, const double *x, double *out) {
         for (int64_t j = 1; j < W; j++) acc += v[j];
         out[r] = acc;
     }
+}
+
+/* Group numbers of N int64 codes, in order of first appearance (the numbering pandas.factorize gives):
+   inv[i] is row i's group, first[g] the first row of group g. An open-addressing hash table of at least
+   2N slots (Fibonacci hashing, linear probing). Returns the group count, or -1 if the table cannot be
+   allocated. */
+int64_t parasim_first_ids(int64_t N, const int64_t *code, int64_t *inv, int64_t *first) {
+    int shift = 63;
+    uint64_t slots = 2;
+    while (slots < 2 * (uint64_t)N) { slots <<= 1; shift--; }
+    int64_t *key = (int64_t *)malloc(slots * sizeof(int64_t));
+    int64_t *group = (int64_t *)malloc(slots * sizeof(int64_t));
+    if (!key || !group) { free(key); free(group); return -1; }
+    memset(group, 0xff, slots * sizeof(int64_t));  /* every slot -1: empty */
+    int64_t groups = 0;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t c = code[i];
+        uint64_t h = ((uint64_t)c * 0x9E3779B97F4A7C15ull) >> shift;
+        while (group[h] >= 0 && key[h] != c) h = (h + 1) & (slots - 1);
+        if (group[h] < 0) {
+            key[h] = c;
+            group[h] = groups;
+            first[groups++] = i;
+        }
+        inv[i] = group[h];
+    }
+    free(key);
+    free(group);
+    return groups;
 }
 
 /* An importable (empty) module, so the build and the loader find it by its package name. */

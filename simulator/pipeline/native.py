@@ -1,4 +1,5 @@
-"""The replay's compiled loops (`_native.c`, built by `pip install`) bound through ctypes.
+"""The replay's compiled loops (`_native.c`, built by `pip install`) bound through ctypes, and two array
+helpers of the sweep kernel (left-to-right row sums, first-appearance group numbers).
 
 Why C and not a JIT: the loops are ~100 lines with no Python objects, and a sweep runs them for
 ~0.15 s; numba, which ran them before, cost every process ~0.4 s to import and ~0.4 s more on its
@@ -45,6 +46,8 @@ def _load():
     lib.parasim_replay_multi.argtypes = [_n] * 3 + [_i64] * 2 + [_i32] * 5 + [_i64] * 4 + [_f64] * 8
     lib.parasim_row_sums.restype = None
     lib.parasim_row_sums.argtypes = [_n, _n, _f64, _f64]
+    lib.parasim_first_ids.restype = _n
+    lib.parasim_first_ids.argtypes = [_n, _i64, _i64, _i64]
     lib.parasim_shape_tables.restype = _n
     lib.parasim_shape_tables.argtypes = [_n] * 4 + [_i64] * 3 + [_u8] * 2 + [_i64] + [_i32] * 5 + [_f64] * 2
     return lib
@@ -100,6 +103,20 @@ def row_sums(x: np.ndarray) -> np.ndarray:
     out = np.empty(len(x))
     LIB.parasim_row_sums(x.shape[0], x.shape[1], x, out)
     return out
+
+
+def first_ids(code: np.ndarray):
+    """(inv, first) of int64 codes: each code's group, numbered in order of first appearance (the
+    numbering of pandas.factorize, by a hash table in C, ~4x faster on a sweep's arrays), and each
+    group's first row; None without the C library (the caller factorizes)."""
+    if LIB is None:
+        return None
+    code = np.ascontiguousarray(code, dtype=np.int64)
+    inv, first = np.empty(len(code), dtype=np.int64), np.empty(len(code), dtype=np.int64)
+    groups = LIB.parasim_first_ids(len(code), code, inv, first)
+    if groups < 0:
+        raise MemoryError("distinct-rows hash table")
+    return inv, first[:groups]
 
 
 def replay_multi(tables: tuple, sid, F, B, W, P, out_mk, out_mk0, out_busy) -> None:
