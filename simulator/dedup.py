@@ -20,7 +20,7 @@ def distinct_rows(*keys):
         if k.dtype.kind in "iub" and len(k) and 0 <= k.min() and k.max() < 2**20:
             c, r = k.astype(np.int64), int(k.max()) + 1
         else:
-            c, u = pd.factorize(k)
+            c, u = factorize(k)
             r = max(len(u), 1)
         if radix * r >= 2**62:  # re-number: the code then stays < N
             code, first = _renumber(code)
@@ -30,6 +30,36 @@ def distinct_rows(*keys):
         return np.zeros(0, dtype=np.int64), code
     code, first = _renumber(code)
     return first, code
+
+
+def factorize(values, *, missing_as_value: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """pandas.factorize(values, use_na_sentinel=not missing_as_value): (codes (N,) int64 numbered in order
+    of first appearance, the distinct values in that order). An object array (the sweep's schedule,
+    recompute and layer-split columns: a handful of strings shared by every row) is grouped by the
+    identity of its elements in C (`native.object_ids`), then the few groups are merged by value, as
+    a dict compares them (hash and ==, as pandas does): 0.1-0.2 ms on the 405B sweep's 30,360 rows,
+    against 1.5-4 ms for pandas' hash of every element. Missing values (NaN, NA, NaT; None unless
+    `missing_as_value`, which keeps None as a value and returns it as None, where pandas' uniques say
+    NaN) and arrays of many distinct objects go to pandas."""
+    v = np.asarray(values)
+    if v.dtype == object and v.ndim == 1:
+        from .pipeline import native
+
+        got = native.object_ids(v)
+        if got is not None and len(got[1]) <= 4096:
+            inv, first = got
+            reps = v[first]
+            na = pd.isna(reps)
+            if missing_as_value:
+                na &= np.array([r is not None for r in reps], dtype=bool)
+            if not na.any():
+                seen: dict = {}
+                merged = np.array([seen.setdefault(r, len(seen)) for r in reps.tolist()], dtype=np.int64)
+                uniques = np.empty(len(seen), dtype=object)
+                uniques[:] = list(seen)
+                return merged[inv], uniques
+    c, u = pd.factorize(v, use_na_sentinel=not missing_as_value)
+    return np.asarray(c, dtype=np.int64), np.asarray(u)
 
 
 def gather_rows(x: np.ndarray, rows: np.ndarray) -> np.ndarray:

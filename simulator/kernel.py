@@ -64,7 +64,7 @@ from .spec.layout import RECOMPUTE, SCHEDULES, Layout
 from .spec.model import ModelSpec
 from .spec.placement import chunks_per_rank, params_per_rank, stage_param_split
 from .spec.training import Training
-from .dedup import distinct_rows, gather_rows
+from .dedup import distinct_rows, factorize, gather_rows
 from .frames import text_column
 from .structure import pipeline_table
 
@@ -257,7 +257,7 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, *, tp, cp, ep
     k = len(tp)
     basis = np.zeros((len(BASIS_KEYS), k, 4))
     for (spv,), idx in _categories(sp):  # the op times once per SP setting; recompute only changes their sum
-        modes = tuple(pd.unique(rec[idx]))
+        modes = tuple(factorize(rec[idx])[1])
         u, inv = distinct_rows(tp[idx], cp[idx], ep[idx], mbs[idx])  # all they depend on besides the modes
         b = layer_basis_times_by_mode(model, training, hardware, tp=tp[idx[u]], cp=cp[idx[u]], ep=ep[idx[u]],
                                       micro_batch_size=mbs[idx[u]], modes=modes, sequence_parallel=bool(spv),
@@ -453,7 +453,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     spa = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,))
     splits = _splits(layers_per_stage, n)
     for name, vals, ok in (("schedule", sched, SCHEDULES), ("recompute", rec, RECOMPUTE)):
-        bad = set(pd.unique(vals).tolist()) - set(ok)
+        bad = set(factorize(vals)[1].tolist()) - set(ok)
         if bad:
             raise InputError(f"{name} must be one of {', '.join(ok)}, got {sorted(bad)[0]!r}")
     if (shard_group_size or dp_mode == "dataparallel") and len(np.unique(zz)) > 1:
@@ -471,7 +471,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         return pd.concat(parts).sort_index().reset_index(drop=True)
     B, s = training.global_batch_size, training.seq_length
     m = B // (dp * mbs)
-    rec_c = pd.factorize(rec)[0]  # integer codes: grouping by them is much faster than by strings
+    rec_c = factorize(rec)[0]  # integer codes: grouping by them is much faster than by strings
     chunks = np.where(sched == "interleaved", vppa, 1)
     pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=splits)
 

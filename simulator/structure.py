@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import numpy as np
-import pandas as pd
 
 from .cost.compute import num_virtual_stages, stage_layer_split, stage_rank
-from .dedup import distinct_rows, gather_rows
+from .dedup import distinct_rows, factorize, gather_rows
 from .spec.placement import StagePlacement, stage_placement
 
 PLACEMENT_FIELDS = ("layers", "moe_layers", "dense_layers", "embedding", "head", "tied_copy")
@@ -96,10 +95,19 @@ class PipelineTable:
         """Per-virtual-stage (N, S) -> per-rank sums (N, P) over the stages each rank holds (both
         copies for dualpipe): the padded form of `x @ stage_rank_matrix`."""
         n, P = len(self.shape_index), self.padded_ranks
+        from .pipeline import native
+
+        ps = self.per_shape
+        mirrored = bool((ps["mirror_rank"] >= 0).any())
+        if np.shape(x) == (n, ps["stage_rank"].shape[1]):  # in C, from the per-shape arrays (the same sums)
+            got = native.rank_sum(x, self.shape_index, ps["stage_rank"], ps["mirror_rank"], ps["stage_valid"], P,
+                                  mirrored)
+            if got is not None:
+                return got
         x = np.where(self.stage_valid, x, 0.0)
         base = (np.arange(n) * P)[:, None]
         out = np.bincount((base + self.stage_rank).ravel(), weights=x.ravel(), minlength=n * P)
-        if (self.per_shape["mirror_rank"] >= 0).any():
+        if mirrored:
             m = self.mirror_rank >= 0
             out = out + np.bincount((base + np.maximum(self.mirror_rank, 0)).ravel(), weights=np.where(m, x, 0.0).ravel(),
                                     minlength=n * P)
@@ -153,11 +161,11 @@ def pipeline_table(model, *, schedule, pp, chunks, layers_per_stage=None) -> Pip
     n = len(schedule)
     pp = np.broadcast_to(np.asarray(pp, dtype=np.int64), (n,))
     chunks = np.broadcast_to(np.asarray(chunks, dtype=np.int64), (n,))
-    s_code, s_names = pd.factorize(schedule)
+    s_code, s_names = factorize(schedule)
     if layers_per_stage is None:
         l_code, l_vals = np.zeros(n, dtype=np.int64), [None]
     else:
-        l_code, l_vals = pd.factorize(pd.Series(list(layers_per_stage), dtype=object), use_na_sentinel=False)
+        l_code, l_vals = factorize(np.fromiter(layers_per_stage, dtype=object, count=n), missing_as_value=True)
     first, inv = distinct_rows(s_code, pp, chunks, l_code)
     shapes = tuple((str(s_names[s_code[i]]), int(pp[i]), int(chunks[i]), _split_key(l_vals[l_code[i]])) for i in first)
     P = max(p for _, p, _, _ in shapes)

@@ -72,7 +72,7 @@ import pandas as pd
 
 from .cores import available_cores, core_ids, huge_page_heap, release_freed_memory
 from .cost.compute import num_virtual_stages
-from .dedup import distinct_rows
+from .dedup import distinct_rows, factorize
 from .errors import InputError, WorkerError
 from .frames import text_column as _text
 from .spec.layout import RECOMPUTE, SCHEDULES
@@ -652,10 +652,17 @@ def _rank_ties(df: pd.DataFrame) -> tuple[list, object, np.ndarray]:
         v = np.asarray(v)
         if v.dtype == bool or np.issubdtype(v.dtype, np.number):
             return v
+        codes, uniques = factorize(v)  # (the few distinct values sorted, not every row: pandas' sort=True codes)
         try:
-            return pd.factorize(v, sort=True)[0]
-        except TypeError:  # mixed types: compare as text
-            return pd.factorize(v.astype(str), sort=True)[0]
+            order = np.argsort(uniques, kind="stable")
+        except TypeError:  # mixed types: pandas' order (numbers first), else compare as text
+            try:
+                return pd.factorize(v, sort=True)[0]
+            except TypeError:
+                return pd.factorize(v.astype(str), sort=True)[0]
+        rank = np.full(len(uniques) + 1, -1, dtype=np.int64)  # (the last entry: a missing value's -1 stays -1)
+        rank[order] = np.arange(len(uniques))
+        return rank[codes]
 
     extra = [c for c in ("schedule", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "ep",
                          "layers_per_stage") if c in df]

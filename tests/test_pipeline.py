@@ -352,6 +352,24 @@ def test_padded_rank_sums_equal_the_stage_rank_matrix():
         assert np.allclose(got[i, :p], want, rtol=1e-14) and not got[i, p:].any()
         assert pt.layers[i].sum() == 24  # every virtual stage once
         assert pt.placement.layers[i].sum() == (48 if s == "dualpipe" else 24)  # dualpipe ranks hold two copies
+    # the C loop (native.rank_sum) makes the numpy bincounts' additions in their order: the same bits,
+    # with and without dualpipe's mirrored copies in the table, on rows of the shapes in random order
+    from simulator.pipeline import native
+
+    if native.LIB is not None:
+        plain = np.flatnonzero(sched != "dualpipe")
+        no_mirror = pipeline_table(model, schedule=sched[plain], pp=pp[plain], chunks=ch[plain])
+        for table in (pt, no_mirror):
+            rows = rng.integers(0, len(table.shape_index), 200)
+            sub = table.take(rows)
+            xs = rng.random((200, sub.stage_valid.shape[1])) * 10.0 ** rng.integers(-6, 3, (200, 1))
+            got = sub.rank_sum(xs)
+            lib, native.LIB = native.LIB, None
+            try:
+                want = sub.rank_sum(xs)
+            finally:
+                native.LIB = lib
+            assert np.array_equal(got, want)
 
 
 @pytest.mark.parametrize("name", SCHEDULE_NAMES)

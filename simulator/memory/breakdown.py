@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 import pandas as pd
 
-from ..dedup import distinct_rows, gather_rows
+from ..dedup import distinct_rows, factorize, gather_rows
 from ..errors import InputError
 from ..spec.layout import RECOMPUTE, SCHEDULES, Layout
 from ..spec.model import ModelSpec
@@ -61,7 +61,7 @@ class _ModeRows:
         n = max(len(np.atleast_1d(x)) for x in (recompute, sequence_parallel))
         rc = np.broadcast_to(np.asarray(recompute, dtype=object), (n,))
         sp = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,))
-        rc_code = pd.factorize(rc)[0]
+        rc_code = factorize(rc)[0]
         cols = [np.broadcast_to(np.asarray(v), (n,)) for v in kw.values() if np.ndim(v)]
         first, self.inv = distinct_rows(rc_code, sp, *cols)
         self.recompute, self.sp = rc[first], sp[first]
@@ -87,10 +87,10 @@ class _ModeRows:
 
 
 def _check_categorical(*, recompute, schedule, zero) -> None:
-    for r in pd.unique(np.asarray(recompute, dtype=object)).tolist() if np.ndim(recompute) else [recompute]:
+    for r in factorize(np.asarray(recompute, dtype=object))[1].tolist() if np.ndim(recompute) else [recompute]:
         if r not in RECOMPUTE:
             raise InputError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {r!r}")
-    for s in pd.unique(np.asarray(schedule, dtype=object)).tolist() if np.ndim(schedule) else [schedule]:
+    for s in factorize(np.asarray(schedule, dtype=object))[1].tolist() if np.ndim(schedule) else [schedule]:
         if s not in SCHEDULES:
             raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {s!r}")
     if np.ndim(zero):

@@ -6,8 +6,9 @@
    per stage boundary, and for many shapes with one uniform delay:
        start(op) = max(end(rank predecessor), end(dep) + p2p, end(dep2) + p2p2)
        end(op)   = start(op) + duration(op)
-   Besides the replay, two array helpers of the sweep kernel: left-to-right row sums (np.cumsum's
-   order) and first-appearance group numbers (pandas.factorize's numbering).
+   Besides the replay, three array helpers of the sweep kernel: left-to-right row sums (np.cumsum's
+   order), first-appearance group numbers (pandas.factorize's numbering) and per-rank sums of
+   per-stage values (structure.PipelineTable.rank_sum's bincounts).
    Plain C99 with no Python API in the loops: the caller owns every array (C-contiguous, the dtypes
    native.py declares), so the GIL is released for the whole call (ctypes does that for CDLL).
    Compiled with -ffp-contract=off: no fused multiply-add, so every sum rounds as numpy's does. */
@@ -397,6 +398,31 @@ int64_t parasim_first_ids(int64_t N, const int64_t *code, int64_t *inv, int64_t 
     free(key);
     free(group);
     return groups;
+}
+
+/* Per-rank sums of per-virtual-stage values, PipelineTable.rank_sum: out[i, r] (N, P) = the sum of x[i, s]
+   (N, S) over the valid stages s of row i's shape (shape[i]; stage_rank, mirror_rank, valid: (U, S)) that
+   rank r runs, in stage order, plus (with `mirrored`: some shape has dualpipe's second copies) the
+   same sum over the stages whose mirror copy r holds: the additions numpy's two bincounts make, in
+   their order (both skip nothing but zeros added to a padded stage's rank-0 entry). `acc` is scratch
+   of 2P doubles. */
+void parasim_rank_sum(int64_t N, int64_t S, int64_t P, const double *x, const int64_t *shape,
+                      const int64_t *stage_rank, const int64_t *mirror_rank, const uint8_t *valid,
+                      int64_t mirrored, double *acc, double *out) {
+    for (int64_t i = 0; i < N; i++) {
+        const int64_t u = shape[i];
+        const double *xi = x + i * S;
+        const int64_t *rk = stage_rank + u * S, *mr = mirror_rank + u * S;
+        const uint8_t *ok = valid + u * S;
+        double *a = acc, *b = acc + P, *o = out + i * P;
+        for (int64_t r = 0; r < 2 * P; r++) acc[r] = 0.0;
+        for (int64_t s = 0; s < S; s++) {
+            if (!ok[s]) continue;
+            a[rk[s]] += xi[s];
+            if (mirrored && mr[s] >= 0) b[mr[s]] += xi[s];
+        }
+        for (int64_t r = 0; r < P; r++) o[r] = mirrored ? a[r] + b[r] : a[r];
+    }
 }
 
 /* An importable (empty) module, so the build and the loader find it by its package name. */

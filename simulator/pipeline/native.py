@@ -1,5 +1,5 @@
 """The replay's compiled loops (`_native.c`, built by `pip install`) bound through ctypes, and two array
-helpers of the sweep kernel (left-to-right row sums, first-appearance group numbers).
+helpers of the sweep kernel (left-to-right row sums, first-appearance group numbers, per-rank sums).
 
 Why C and not a JIT: the loops are ~100 lines with no Python objects, and a sweep runs them for
 ~0.15 s; numba, which ran them before, cost every process ~0.4 s to import and ~0.4 s more on its
@@ -47,6 +47,8 @@ def _load():
     lib.parasim_row_sums.restype = None
     lib.parasim_row_sums.argtypes = [_n, _n, _f64, _f64]
     lib.parasim_first_ids.restype = _n
+    lib.parasim_rank_sum.restype = None
+    lib.parasim_rank_sum.argtypes = [_n] * 3 + [_f64] + [_i64] * 3 + [_u8, _n, _f64, _f64]
     lib.parasim_first_ids.argtypes = [_n, _i64, _i64, _i64]
     lib.parasim_shape_tables.restype = _n
     lib.parasim_shape_tables.argtypes = [_n] * 4 + [_i64] * 3 + [_u8] * 2 + [_i64] + [_i32] * 5 + [_f64] * 2
@@ -117,6 +119,38 @@ def first_ids(code: np.ndarray):
     if groups < 0:
         raise MemoryError("distinct-rows hash table")
     return inv, first[:groups]
+
+
+def rank_sum(x: np.ndarray, shape_index: np.ndarray, stage_rank: np.ndarray, mirror_rank: np.ndarray,
+             stage_valid: np.ndarray, padded_ranks: int, mirrored: bool):
+    """PipelineTable.rank_sum from its per-shape (U, S) arrays and each row's shape, without gathering
+    them to the rows: (N, P), the same additions in the same order as its bincounts; None without the
+    C library."""
+    if LIB is None:
+        return None
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    n, S = x.shape
+    out = np.empty((n, int(padded_ranks)))
+    LIB.parasim_rank_sum(n, S, int(padded_ranks), x, np.ascontiguousarray(shape_index, dtype=np.int64),
+                         np.ascontiguousarray(stage_rank, dtype=np.int64),
+                         np.ascontiguousarray(mirror_rank, dtype=np.int64),
+                         np.ascontiguousarray(stage_valid, dtype=bool).view(np.uint8), int(bool(mirrored)),
+                         np.empty(2 * max(int(padded_ranks), 1)), out)
+    return out
+
+
+def object_ids(values: np.ndarray):
+    """first_ids of a 1-D object array by the identity of its elements (the PyObject pointers the array
+    holds, read in place: no element is touched): equal values held by different objects land in
+    different groups, which the caller merges. None without the C library."""
+    if LIB is None:
+        return None
+    values = np.ascontiguousarray(values, dtype=object)
+    if values.ndim != 1 or not len(values):
+        return None
+    pointers = np.ctypeslib.as_array((ctypes.c_int64 * len(values)).from_address(values.ctypes.data))
+    inv, first = first_ids(pointers)  # (values stays alive, and unchanged, until this returns)
+    return inv, first
 
 
 def replay_multi(tables: tuple, sid, F, B, W, P, out_mk, out_mk0, out_busy) -> None:
