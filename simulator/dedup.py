@@ -52,9 +52,13 @@ def factorize(values, *, missing_as_value: bool = False) -> tuple[np.ndarray, np
             na = pd.isna(reps)
             if missing_as_value:
                 na &= np.array([r is not None for r in reps], dtype=bool)
-            if not na.any():
-                seen: dict = {}
-                merged = np.array([seen.setdefault(r, len(seen)) for r in reps.tolist()], dtype=np.int64)
+            seen: dict = {}
+            try:
+                merged = None if na.any() else np.array([seen.setdefault(r, len(seen)) for r in reps.tolist()],
+                                                        dtype=np.int64)
+            except TypeError:  # unhashable elements: pandas says so
+                merged = None
+            if merged is not None:
                 uniques = np.empty(len(seen), dtype=object)
                 uniques[:] = list(seen)
                 return merged[inv], uniques
