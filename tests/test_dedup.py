@@ -80,3 +80,41 @@ def test_gather_rows_equals_fancy_indexing_for_every_shape_and_dtype_the_kernel_
         got = gather_rows(x, inv)
         assert got.dtype == x.dtype and np.array_equal(got, x[inv])
     assert gather_rows(rng.random((40, 4)), np.zeros(0, dtype=np.int64)).shape == (0, 4)
+
+
+def test_factorize_equals_pandas_on_the_cases_it_handles_itself_and_those_it_hands_over():
+    # dedup.factorize groups object arrays by element identity, then merges equal values; pandas.factorize
+    # (a hash of every element) is the independent reference, including equal strings held by distinct
+    # objects, 1 == 1.0 == True, tuples, None and NaN (missing, or kept as a value)
+    import pandas as pd
+
+    from simulator.dedup import factorize
+
+    shared = np.array(["none", "selective", "full"], dtype=object)[np.random.default_rng(4).integers(0, 3, 3000)]
+    copies = np.array(["".join(list(x)) for x in shared], dtype=object)  # same values, new objects
+    cases = [shared, copies, np.array([None, "a", None, "b"], dtype=object),
+             np.array([1, 1.0, True, "x", (1, 2), (1, 2)], dtype=object), np.array([], dtype=object),
+             np.array(["a", np.nan, "a"], dtype=object), np.array([3, 1, 3])]
+    for v in cases:
+        for keep in (False, True):
+            codes, uniques = factorize(v, missing_as_value=keep)
+            want_codes, want_uniques = pd.factorize(v, use_na_sentinel=not keep)
+            assert np.array_equal(codes, want_codes), (v[:6], keep)
+            assert len(uniques) == len(want_uniques)
+            assert all(a is b or a == b or (pd.isna(a) and pd.isna(b)) for a, b in zip(uniques, want_uniques))
+
+
+def test_rank_tie_keys_order_strings_as_pandas_sorted_codes():
+    # _rank_ties sorts the few distinct strings instead of factorizing every row with sort=True: the
+    # same codes, missing values (-1) included
+    import pandas as pd
+
+    from simulator.sweep import _rank_ties
+
+    rng = np.random.default_rng(6)
+    df = pd.DataFrame({"tp": rng.integers(1, 3, 500), "cp": 1, "pp": 1, "dp": 1, "ep": 1, "vpp": 1,
+                       "schedule": np.array(["zb-h1", "1f1b", "gpipe", None], dtype=object)[rng.integers(0, 4, 500)]})
+    ties, _, order = _rank_ties(df)
+    want = pd.factorize(df["schedule"].to_numpy(), sort=True)[0]
+    lab = pd.factorize(df["tp"].to_numpy(), sort=True)[0]  # the label here orders as tp
+    assert np.array_equal(order, np.lexsort((want, lab)))

@@ -1,4 +1,4 @@
-"""The replay's compiled loops (`_native.c`, built by `pip install`) bound through ctypes, and two array
+"""The replay's compiled loops (`_native.c`, built by `pip install`) bound through ctypes, and three array
 helpers of the sweep kernel (left-to-right row sums, first-appearance group numbers, per-rank sums).
 
 Why C and not a JIT: the loops are ~100 lines with no Python objects, and a sweep runs them for
@@ -47,9 +47,9 @@ def _load():
     lib.parasim_row_sums.restype = None
     lib.parasim_row_sums.argtypes = [_n, _n, _f64, _f64]
     lib.parasim_first_ids.restype = _n
+    lib.parasim_first_ids.argtypes = [_n, _i64, _i64, _i64]
     lib.parasim_rank_sum.restype = None
     lib.parasim_rank_sum.argtypes = [_n] * 3 + [_f64] + [_i64] * 3 + [_u8, _n, _f64, _f64]
-    lib.parasim_first_ids.argtypes = [_n, _i64, _i64, _i64]
     lib.parasim_shape_tables.restype = _n
     lib.parasim_shape_tables.argtypes = [_n] * 4 + [_i64] * 3 + [_u8] * 2 + [_i64] + [_i32] * 5 + [_f64] * 2
     return lib
@@ -149,8 +149,7 @@ def object_ids(values: np.ndarray):
     if values.ndim != 1 or not len(values):
         return None
     pointers = np.ctypeslib.as_array((ctypes.c_int64 * len(values)).from_address(values.ctypes.data))
-    inv, first = first_ids(pointers)  # (values stays alive, and unchanged, until this returns)
-    return inv, first
+    return first_ids(pointers)  # (values stays alive, and unchanged, until this returns)
 
 
 def replay_multi(tables: tuple, sid, F, B, W, P, out_mk, out_mk0, out_busy) -> None:
