@@ -80,6 +80,19 @@ def test_cpu_calibration_writes_a_loadable_profile_with_provenance(tmp_path):
     assert set(a["pass"]) == {"fwd", "bwd"} and (a["time_s"] > 0).all()
 
 
+def test_all_on_a_one_rank_machine_skips_collectives_with_a_note_and_alone_refuses():
+    pytest.importorskip("torch")
+    from simulator.calibrate.run import run_calibration
+    from simulator.errors import InputError
+
+    res = run_calibration(["gemm", "memory", "collectives"], device="cpu", name="one-rank", grid=TINY, world_size=1)
+    assert "collectives" not in res.measurements
+    assert any("collectives not measured: 1 rank" in n for n in res.notes)
+    assert "collectives" not in res.profile["provenance"]["source"]
+    with pytest.raises(InputError, match="world_size >= 2, got 1"):
+        run_calibration(["collectives"], device="cpu", name="one-rank", grid=TINY, world_size=1)
+
+
 def test_cpu_collectives_through_gloo_feed_the_ring_table():
     pytest.importorskip("torch")
     from simulator.calibrate.collectives import bench_collectives

@@ -22,7 +22,10 @@ def _load(name):
 def _stand_in(model, training, layout, hardware):
     step = 1.0 * model.num_layers
     return types.SimpleNamespace(step_s=step, tokens_per_s=training.tokens_per_step / step, feasible=True, reason="",
-                                 memory=types.SimpleNamespace(peak_bytes=4.0 * 2**30 * model.num_layers))
+                                 memory=types.SimpleNamespace(peak_bytes=4.0 * 2**30 * model.num_layers,
+                                                              worst=types.SimpleNamespace(
+                                                                  peak_bytes=4.0 * 2**30 * model.num_layers,
+                                                                  overhead_bytes=0.5 * 2**30)))
 
 
 def test_accuracy_doc_regenerates_identically():
@@ -75,6 +78,8 @@ def test_train_step_harness_runs_one_tiny_config_and_matches_parasim_param_count
     assert r.peak_mem_bytes > 4 * 4 * r.params
     res = cmp.compare(df, hardware=None, estimate_fn=_stand_in)
     assert res.loc[0, "params_match"] and res.loc[0, "predicted_step_s"] == 2.0
+    # memory on the allocator's basis: the device peak less the runtime overheads torch never allocates
+    assert res.loc[0, "predicted_device_bytes"] == 8.0 * 2**30 and res.loc[0, "predicted_mem_bytes"] == 7.5 * 2**30
 
 
 def test_full_recompute_saves_less_than_none_on_cpu():

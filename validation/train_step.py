@@ -14,7 +14,12 @@ Attention kernel: sdpa (`scaled_dot_product_attention`, FlashAttention on recent
 
 Measurements:
 - step time: median over `--steps` timed steps after `--warmup` untimed ones (forward, backward,
-  optimizer step); on CUDA each step is bracketed by CUDA events.
+  optimizer step); on CUDA each step is bracketed by CUDA events. The forward (loss included),
+  backward and optimizer phases are timed by the same marks (`fwd_time_s`, `bwd_time_s`,
+  `opt_time_s`, each a median, so they need not sum to the step's median exactly).
+- `state_bytes` (parameters + gradients + optimizer states, from the tensors themselves) and
+  `saved_bytes` (tensors saved for backward in one forward, counted with hooks as below) on every
+  device, so a memory error can be attributed to states or activations.
 - peak memory: on CUDA `torch.cuda.max_memory_allocated()` over the timed steps (reset before);
   on the CPU the sum of parameter, gradient and optimizer-state bytes plus the largest total of
   tensors saved for backward in one forward pass (counted with `torch.autograd.graph.saved_tensors_hooks`,
@@ -38,7 +43,8 @@ from pathlib import Path
 
 FIELDS = ["run_id", "device", "gpu_type", "torch_version", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
           "vocab", "seq_len", "micro_batch", "recompute", "dtype", "attention", "warmup", "steps", "params",
-          "step_time_s", "step_time_min_s", "peak_mem_bytes", "mem_basis", "status"]
+          "step_time_s", "step_time_min_s", "fwd_time_s", "bwd_time_s", "opt_time_s", "peak_mem_bytes", "mem_basis",
+          "state_bytes", "saved_bytes", "status"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,47 +218,59 @@ def run_config(cfg: StepConfig, *, device: str = "cpu", warmup: int = 2, steps: 
         inp, lab = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
         saved = SavedBytes(torch, params)
 
+        def mark():
+            if cuda:
+                e = torch.cuda.Event(enable_timing=True)
+                e.record()
+                return e
+            return time.perf_counter()
+
         def step(count_saved=False):
+            """One optimizer step; returns the (start, after forward, after backward, end) marks."""
             opt.zero_grad(set_to_none=True)
+            t0 = mark()
             if count_saved:
                 with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
                     loss = model(inp, lab)
             else:
                 loss = model(inp, lab)
+            t1 = mark()
             loss.backward()
+            t2 = mark()
             opt.step()
-            return loss
+            t3 = mark()
+            return t0, t1, t2, t3
+
+        def elapsed_s(a, b):
+            return a.elapsed_time(b) * 1e-3 if cuda else b - a
 
         for _ in range(warmup):
             step()
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(device)
-        times = []
+        times, phases = [], []
         for i in range(steps):
+            t0, t1, t2, t3 = step()
             if cuda:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                step()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b) * 1e-3)
-            else:
-                t0 = time.perf_counter()
-                step()
-                times.append(time.perf_counter() - t0)
+                t3.synchronize()
+            times.append(elapsed_s(t0, t3))
+            phases.append((elapsed_s(t0, t1), elapsed_s(t1, t2), elapsed_s(t2, t3)))
         if cuda:
             row["peak_mem_bytes"] = int(torch.cuda.max_memory_allocated(device))
             row["mem_basis"] = "torch.cuda.max_memory_allocated over the timed steps"
-        else:
-            step(count_saved=True)  # one more step, untimed, to count saved tensors
-            state = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values()
-                        if torch.is_tensor(t))
-            pbytes = sum(p.numel() * p.element_size() for p in params)
-            row["peak_mem_bytes"] = int(2 * pbytes + state + saved.total_bytes)  # params + grads + AdamW + saved
+        step(count_saved=True)  # one more step, untimed, to count saved tensors
+        state = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if torch.is_tensor(t))
+        pbytes = sum(p.numel() * p.element_size() for p in params)
+        row["state_bytes"] = int(2 * pbytes + state)  # params + grads + optimizer states
+        row["saved_bytes"] = int(saved.total_bytes)
+        if not cuda:
+            row["peak_mem_bytes"] = row["state_bytes"] + row["saved_bytes"]
             row["mem_basis"] = "CPU lower bound: params + grads + optimizer states + saved-for-backward tensors (hooks)"
         row["step_time_s"] = statistics.median(times)
         row["step_time_min_s"] = min(times)
+        for k, name in enumerate(("fwd_time_s", "bwd_time_s", "opt_time_s")):
+            row[name] = statistics.median(p[k] for p in phases)
         row["status"] = "ok"
     except torch.OutOfMemoryError as exc:  # a config that does not fit is a result, not a crash
         row["status"] = "oom: " + str(exc).splitlines()[0][:120]

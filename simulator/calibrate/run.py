@@ -167,6 +167,9 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
                     progress=None) -> CalibrationResult:
     """Measure `kinds` ⊆ {gemm, attention, memory, collectives}, fit the tables, build the profile.
 
+    Collectives need two ranks: asked for with other kinds on a one-GPU machine (`calibrate all`),
+    they are skipped with a note; asked for alone, the one-rank world is an error.
+
     device 'auto': cuda if available else cpu. On a GPU `base` names the preset whose peaks define
     efficiency (required); on the CPU `base` may be left out and a `cpu` base is built from the
     measured peaks (cpu_base_profile_dict). `progress(msg)` is called between stages if given.
@@ -233,9 +236,13 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
     label = f"parasim calibrate on {info['device']} ({dtype}, {_dt.date.today().isoformat()})"
     fits = fit_compute_tables(m, peak_flops_per_s=peak_flops, peak_bytes_per_s=peak_bw, label=label)
 
+    ws = world_size or (torch.cuda.device_count() if on_gpu else 2)
+    if "collectives" in kinds and ws < 2 and len(kinds) > 1:
+        # `all` on a one-GPU machine: the kernels are measured, the base's collective tables are kept
+        kinds = tuple(k for k in kinds if k != "collectives")
+        notes.append(f"collectives not measured: {ws} rank visible (they need 2); the base profile's tables are kept")
     if "collectives" in kinds:
         say("collectives")
-        ws = world_size or (torch.cuda.device_count() if on_gpu else 2)
         cdf = bench_collectives(world_size=ws, sizes_bytes=g.collective_sizes_bytes, device=device,
                                 warmup=g.warmup, iters=g.iters)
         m["collectives"] = cdf
