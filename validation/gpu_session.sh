@@ -13,7 +13,7 @@ BASE=${1:-dgx-h100}
 GRID=${GRID:-gpu}  # GRID=cpu runs the same stages with tiny shapes (a dry run of this script)
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-parasim() { python3 -c 'import sys; from simulator.cli import main; sys.argv[0] = "parasim"; main()' "$@"; }
+PARASIM=(python3 -c 'import sys; from simulator.cli import main; sys.argv[0] = "parasim"; main()')
 
 {
   date -u +%Y-%m-%dT%H:%M:%SZ
@@ -37,7 +37,7 @@ stage() {  # stage NAME LIMIT_S COMMAND...
   tail -n 40 "$OUT/$name.log"
 }
 
-stage calibrate 300 parasim calibrate all --base "$BASE" --name lent-gpu --out "$OUT/lent.toml" \
+stage calibrate 300 "${PARASIM[@]}" calibrate all --base "$BASE" --name lent-gpu --out "$OUT/lent.toml" \
   --residuals "$OUT/calib_points.csv" --grid "$GRID"
 stage train_steps 300 python3 validation/train_step.py --grid "$GRID" --warmup 3 --steps 10 --out "$OUT/train_steps.csv"
 if [ -f "$OUT/lent.toml" ]; then

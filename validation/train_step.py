@@ -170,7 +170,8 @@ def build_model(cfg: StepConfig, torch, device, dtype):
             return F.cross_entropy(logits.float().view(-1, cfg.vocab), labels.view(-1))
 
     torch.manual_seed(0)
-    return Model().to(device=device, dtype=dtype)
+    with torch.device(device):  # initialise on the device: a CPU init of billions of weights takes seconds
+        return Model().to(dtype=dtype)
 
 
 class SavedBytes:
