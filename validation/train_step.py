@@ -44,7 +44,7 @@ from pathlib import Path
 FIELDS = ["run_id", "device", "gpu_type", "torch_version", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
           "vocab", "seq_len", "micro_batch", "recompute", "dtype", "attention", "warmup", "steps", "params",
           "step_time_s", "step_time_min_s", "fwd_time_s", "bwd_time_s", "opt_time_s", "peak_mem_bytes", "mem_basis",
-          "state_bytes", "saved_bytes", "status"]
+          "state_bytes", "saved_bytes", "optimizer_impl", "grad_buffer", "status"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,8 +223,25 @@ class SavedBytes:
         return sum(self.seen.values())
 
 
-def run_config(cfg: StepConfig, *, device: str = "cpu", warmup: int = 2, steps: int = 5) -> dict:
-    """Train `cfg` for warmup + steps optimizer steps; return one CSV row (dict of FIELDS)."""
+OPTIMIZER_IMPLS = ("fused", "foreach")
+GRAD_BUFFERS = ("persistent", "set-to-none")
+
+
+def run_config(cfg: StepConfig, *, device: str = "cpu", warmup: int = 2, steps: int = 5, optimizer_impl: str = "fused",
+               grad_buffer: str = "persistent") -> dict:
+    """Train `cfg` for warmup + steps optimizer steps; return one CSV row (dict of FIELDS).
+
+    optimizer_impl: torch AdamW's `fused=True` (one kernel per step, what Megatron-LM's FusedAdam and
+    torchtitan's default do) or `foreach=True` (torch's default on CUDA: one kernel per elementwise op).
+    grad_buffer: 'persistent' zeroes gradients in place (they stay allocated, like Megatron-LM's
+    contiguous grad buffer and DDP's bucket views, which is what parasim's memory model assumes) or
+    'set-to-none' frees them between steps (torch's `zero_grad()` default, so they are allocated
+    during backward while activations are being freed).
+    """
+    if optimizer_impl not in OPTIMIZER_IMPLS:
+        raise ValueError(f"optimizer_impl must be one of {', '.join(OPTIMIZER_IMPLS)}, got {optimizer_impl!r}")
+    if grad_buffer not in GRAD_BUFFERS:
+        raise ValueError(f"grad_buffer must be one of {', '.join(GRAD_BUFFERS)}, got {grad_buffer!r}")
     import torch
 
     td = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.dtype]
@@ -232,13 +249,14 @@ def run_config(cfg: StepConfig, *, device: str = "cpu", warmup: int = 2, steps: 
     row = {"run_id": cfg.run_id, "device": device, "torch_version": torch.__version__, "layers": cfg.layers,
            "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv_heads, "ffn_hidden": cfg.ffn, "vocab": cfg.vocab,
            "seq_len": cfg.seq, "micro_batch": cfg.micro_batch, "recompute": cfg.recompute, "dtype": cfg.dtype,
-           "attention": cfg.attention, "warmup": warmup, "steps": steps,
+           "attention": cfg.attention, "warmup": warmup, "steps": steps, "optimizer_impl": optimizer_impl,
+           "grad_buffer": grad_buffer,
            "gpu_type": torch.cuda.get_device_name(torch.device(device)) if cuda else f"CPU {platform.machine()}"}
     try:
         model = build_model(cfg, torch, device, td)
         params = list(model.parameters())
         row["params"] = sum(p.numel() for p in params)
-        opt = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+        opt = torch.optim.AdamW(params, lr=1e-4, **{optimizer_impl: True})
         g = torch.Generator(device="cpu").manual_seed(1)
         tokens = torch.randint(0, cfg.vocab, (cfg.micro_batch, cfg.seq + 1), generator=g).to(device)
         inp, lab = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
@@ -253,7 +271,7 @@ def run_config(cfg: StepConfig, *, device: str = "cpu", warmup: int = 2, steps: 
 
         def step(count_saved=False):
             """One optimizer step; returns the (start, after forward, after backward, end) marks."""
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad(set_to_none=grad_buffer == "set-to-none")
             t0 = mark()
             if count_saved:
                 with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
@@ -334,6 +352,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS, default="fused", help="torch AdamW kernel (run_config)")
+    ap.add_argument("--grads", choices=GRAD_BUFFERS, default="persistent", help="gradient buffer between steps (run_config)")
     ap.add_argument("--out", required=True, help="CSV to append rows to")
     a = ap.parse_args(argv)
     try:
@@ -353,7 +373,8 @@ def main(argv=None) -> int:
                            vocab=a.vocab, seq=a.seq, micro_batch=a.micro_batch, recompute=a.recompute,
                            dtype=a.dtype or ("bf16" if device.startswith("cuda") else "fp32"), attention=a.attention)]
     for cfg in cfgs:
-        row = run_config(cfg, device=device, warmup=a.warmup, steps=a.steps)
+        row = run_config(cfg, device=device, warmup=a.warmup, steps=a.steps, optimizer_impl=a.optimizer_impl,
+                         grad_buffer=a.grads)
         write_rows([row], a.out)
         print(f"{row['run_id']}: {row['status']} step {row['step_time_s']} s peak {row['peak_mem_bytes']} B", flush=True)
     return 0
