@@ -21,11 +21,11 @@ def _load(name):
 
 def _stand_in(model, training, layout, hardware):
     step = 1.0 * model.num_layers
+    worst = types.SimpleNamespace(peak_bytes=4.0 * 2**30 * model.num_layers, overhead_bytes=0.5 * 2**30,
+                                  params_bytes=1.0, grads_bytes=2.0, optimizer_bytes=3.0, activations_bytes=4.0)
     return types.SimpleNamespace(step_s=step, tokens_per_s=training.tokens_per_step / step, feasible=True, reason="",
-                                 memory=types.SimpleNamespace(peak_bytes=4.0 * 2**30 * model.num_layers,
-                                                              worst=types.SimpleNamespace(
-                                                                  peak_bytes=4.0 * 2**30 * model.num_layers,
-                                                                  overhead_bytes=0.5 * 2**30)))
+                                 row={"compute_s": step, "optimizer_s": 0.25 * step},
+                                 memory=types.SimpleNamespace(peak_bytes=4.0 * 2**30 * model.num_layers, worst=worst))
 
 
 def test_accuracy_doc_regenerates_identically():
@@ -59,6 +59,16 @@ def test_accuracy_tables_show_per_row_and_summary_errors():
     assert "| fx_skip_gpu | FIXTURE | no hardware preset for gpu_type 'V100-SXM2-32GB' |" in text
 
 
+def test_h100_validation_doc_regenerates_identically():
+    # the lent H100's measured training steps (validation/h100/) through compare_train_steps: the committed
+    # doc must be what the generator writes now, so its error tables are those of the current simulator
+    rep = _load("h100_report")
+    text = rep.generate()
+    assert (ROOT / "docs" / "validation-h100.md").read_text() == text
+    assert "| grid, fused AdamW, persistent grads | calibrated (lent.toml) | 24 |" in text
+    assert "| held-out grid, fused AdamW, persistent grads | calibrated (lent.toml) | 16 |" in text
+
+
 def test_train_step_harness_runs_one_tiny_config_and_matches_parasim_param_count(tmp_path):
     pytest.importorskip("torch")
     ts = _load("train_step")
@@ -80,6 +90,12 @@ def test_train_step_harness_runs_one_tiny_config_and_matches_parasim_param_count
     assert res.loc[0, "params_match"] and res.loc[0, "predicted_step_s"] == 2.0
     # memory on the allocator's basis: the device peak less the runtime overheads torch never allocates
     assert res.loc[0, "predicted_device_bytes"] == 8.0 * 2**30 and res.loc[0, "predicted_mem_bytes"] == 7.5 * 2**30
+    # phases: forward + backward against compute less the optimizer step; the measured columns are the row's
+    assert res.loc[0, "predicted_fwd_bwd_s"] == 1.5 and res.loc[0, "predicted_opt_s"] == 0.5
+    assert res.loc[0, "measured_fwd_bwd_s"] == r.fwd_time_s + r.bwd_time_s and res.loc[0, "predicted_state_bytes"] == 6.0
+    # fp32 parameters, gradients and two AdamW moments (16 B each), plus one 4-byte step count per parameter
+    # tensor: embedding, final norm, head and 6 per layer (2 norms, qkv, o, gate_up, down) = 15
+    assert res.loc[0, "measured_state_bytes"] == r.state_bytes == 16 * r.params + 4 * 15
 
 
 def test_full_recompute_saves_less_than_none_on_cpu():

@@ -63,8 +63,23 @@ def compare(df, hardware, *, estimate_fn=None):
                      "measured_mem_bytes": float(r["peak_mem_bytes"]), "predicted_mem_bytes": tensors,
                      "predicted_device_bytes": float(w.peak_bytes),
                      "mem_error": float(signed_error(tensors, r["peak_mem_bytes"])),
-                     "mem_basis": r["mem_basis"]})
+                     "mem_basis": r["mem_basis"], **_phases(r, e, w)})
     return pd.DataFrame(rows)
+
+
+def _phases(r, e, w) -> dict:
+    """Per-phase columns where the harness recorded them (train_step.py's fwd/bwd/opt times, state
+    bytes): forward + backward against parasim's compute less its optimizer step, the optimizer step
+    against `optimizer_s`, parameters + gradients + optimizer states against the memory model's."""
+    if "fwd_time_s" not in r or not all(float(r[k]) == float(r[k]) for k in ("fwd_time_s", "bwd_time_s", "opt_time_s")):
+        return {}
+    opt = float(e.row["optimizer_s"])
+    return {"measured_fwd_bwd_s": float(r["fwd_time_s"]) + float(r["bwd_time_s"]),
+            "predicted_fwd_bwd_s": float(e.row["compute_s"]) - opt,
+            "measured_opt_s": float(r["opt_time_s"]), "predicted_opt_s": opt,
+            "measured_state_bytes": float(r["state_bytes"]),
+            "predicted_state_bytes": float(w.params_bytes + w.grads_bytes + w.optimizer_bytes),
+            "measured_saved_bytes": float(r["saved_bytes"]), "predicted_activation_bytes": float(w.activations_bytes)}
 
 
 def main(argv=None) -> int:

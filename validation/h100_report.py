@@ -1,0 +1,233 @@
+"""Generate docs/validation-h100.md: parasim against training steps measured on a lent H100.
+
+    python validation/h100_report.py            # rewrite docs/validation-h100.md
+    python validation/h100_report.py --check    # exit 1 if the doc is not what it would write
+
+Inputs are the files under validation/h100/ (README.md there: hardware, versions, protocol, which
+commit measured what). Every row is predicted by `compare_train_steps.compare`, the one mapping of a
+harness row to parasim's inputs, against the profile calibrated in the same session (`lent.toml`) and
+against the uncalibrated `dgx-h100` preset. The text depends only on those files and the simulator
+(no dates, no timings), so regenerating it gives identical bytes (tests/test_validate_accuracy.py).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "validation"))
+DATA = ROOT / "validation" / "h100"
+DOC = ROOT / "docs" / "validation-h100.md"
+
+# (file, label, role); the first two are the primary protocol (fused AdamW, persistent gradients:
+# parasim's assumptions), the rest show what the harness's protocol changes.
+SETS = (
+    ("fused_persistent_gpu.csv", "grid, fused AdamW, persistent grads", "primary"),
+    ("fused_persistent_gpu-holdout.csv", "held-out grid, fused AdamW, persistent grads", "held out"),
+    ("foreach_persistent_gpu.csv", "grid, foreach AdamW, persistent grads", "protocol"),
+    ("train_steps.csv", "grid, foreach AdamW, grads set to None", "protocol"),
+    ("train_steps_holdout.csv", "held-out grid, foreach AdamW, grads set to None", "protocol"),
+)
+PROFILES = (("lent.toml", "calibrated (lent.toml)"), ("dgx-h100", "datasheet preset (dgx-h100)"))
+
+
+def _pct(v) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{100 * v:+.1f} %"
+
+
+def _abs_pct(v) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{100 * abs(v):.1f} %"
+
+
+def _err(p, m):
+    return p / m - 1.0
+
+
+def predictions():
+    """{(file, profile): compare() DataFrame} for every set and profile."""
+    import pandas as pd
+
+    from compare_train_steps import compare
+    from simulator.spec.hardware import load_hardware
+
+    out = {}
+    for prof, _ in PROFILES:
+        hw = load_hardware(str(DATA / prof) if prof.endswith(".toml") else prof)
+        for f, _, _ in SETS:
+            out[f, prof] = compare(pd.read_csv(DATA / f), hw)
+    return out
+
+
+def summary(res) -> list[str]:
+    out = ["| measurements | profile | runs | step: median / max abs error | step: mean signed | "
+           "fwd+bwd: median abs | optimizer: median signed | memory: median / max abs error | memory: mean signed |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for f, label, _ in SETS:
+        for prof, plabel in PROFILES:
+            r = res[f, prof]
+            se, me = r["step_error"], r["mem_error"]
+            fb = _err(r["predicted_fwd_bwd_s"], r["measured_fwd_bwd_s"])
+            op = _err(r["predicted_opt_s"], r["measured_opt_s"])
+            out.append(f"| {label} | {plabel} | {len(r)} | {_abs_pct(se.abs().median())} / {_abs_pct(se.abs().max())} | "
+                       f"{_pct(se.mean())} | {_abs_pct(fb.abs().median())} | {_pct(op.median())} | "
+                       f"{_abs_pct(me.abs().median())} / {_abs_pct(me.abs().max())} | {_pct(me.mean())} |")
+    return out + [""]
+
+
+def per_run(r) -> list[str]:
+    out = ["| run | step meas ms | step pred ms | step error | fwd+bwd error | optimizer error | peak meas GiB | "
+           "peak pred GiB | memory error | states error | saved for backward GiB | predicted activations GiB |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for x in r.itertuples():
+        out.append(
+            f"| {x.run_id} | {1e3 * x.measured_step_s:.1f} | {1e3 * x.predicted_step_s:.1f} | {_pct(x.step_error)} | "
+            f"{_pct(_err(x.predicted_fwd_bwd_s, x.measured_fwd_bwd_s))} | {_pct(_err(x.predicted_opt_s, x.measured_opt_s))} | "
+            f"{x.measured_mem_bytes / 2**30:.2f} | {x.predicted_mem_bytes / 2**30:.2f} | {_pct(x.mem_error)} | "
+            f"{_pct(_err(x.predicted_state_bytes, x.measured_state_bytes))} | {x.measured_saved_bytes / 2**30:.2f} | "
+            f"{x.predicted_activation_bytes / 2**30:.2f} |")
+    return out + [""]
+
+
+def repeat_table() -> list[str]:
+    import pandas as pd
+
+    a, b = (pd.read_csv(DATA / f) for f in ("train_steps.csv", "train_steps_repeat.csv"))
+    m = a.merge(b, on="run_id", suffixes=("_a", "_b"))
+    ds = (m["step_time_s_b"] / m["step_time_s_a"] - 1).abs()
+    dm = (m["peak_mem_bytes_b"] / m["peak_mem_bytes_a"] - 1).abs()
+    return [f"The grid measured twice in one session (same protocol, `train_steps.csv` and `train_steps_repeat.csv`, "
+            f"{len(m)} runs): step time differs by {_abs_pct(ds.median())} at the median and {_abs_pct(ds.max())} at "
+            f"most; peak memory by {_abs_pct(dm.max())} at most.", ""]
+
+
+def loss_memory(res) -> list[str]:
+    """Measured peak less (states + saved-for-backward) per logit element, for the runs whose logits
+    dominate: the loss's backward working set, which the memory model does not hold (Findings)."""
+    import pandas as pd
+
+    df = pd.read_csv(DATA / SETS[0][0])
+    big = df[df["seq_len"] * df["micro_batch"] * df["vocab"] >= 2.5e8]
+    v = (big["peak_mem_bytes"] - big["state_bytes"] - big["saved_bytes"]) / (big["seq_len"] * big["micro_batch"] * big["vocab"])
+    return [f"{_num(v.min())} to {_num(v.max())} bytes per logit element (median {_num(v.median())}) over the "
+            f"{len(big)} grid runs with at least 2.5·10⁸ logit elements (T·V)"]
+
+
+def _num(v) -> str:
+    return f"{v:.1f}"
+
+
+def generate() -> str:
+    res = predictions()
+    prim, held = res[SETS[0][0], "lent.toml"], res[SETS[1][0], "lent.toml"]
+    fe = res["foreach_persistent_gpu.csv", "lent.toml"]
+    op_fused = _err(prim["predicted_opt_s"], prim["measured_opt_s"])
+    op_foreach = _err(fe["predicted_opt_s"], fe["measured_opt_s"])
+    eager = prim[prim["run_id"].str.endswith("eager")]
+    fb = _err(prim["predicted_fwd_bwd_s"], prim["measured_fwd_bwd_s"])
+    fb_eager = fb[eager.index]
+    fb_sdpa = fb.drop(eager.index)
+    lines = [
+        "# Validation on a lent H100: calibrated predictions against measured training steps",
+        "",
+        "Generated by `python validation/h100_report.py` from the files in `validation/h100/` (hardware, "
+        "versions, protocol and the commit of each measurement: `validation/h100/README.md`). One NVIDIA H100 "
+        "80GB HBM3 (SXM, 132 SMs, driver 580.159.04), torch 2.11.0+cu130, CUDA 13.0, cuDNN 9.19.",
+        "",
+        "**What is compared.** `validation/train_step.py` trains Llama-style decoders on one GPU (SwiGLU, RMSNorm, "
+        "RoPE, GQA, untied embeddings; pure bf16 or fp16: parameters, gradients and AdamW moments in one dtype) "
+        "and records the median step time, `torch.cuda.max_memory_allocated`, the forward / backward / optimizer "
+        "phase times, the state bytes and the bytes saved for backward. Each run is predicted by "
+        "`validation/compare_train_steps.py` (one layout: TP1-CP1-PP1-DP1). Memory is compared on the allocator's "
+        "basis: parasim's peak less its runtime overheads (CUDA context, allocator reserve), which "
+        "`max_memory_allocated` never counts.",
+        "",
+        "**Held out.** The calibrated profile was fitted to microbenchmarks only (`parasim calibrate all`: GEMMs, "
+        "causal SDPA forward/backward, memory-bound kernels); no training step was used to set a number. The "
+        "held-out grid (16 configurations, other vocabularies, widths, depths and micro-batches) was defined and "
+        "measured after the first grid's results were seen, and nothing was changed in the simulator between the "
+        "two; both are reported.",
+        "",
+        "## Summary",
+        "",
+        *summary(res),
+        "Signed errors are predicted / measured − 1 (negative: parasim predicts less time or memory).",
+        "",
+        "## Findings",
+        "",
+        f"1. **Forward + backward compute is predicted within {_abs_pct(fb_sdpa.abs().median())} at the median "
+        f"with SDPA attention** on the primary grid; {(fb_sdpa < 0).sum()} of its {len(fb_sdpa)} runs are "
+        f"under-predicted ({_pct(fb_sdpa.min())} to {_pct(fb_sdpa.max())}). The SDPA runs furthest off: "
+        + ", ".join(f"{prim.loc[i, 'run_id']} ({_pct(fb[i])})" for i in fb_sdpa.nsmallest(3).index)
+        + f". Eager attention is off by {_pct(fb_eager.min())} to {_pct(fb_eager.max())}: its s×s softmax and "
+        "masking kernels are not in the calibrated tables.",
+        f"2. **The optimizer step depends on the kernel, not only on bytes.** Fused AdamW (one kernel) is predicted "
+        f"at {_pct(op_fused.median())} at the median; torch's default foreach AdamW (one kernel per elementwise "
+        f"op, about three times the memory traffic) at {_pct(op_foreach.median())}. parasim models a fused "
+        "optimizer (Megatron-LM's FusedAdam, torchtitan's default); a run with foreach AdamW takes ~3× the "
+        "predicted optimizer time.",
+        "3. **States are exact.** Parameters + gradients + AdamW moments match the tensors' own byte counts on "
+        "every run (the states error column).",
+        "4. **The loss's backward working set is missing from the memory model.** The peak comes while the "
+        "cross-entropy's backward holds the fp32 log-softmax output, its gradient and the incoming gradient "
+        "(torch's `F.cross_entropy` on fp32-upcast logits, as torchtitan and Hugging Face compute the loss). "
+        f"Measured peak less (states + saved tensors): {loss_memory(res)[0]}. "
+        "parasim holds 4 bytes per logit element (Megatron's vocab-parallel cross-entropy, which works in place); "
+        "the runs with large T·V (vocabulary × tokens) are under-predicted by up to "
+        f"{_abs_pct(min(prim['mem_error'].min(), held['mem_error'].min()))}, and the held-out grid, "
+        "chosen with larger vocabularies and micro-batches, shows it on most runs.",
+        "5. **Gradients set to None move the peak.** With `zero_grad(set_to_none=True)` (torch's default) the "
+        "gradients are allocated during backward while activations are freed, so the peak is lower than states "
+        "+ activations on runs with large activations; parasim's persistent gradient buffer (Megatron-LM, DDP "
+        "bucket views) is what the primary protocol measures.",
+        "",
+        "## Per run: primary grid, calibrated profile",
+        "",
+        *per_run(prim),
+        "## Per run: held-out grid, calibrated profile",
+        "",
+        *per_run(held),
+        "## Reproducibility",
+        "",
+        *repeat_table(),
+        "## Calibration fit",
+        "",
+        "From `validation/h100/calibrate.log` (piecewise-linear efficiency in log10 x, relative least squares; "
+        "residuals relative to each measured point):",
+        "",
+        "```",
+        *_fit_table(),
+        "```",
+        "",
+        "The GEMM table is one curve over FLOPs per GEMM; its 31 % rms residual is the spread of shapes with the "
+        "same FLOPs (thin TP-split shapes run slower than square ones). Collectives were not measured (one GPU: "
+        "`calibrate all` keeps the base preset's tables and says so in the profile's provenance).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _fit_table() -> list[str]:
+    text = (DATA / "calibrate.log").read_text().splitlines()
+    start = next(i for i, t in enumerate(text) if t.strip().startswith("table"))
+    return [t.rstrip() for t in text[start:] if t.strip() and not t.startswith(("wrote", "note"))]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="generate docs/validation-h100.md")
+    ap.add_argument("--check", action="store_true", help="compare with the doc instead of writing it")
+    a = ap.parse_args(argv)
+    text = generate()
+    if a.check:
+        same = DOC.exists() and DOC.read_text() == text
+        print(f"{DOC.name} is up to date" if same else f"{DOC.name} differs: run python validation/h100_report.py")
+        return 0 if same else 1
+    DOC.write_text(text)
+    print(f"wrote {DOC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
