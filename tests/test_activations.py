@@ -76,7 +76,7 @@ def test_output_layer_is_4sbh_over_t_times_1_plus_v_over_h():
 def test_fused_cross_entropy_removes_the_fp32_logits():
     m = load_model("llama3-8b")
     tr = Training(seq_length=8192, global_batch_size=1)
-    fused = Training(seq_length=8192, global_batch_size=1, fused_cross_entropy=True)
+    fused = Training(seq_length=8192, global_batch_size=1, cross_entropy="fused")
     kw = dict(tp=1, cp=1, micro_batch_size=1, sequence_parallel=False)
     diff = float(head_activation_bytes(m, tr, **kw) - head_activation_bytes(m, fused, **kw))
     assert diff == 4 * 8192 * m.vocab_size

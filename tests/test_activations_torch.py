@@ -372,3 +372,58 @@ def _error_table():  # pragma: no cover - prints the table of docs/memory.md
 
 if __name__ == "__main__":  # pragma: no cover
     _error_table()
+
+
+# ---- the loss: torch's F.cross_entropy on fp32-upcast logits ---------------------------------------
+class _LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
+    """Live bytes of the storages created inside the mode (each op's outputs, freed when the storage
+    dies), and their peak: the working set torch allocates, independent of any formula."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self.seen = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        import weakref
+
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                st = t.untyped_storage()
+                if st.data_ptr() in self.seen or not st.nbytes():
+                    continue
+                self.seen.add(st.data_ptr())
+                self.live += st.nbytes()
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(st, self._free, st.data_ptr(), st.nbytes())
+        return out
+
+    def _free(self, ptr, n):
+        self.live -= n
+        self.seen.discard(ptr)
+
+
+def test_torch_fp32_cross_entropy_peaks_at_the_kept_logits_plus_the_backward_working_set():
+    # live bytes of F.cross_entropy(logits.float()) forward + backward on bf16 logits: the peak (in
+    # backward) is what the memory model holds for it, logits_bytes + loss_backward_bytes = (4 + 8)·T·V,
+    # and after the forward only the kept 4·T·V are alive
+    from simulator.memory.activations import logits_bytes, loss_backward_bytes
+
+    b, s, V = 2, 96, 1000
+    model = ModelSpec(name="t", hidden_size=64, num_layers=1, num_heads=4, ffn_hidden_size=176, vocab_size=V, mlp="swiglu",
+                      norm="rmsnorm")
+    tr = Training(seq_length=s, global_batch_size=b, cross_entropy="torch-fp32")
+    logits = torch.randn(b * s, V, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, V, (b * s,))
+    live = _LiveBytes()
+    with live:
+        loss = F.cross_entropy(logits.float(), labels)
+        after_forward = live.live
+        loss.backward()
+    kw = dict(tp=1, cp=1, micro_batch_size=b)
+    kept, work = float(logits_bytes(model, tr, **kw)), float(loss_backward_bytes(model, tr, **kw))
+    assert after_forward == pytest.approx(kept, abs=64)  # + the scalar loss
+    assert live.peak == pytest.approx(kept + work, abs=64)
+    for other in ("vocab-parallel", "fused"):  # no backward working set modelled for the others
+        assert float(loss_backward_bytes(model, Training(seq_length=s, global_batch_size=b, cross_entropy=other), **kw)) == 0

@@ -275,3 +275,25 @@ def test_sweep_form_rejects_unknown_categorical_values(kw, word):
     m, tr = _l70()
     with pytest.raises(InputError, match=word):
         stage_memory_arrays(m, tr, tp=8, pp=2, dp=4, **kw)
+
+
+def test_the_torch_loss_working_set_is_counted_once_on_the_last_stage():
+    # cross_entropy = torch-fp32 adds 8·T·V once to the last stage's activations (not per micro-batch in
+    # flight, not on other stages); with full recompute only the larger of it and a layer's working set
+    from simulator.memory.activations import loss_backward_bytes
+
+    m = load_model("llama3-8b")
+    for schedule in ("1f1b", "gpipe"):
+        for recompute in ("none", "full"):
+            lay = Layout(num_gpus=2, pp=2, micro_batch_size=1, schedule=schedule, recompute=recompute)
+            base = Training(seq_length=4096, global_batch_size=8)
+            torch_ce = Training(seq_length=4096, global_batch_size=8, cross_entropy="torch-fp32")
+            a, b = (memory_breakdown(m, tr, lay, HBM(80), overheads=Overheads.none()) for tr in (base, torch_ce))
+            assert b.per_stage[0].activations_bytes == a.per_stage[0].activations_bytes
+            work = float(loss_backward_bytes(m, torch_ce, tp=1, cp=1, micro_batch_size=1))
+            assert work == 8 * 4096 * m.vocab_size
+            grew = b.per_stage[1].activations_bytes - a.per_stage[1].activations_bytes
+            if recompute == "none":
+                assert grew == pytest.approx(work)
+            else:  # a.per_stage[1] already holds one layer's working set w: max(w, work) − w
+                assert 0 < grew < work

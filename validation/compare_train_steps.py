@@ -3,7 +3,8 @@
 Each row maps to parasim inputs exactly as the harness trained it:
 ModelSpec(SwiGLU, RMSNorm, no biases, untied embeddings) with the row's shape fields;
 Training(seq_length=seq, global_batch_size=micro_batch, precision=dtype, grad_dtype=dtype,
-master_weights=False, optimizer='adamw', optimizer_dtype=dtype, flash_attention=(attention == 'sdpa'));
+master_weights=False, optimizer='adamw', optimizer_dtype=dtype, flash_attention=(attention == 'sdpa'),
+cross_entropy='torch-fp32' (the harness's loss is F.cross_entropy(logits.float()));
 Layout(num_gpus=1, micro_batch_size=micro_batch, recompute). The hardware is the calibrated profile
 (`--hardware hardware_profiles/measured/NAME.toml`); calibrate on the same device first.
 
@@ -26,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
 
 
-def specs_for_row(row):
-    """(ModelSpec, Training, Layout) of one harness row (module docstring)."""
+def specs_for_row(row, *, cross_entropy: str = "torch-fp32"):
+    """(ModelSpec, Training, Layout) of one harness row (module docstring). `cross_entropy` other than the
+    harness's own torch-fp32 shows what another loss model would predict (docs/validation-h100.md)."""
     from simulator.spec.layout import Layout
     from simulator.spec.model import ModelSpec
     from simulator.spec.training import Training
@@ -38,12 +40,12 @@ def specs_for_row(row):
                       vocab_size=int(row["vocab"]), mlp="swiglu", norm="rmsnorm", tie_word_embeddings=False)
     training = Training(seq_length=int(row["seq_len"]), global_batch_size=int(row["micro_batch"]), precision=dt,
                         grad_dtype=dt, master_weights=False, optimizer="adamw", optimizer_dtype=dt,
-                        flash_attention=str(row["attention"]) == "sdpa")
+                        flash_attention=str(row["attention"]) == "sdpa", cross_entropy=cross_entropy)
     layout = Layout(num_gpus=1, micro_batch_size=int(row["micro_batch"]), recompute=str(row["recompute"]))
     return model, training, layout
 
 
-def compare(df, hardware, *, estimate_fn=None):
+def compare(df, hardware, *, estimate_fn=None, cross_entropy: str = "torch-fp32"):
     """DataFrame: run_id, measured/predicted step and memory and their signed errors (fractions)."""
     import pandas as pd
 
@@ -53,7 +55,7 @@ def compare(df, hardware, *, estimate_fn=None):
         from simulator.estimate import estimate as estimate_fn
     rows = []
     for _, r in df[df["status"] == "ok"].iterrows():
-        m, t, lay = specs_for_row(r)
+        m, t, lay = specs_for_row(r, cross_entropy=cross_entropy)
         e = estimate_fn(m, t, lay, hardware)
         w = e.memory.worst
         tensors = float(w.peak_bytes - w.overhead_bytes)  # what torch's allocator counts (module docstring)

@@ -263,18 +263,24 @@ def _embedding_memory_op(model, training, *, tp, cp, micro_batch_size, sequence_
 def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_parallel) -> tuple[MemoryOp, ...]:
     """Final norm and the loss on the last stage.
 
-    Loss over X = T·V/t logits per rank: unfused (Megatron vocab-parallel CE in PyTorch ops): fwd read
-    logits (e) + write and read an fp32 copy (4 + 4) + write fp32 softmax (4) = (e + 12)·X; bwd read
-    the fp32 softmax + write the logit gradient = (4 + e)·X. Fused (training.fused_cross_entropy): fwd
-    one read e·X, bwd read logits + write gradient 2e·X.
+    Loss over X = T·V/t logits per rank (training.cross_entropy):
+    - vocab-parallel (Megatron vocab-parallel CE in PyTorch ops): fwd read logits (e) + write and read
+      an fp32 copy (4 + 4) + write fp32 softmax (4) = (e + 12)·X; bwd read the fp32 softmax + write the
+      logit gradient = (4 + e)·X.
+    - torch-fp32 (`F.cross_entropy(logits.float())`): fwd as above, (e + 12)·X; bwd nll_loss_backward
+      writes a dense fp32 gradient (4), log_softmax's backward reads it and the saved output and writes
+      the fp32 logit gradient (4 + 4 + 4), the cast back reads it and writes e: (20 + e)·X.
+    - fused: fwd one read e·X, bwd read logits + write gradient 2e·X.
     """
     e = float(training.activation_bytes)
     tp, cp, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
     T = b * training.seq_length / cp
     T_sp = T / tp if sequence_parallel else T
     X = T * model.vocab_size / tp
-    if training.fused_cross_entropy:
+    if training.cross_entropy == "fused":
         lf, lb = e * X, 2 * e * X
+    elif training.cross_entropy == "torch-fp32":
+        lf, lb = (e + 12.0) * X, (20.0 + e) * X
     else:
         lf, lb = (e + 12.0) * X, (4.0 + e) * X
     return (MemoryOp(name="final_norm", forward_bytes=2 * T_sp * model.hidden_size * e,

@@ -233,12 +233,33 @@ def embedding_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, 
 
 
 def logits_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size) -> np.ndarray:
-    """fp32 logits kept by the (vocab-parallel) cross-entropy: 4·T·V/t (Korthikanti §4.3); 0 with a
-    fused/chunked cross-entropy that never materialises them."""
-    if training.fused_cross_entropy:
+    """fp32 logits kept for the loss's backward: 4·T·V/t (Korthikanti §4.3).
+
+    vocab-parallel: Megatron-LM keeps the fp32 softmax (computed in place on an fp32 copy of the logits);
+    torch-fp32: `F.cross_entropy(logits.float())` keeps log_softmax's fp32 output (torch autograd:
+    derivatives.yaml, `_log_softmax_backward_data(grad, result, ...)` reads the saved result); both
+    4·T·V/t. fused: 0, a fused/chunked cross-entropy never materialises them."""
+    if training.cross_entropy == "fused":
         return np.zeros_like(_f(tp) * _f(cp) * _f(micro_batch_size))
     T = _f(micro_batch_size) * training.seq_length / _f(cp)
     return 4.0 * model.vocab_size * T / _f(tp)
+
+
+def loss_backward_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size) -> np.ndarray:
+    """Working set of the loss's backward on top of the kept logits, for one micro-batch on the last stage.
+
+    torch-fp32: 8·T·V/t. `nll_loss_backward` writes a dense fp32 gradient of the log-probabilities
+    (4·T·V/t) and `_log_softmax_backward_data` writes the fp32 logit gradient (4·T·V/t) while that
+    gradient and the saved log_softmax output (logits_bytes) are still alive (torch autograd,
+    derivatives.yaml). Measured on an H100 (validation/h100, docs/validation-h100.md): peak less states
+    and saved tensors 8.1-8.4 bytes per logit element.
+    vocab-parallel (Megatron-LM computes the gradient in place in the saved softmax) and fused: 0.
+    """
+    zeros = np.zeros_like(_f(tp) * _f(cp) * _f(micro_batch_size))
+    if training.cross_entropy != "torch-fp32":
+        return zeros
+    T = _f(micro_batch_size) * training.seq_length / _f(cp)
+    return zeros + 8.0 * model.vocab_size * T / _f(tp)
 
 
 def head_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,

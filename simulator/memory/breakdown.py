@@ -3,7 +3,9 @@
     peak = params + grads + optimizer + activations + kv_cache + other
     other = runtime overheads (overheads.py) + transient ZeRO-3/FSDP gather buffers (states.py)
     activations = in_flight · (per-micro-batch bytes of the rank's layers + embedding extras)
-                  + loss_in_flight · (head + logits) [+ one layer's working set with full recompute]
+                  + loss_in_flight · (head + logits)
+                  [+ max(one layer's working set with full recompute, the loss's backward working set
+                         on the head stage with cross_entropy = "torch-fp32")]
 
 Two forms: `stage_memory_arrays` (numeric layout fields as numpy arrays of shape (N,), categorical
 fields scalar, results of shape (N, pp)) for sweeps, and `memory_breakdown` (one Layout ->
@@ -29,7 +31,7 @@ from ..spec.model import ModelSpec
 from ..spec.training import Training
 from ..units import GiB
 from .activations import (embedding_activation_bytes, head_activation_bytes, head_weight_grad_bytes,
-                          layer_activation_bytes, layer_weight_grad_bytes)
+                          layer_activation_bytes, layer_weight_grad_bytes, loss_backward_bytes)
 from .inflight import inflight_microbatches, loss_inflight_microbatches
 from .kv_cache import kv_cache_bytes
 from .overheads import Overheads, overhead_bytes
@@ -209,17 +211,27 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         loss_m = np.asarray(loss_inflight_microbatches(schedule, num_microbatches=num_microbatches))[..., None]
         per_mb = pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb  # one microbatch's bytes
         full = np.asarray(recompute) == "full"
+        # the loss's backward working set, once, on the head stage (0 unless training.cross_entropy is
+        # torch-fp32); it and a full-recompute layer's working set are never alive together: the larger counts
+        loss = None
+        if training.cross_entropy == "torch-fp32":
+            loss = loss_backward_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size)[..., None]
         if (worst_of is not None and rank_class is not None and inflight_key is not None
                 and inflight_per_stage is not None):
             ws = working_set() * (full[..., None] if full.ndim else 1.0) if full.any() else None
+            if loss is not None:
+                ws = pl.head * loss if ws is None else np.maximum(ws, pl.head * loss)
             got = _worst_by_class(overheads, st, per_mb, pl.head * head, ws, loss_m, inflight, inflight_key,
                                   rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
             if got is not None:
                 return got
         act = inflight * to_rank(per_mb)
         act = act + np.minimum(loss_m, np.maximum(inflight, 1.0)) * to_rank(pl.head * head)  # head: 0 or 1
-        if full.any():
-            act = act + to_rank(working_set()) * (full[..., None] if full.ndim else 1.0)
+        extra = to_rank(working_set()) * (full[..., None] if full.ndim else 1.0) if full.any() else None
+        if loss is not None:
+            extra = to_rank(pl.head * loss) if extra is None else np.maximum(extra, to_rank(pl.head * loss))
+        if extra is not None:
+            act = act + extra
         zeros = np.zeros(shape)
         kv, inflight = zeros, zeros + inflight
     if worst_of is not None and rank_class is not None and not inference:

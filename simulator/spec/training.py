@@ -15,6 +15,12 @@ from ..units import DTYPE_BYTES
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum")
 ATTENTION_FLOP_CONVENTIONS = ("causal", "full")
+# How the loss is computed over the logits (memory/activations.py `logits_bytes`, `loss_backward_bytes`;
+# cost/compute.py `_head_memory_ops`):
+#   vocab-parallel: Megatron-LM's vocab-parallel cross-entropy, in place on an fp32 copy of the logits
+#   torch-fp32:     torch.nn.functional.cross_entropy(logits.float()) (torchtitan, Hugging Face Trainer)
+#   fused:          a fused / chunked kernel that never materialises fp32 logits
+CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,14 +39,14 @@ class Training:
     offload_optimizer: bool = False  # ZeRO-Offload: optimizer states (and master copy) in host memory
     offload_params: bool = False  # ZeRO-Infinity-style parameter offload (ZeRO-3 only)
     moe_capacity_factor: float = 0.0  # 0: dropless (tokens routed as chosen); else C·k·T/E slots per expert
-    fused_cross_entropy: bool = False  # True: logits are never materialised in fp32 for the loss
+    cross_entropy: str = "vocab-parallel"  # CROSS_ENTROPY: how the loss is computed over the logits
     attention_flops: str = "causal"  # "causal" (Megatron-current) or "full" (PaLM / Narayanan) count
 
     def __post_init__(self):
         check_positive("seq_length", self.seq_length, integer=True)
         check_positive("global_batch_size", self.global_batch_size, integer=True)
         for name, allowed in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS),
-                              ("attention_flops", ATTENTION_FLOP_CONVENTIONS)):
+                              ("attention_flops", ATTENTION_FLOP_CONVENTIONS), ("cross_entropy", CROSS_ENTROPY)):
             v = getattr(self, name)
             if v not in allowed:
                 raise InputError(f"{name} must be one of {', '.join(allowed)}, got {v!r}")
@@ -48,8 +54,7 @@ class Training:
             v = getattr(self, name)
             if v not in DTYPE_BYTES or v in ("fp8", "int8"):
                 raise InputError(f"{name} must be one of fp32, bf16, fp16, got {v!r}")
-        for name in ("master_weights", "flash_attention", "dropout", "offload_optimizer", "offload_params",
-                     "fused_cross_entropy"):
+        for name in ("master_weights", "flash_attention", "dropout", "offload_optimizer", "offload_params"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         check_positive("moe_capacity_factor", self.moe_capacity_factor, allow_zero=True)
