@@ -6,8 +6,14 @@ import functools
 import click
 
 from ..spec.scenario import load_scenario
+from ..spec.training import CROSS_ENTROPY
 
 # (flag, destination keyword of load_scenario, click type, help)
+CROSS_ENTROPY_FLAG = (
+    "--cross-entropy", "cross_entropy", click.Choice(list(CROSS_ENTROPY)),
+    "how the loss is computed: vocab-parallel (Megatron-LM, in place), torch-fp32 "
+    "(F.cross_entropy(logits.float()): torchtitan, Hugging Face; 8 bytes per logit more at its backward), "
+    "fused (no fp32 logits)")
 _FLAGS = [
     ("--model", "model", str, "model preset name or path to a Hugging Face config.json"),
     ("--hardware", "hardware", str, "hardware preset name or profile TOML path"),
@@ -29,6 +35,7 @@ _FLAGS = [
     ("--precision", "precision", click.Choice(["bf16", "fp16", "fp8", "fp32"]), "training precision"),
     ("--optimizer", "optimizer", click.Choice(["adam", "adamw", "sgd", "sgd-momentum"]), "optimizer"),
     ("--grad-dtype", "grad_dtype", click.Choice(["fp32", "bf16", "fp16"]), "gradient accumulation/reduction dtype"),
+    CROSS_ENTROPY_FLAG,
     ("--cp-algorithm", "cp_algorithm", click.Choice(["ring", "ulysses"]), "context-parallel algorithm"),
     ("--dp-mode", "dp_mode", click.Choice(["ddp", "dataparallel", "async"]),
      "ddp: DistributedDataParallel, one process per GPU, gradients all-reduced in buckets during backward; "

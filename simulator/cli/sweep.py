@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from .common import CROSS_ENTROPY_FLAG
 
 # scenario flags passed through to load_scenario (not layout fields: those are lists here)
 _SCENARIO_FLAGS = [
@@ -20,6 +21,7 @@ _SCENARIO_FLAGS = [
     ("--precision", "precision", click.Choice(["bf16", "fp16", "fp8", "fp32"]), "training precision"),
     ("--optimizer", "optimizer", click.Choice(["adam", "adamw", "sgd", "sgd-momentum"]), "optimizer"),
     ("--grad-dtype", "grad_dtype", click.Choice(["fp32", "bf16", "fp16"]), "gradient accumulation/reduction dtype"),
+    CROSS_ENTROPY_FLAG,
 ]
 # sweep axes: comma lists or "auto"
 _LIST_FLAGS = [
