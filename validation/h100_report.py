@@ -11,8 +11,6 @@ against the uncalibrated `dgx-h100` preset. The text depends only on those files
 """
 from __future__ import annotations
 
-import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -21,6 +19,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "validation"))
 DATA = ROOT / "validation" / "h100"
 DOC = ROOT / "docs" / "validation-h100.md"
+
+from make_accuracy import _abs_pct, _pct, write_or_check  # noqa: E402  (same formatting, same command line)
 
 # (file, label, role); the first two are the primary protocol (fused AdamW, persistent gradients:
 # parasim's assumptions), the rest show what the harness's protocol changes.
@@ -32,14 +32,6 @@ SETS = (
     ("train_steps_holdout.csv", "held-out grid, foreach AdamW, grads set to None", "protocol"),
 )
 PROFILES = (("lent.toml", "calibrated (lent.toml)"), ("dgx-h100", "datasheet preset (dgx-h100)"))
-
-
-def _pct(v) -> str:
-    return "—" if v is None or not math.isfinite(v) else f"{100 * v:+.1f} %"
-
-
-def _abs_pct(v) -> str:
-    return "—" if v is None or not math.isfinite(v) else f"{100 * abs(v):.1f} %"
 
 
 def _err(p, m):
@@ -242,17 +234,7 @@ def _fit_table() -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="generate docs/validation-h100.md")
-    ap.add_argument("--check", action="store_true", help="compare with the doc instead of writing it")
-    a = ap.parse_args(argv)
-    text = generate()
-    if a.check:
-        same = DOC.exists() and DOC.read_text() == text
-        print(f"{DOC.name} is up to date" if same else f"{DOC.name} differs: run python validation/h100_report.py")
-        return 0 if same else 1
-    DOC.write_text(text)
-    print(f"wrote {DOC.relative_to(ROOT)}")
-    return 0
+    return write_or_check(argv, doc=DOC, generate=generate, script="validation/h100_report.py")
 
 
 if __name__ == "__main__":

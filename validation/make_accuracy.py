@@ -238,18 +238,24 @@ def generate(runs=RUNS) -> str:
     return render(res, skipped, sources, df=df)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="generate docs/accuracy.md")
-    ap.add_argument("--check", action="store_true", help="compare with docs/accuracy.md instead of writing it")
+def write_or_check(argv, *, doc: Path, generate, script: str) -> int:
+    """The generators' command line: write `doc` from generate(), or with --check exit 1 if it differs."""
+    name = doc.relative_to(ROOT)
+    ap = argparse.ArgumentParser(description=f"generate {name}")
+    ap.add_argument("--check", action="store_true", help=f"compare with {name} instead of writing it")
     a = ap.parse_args(argv)
     text = generate()
     if a.check:
-        same = DOC.exists() and DOC.read_text() == text
-        print("docs/accuracy.md is up to date" if same else "docs/accuracy.md differs: run python validation/make_accuracy.py")
+        same = doc.exists() and doc.read_text() == text
+        print(f"{name} is up to date" if same else f"{name} differs: run python {script}")
         return 0 if same else 1
-    DOC.write_text(text)
-    print(f"wrote {DOC.relative_to(ROOT)}")
+    doc.write_text(text)
+    print(f"wrote {name}")
     return 0
+
+
+def main(argv=None) -> int:
+    return write_or_check(argv, doc=DOC, generate=generate, script="validation/make_accuracy.py")
 
 
 if __name__ == "__main__":
