@@ -65,8 +65,17 @@ def compare(df, hardware, *, estimate_fn=None, cross_entropy: str = "torch-fp32"
                      "measured_mem_bytes": float(r["peak_mem_bytes"]), "predicted_mem_bytes": tensors,
                      "predicted_device_bytes": float(w.peak_bytes),
                      "mem_error": float(signed_error(tensors, r["peak_mem_bytes"])),
-                     "mem_basis": r["mem_basis"], **_phases(r, e, w)})
+                     "mem_basis": r["mem_basis"], **_phases(r, e, w),
+                     "predicted_loss_work_bytes": _loss_work(m, t, lay)})
     return pd.DataFrame(rows)
+
+
+def _loss_work(model, training, layout) -> float:
+    """The loss's backward working set the prediction holds in its activations (memory/activations.py)."""
+    from simulator.memory.activations import loss_backward_bytes
+
+    return float(loss_backward_bytes(model, training, tp=layout.tp, cp=layout.cp,
+                                     micro_batch_size=layout.micro_batch_size))
 
 
 def _phases(r, e, w) -> dict:
