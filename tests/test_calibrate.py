@@ -80,6 +80,25 @@ def test_cpu_calibration_writes_a_loadable_profile_with_provenance(tmp_path):
     assert set(a["pass"]) == {"fwd", "bwd"} and (a["time_s"] > 0).all()
 
 
+def test_optimizer_benchmark_times_torch_fused_adamw_and_fits_its_table():
+    torch = pytest.importorskip("torch")
+    from simulator.calibrate.run import run_calibration
+
+    d = mb.bench_optimizer(param_counts=(2**12, 2**14), dtype="fp32", device="cpu", warmup=1, iters=2, tensors=4)
+    # fp32, no master copy: read the gradient 4, read + write the parameter 8 and both moments 16 = 28 B
+    assert list(d["params"]) == [2**12, 2**14] and (d["bytes_moved"] == 28 * d["params"]).all()
+    assert (d["time_s"] > 0).all() and set(d["kernel"]) == {"fused_adamw"}
+    # the step it times is AdamW's: two moments of the parameters' size
+    p = torch.zeros(64, requires_grad=True)
+    p.grad = torch.ones(64)
+    opt = torch.optim.AdamW([p], fused=True)
+    opt.step()
+    assert sorted(k for k, v in opt.state[p].items() if v.numel() == 64) == ["exp_avg", "exp_avg_sq"]
+    res = run_calibration(["optimizer"], device="cpu", name="cpu-opt", grid=TINY)
+    assert "optimizer" in res.fits and res.fits["optimizer"].n_points == len(TINY.optimizer_params)
+    assert "fused=True" in res.profile["efficiency"]["optimizer"]["source"]
+
+
 def test_all_on_a_one_rank_machine_skips_collectives_with_a_note_and_alone_refuses():
     pytest.importorskip("torch")
     from simulator.calibrate.run import run_calibration

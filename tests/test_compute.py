@@ -20,7 +20,7 @@ from simulator.spec.model import ModelSpec
 from simulator.spec.training import Training
 
 
-def flat_profile(gemm=0.75, attention=0.5, attention_bwd=None, memory=0.8, peaks=None, gemm_fp8=None):
+def flat_profile(gemm=0.75, attention=0.5, attention_bwd=None, memory=0.8, peaks=None, gemm_fp8=None, optimizer=None):
     """An H100-like profile whose efficiency tables are constants (hand arithmetic stays simple)."""
     def curve(e):
         return dict(x=[1.0], efficiency=[e], x_unit="any", source="test constant")
@@ -31,6 +31,8 @@ def flat_profile(gemm=0.75, attention=0.5, attention_bwd=None, memory=0.8, peaks
         eff["attention_bwd"] = curve(attention_bwd)
     if gemm_fp8 is not None:
         eff["gemm_fp8"] = curve(gemm_fp8)
+    if optimizer is not None:
+        eff["optimizer"] = curve(optimizer)
     return hardware_from_dict({
         "name": "flat-h100",
         "gpu": {"model": "H100-like", "hbm_gb": 80, "hbm_gb_per_s": 3000,
@@ -275,6 +277,9 @@ def test_optimizer_step_time_for_llama3_8b_on_one_gpu_and_with_zero():
     off = C.optimizer_step_s(m, Training(seq_length=8192, global_batch_size=8, offload_optimizer=True),
                              hardware=hw, tp=1, pp=1, dp=1)
     assert off[0] == 0
+    # a calibrated `optimizer` table (parasim calibrate optimizer) replaces η_memory for the step
+    opt = C.optimizer_step_s(m, tr, hardware=flat_profile(memory=0.8, optimizer=0.6), tp=1, pp=1, dp=1)
+    assert opt[0] == pytest.approx(m.total_params() * 30 / (3000e9 * 0.6))
 
 
 def test_tied_head_is_a_second_copy_only_on_another_rank():

@@ -310,3 +310,44 @@ def bench_memory(*, sizes_bytes: Sequence[int], dtype: str = "bf16", device: str
         del x, y, out
     _sync(torch, device)
     return pd.DataFrame(rows)
+
+
+def bench_optimizer(*, param_counts: Sequence[int], dtype: str = "bf16", device: str = "cpu", warmup: int = 3,
+                    iters: int = 10, tensors: int = 8):
+    """Time one `torch.optim.AdamW(fused=True).step()` over `param_counts` parameters (each split into
+    `tensors` equal tensors), parameters, gradients and moments all in `dtype` (no master copy).
+
+    Bytes moved per step: params · optimizer_bytes_per_param of that setup (cost/compute.py: read the
+    gradient, read + write the parameter and each moment; 14 B/param in bf16, 28 in fp32), so the
+    fitted efficiency applies to the optimizer model's byte count. Rows: kernel, dtype, params,
+    bytes_moved, time_s, bytes_per_s, timer.
+    """
+    torch = import_torch()
+    import pandas as pd
+
+    from ..cost.compute import optimizer_bytes_per_param
+    from ..spec.training import Training
+
+    td = _torch_dtype(torch, dtype)
+    tr = Training(seq_length=1, global_batch_size=1, precision=dtype if dtype != "fp8" else "bf16", grad_dtype=dtype,
+                  master_weights=False, optimizer="adamw", optimizer_dtype=dtype)
+    per_param = optimizer_bytes_per_param(tr)
+    rows = []
+    for n in param_counts:
+        each = max(1, int(n) // tensors)
+        ps = [torch.zeros(each, device=device, dtype=td, requires_grad=True) for _ in range(tensors)]
+        for p in ps:
+            p.grad = torch.rand_like(p)
+        try:
+            opt = torch.optim.AdamW(ps, lr=1e-4, fused=True)
+        except (RuntimeError, TypeError) as exc:
+            raise InputError(f"fused AdamW is not available for {dtype} on {device}: {exc}") from None
+        opt.step()  # the moments exist from here on, as in training
+        t = time_callable(opt.step, device=device, warmup=warmup, iters=iters)
+        params = each * tensors
+        rows.append({"kernel": "fused_adamw", "dtype": dtype, "params": float(params),
+                     "bytes_moved": float(params * per_param), "time_s": t.median_s,
+                     "bytes_per_s": params * per_param / t.median_s, "timer": t.timer})
+        del ps, opt
+    _sync(torch, device)
+    return pd.DataFrame(rows)

@@ -10,6 +10,7 @@ Tables (x and efficiency as in spec/hardware.py):
 - attention:     x = sequence length; forward model FLOP/s (causal-halved) / peak
 - attention_bwd: x = sequence length; backward model FLOP/s (2× forward) / peak
 - memory:        x = bytes moved by one kernel; achieved bytes/s / HBM peak bandwidth
+- optimizer:     x = bytes one fused AdamW step moves (optimizer_bytes_per_param); achieved bytes/s / HBM peak
 - nvlink_ring, nvls, nvlink_p2p, network: see nccl_tests.py
 """
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Grid:
     collective_sizes_bytes: tuple[int, ...]
     warmup: int
     iters: int
+    optimizer_params: tuple[int, ...] = (2**12, 2**14, 2**16)
 
 
 GRIDS = {
@@ -52,12 +54,13 @@ GRIDS = {
     "cpu": Grid(hidden_sizes=(64, 128, 256), tokens=(32, 128), tp_degrees=(1, 2), kv_fraction=1.0,
                 seq_lengths=(64, 128, 256), head_dims=(32, 64), attention_heads=4,
                 memory_sizes_bytes=(2**16, 2**18, 2**20, 2**22), collective_sizes_bytes=(2**12, 2**16, 2**20),
-                warmup=2, iters=5),
+                warmup=2, iters=5, optimizer_params=(2**12, 2**14, 2**16, 2**18)),
     # GPU: the shapes of 1B-400B-class layers (h 1k-8k, 1k-16k tokens per micro-batch, TP 1-8, GQA 8:1)
     "gpu": Grid(hidden_sizes=(1024, 2048, 4096, 8192), tokens=(1024, 4096, 16384), tp_degrees=(1, 2, 4, 8),
                 kv_fraction=0.125, seq_lengths=(512, 1024, 2048, 4096, 8192, 16384, 32768), head_dims=(64, 128),
                 attention_heads=32, memory_sizes_bytes=tuple(2**e for e in range(20, 31, 2)),
-                collective_sizes_bytes=tuple(2**e for e in range(16, 31, 2)), warmup=5, iters=20),
+                collective_sizes_bytes=tuple(2**e for e in range(16, 31, 2)), warmup=5, iters=20,
+                optimizer_params=tuple(2**e for e in range(20, 31, 2))),
 }
 
 
@@ -82,6 +85,7 @@ def attention_points(df, peak_flops_per_s: float, pass_: str):
 
 
 def memory_points(df, peak_bytes_per_s: float):
+    """x = bytes moved per kernel (or per optimizer step), efficiency = achieved bytes/s / HBM peak."""
     return df["bytes_moved"].to_numpy(float), df["bytes_per_s"].to_numpy(float) / peak_bytes_per_s
 
 
@@ -105,6 +109,10 @@ def fit_compute_tables(measurements: Mapping[str, object], *, peak_flops_per_s: 
         kinds = ", ".join(sorted(measurements["memory"]["kernel"].unique()))
         fits["memory"] = fit_efficiency_curve(x, e, name="memory", x_unit="bytes moved per kernel",
                                               source=f"{label}: memory-bound kernels ({kinds})")
+    if "optimizer" in measurements:
+        x, e = memory_points(measurements["optimizer"], peak_bytes_per_s)
+        fits["optimizer"] = fit_efficiency_curve(x, e, name="optimizer", x_unit="bytes moved per optimizer step",
+                                                 source=f"{label}: torch AdamW(fused=True).step()")
     return fits
 
 
@@ -165,7 +173,7 @@ def _host_memory_bytes() -> float:
 def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | None = None, base: str | None = None,
                     name: str = "measured", grid: str | Grid | None = None, world_size: int | None = None,
                     progress=None) -> CalibrationResult:
-    """Measure `kinds` ⊆ {gemm, attention, memory, collectives}, fit the tables, build the profile.
+    """Measure `kinds` ⊆ {gemm, attention, memory, optimizer, collectives}, fit the tables, build the profile.
 
     Collectives need two ranks: asked for with other kinds on a one-GPU machine (`calibrate all`),
     they are skipped with a note; asked for alone, the one-rank world is an error.
@@ -181,7 +189,7 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
     from .collectives import bench_collectives
     from .profile_writer import base_profile_dict, cpu_base_profile_dict, measured_profile_dict
 
-    allowed = ("gemm", "attention", "memory", "collectives")
+    allowed = ("gemm", "attention", "memory", "optimizer", "collectives")
     bad = [k for k in kinds if k not in allowed]
     if bad or not kinds:
         raise InputError(f"unknown calibration kind {bad[0] if bad else ''!r}; expected some of {', '.join(allowed)}")
@@ -210,6 +218,11 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
         say("memory")
         m["memory"] = mb.bench_memory(sizes_bytes=g.memory_sizes_bytes, dtype=dtype, device=device,
                                       warmup=g.warmup, iters=g.iters)
+
+    if "optimizer" in kinds:
+        say("optimizer")
+        m["optimizer"] = mb.bench_optimizer(param_counts=g.optimizer_params, dtype=dtype, device=device,
+                                            warmup=g.warmup, iters=g.iters)
 
     if base is not None:
         base_d = base_profile_dict(base)

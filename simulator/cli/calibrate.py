@@ -7,7 +7,7 @@ import click
 
 from ..errors import InputError
 
-_KINDS = ("gemm", "attention", "memory", "collectives")
+_KINDS = ("gemm", "attention", "memory", "optimizer", "collectives")
 
 
 def _need_torch():
@@ -94,8 +94,9 @@ def _bench_command(kind_name, kinds, help_text):
 _bench_command("gemm", ("gemm",), "Time transformer-layer GEMMs (fwd, dgrad, wgrad over hidden × tokens × TP) and fit [efficiency.gemm].")
 _bench_command("attention", ("attention",), "Time causal scaled_dot_product_attention fwd/bwd over sequence lengths and head dims; fit attention, attention_bwd.")
 _bench_command("memory", ("memory",), "Time copy/add/RMSNorm/SiLU over buffer sizes and fit [efficiency.memory].")
+_bench_command("optimizer", ("optimizer",), "Time torch's fused AdamW step over parameter counts and fit [efficiency.optimizer] (the optimizer step's HBM efficiency; without it the memory table is used).")
 _bench_command("collectives", ("collectives",), "Time torch.distributed collectives on the local GPUs (gloo on CPU) and fit the collective tables.")
-_bench_command("all", _KINDS, "gemm + attention + memory + collectives.")
+_bench_command("all", _KINDS, "gemm + attention + memory + optimizer + collectives.")
 
 
 @calibrate.command("nccl-tests")

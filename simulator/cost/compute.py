@@ -736,7 +736,7 @@ def optimizer_step_s(model: ModelSpec, training: Training, layout=None, hardware
     """Optimizer-step time per pipeline rank, shape (pp,) or (N, pp): a memory-bound pass over the
     parameters whose optimizer state the rank owns,
 
-        t = P_rank · optimizer_bytes_per_param / (HBM bytes/s · η_memory(bytes)),
+        t = P_rank · optimizer_bytes_per_param / (HBM bytes/s · η_optimizer(bytes)),
 
     P_rank = non-expert / Z + expert / Z_e of the rank (rank_param_counts), with Z = 1 and Z_e = 1
     without ZeRO, Z = (shard_group_size or dp)·cp and Z_e = dp·cp/ep with zero ≥ 1 (Megatron's
@@ -783,11 +783,15 @@ def optimizer_params_step_s(training: Training, hardware, *, non_expert, expert,
     """Optimizer-step time of a rank holding `non_expert` and `expert` parameters whose state is
     sharded `shard_degree` / `expert_shard_degree` ways (arrays broadcast):
 
-        t = (Ψ / Z + Ψ_exp / Z_e) · optimizer_bytes_per_param / (HBM bytes/s · η_memory(bytes));
+        t = (Ψ / Z + Ψ_exp / Z_e) · optimizer_bytes_per_param / (HBM bytes/s · η_optimizer(bytes));
 
-    0 with `offload_optimizer` (the step runs on the host)."""
+    η_optimizer is the profile's `optimizer` table (`parasim calibrate optimizer`: torch's fused AdamW
+    timed over parameter counts) and η_memory where the profile has none. 0 with `offload_optimizer`
+    (the step runs on the host)."""
     params = non_expert / shard_degree + expert / expert_shard_degree
     bytes_ = params * optimizer_bytes_per_param(training)
     if training.offload_optimizer:
         return np.zeros_like(bytes_)
+    if hardware.has_efficiency("optimizer"):
+        return bytes_ / (hardware.hbm_bytes_per_s * hardware.interp_efficiency("optimizer", np.maximum(bytes_, 1.0)))
     return _memory_time(bytes_, 1.0, hardware)
