@@ -391,13 +391,14 @@ def _real_kernel():
     return est
 
 
-@pytest.mark.parametrize("gpus", [16, 24])  # 24: pp = 3 splits 32 layers unevenly (11, 11, 10)
-def test_vectorised_sweep_equals_estimate_row_by_row(gpus):
+# 24: pp = 3 splits 32 layers unevenly (11, 11, 10); torch-fp32: the loss's working set on the last stage
+@pytest.mark.parametrize("gpus,cross_entropy", [(16, "vocab-parallel"), (24, "vocab-parallel"), (16, "torch-fp32")])
+def test_vectorised_sweep_equals_estimate_row_by_row(gpus, cross_entropy):
     est = _real_kernel()
     from simulator.spec.scenario import load_scenario
 
     sc = load_scenario(model="llama3-8b", hardware="dgx-h100", num_gpus=gpus, seq_length=4096,
-                       global_batch_size=48 * gpus // 12, require_layout=False)
+                       global_batch_size=48 * gpus // 12, require_layout=False, cross_entropy=cross_entropy)
     space = SweepSpace(micro_batch_size=[1, 2], schedule=["1f1b", "interleaved", "zb-h1"], max_vpp=4)
     df = run_sweep(sc, space, time_infeasible=True)
     assert len(df) > 300
