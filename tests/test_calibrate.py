@@ -80,6 +80,13 @@ def test_cpu_calibration_writes_a_loadable_profile_with_provenance(tmp_path):
     assert set(a["pass"]) == {"fwd", "bwd"} and (a["time_s"] > 0).all()
 
 
+def test_warm_up_keeps_the_device_busy_for_the_time_asked():
+    pytest.importorskip("torch")
+    t0 = time.perf_counter()
+    n = mb.warm_up(device="cpu", seconds=0.05, size=64, dtype="fp32")
+    assert time.perf_counter() - t0 >= 0.05 and n >= 8 and n % 8 == 0
+
+
 def test_optimizer_benchmark_times_torch_fused_adamw_and_fits_its_table():
     torch = pytest.importorskip("torch")
     from simulator.calibrate.run import run_calibration

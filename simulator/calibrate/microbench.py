@@ -351,3 +351,21 @@ def bench_optimizer(*, param_counts: Sequence[int], dtype: str = "bf16", device:
         del ps, opt
     _sync(torch, device)
     return pd.DataFrame(rows)
+
+
+def warm_up(*, device: str, seconds: float = 2.0, size: int = 4096, dtype: str = "bf16") -> int:
+    """Keep the device busy with size³ matrix products for `seconds` before anything is timed, so the
+    first measured shapes do not run while the clocks leave idle (a first calibration on an idle H100
+    timed its first GEMM shapes up to ~1.8× slower than a second one: docs/validation-h100.md).
+    Returns the number of products run."""
+    torch = import_torch()
+    td = _torch_dtype(torch, dtype)
+    a = torch.rand(size, size, device=device, dtype=td)
+    n, t0 = 0, time.perf_counter()
+    while True:
+        torch.matmul(a, a)
+        n += 1
+        if n % 8 == 0:
+            _sync(torch, device)
+            if time.perf_counter() - t0 >= seconds:
+                return n

@@ -205,6 +205,9 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
     notes = []
 
     m: dict[str, object] = {}
+    if on_gpu and any(k != "collectives" for k in kinds):
+        say("warm-up (2 s)")
+        mb.warm_up(device=device, dtype=dtype)
     if "gemm" in kinds or (not on_gpu and base is None):
         say("gemm")
         shapes = mb.transformer_gemm_shapes(hidden_sizes=g.hidden_sizes, tokens=g.tokens, tp_degrees=g.tp_degrees,
