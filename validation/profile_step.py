@@ -1,0 +1,135 @@
+"""Kernel-time breakdown of `train_step.py` configurations: where a measured step's time goes.
+
+For each configuration: build the harness model (train_step.build_model), run the warm-up steps, then
+profile `--steps` steps with torch.profiler and sum the device time of every kernel by category
+(`kernel_category`: gemm, attention, optimizer, elementwise / reduction, copy, other). The GPU's busy
+time (the union of kernel intervals) against the steps' wall time gives the idle share: launch gaps
+the GPU spends waiting on the host. One CSV row per (configuration, category), a `_busy` and a
+`_wall` row, and the 25 longest kernels by name (`kernel:<category>` rows). Times are per step.
+
+    python validation/profile_step.py --grid gpu --pick 9,21 --out validation/h100/kernel_breakdown.csv
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import train_step  # noqa: E402
+
+CATEGORIES = (  # first match wins; names of CUDA kernels as torch 2.x / cuBLAS / FlashAttention / cuDNN emit them
+    ("optimizer", re.compile(r"adam|multi_tensor|fused_adamw", re.I)),
+    ("attention", re.compile(r"flash|fmha|sdpa|attention|cudnn_generated|scaled_dot", re.I)),
+    ("gemm", re.compile(r"gemm|xmma|cutlass|sm90|sm80|nvjet|matmul|cublas", re.I)),
+    ("copy", re.compile(r"memcpy|memset|copy|cat|fill", re.I)),
+    ("elementwise", re.compile(r"elementwise|vectorized|reduce|softmax|norm|loss|nll|index|scatter|gather|silu|"
+                               r"mul|add|div|where|unrolled", re.I)),
+)
+
+
+def kernel_category(name: str) -> str:
+    for cat, rx in CATEGORIES:
+        if rx.search(name):
+            return cat
+    return "other"
+
+
+def _union_s(intervals) -> float:
+    """Total length of the union of [start, end) intervals (microseconds in, seconds out)."""
+    total, end_max = 0.0, None
+    for a, b in sorted(intervals):
+        if end_max is None or a > end_max:
+            total += b - a
+            end_max = b
+        elif b > end_max:
+            total += b - end_max
+            end_max = b
+    return total * 1e-6
+
+
+def profile_config(cfg, *, device: str, warmup: int, steps: int, optimizer_impl: str = "fused",
+                   grad_buffer: str = "persistent") -> list[dict]:
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    td = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.dtype]
+    cuda = device.startswith("cuda")
+    model = train_step.build_model(cfg, torch, device, td)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4, **{optimizer_impl: True})
+    g = torch.Generator(device="cpu").manual_seed(1)
+    tokens = torch.randint(0, cfg.vocab, (cfg.micro_batch, cfg.seq + 1), generator=g).to(device)
+    inp, lab = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    def step():
+        opt.zero_grad(set_to_none=grad_buffer == "set-to-none")
+        model(inp, lab).backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    if cuda:
+        torch.cuda.synchronize()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / steps
+    sums: dict[str, float] = {}
+    names: dict[str, float] = {}
+    intervals = []
+    for e in prof.events():
+        if not (cuda and str(getattr(e, "device_type", "")).endswith("CUDA")):
+            continue
+        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
+        if not us:
+            continue
+        cat = kernel_category(e.name)
+        sums[cat] = sums.get(cat, 0.0) + us * 1e-6 / steps
+        names[e.name] = names.get(e.name, 0.0) + us * 1e-6 / steps
+        intervals.append((e.time_range.start, e.time_range.end))
+    rows = [{"run_id": cfg.run_id, "category": c, "kernel": "", "time_s": t} for c, t in sorted(sums.items())]
+    rows.append({"run_id": cfg.run_id, "category": "_busy", "kernel": "", "time_s": _union_s(intervals) / steps})
+    rows.append({"run_id": cfg.run_id, "category": "_wall", "kernel": "", "time_s": wall})
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:25]  # the kernels behind the categories
+    rows += [{"run_id": cfg.run_id, "category": "kernel:" + kernel_category(n), "kernel": n[:160], "time_s": t}
+             for n, t in top]
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--grid", choices=["gpu", "gpu-holdout", "cpu"], required=True)
+    ap.add_argument("--pick", default="", help="comma-separated indices into the grid (default: all)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
+    grid = {"gpu": train_step.GPU_GRID, "gpu-holdout": train_step.HOLDOUT_GRID, "cpu": train_step.CPU_GRID}[a.grid]
+    cfgs = [grid[int(i)] for i in a.pick.split(",")] if a.pick else grid
+    with open(a.out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["run_id", "category", "kernel", "time_s"])
+        w.writeheader()
+        for cfg in cfgs:
+            rows = profile_config(cfg, device=device, warmup=a.warmup, steps=a.steps)
+            w.writerows(rows)
+            f.flush()
+            print(cfg.run_id, {r["category"]: round(r["time_s"] * 1e3, 2) for r in rows if not r["kernel"]}, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
