@@ -90,6 +90,8 @@ def profile_config(cfg, *, device: str, warmup: int, steps: int, optimizer_impl:
     for e in prof.events():
         if not (cuda and str(getattr(e, "device_type", "")).endswith("CUDA")):
             continue
+        if getattr(e, "is_user_annotation", False) or "#" in e.name:  # ranges such as Optimizer.step#AdamW.step
+            continue
         us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
         if not us:
             continue
