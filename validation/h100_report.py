@@ -351,7 +351,7 @@ def generate() -> str:
         f"{_per_head_dim(res)}: the runs at head dim 128, most of them and most already predicted too fast, get "
         "faster. The pooled table's pessimism at head dim 128 was offsetting time the model does not hold for "
         "this plain-torch harness: the GPU's idle time between kernels (finding 9). The simulator keeps the "
-        "pooled table until that missing time is found; the per-head-dimension fit is computed here from the "
+        "pooled table until that idle time is modelled; the per-head-dimension fit is computed here from the "
         "committed points.",
         "",
         "## Where the time goes: kernels against idle GPU",
