@@ -203,11 +203,18 @@ def kernel_table(prim) -> tuple[list[str], "object"]:
         idle = 1 - r["_busy"] / r["_wall"]
         idle_u = 1 - r["_busy"] / x["measured_step_s"]
         e_fb, e_op = _err(x["predicted_fwd_bwd_s"], kern), _err(x["predicted_opt_s"], r.get("optimizer", float("nan")))
-        rows.append({"idle": idle, "idle_u": idle_u, "fb": e_fb, "eager": rid.endswith("eager")})
+        rows.append({"run_id": rid, "idle": idle, "idle_u": idle_u, "idle_s": x["measured_step_s"] - r["_busy"],
+                     "fb": e_fb, "eager": rid.endswith("eager")})
         out.append(f"| {rid} | {1e3 * x['measured_step_s']:.1f} | {1e3 * r['_wall']:.1f} | {1e3 * r['_busy']:.1f} | "
                    f"{_abs_pct(idle)} | {_abs_pct(idle_u)} | {1e3 * kern:.1f} | {1e3 * x['predicted_fwd_bwd_s']:.1f} | {_pct(e_fb)} | "
                    f"{1e3 * r.get('optimizer', 0.0):.1f} | {1e3 * x['predicted_opt_s']:.1f} | {_pct(e_op)} |")
     return out + [""], pd.DataFrame(rows)
+
+
+def _idle_ms(kdf) -> str:
+    """Idle ms (unprofiled step less profiled busy) of the profiled runs that differ only in sequence."""
+    pick = kdf[kdf["run_id"].str.startswith("L8-h4096-a32-kv8-f14336-s") & kdf["run_id"].str.endswith("-b1-none-bf16-sdpa")]
+    return ", ".join(f"{1e3 * r.idle_s:.1f} ms at seq {r.run_id.split('-')[5][1:]}" for r in pick.itertuples())
 
 
 def _first_shapes() -> str:
@@ -369,9 +376,9 @@ def generate() -> str:
         f"{_pct(kdf[~kdf['eager']]['fb'].median())}), while the GPU sat idle for "
         f"{_abs_pct(kdf[~kdf['eager']]['idle'].min())} to {_abs_pct(kdf[~kdf['eager']]['idle'].max())} of the profiled "
         f"step ({_abs_pct(kdf[~kdf['eager']]['idle_u'].min())} to {_abs_pct(kdf[~kdf['eager']]['idle_u'].max())} of the "
-        "unprofiled one, taking the profiled busy time): most likely the host launching eager PyTorch's many "
-        "small kernels one by one, worst for the small model and for eager attention. parasim models device time "
-        "only; a framework that fuses kernels or captures CUDA graphs closes such gaps, this harness does not. "
+        f"unprofiled one, taking the profiled busy time). Its cause is not established here: host launch "
+        f"overhead alone would not grow with the sequence, yet the idle time does ({_idle_ms(kdf)}). parasim "
+        "models device time only. "
         "The optimizer kernels include zero_grad's zeroing of the kept gradients, a multi-tensor kernel of its "
         "own that parasim does not count.",
         "",
