@@ -105,3 +105,13 @@ def test_full_recompute_saves_less_than_none_on_cpu():
     none = ts.run_config(ts.StepConfig(**kw), warmup=0, steps=1)
     full = ts.run_config(ts.StepConfig(**kw, recompute="full"), warmup=0, steps=1)
     assert full["params"] == none["params"] and full["peak_mem_bytes"] < none["peak_mem_bytes"]
+
+
+def test_train_step_refuses_unknown_optimizer_and_gradient_modes():
+    pytest.importorskip("torch")
+    ts = _load("train_step")
+    cfg = ts.CPU_GRID[0]
+    with pytest.raises(ValueError, match="optimizer_impl must be one of fused, foreach, got 'apex'"):
+        ts.run_config(cfg, optimizer_impl="apex")
+    with pytest.raises(ValueError, match="grad_buffer must be one of persistent, set-to-none, got 'zero'"):
+        ts.run_config(cfg, grad_buffer="zero")

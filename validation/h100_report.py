@@ -37,7 +37,13 @@ PROFILES = (("lent.toml", "calibrated (lent.toml)"), ("lent-opt.toml", "calibrat
 
 
 def _err(p, m):
-    return p / m - 1.0
+    """simulator.validate.signed_error (predicted / measured − 1), keeping a pandas index when given one."""
+    import pandas as pd
+
+    from simulator.validate import signed_error
+
+    e = signed_error(p, m)
+    return pd.Series(e, index=p.index) if isinstance(p, pd.Series) else float(e)
 
 
 def predictions():
