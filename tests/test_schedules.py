@@ -30,6 +30,35 @@ def test_interleaved_rank0_begins_as_documented():
     assert s.notation(0).startswith("0F0 0F1 0F2 0F3 4F0 4F1 4F2 4F3 0F4 0F5")
 
 
+def test_gpipe_and_zb_h2_golden_rows():
+    assert build("gpipe", pp=2, microbatches=3).notation_rows() == ["0F0 0F1 0F2 0B0 0B1 0B2",
+                                                                  "1F0 1F1 1F2 1B0 1B1 1B2"]
+    # ZB-H2 (Qi et al. 2024 §2.2): rank r warms up with min(m, 2(p-r)-1) forwards, then B_j, W_(j-r), F
+    assert build("zb-h2", pp=2, microbatches=4).notation_rows() == [
+        "0F0 0F1 0F2 0I0 0W0 0F3 0I1 0W1 0I2 0W2 0I3 0W3",
+        "1F0 1I0 1F1 1I1 1W0 1F2 1I2 1W1 1F3 1I3 1W2 1W3",
+    ]
+
+
+def test_compiled_flush_columns_equal_numpy_on_random_shapes():
+    # the C loop that lays out flushed schedules (GPipe, 1F1B, ZB-H1/H2) against the numpy layout,
+    # on random warm-ups (some past m), slot offsets (some past ±m) and tails
+    from simulator.pipeline import native
+    from simulator.schedules.op import _flush_columns_numpy
+
+    if native.LIB is None:
+        pytest.skip("simulator/pipeline/_native.c is not built")
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        R, m, ns = int(rng.integers(1, 9)), int(rng.integers(1, 20)), int(rng.integers(0, 4))
+        warm, tail = rng.integers(-2, m + 3, R), rng.integers(-2, m + 3, R)
+        kinds, offsets = rng.integers(0, 3, ns), rng.integers(-m - 2, m + 3, (ns, R))
+        fast = native.flush_columns(warm, kinds, offsets, tail, m)
+        ref = _flush_columns_numpy(warm, kinds, offsets, tail, m)
+        for a, b in zip(fast, ref):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("name", SCHEDULE_NAMES)
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (6, 24)])
 def test_every_schedule_is_complete_and_runs(name, p, m):

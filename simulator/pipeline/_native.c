@@ -252,45 +252,80 @@ int64_t parasim_replay_multi(int64_t N, int64_t S, int64_t R, const int64_t *sid
     return 0;
 }
 
+/* One op of `parasim_shape_tables`, in rank order: its dependency, second dependency and rank
+   predecessor (n: none) and 4 * duration code + hop flags, together so that reading the ops in level
+   order touches one cache line per op (16 bytes) instead of one per column. */
+typedef struct {
+    int32_t dep, dep2, rp, info;
+} shape_op;
+
+/* `parasim_levels` over shape_op (int32 levels): the ops in level order into out (n); -1 on deadlock. */
+static int64_t shape_levels(int64_t R, const int64_t *offs, const shape_op *op, int64_t n, int32_t *level,
+                            int64_t *ptr, int32_t *out) {
+    for (int64_t i = 0; i < n; i++) level[i] = INT32_MAX;
+    level[n] = -1; /* sentinel: "no dependency" is always satisfied */
+    for (int64_t r = 0; r < R; r++) ptr[r] = offs[r];
+    int64_t count = 0;
+    for (int32_t k = 0; count < n; k++) {
+        int64_t taken = 0;
+        for (int64_t r = 0; r < R; r++) {
+            int64_t h = ptr[r];
+            if (h < offs[r + 1] && level[op[h].dep] < k && level[op[h].dep2] < k) {
+                level[h] = k;
+                out[count++] = (int32_t)h;
+                taken++;
+                ptr[r] = h + 1;
+            }
+        }
+        if (taken == 0) return -1;
+    }
+    return 0;
+}
+
 /* A schedule shape's replay tables straight from a builder's op columns (rank order; counts per
-   rank): the dependency rule and checks of `Schedule.arrays`, the levels above, then what
-   `replay_multi` reads (`replay._packed`), the (rank, stage, kind) op counts (`replay._busy_table`,
-   dense: busy (R * S * 4), zeroed by the caller) and the in-flight peak per rank with unit weights
-   (`replay.inflight_profile`). One pass each instead of numpy's dozens. Returns 0; 1 if the columns
-   break a rule of `Schedule.arrays` and 2 on deadlock (the caller then runs the numpy path, which
-   raises with the message), -1 if scratch memory could not be allocated. */
+   rank): the dependency rule and checks of `Schedule.arrays`, the levels of `parasim_levels`, then
+   what `replay_multi` reads (`replay._packed`), the (rank, stage, kind) op counts
+   (`replay._busy_table`, dense: busy (R * S * 4), zeroed by the caller) and the in-flight peak per
+   rank with unit weights (`replay.inflight_profile`). One pass each instead of numpy's dozens, over
+   int32 scratch (op counts below 2^31). Returns 0; 1 if the columns break a rule of
+   `Schedule.arrays` and 2 on deadlock (the caller then runs the numpy path, which raises with the
+   message), -1 if scratch memory could not be allocated or the shape is too large for int32. */
 int64_t parasim_shape_tables(int64_t R, int64_t S, int64_t M, int64_t n, const int64_t *kind, const int64_t *stage,
                              const int64_t *mb, const uint8_t *incw, const uint8_t *paired, const int64_t *counts,
                              int32_t *code, int32_t *pdep, int32_t *pdep2, int32_t *prp, int32_t *hop, double *busy,
                              double *inflight) {
     int64_t SM = S * M, status = 0;
-    int64_t *table = malloc(sizeof(int64_t) * (size_t)(3 * SM + 1));
-    int64_t *w = malloc(sizeof(int64_t) * (size_t)(9 * (n + 1) + 2 * (R + 1)));
-    if (!table || !w) {
+    if (n >= INT32_MAX / 4 || 3 * SM >= INT32_MAX || 4 * S >= INT32_MAX / 4) return -1;
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)(3 * SM + 1));
+    int32_t *w = malloc(sizeof(int32_t) * (size_t)(4 * (n + 1)));
+    shape_op *op = malloc(sizeof(shape_op) * (size_t)(n + 1));
+    int64_t *offs = malloc(sizeof(int64_t) * (size_t)(2 * (R + 1)));
+    if (!table || !w || !op || !offs) {
         free(table);
         free(w);
+        free(op);
+        free(offs);
         return -1;
     }
-    int64_t *rank = w, *dep = rank + n + 1, *dep2 = dep + n + 1, *rp = dep2 + n + 1, *bnd = rp + n + 1;
-    int64_t *bnd2 = bnd + n + 1, *level = bnd2 + n + 1, *order = level + n + 1, *pos = order + n + 1;
-    int64_t *offs = pos + n + 1, *ptr = offs + R + 1;
+    int32_t *rank = w, *level = rank + n + 1, *order = level + n + 1, *pos = order + n + 1;
+    int64_t *ptr = offs + R + 1;
     offs[0] = 0;
     for (int64_t r = 0; r < R; r++) {
         offs[r + 1] = offs[r] + counts[r];
-        for (int64_t i = offs[r]; i < offs[r + 1]; i++) rank[i] = r;
+        for (int64_t i = offs[r]; i < offs[r + 1]; i++) rank[i] = (int32_t)r;
     }
     for (int64_t k = 0; k < 3 * SM; k++) table[k] = -1;
     for (int64_t i = 0; i < n; i++) { /* ranges, then no op twice */
         if (stage[i] < 0 || stage[i] >= S || mb[i] < 0 || mb[i] >= M || kind[i] < 0 || kind[i] > 2) goto invalid;
         int64_t key = (kind[i] * S + stage[i]) * M + mb[i];
         if (table[key] >= 0) goto invalid;
-        table[key] = i;
+        table[key] = (int32_t)i;
     }
     for (int64_t k = 0; k < SM; k++) { /* F and B of every (stage, microbatch); W exactly when B lacks it */
         int64_t b = table[SM + k];
         if (table[k] < 0 || b < 0 || (table[2 * SM + k] >= 0) != !incw[b]) goto invalid;
     }
-    for (int64_t i = 0; i < n; i++) { /* the one dependency rule (Schedule.arrays) */
+    for (int64_t i = 0; i < n; i++) { /* the one dependency rule (Schedule.arrays); hop bit 1 */
         int64_t s = stage[i], dk, ds;
         if (kind[i] == 0) {
             dk = 0;
@@ -303,42 +338,37 @@ int64_t parasim_shape_tables(int64_t R, int64_t S, int64_t M, int64_t n, const i
             ds = s;
         }
         int64_t d = (kind[i] == 0 && s == 0) ? -1 : table[(dk * S + (ds < 0 ? 0 : ds > S - 1 ? S - 1 : ds)) * M + mb[i]];
-        dep[i] = d;
-        bnd[i] = (d >= 0 && rank[d] != rank[i] && kind[i] != 2) ? (kind[i] == 0 ? s - 1 : s) : -1;
-        rp[i] = i - 1;
+        int64_t code_i = 4 * s + (kind[i] == 0 ? 0 : kind[i] == 1 ? (incw[i] ? 2 : 1) : 3);
+        op[i].dep = (int32_t)(d < 0 ? n : d);
+        op[i].dep2 = (int32_t)n;
+        op[i].rp = (int32_t)(i - 1);
+        op[i].info = (int32_t)(4 * code_i + (d >= 0 && rank[d] != rank[i] && kind[i] != 2));
+        busy[(rank[i] * S + s) * 4 + (code_i & 3)] += 1.0;
     }
     for (int64_t r = 0; r < R; r++)
-        if (counts[r] > 0) rp[offs[r]] = -1;
-    for (int64_t i = 0; i < n; i++) { /* paired ops also wait for their partner's input */
-        dep2[i] = -1;
-        bnd2[i] = -1;
+        if (counts[r] > 0) op[offs[r]].rp = (int32_t)n;
+    for (int64_t i = 0; i < n; i++) { /* paired ops also wait for their partner's input; hop bit 2 */
         if (paired[i]) {
             if (i + 1 >= n || rank[i + 1] != rank[i]) goto invalid;
-            dep2[i] = dep[i + 1];
-            bnd2[i] = bnd[i + 1];
+            op[i].dep2 = op[i + 1].dep;
+            op[i].info |= 2 * (op[i + 1].info & 1);
         }
     }
-    for (int64_t i = 0; i < n; i++) { /* sentinel n for "none", as compile_schedule */
-        if (dep[i] < 0) dep[i] = n;
-        if (dep2[i] < 0) dep2[i] = n;
-        if (rp[i] < 0) rp[i] = n;
-    }
-    for (int64_t r = 0; r < R; r++) ptr[r] = offs[r];
-    if (parasim_levels(R, offs + 1, dep, dep2, n, level, ptr, order, pos) < 0) {
+    op[n].dep = op[n].dep2 = op[n].rp = (int32_t)n;
+    op[n].info = 0;
+    if (shape_levels(R, offs, op, n, level, ptr, order) < 0) {
         status = 2;
         goto done;
     }
-    for (int64_t j = 0; j < n; j++) pos[order[j]] = j;
-    pos[n] = n;
+    for (int64_t j = 0; j < n; j++) pos[order[j]] = (int32_t)j;
+    pos[n] = (int32_t)n;
     for (int64_t j = 0; j < n; j++) {
-        int64_t i = order[j];
-        int64_t dk = kind[i] == 0 ? 0 : kind[i] == 1 ? (incw[i] ? 2 : 1) : 3;
-        code[j] = (int32_t)(4 * stage[i] + dk);
-        pdep[j] = (int32_t)pos[dep[i]];
-        pdep2[j] = (int32_t)pos[dep2[i]];
-        prp[j] = (int32_t)pos[rp[i]];
-        hop[j] = (int32_t)((bnd[i] >= 0) + 2 * (bnd2[i] >= 0));
-        busy[(rank[i] * S + stage[i]) * 4 + dk] += 1.0;
+        shape_op o = op[order[j]];
+        code[j] = o.info >> 2;
+        hop[j] = o.info & 3;
+        pdep[j] = pos[o.dep];
+        pdep2[j] = pos[o.dep2];
+        prp[j] = pos[o.rp];
     }
     for (int64_t r = 0; r < R; r++) { /* +1 at F, -1 at the op that frees it (W, or B including W) */
         double acc = 0.0, peak = 0.0;
@@ -357,7 +387,56 @@ invalid:
 done:
     free(table);
     free(w);
+    free(op);
+    free(offs);
     return status;
+}
+
+/* Op columns of a flushed one-stage-per-rank schedule (schedules/op.py `flush_columns`): rank r runs
+   min(warm[r], m) forwards (microbatches 0, 1, ...), then steps j = 0..m-1, each running slot c's op
+   (kind skind[c], microbatch j + soff[c * R + r]) where that microbatch is in [0, m), slots in order,
+   then the W's of microbatches tail[r]..m-1. Writes kind, stage (the rank) and microbatch of the ops,
+   rank 0's first, and each rank's op count. The caller sizes the columns n; returns -1, writing
+   nothing, if the ops number other than n. */
+static inline int64_t clamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+int64_t parasim_flush_columns(int64_t R, int64_t m, int64_t ns, const int64_t *warm, const int64_t *skind,
+                              const int64_t *soff, const int64_t *tail, int64_t n, int64_t *kind,
+                              int64_t *stage, int64_t *mb, int64_t *counts) {
+    int64_t total = 0;
+    for (int64_t r = 0; r < R; r++) {
+        int64_t c_r = clamp(warm[r], 0, m) + (m - clamp(tail[r], 0, m));
+        for (int64_t c = 0; c < ns; c++) { /* j in [0, m) with 0 <= j + o < m */
+            int64_t o = clamp(soff[c * R + r], -m, m);
+            c_r += o >= 0 ? m - o : m + o;
+        }
+        counts[r] = c_r;
+        total += c_r;
+    }
+    if (total != n) return -1;
+    int64_t i = 0;
+    for (int64_t r = 0; r < R; r++) {
+        for (int64_t j = 0, w = clamp(warm[r], 0, m); j < w; j++, i++) {
+            kind[i] = 0;
+            stage[i] = r;
+            mb[i] = j;
+        }
+        for (int64_t j = 0; j < m; j++)
+            for (int64_t c = 0; c < ns; c++) {
+                int64_t x = j + soff[c * R + r];
+                if (x >= 0 && x < m) {
+                    kind[i] = skind[c];
+                    stage[i] = r;
+                    mb[i++] = x;
+                }
+            }
+        for (int64_t j = clamp(tail[r], 0, m); j < m; j++, i++) {
+            kind[i] = 2;
+            stage[i] = r;
+            mb[i] = j;
+        }
+    }
+    return i;
 }
 
 /* Sums of the rows of an (N, W) array, each left to right (numpy's cumsum order), so zeros padding a row

@@ -50,6 +50,8 @@ def _load():
     lib.parasim_first_ids.argtypes = [_n, _i64, _i64, _i64]
     lib.parasim_rank_sum.restype = None
     lib.parasim_rank_sum.argtypes = [_n] * 3 + [_f64] + [_i64] * 3 + [_u8, _n, _f64, _f64]
+    lib.parasim_flush_columns.restype = _n
+    lib.parasim_flush_columns.argtypes = [_n] * 3 + [_i64] * 4 + [_n] + [_i64] * 4
     lib.parasim_shape_tables.restype = _n
     lib.parasim_shape_tables.argtypes = [_n] * 4 + [_i64] * 3 + [_u8] * 2 + [_i64] + [_i32] * 5 + [_f64] * 2
     return lib
@@ -158,6 +160,22 @@ def replay_multi(tables: tuple, sid, F, B, W, P, out_mk, out_mk0, out_busy) -> N
     N, S = F.shape
     if LIB.parasim_replay_multi(N, S, out_busy.shape[1], sid, *tables, F, B, W, P, out_mk, out_mk0, out_busy):
         raise MemoryError("replay scratch memory")
+
+
+def flush_columns(warm: np.ndarray, kinds: np.ndarray, offsets: np.ndarray, tail_from: np.ndarray, m: int):
+    """(kind, stage, microbatch, ops per rank) of `schedules.op.flush_columns`'s flushed schedule: warm,
+    tail_from (R,), slot kinds (ns,) and microbatch offsets (ns, R). None without the C library."""
+    if LIB is None:
+        return None
+    warm, tail_from, kinds = (np.ascontiguousarray(x, dtype=np.int64) for x in (warm, tail_from, kinds))
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    R = len(warm)
+    n = int(np.clip(warm, 0, m).sum() + (m - np.clip(tail_from, 0, m)).sum() + (m - np.abs(np.clip(offsets, -m, m))).sum())
+    kind, stage, mb = (np.empty(n, dtype=np.int64) for _ in range(3))
+    counts = np.empty(R, dtype=np.int64)
+    if LIB.parasim_flush_columns(R, m, len(kinds), warm, kinds, offsets, tail_from, n, kind, stage, mb, counts) != n:
+        raise RuntimeError("flush_columns: the compiled op count differs from numpy's")  # a bug, not bad input
+    return kind, stage, mb, counts
 
 
 def shape_tables(columns: tuple, num_stages: int, num_microbatches: int):

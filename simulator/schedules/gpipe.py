@@ -6,7 +6,7 @@ microbatches = m on every rank (formulas.md §3.5, §5.2).
 """
 import numpy as np
 
-from .op import check_counts, make_schedule, rank_columns
+from .op import check_counts, flush_columns, make_schedule
 
 
 def build_gpipe(*, pp: int, microbatches: int, vpp: int = 1):
@@ -16,6 +16,6 @@ def build_gpipe(*, pp: int, microbatches: int, vpp: int = 1):
         from ..errors import InputError
         raise InputError(f"gpipe: vpp must be 1, got {vpp} (use 'interleaved' for virtual stages)")
     m = microbatches
-    per_rank = [(np.repeat([0, 1], m), np.full(2 * m, r), np.tile(np.arange(m), 2)) for r in range(pp)]
-    return make_schedule("gpipe", columns=rank_columns(per_rank, split=False), num_stages=pp, num_microbatches=m,
-                         chunks_per_rank=1)
+    # all m forwards as the warm-up, then one backward per step (a flushed schedule with one slot)
+    cols = flush_columns(np.full(pp, m), [(1, 0)], np.full(pp, m), m, split=False)
+    return make_schedule("gpipe", columns=cols, num_stages=pp, num_microbatches=m, chunks_per_rank=1)

@@ -17,15 +17,13 @@ def one_f_one_b_columns(*, pp: int, microbatches: int, split: bool = False, weig
     d = r) makes the W of microbatch j run right after the B of microbatch j+d instead (leftovers at
     the end)."""
     m = microbatches
-    r = np.arange(pp)[:, None]
-    warm = np.minimum(m, pp - r - 1)
-    d = np.zeros((pp, 1), np.int64) if weight_delay is None else np.asarray(weight_delay).reshape(pp, 1)
-    j = np.arange(m)[None, :]
-    slots = [(0, j + warm, j + warm < m), (1, np.broadcast_to(j, (pp, m)), np.ones((pp, m), bool))]
+    warm = np.minimum(m, pp - np.arange(pp) - 1)
+    d = np.zeros(pp, np.int64) if weight_delay is None else np.asarray(weight_delay, dtype=np.int64).reshape(pp)
+    slots = [(0, warm), (1, 0)]  # step j: F(j + warm-up), B(j) (then W(j - d))
     if split:
-        slots.append((2, j - d, j >= d))
-    tail = np.maximum(0, m - d[:, 0]) if split else np.full(pp, m)  # the W's not run yet
-    return flush_columns(warm[:, 0], slots, tail, m, split=split)
+        slots.append((2, -d))
+    tail = np.maximum(0, m - d) if split else np.full(pp, m)  # the W's not run yet
+    return flush_columns(warm, slots, tail, m, split=split)
 
 
 def build_1f1b(*, pp: int, microbatches: int, vpp: int = 1):

@@ -237,39 +237,41 @@ def check_counts(name: str, *, pp, microbatches, vpp=1):
             raise InputError(f"{name}: {label} must be >= 1, got {v}")
 
 
-def rank_columns(per_rank: list[tuple[np.ndarray, np.ndarray, np.ndarray]], *, stages=None, split: bool) -> tuple:
-    """`Schedule.columns` from per-rank (kind index, stage, microbatch) arrays in order; every B includes
-    the weight gradient unless `split`."""
-    kind = np.concatenate([k for k, _, _ in per_rank]).astype(np.int64)
-    stage = np.concatenate([st for _, st, _ in per_rank]).astype(np.int64)
-    mb = np.concatenate([j for _, _, j in per_rank]).astype(np.int64)
-    incw = (kind == 1) & (not split)
-    return kind, stage, mb, incw, np.zeros(len(kind), bool), np.array([len(k) for k, _, _ in per_rank])
-
-
 def flush_columns(warm, slots, tail_from, m: int, *, split: bool) -> tuple:
-    """`Schedule.columns` of a one-stage-per-rank flushed schedule (1F1B, ZB-H1/H2, PipeDream's window),
-    all ranks at once: rank r runs `warm[r]` warm-up forwards (microbatches 0, 1, ...), then steps
-    j = 0..m-1, each running slot 0's op, slot 1's, ... where valid, then the W's of microbatches
-    tail_from[r]..m-1. slots: (kind index, microbatch (R, m), valid (R, m)). Every B includes the
-    weight gradient unless `split`."""
-    warm, tail_from = np.asarray(warm)[:, None], np.asarray(tail_from)[:, None]
-    R, j = len(warm), np.arange(m)[None, :]
-    ns = len(slots)
-    kind = np.empty((R, m, ns), np.int64)
-    mb = np.empty((R, m, ns), np.int64)
-    ok = np.empty((R, m, ns), bool)
-    for c, (k, jj, v) in enumerate(slots):
-        kind[:, :, c], mb[:, :, c], ok[:, :, c] = k, jj, v
+    """`Schedule.columns` of a one-stage-per-rank flushed schedule (GPipe, 1F1B, ZB-H1/H2, PipeDream's
+    window), all ranks at once: rank r runs min(warm[r], m) warm-up forwards (microbatches 0, 1, ...),
+    then steps j = 0..m-1, each running slot 0's op, slot 1's, ... where its microbatch lies in [0, m),
+    then the W's of microbatches tail_from[r]..m-1. slots: (kind index, microbatch offset: an int or
+    (R,) per rank), the slot's op at step j running microbatch j + offset. Every B includes the weight
+    gradient unless `split`. Built by the compiled loop when it is there (a sweep's hundreds of shapes),
+    else with numpy (the same columns; tests compare them)."""
+    from ..pipeline import native
+
+    warm, tail_from = np.asarray(warm, dtype=np.int64), np.asarray(tail_from, dtype=np.int64)
+    R = len(warm)
+    kinds = np.array([k for k, _ in slots], dtype=np.int64)
+    offsets = np.array([np.broadcast_to(o, (R,)) for _, o in slots], dtype=np.int64).reshape(len(slots), R)
+    got = native.flush_columns(warm, kinds, offsets, tail_from, m)
+    if got is None:
+        got = _flush_columns_numpy(warm, kinds, offsets, tail_from, m)
+    kind, stage, mb, counts = got
+    return kind, stage, mb, (kind == 1) & (not split), np.zeros(len(kind), bool), counts
+
+
+def _flush_columns_numpy(warm, kinds, offsets, tail_from, m: int) -> tuple:
+    """(kind, stage, microbatch, ops per rank) of `flush_columns` with numpy: every (rank, slot, step) op
+    laid out in order with a validity mask, then the valid ones taken row by row."""
+    R, ns = len(warm), len(kinds)
+    j = np.arange(m)[None, :]
     full = (R, m)
-    kind = np.concatenate([np.zeros(full, np.int64), kind.reshape(R, -1), np.full(full, 2)], axis=1)
-    mb = np.concatenate([np.broadcast_to(j, full), mb.reshape(R, -1), np.broadcast_to(j, full)], axis=1)
-    ok = np.concatenate([np.broadcast_to(j < warm, full), ok.reshape(R, -1), np.broadcast_to(j >= tail_from, full)],
-                        axis=1)
+    mb = np.concatenate([np.broadcast_to(j, full),
+                         (j[:, :, None] + offsets.T[:, None, :]).reshape(R, m * ns), np.broadcast_to(j, full)], axis=1)
+    kind = np.concatenate([np.zeros(full, np.int64), np.broadcast_to(np.tile(kinds, m), (R, m * ns)),
+                           np.full(full, 2)], axis=1)
+    ok = np.concatenate([j < warm[:, None], (mb[:, m:m + m * ns] >= 0) & (mb[:, m:m + m * ns] < m),
+                         j >= tail_from[:, None]], axis=1)
     counts = ok.sum(axis=1)
-    kind, mb = kind[ok], mb[ok]  # row by row: rank 0's ops, then rank 1's, ...
-    return (kind, np.repeat(np.arange(R), counts), mb, (kind == 1) & (not split), np.zeros(len(kind), bool),
-            counts)
+    return kind[ok], np.repeat(np.arange(R), counts), mb[ok], counts
 
 
 def tiled(*segments) -> np.ndarray:

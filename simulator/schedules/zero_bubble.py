@@ -33,11 +33,9 @@ def build_zb_h2(*, pp: int, microbatches: int, vpp: int = 1):
     if vpp != 1:
         raise InputError(f"zb-h2: vpp must be 1, got {vpp}")
     m = microbatches
-    r = np.arange(pp)[:, None]
+    r = np.arange(pp)
     warm = np.minimum(m, 2 * (pp - r) - 1)
-    j = np.arange(m)[None, :]
     # step j: B(j), then W(j - r) as ZB-H1, then F(j + warm); leftover W's at the end
-    slots = [(1, np.broadcast_to(j, (pp, m)), np.ones((pp, m), bool)), (2, j - r, j >= r), (0, j + warm, j + warm < m)]
-    cols = flush_columns(warm[:, 0], slots, np.maximum(0, m - r[:, 0]), m, split=True)
+    cols = flush_columns(warm, [(1, 0), (2, -r), (0, warm)], np.maximum(0, m - r), m, split=True)
     return make_schedule("zb-h2", columns=cols, num_stages=pp, num_microbatches=m,
                          chunks_per_rank=1)
