@@ -269,6 +269,24 @@ def test_shape_tables_in_one_c_pass_equal_the_numpy_derivation(name):
         assert np.array_equal(fast.inflight, ref.inflight)
 
 
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1", "zb-h2"])
+def test_flushed_schedule_tables_from_their_description_equal_the_numpy_derivation(name):
+    # the sweep makes these shapes' tables in one C call from the FlushSpec, never building op lists:
+    # equal, array for array, to the numpy derivation from the built schedule
+    from simulator.pipeline import flush_shape_tables, native, shape_tables
+    from simulator.schedules import FLUSH_SPECS
+
+    if native.LIB is None:
+        pytest.skip("the compiled loops are not built")
+    for pp, m in [(1, 1), (1, 5), (2, 1), (3, 2), (4, 8), (5, 13), (8, 3), (16, 64)]:
+        fast = flush_shape_tables(FLUSH_SPECS[name](pp=pp, microbatches=m))
+        ref = shape_tables(compile_schedule(build(name, pp=pp, microbatches=m)))
+        assert (fast.num_ops, fast.num_stages, fast.num_ranks) == (ref.num_ops, ref.num_stages, ref.num_ranks)
+        for x, y in zip(fast.packed + fast.busy + (fast.inflight,), ref.packed + ref.busy + (ref.inflight,)):
+            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y)
+        assert not fast.inflight.flags.writeable
+
+
 def test_shape_tables_of_a_broken_order_raise_the_numpy_messages():
     # 1F1B, p = 2, m = 2 as op columns (rank 0 then rank 1): F0 F1 B0 B1 | F0 B0 F1 B1
     from simulator.engine import DeadlockError

@@ -62,6 +62,14 @@ def test_the_kernel_reads_what_it_wrote_and_rebuilds_a_damaged_file(folder):
         _assert_equal(cache.load(s, p, m, c), built)
 
 
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[0] in ("gpipe", "1f1b", "zb-h1", "zb-h2")], ids=lambda s: s[0])
+def test_flushed_schedules_are_made_in_c_and_not_kept(folder, shape):
+    _assert_equal(cache.tables(*shape), _fresh(*shape))
+    assert not list(folder.glob("shapes-*/*.bin"))
+    with pytest.raises(InputError, match="microbatches must be >= 1"):
+        cache.tables(shape[0], 4, 0, 1)  # refused as the builder refuses it
+
+
 def test_refused_shapes_still_raise_and_write_nothing(folder):
     from simulator import kernel
 

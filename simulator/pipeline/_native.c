@@ -1,11 +1,14 @@
 /* The replay's inner loops, compiled at install time and called through ctypes (native.py).
 
-   Three loops, each the exact counterpart of a numpy reference in the package (tests compare them
-   bit for bit): the levelling rounds of compiled.py (`_levels_numpy`), and the longest-path
-   recurrence of replay.py (`evaluate_levels` + `busy_per_rank`) for one schedule shape with a delay
-   per stage boundary, and for many shapes with one uniform delay:
+   Loops that each have an exact counterpart in numpy in the package (tests compare them bit for
+   bit): the levelling rounds of compiled.py (`_levels_numpy`); the longest-path recurrence of
+   replay.py (`evaluate_levels` + `busy_per_rank`) for one schedule shape with a delay per stage
+   boundary, and for many shapes with one uniform delay:
        start(op) = max(end(rank predecessor), end(dep) + p2p, end(dep2) + p2p2)
        end(op)   = start(op) + duration(op)
+   a schedule shape's replay tables from its op columns (`Schedule.arrays`, `compile_schedule`,
+   `_packed`, `_busy_table`, `inflight_profile`), and a flushed schedule's op columns from its
+   description (schedules/op.py `flush_columns`), alone or straight into its tables.
    Besides the replay, three array helpers of the sweep kernel: left-to-right row sums (np.cumsum's
    order), first-appearance group numbers (pandas.factorize's numbering) and per-rank sums of
    per-stage values (structure.PipelineTable.rank_sum's bincounts).
@@ -284,23 +287,26 @@ static int64_t shape_levels(int64_t R, const int64_t *offs, const shape_op *op, 
 
 /* A schedule shape's replay tables straight from a builder's op columns (rank order; counts per
    rank): the dependency rule and checks of `Schedule.arrays`, the levels of `parasim_levels`, then
-   what `replay_multi` reads (`replay._packed`), the (rank, stage, kind) op counts
-   (`replay._busy_table`, dense: busy (R * S * 4), zeroed by the caller) and the in-flight peak per
-   rank with unit weights (`replay.inflight_profile`). One pass each instead of numpy's dozens, over
-   int32 scratch (op counts below 2^31). Returns 0; 1 if the columns break a rule of
-   `Schedule.arrays` and 2 on deadlock (the caller then runs the numpy path, which raises with the
-   message), -1 if scratch memory could not be allocated or the shape is too large for int32. */
+   what `replay_multi` reads (`replay._packed`), the (rank, stage) pairs that run ops with their op
+   counts per kind (`replay._busy_table`: b_rank, b_stage (capacity R * S), b_count (R * S * 4), in
+   rank-then-stage order) and the in-flight peak per rank with unit weights
+   (`replay.inflight_profile`, as integers). One pass each instead of numpy's dozens, over int32
+   scratch (op counts below 2^31). Returns the number of busy pairs; -2 if the columns break a rule
+   of `Schedule.arrays` and -3 on deadlock (the caller then runs the numpy path, which raises with
+   the message), -1 if scratch memory could not be allocated or the shape is too large for int32. */
 int64_t parasim_shape_tables(int64_t R, int64_t S, int64_t M, int64_t n, const int64_t *kind, const int64_t *stage,
                              const int64_t *mb, const uint8_t *incw, const uint8_t *paired, const int64_t *counts,
-                             int32_t *code, int32_t *pdep, int32_t *pdep2, int32_t *prp, int32_t *hop, double *busy,
-                             double *inflight) {
+                             int32_t *code, int32_t *pdep, int32_t *pdep2, int32_t *prp, int32_t *hop,
+                             int64_t *b_rank, int64_t *b_stage, double *b_count, int64_t *inflight) {
     int64_t SM = S * M, status = 0;
     if (n >= INT32_MAX / 4 || 3 * SM >= INT32_MAX || 4 * S >= INT32_MAX / 4) return -1;
+    double *busy = calloc((size_t)(R * S * 4 + 1), sizeof(double));
     int32_t *table = malloc(sizeof(int32_t) * (size_t)(3 * SM + 1));
     int32_t *w = malloc(sizeof(int32_t) * (size_t)(4 * (n + 1)));
     shape_op *op = malloc(sizeof(shape_op) * (size_t)(n + 1));
     int64_t *offs = malloc(sizeof(int64_t) * (size_t)(2 * (R + 1)));
-    if (!table || !w || !op || !offs) {
+    if (!busy || !table || !w || !op || !offs) {
+        free(busy);
         free(table);
         free(w);
         free(op);
@@ -357,7 +363,7 @@ int64_t parasim_shape_tables(int64_t R, int64_t S, int64_t M, int64_t n, const i
     op[n].dep = op[n].dep2 = op[n].rp = (int32_t)n;
     op[n].info = 0;
     if (shape_levels(R, offs, op, n, level, ptr, order) < 0) {
-        status = 2;
+        status = -3;
         goto done;
     }
     for (int64_t j = 0; j < n; j++) pos[order[j]] = (int32_t)j;
@@ -379,12 +385,22 @@ int64_t parasim_shape_tables(int64_t R, int64_t S, int64_t M, int64_t n, const i
                 acc -= 1.0;
             if (acc > peak) peak = acc;
         }
-        inflight[r] = peak;
+        inflight[r] = (int64_t)peak;
+    }
+    for (int64_t k = 0; k < R * S; k++) { /* the pairs that run ops, in key order (np.unique's) */
+        const double *c = busy + 4 * k;
+        if (c[0] != 0.0 || c[1] != 0.0 || c[2] != 0.0 || c[3] != 0.0) {
+            b_rank[status] = k / S;
+            b_stage[status] = k % S;
+            memcpy(b_count + 4 * status, c, 4 * sizeof(double));
+            status++;
+        }
     }
     goto done;
 invalid:
-    status = 1;
+    status = -2;
 done:
+    free(busy);
     free(table);
     free(w);
     free(op);
@@ -395,14 +411,13 @@ done:
 /* Op columns of a flushed one-stage-per-rank schedule (schedules/op.py `flush_columns`): rank r runs
    min(warm[r], m) forwards (microbatches 0, 1, ...), then steps j = 0..m-1, each running slot c's op
    (kind skind[c], microbatch j + soff[c * R + r]) where that microbatch is in [0, m), slots in order,
-   then the W's of microbatches tail[r]..m-1. Writes kind, stage (the rank) and microbatch of the ops,
-   rank 0's first, and each rank's op count. The caller sizes the columns n; returns -1, writing
-   nothing, if the ops number other than n. */
+   then the W's of microbatches tail[r]..m-1. `parasim_flush_counts` writes each rank's op count and
+   returns their sum n; `parasim_flush_columns` writes kind, stage (the rank) and microbatch of the n
+   ops, rank 0's first (counts may be NULL: the total only). */
 static inline int64_t clamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 
-int64_t parasim_flush_columns(int64_t R, int64_t m, int64_t ns, const int64_t *warm, const int64_t *skind,
-                              const int64_t *soff, const int64_t *tail, int64_t n, int64_t *kind,
-                              int64_t *stage, int64_t *mb, int64_t *counts) {
+int64_t parasim_flush_counts(int64_t R, int64_t m, int64_t ns, const int64_t *warm, const int64_t *soff,
+                             const int64_t *tail, int64_t *counts) {
     int64_t total = 0;
     for (int64_t r = 0; r < R; r++) {
         int64_t c_r = clamp(warm[r], 0, m) + (m - clamp(tail[r], 0, m));
@@ -410,10 +425,14 @@ int64_t parasim_flush_columns(int64_t R, int64_t m, int64_t ns, const int64_t *w
             int64_t o = clamp(soff[c * R + r], -m, m);
             c_r += o >= 0 ? m - o : m + o;
         }
-        counts[r] = c_r;
+        if (counts) counts[r] = c_r;
         total += c_r;
     }
-    if (total != n) return -1;
+    return total;
+}
+
+void parasim_flush_columns(int64_t R, int64_t m, int64_t ns, const int64_t *warm, const int64_t *skind,
+                           const int64_t *soff, const int64_t *tail, int64_t *kind, int64_t *stage, int64_t *mb) {
     int64_t i = 0;
     for (int64_t r = 0; r < R; r++) {
         for (int64_t j = 0, w = clamp(warm[r], 0, m); j < w; j++, i++) {
@@ -436,7 +455,37 @@ int64_t parasim_flush_columns(int64_t R, int64_t m, int64_t ns, const int64_t *w
             mb[i] = j;
         }
     }
-    return i;
+}
+
+/* A flushed schedule's replay tables in one call, without its columns ever reaching Python: the
+   columns of `parasim_flush_columns` (every B including W unless split, none paired), then
+   `parasim_shape_tables` with one stage per rank. spec: warm (R), tail (R), slot kinds (ns), slot
+   offsets (ns * R); n: `parasim_flush_counts`'s total. Outputs: packed (5 * n int32: code, dep,
+   dep2, rank predecessor, hop), ints (2 * R * R + R: busy ranks, busy stages, in-flight peaks) and
+   b_count (R * R * 4). Returns `parasim_shape_tables`'s value; -4 if n is not the op count. */
+int64_t parasim_flush_tables(int64_t R, int64_t m, int64_t ns, int64_t split, const int64_t *spec, int64_t n,
+                             int32_t *packed, int64_t *ints, double *b_count) {
+    const int64_t *warm = spec, *tail = spec + R, *skind = spec + 2 * R, *soff = spec + 2 * R + ns;
+    int64_t *cols = malloc(sizeof(int64_t) * (size_t)(3 * n + R + 1));
+    uint8_t *flags = calloc((size_t)(2 * n + 1), 1);
+    if (!cols || !flags) {
+        free(cols);
+        free(flags);
+        return -1;
+    }
+    int64_t *kind = cols, *stage = cols + n, *mb = cols + 2 * n, *counts = cols + 3 * n, status = -4;
+    uint8_t *incw = flags, *paired = flags + n;
+    if (parasim_flush_counts(R, m, ns, warm, soff, tail, counts) == n) {
+        parasim_flush_columns(R, m, ns, warm, skind, soff, tail, kind, stage, mb);
+        if (!split)
+            for (int64_t i = 0; i < n; i++) incw[i] = kind[i] == 1;
+        status = parasim_shape_tables(R, R, m, n, kind, stage, mb, incw, paired, counts, packed, packed + n,
+                                      packed + 2 * n, packed + 3 * n, packed + 4 * n, ints, ints + R * R,
+                                      b_count, ints + 2 * R * R);
+    }
+    free(cols);
+    free(flags);
+    return status;
 }
 
 /* Sums of the rows of an (N, W) array, each left to right (numpy's cumsum order), so zeros padding a row

@@ -1,10 +1,14 @@
 """An on-disk cache of schedule shapes' replay tables (`replay.ShapeTables`), shared by every process.
 
-A sweep replays tens to hundreds of schedule shapes (schedule, pp, microbatches, chunks), and
-building one — the builder's op order, then its dependency and level tables in C — costs more than
-replaying it for thousands of layouts: about a quarter of a `parasim sweep` command's CPU time. The
-tables are a pure function of the shape and of parasim's code, so they are kept on disk and read
-back (~15x faster than building them: the 70B sweep's 344 shapes in 16 ms against ~0.23 s) by later commands, sweep workers and notebooks.
+A sweep replays tens to hundreds of schedule shapes (schedule, pp, microbatches, chunks). A shape
+whose op lists are built in Python (interleaved, ZB-V, DualPipe, DualPipeV: the builder's op order,
+then its dependency and level tables in C) costs 10-30x more to build than to read back, so those
+tables are kept on disk and read by later commands, sweep workers and notebooks. The flushed
+one-stage-per-rank schedules (GPipe, 1F1B, ZB-H1/H2: most shapes of a sweep) are made from their
+description in one C call instead (`replay.flush_shape_tables`, ~0.1 us per op) and not kept:
+writing their tables cost a first sweep more than making them (measured on the 405B sweep:
+~40-200 ms of file writes on ext4 against ~40-60 ms of C), and reading them back saved a later
+sweep only some tens of milliseconds.
 
 - Where: `$PARASIM_CACHE_DIR`, else `$XDG_CACHE_HOME/parasim`, else `~/.cache/parasim`, in a folder
   named after a hash of the code that makes the tables (the schedule builders, the replay and the
@@ -29,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .replay import ShapeTables, shape_tables
+from .replay import ShapeTables, flush_shape_tables, shape_tables
 
 _MAGIC = b"parasim-shape-1\n"
 _HEAD = struct.Struct("=5q")  # num_ops, num_stages, num_ranks, busy entries, ranks in the in-flight peaks
@@ -78,11 +82,20 @@ def _folder(no_cache: str, cache_dir: str, xdg: str, home: str) -> str | None:
 
 
 def tables(schedule: str, pp: int, microbatches: int, chunks: int) -> ShapeTables:
-    """The replay tables of a schedule shape (`chunks`: model chunks per rank, used by interleaved):
-    read from the cache, else built (`schedules.build`, `replay.shape_tables`) and kept. InputError
-    if the builder refuses the shape (refusals are not cached)."""
-    from ..schedules import build
+    """The replay tables of a schedule shape (`chunks`: model chunks per rank, used by interleaved).
+    A flushed one-stage-per-rank schedule's (GPipe, 1F1B, ZB-H1/H2) are made in one C call from its
+    description (`replay.flush_shape_tables`); any other's are read from the cache, else built from
+    its op lists (`schedules.build`, `replay.shape_tables`) and kept. InputError if the builder
+    refuses the shape (refusals are not cached)."""
+    from ..schedules import FLUSH_SPECS, build
+    from ..schedules.op import check_counts
 
+    spec = FLUSH_SPECS.get(schedule)
+    if spec is not None and chunks == 1:
+        check_counts(schedule, pp=pp, microbatches=microbatches)
+        got = flush_shape_tables(spec(pp=pp, microbatches=microbatches))
+        if got is not None:
+            return got
     got = load(schedule, pp, microbatches, chunks)
     if got is None:
         got = shape_tables(build(schedule, pp=pp, microbatches=microbatches,

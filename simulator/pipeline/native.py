@@ -23,6 +23,12 @@ import numpy as np
 _i64, _i32, _f64 = (np.ctypeslib.ndpointer(dtype=t, flags="C_CONTIGUOUS") for t in (np.int64, np.int32, np.float64))
 _u8 = np.ctypeslib.ndpointer(dtype=np.uint8, flags="C_CONTIGUOUS")
 _n = ctypes.c_int64
+_p = ctypes.c_void_p
+
+
+def _address(a: np.ndarray) -> int:
+    """The data address of a C-contiguous array (the caller keeps the array alive during the call)."""
+    return a.__array_interface__["data"][0]
 
 
 def _load():
@@ -50,10 +56,16 @@ def _load():
     lib.parasim_first_ids.argtypes = [_n, _i64, _i64, _i64]
     lib.parasim_rank_sum.restype = None
     lib.parasim_rank_sum.argtypes = [_n] * 3 + [_f64] + [_i64] * 3 + [_u8, _n, _f64, _f64]
-    lib.parasim_flush_columns.restype = _n
-    lib.parasim_flush_columns.argtypes = [_n] * 3 + [_i64] * 4 + [_n] + [_i64] * 4
+    # a sweep builds hundreds of shapes, many small: these take raw addresses (`_address`), which
+    # ctypes converts ~20x faster than ndpointer's checks (the wrappers below make the arrays)
+    lib.parasim_flush_counts.restype = _n
+    lib.parasim_flush_counts.argtypes = [_n] * 3 + [_p] * 4
+    lib.parasim_flush_columns.restype = None
+    lib.parasim_flush_columns.argtypes = [_n] * 3 + [_p] * 7
     lib.parasim_shape_tables.restype = _n
-    lib.parasim_shape_tables.argtypes = [_n] * 4 + [_i64] * 3 + [_u8] * 2 + [_i64] + [_i32] * 5 + [_f64] * 2
+    lib.parasim_shape_tables.argtypes = [_n] * 4 + [_p] * 15
+    lib.parasim_flush_tables.restype = _n
+    lib.parasim_flush_tables.argtypes = [_n] * 4 + [_p, _n] + [_p] * 3
     return lib
 
 
@@ -164,33 +176,61 @@ def replay_multi(tables: tuple, sid, F, B, W, P, out_mk, out_mk0, out_busy) -> N
 
 def flush_columns(warm: np.ndarray, kinds: np.ndarray, offsets: np.ndarray, tail_from: np.ndarray, m: int):
     """(kind, stage, microbatch, ops per rank) of `schedules.op.flush_columns`'s flushed schedule: warm,
-    tail_from (R,), slot kinds (ns,) and microbatch offsets (ns, R). None without the C library."""
+    tail_from (R,), slot kinds (ns,) and microbatch offsets (ns, R), all C-contiguous int64. None
+    without the C library."""
     if LIB is None:
         return None
-    warm, tail_from, kinds = (np.ascontiguousarray(x, dtype=np.int64) for x in (warm, tail_from, kinds))
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    R = len(warm)
-    n = int(np.clip(warm, 0, m).sum() + (m - np.clip(tail_from, 0, m)).sum() + (m - np.abs(np.clip(offsets, -m, m))).sum())
-    kind, stage, mb = (np.empty(n, dtype=np.int64) for _ in range(3))
+    warm, kinds, offsets, tail_from = (np.ascontiguousarray(x, dtype=np.int64) for x in (warm, kinds, offsets, tail_from))
+    R, ns = len(warm), len(kinds)
+    if offsets.shape != (ns, R) or tail_from.shape != (R,):
+        raise ValueError(f"flush_columns: offsets {offsets.shape} and tail_from {tail_from.shape} do not fit {ns} slots of {R} ranks")
     counts = np.empty(R, dtype=np.int64)
-    if LIB.parasim_flush_columns(R, m, len(kinds), warm, kinds, offsets, tail_from, n, kind, stage, mb, counts) != n:
-        raise RuntimeError("flush_columns: the compiled op count differs from numpy's")  # a bug, not bad input
+    w, o, t = _address(warm), _address(offsets), _address(tail_from)
+    n = LIB.parasim_flush_counts(R, m, ns, w, o, t, _address(counts))
+    kind, stage, mb = np.empty((3, n), dtype=np.int64)
+    LIB.parasim_flush_columns(R, m, ns, w, _address(kinds), o, t, _address(kind), _address(stage), _address(mb))
     return kind, stage, mb, counts
 
 
 def shape_tables(columns: tuple, num_stages: int, num_microbatches: int):
     """`replay.ShapeTables` fields from a builder's op columns (kind, stage, microbatch, includes W,
-    paired, ops per rank): (packed (5 int32 arrays in level order), dense op counts (R, S, 4),
-    in-flight peaks (R,)), or None if the columns break a rule or deadlock (the numpy path then
-    raises with the message)."""
+    paired, ops per rank): (packed (5 int32 arrays in level order), busy (rank (E,), stage (E,), op
+    counts (E, 4)), in-flight peaks (R,) int64), or None if the columns break a rule or deadlock (the
+    numpy path then raises with the message)."""
     kind, stage, mb, incw, paired, counts = columns
-    kind, stage, mb, counts = (np.ascontiguousarray(x, dtype=np.int64) for x in (kind, stage, mb, counts))
+    kind, stage, mb, counts = (x if type(x) is np.ndarray and x.dtype == np.int64 and x.flags.c_contiguous
+                               else np.ascontiguousarray(x, dtype=np.int64) for x in (kind, stage, mb, counts))
     incw, paired = (np.ascontiguousarray(x, dtype=bool).view(np.uint8) for x in (incw, paired))
     n, R, S = len(kind), len(counts), num_stages
-    packed = tuple(np.empty(n, dtype=np.int32) for _ in range(5))
-    busy, inflight = np.zeros((R, S, 4)), np.zeros(R)
-    status = LIB.parasim_shape_tables(R, S, num_microbatches, n, kind, stage, mb, incw, paired, counts, *packed,
-                                      busy, inflight)
-    if status < 0:
+    packed = np.empty((5, n), dtype=np.int32)
+    b_rank, b_stage, inflight = np.empty(R * S, dtype=np.int64), np.empty(R * S, dtype=np.int64), np.empty(R, dtype=np.int64)
+    b_count = np.empty((R * S, 4))
+    E = LIB.parasim_shape_tables(R, S, num_microbatches, n, *map(_address, (kind, stage, mb, incw, paired, counts)),
+                                 *(_address(packed) + 4 * n * k for k in range(5)),
+                                 *map(_address, (b_rank, b_stage, b_count, inflight)))
+    if E == -1:
         raise MemoryError("schedule tables scratch memory")
-    return (packed, busy, inflight) if status == 0 else None
+    return (tuple(packed), (b_rank[:E], b_stage[:E], b_count[:E]), inflight) if E >= 0 else None
+
+
+def flush_tables(warm: np.ndarray, kinds: np.ndarray, offsets: np.ndarray, tail_from: np.ndarray, m: int,
+                 split: bool):
+    """`shape_tables`'s fields of a flushed schedule straight from its description (`flush_columns`'s
+    arguments), in one C call: what a sweep does for each GPipe, 1F1B and ZB-H1/H2 shape it meets.
+    None without the C library (or if the schedule deadlocks, which these do not)."""
+    if LIB is None:
+        return None
+    R, ns = len(warm), len(kinds)
+    if np.shape(offsets) != (ns, R) or np.shape(tail_from) != (R,):
+        raise ValueError(f"flush_tables: offsets {np.shape(offsets)} and tail_from {np.shape(tail_from)} do not fit "
+                         f"{ns} slots of {R} ranks")
+    spec = np.concatenate([warm, tail_from, kinds, np.ravel(offsets)]).astype(np.int64, copy=False)
+    at = _address(spec)
+    n = LIB.parasim_flush_counts(R, m, ns, at, at + 8 * (2 * R + ns), at + 8 * R, None)
+    packed, ints, b_count = np.empty((5, n), dtype=np.int32), np.empty(2 * R * R + R, dtype=np.int64), np.empty((R * R, 4))
+    E = LIB.parasim_flush_tables(R, m, ns, int(split), at, n, _address(packed), _address(ints), _address(b_count))
+    if E == -1:
+        raise MemoryError("schedule tables scratch memory")
+    if E < 0:
+        return None
+    return tuple(packed), (ints[:E], ints[R * R:R * R + E], b_count[:E]), ints[2 * R * R:]

@@ -441,17 +441,27 @@ def shape_tables(schedule) -> ShapeTables:
     if isinstance(schedule, Schedule) and schedule.columns is not None and native.LIB is not None:
         got = native.shape_tables(schedule.columns, schedule.num_stages, schedule.num_microbatches)
         if got is not None:
-            packed, dense, peaks = got
-            counts = dense.reshape(-1, 4)
-            keys = np.flatnonzero(counts.any(axis=1))
-            S = schedule.num_stages
-            inflight = peaks.round().astype(int)
+            packed, busy, inflight = got
             inflight.setflags(write=False)
-            return ShapeTables(len(packed[0]), S, schedule.num_ranks, packed,
-                               ((keys // S).astype(np.int64), (keys % S).astype(np.int64), counts[keys]), inflight)
+            return ShapeTables(len(packed[0]), schedule.num_stages, schedule.num_ranks, packed, busy, inflight)
     c = _as_compiled(schedule)  # the numpy path (raises with the message on a broken or deadlocked order)
     return ShapeTables(c.num_ops, c.schedule.num_stages, c.schedule.num_ranks, _packed(c), _busy_table(c),
                        _inflight_counts(c), c)
+
+
+def flush_shape_tables(spec) -> ShapeTables | None:
+    """ShapeTables of a flushed one-stage-per-rank schedule (GPipe, 1F1B, ZB-H1/H2) from its description
+    (`schedules.FlushSpec`) in one C call, its op lists never built: equal to
+    `shape_tables(build(...))` (tests compare them). None without the C library."""
+    from ..schedules.op import flush_arrays
+
+    got = native.flush_tables(*flush_arrays(spec.warm, spec.slots, spec.tail_from), spec.m, spec.split)
+    if got is None:
+        return None
+    packed, busy, inflight = got
+    inflight.setflags(write=False)
+    R = len(spec.warm)
+    return ShapeTables(len(packed[0]), R, R, packed, busy, inflight)
 
 
 def makespan_multi(shapes, schedule_index, forward_s, backward_s, weight_s, p2p_s):

@@ -6,13 +6,13 @@ zb-h1, zb-h2, zb-v, dualpipe, dualpipev, pipedream. Dependencies come from one r
 """
 from ..errors import InputError
 from .dualpipe import build_dualpipe, build_dualpipev
-from .gpipe import build_gpipe
+from .gpipe import build_gpipe, spec_gpipe
 from .interleaved import build_interleaved
-from .one_f_one_b import build_1f1b
-from .op import KINDS, Op, OpArrays, Schedule, dependency, make_schedule
+from .one_f_one_b import build_1f1b, spec_1f1b
+from .op import KINDS, FlushSpec, Op, OpArrays, Schedule, dependency, make_schedule
 from .pipedream import build_pipedream
 from .zbv import build_zb_v
-from .zero_bubble import build_zb_h1, build_zb_h2
+from .zero_bubble import build_zb_h1, build_zb_h2, spec_zb_h1, spec_zb_h2
 
 BUILDERS = {
     "gpipe": build_gpipe,
@@ -26,6 +26,9 @@ BUILDERS = {
     "pipedream": build_pipedream,
 }
 SCHEDULE_NAMES = tuple(BUILDERS)
+# the synchronous schedules that are flushed one-stage-per-rank ones (`op.flush_columns`), described
+# without building their op lists: the sweep makes their replay tables from this in one C call
+FLUSH_SPECS = {"gpipe": spec_gpipe, "1f1b": spec_1f1b, "zb-h1": spec_zb_h1, "zb-h2": spec_zb_h2}
 
 
 def build(name: str, *, pp: int, microbatches: int, vpp: int = 1) -> Schedule:
@@ -39,5 +42,5 @@ def build(name: str, *, pp: int, microbatches: int, vpp: int = 1) -> Schedule:
     return BUILDERS[key](pp=pp, microbatches=microbatches, vpp=vpp)
 
 
-__all__ = ["build", "SCHEDULE_NAMES", "BUILDERS", "Op", "OpArrays", "Schedule", "KINDS", "dependency",
+__all__ = ["build", "SCHEDULE_NAMES", "BUILDERS", "FLUSH_SPECS", "FlushSpec", "Op", "OpArrays", "Schedule", "KINDS", "dependency",
            "make_schedule"]

@@ -6,7 +6,7 @@ microbatches = m on every rank (formulas.md §3.5, §5.2).
 """
 import numpy as np
 
-from .op import check_counts, flush_columns, make_schedule
+from .op import FlushSpec, check_counts, flush_columns, make_schedule
 
 
 def build_gpipe(*, pp: int, microbatches: int, vpp: int = 1):
@@ -15,7 +15,12 @@ def build_gpipe(*, pp: int, microbatches: int, vpp: int = 1):
     if vpp != 1:
         from ..errors import InputError
         raise InputError(f"gpipe: vpp must be 1, got {vpp} (use 'interleaved' for virtual stages)")
+    cols = flush_columns(*spec_gpipe(pp=pp, microbatches=microbatches))
+    return make_schedule("gpipe", columns=cols, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=1)
+
+
+def spec_gpipe(*, pp: int, microbatches: int) -> FlushSpec:
+    """GPipe as a flushed schedule (`op.flush_columns`): all m forwards as the warm-up, then one
+    backward per step."""
     m = microbatches
-    # all m forwards as the warm-up, then one backward per step (a flushed schedule with one slot)
-    cols = flush_columns(np.full(pp, m), [(1, 0)], np.full(pp, m), m, split=False)
-    return make_schedule("gpipe", columns=cols, num_stages=pp, num_microbatches=m, chunks_per_rank=1)
+    return FlushSpec(np.full(pp, m), [(1, 0)], np.full(pp, m), m, False)

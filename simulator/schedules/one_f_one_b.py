@@ -8,14 +8,14 @@ Closed form (uniform stages, zero p2p): bubble = (p-1)/(m+p-1) of the makespan (
 import numpy as np
 
 from ..errors import InputError
-from .op import check_counts, flush_columns, make_schedule
+from .op import FlushSpec, check_counts, flush_columns, make_schedule
 
 
-def one_f_one_b_columns(*, pp: int, microbatches: int, split: bool = False, weight_delay=None) -> tuple:
-    """Op columns of all ranks: rank r runs ``min(m, p-r-1)`` warm-up forwards, then step j runs
-    F(j + warm-up) and B(j); with `split` each B is followed by a W; `weight_delay` d (per rank, ZB-H1:
-    d = r) makes the W of microbatch j run right after the B of microbatch j+d instead (leftovers at
-    the end)."""
+def one_f_one_b_spec(*, pp: int, microbatches: int, split: bool = False, weight_delay=None) -> FlushSpec:
+    """The flushed-schedule description (`op.flush_columns`) of 1F1B: rank r runs ``min(m, p-r-1)``
+    warm-up forwards, then step j runs F(j + warm-up) and B(j); with `split` each B is followed by a
+    W; `weight_delay` d (per rank, ZB-H1: d = r) makes the W of microbatch j run right after the B of
+    microbatch j+d instead (leftovers at the end)."""
     m = microbatches
     warm = np.minimum(m, pp - np.arange(pp) - 1)
     d = np.zeros(pp, np.int64) if weight_delay is None else np.asarray(weight_delay, dtype=np.int64).reshape(pp)
@@ -23,7 +23,12 @@ def one_f_one_b_columns(*, pp: int, microbatches: int, split: bool = False, weig
     if split:
         slots.append((2, -d))
     tail = np.maximum(0, m - d) if split else np.full(pp, m)  # the W's not run yet
-    return flush_columns(warm, slots, tail, m, split=split)
+    return FlushSpec(warm, slots, tail, m, split)
+
+
+def spec_1f1b(*, pp: int, microbatches: int) -> FlushSpec:
+    """Megatron's non-interleaved 1F1B with full backwards, as a flushed schedule."""
+    return one_f_one_b_spec(pp=pp, microbatches=microbatches)
 
 
 def build_1f1b(*, pp: int, microbatches: int, vpp: int = 1):
@@ -31,5 +36,5 @@ def build_1f1b(*, pp: int, microbatches: int, vpp: int = 1):
     check_counts("1f1b", pp=pp, microbatches=microbatches, vpp=vpp)
     if vpp != 1:
         raise InputError(f"1f1b: vpp must be 1, got {vpp} (use 'interleaved' for virtual stages)")
-    cols = one_f_one_b_columns(pp=pp, microbatches=microbatches)
+    cols = flush_columns(*spec_1f1b(pp=pp, microbatches=microbatches))
     return make_schedule("1f1b", columns=cols, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=1)

@@ -237,7 +237,18 @@ def check_counts(name: str, *, pp, microbatches, vpp=1):
             raise InputError(f"{name}: {label} must be >= 1, got {v}")
 
 
-def flush_columns(warm, slots, tail_from, m: int, *, split: bool) -> tuple:
+class FlushSpec(NamedTuple):
+    """A one-stage-per-rank flushed schedule, as `flush_columns` lays it out (GPipe, 1F1B, ZB-H1/H2):
+    warm (R,), slots [(kind index, microbatch offset: int or (R,))], tail_from (R,), m, split."""
+
+    warm: np.ndarray
+    slots: list
+    tail_from: np.ndarray
+    m: int
+    split: bool
+
+
+def flush_columns(warm, slots, tail_from, m: int, split: bool) -> tuple:
     """`Schedule.columns` of a one-stage-per-rank flushed schedule (GPipe, 1F1B, ZB-H1/H2, PipeDream's
     window), all ranks at once: rank r runs min(warm[r], m) warm-up forwards (microbatches 0, 1, ...),
     then steps j = 0..m-1, each running slot 0's op, slot 1's, ... where its microbatch lies in [0, m),
@@ -247,15 +258,21 @@ def flush_columns(warm, slots, tail_from, m: int, *, split: bool) -> tuple:
     else with numpy (the same columns; tests compare them)."""
     from ..pipeline import native
 
-    warm, tail_from = np.asarray(warm, dtype=np.int64), np.asarray(tail_from, dtype=np.int64)
-    R = len(warm)
-    kinds = np.array([k for k, _ in slots], dtype=np.int64)
-    offsets = np.array([np.broadcast_to(o, (R,)) for _, o in slots], dtype=np.int64).reshape(len(slots), R)
+    warm, kinds, offsets, tail_from = flush_arrays(warm, slots, tail_from)
     got = native.flush_columns(warm, kinds, offsets, tail_from, m)
     if got is None:
         got = _flush_columns_numpy(warm, kinds, offsets, tail_from, m)
     kind, stage, mb, counts = got
     return kind, stage, mb, (kind == 1) & (not split), np.zeros(len(kind), bool), counts
+
+
+def flush_arrays(warm, slots, tail_from) -> tuple:
+    """warm (R,), slot kinds (ns,), slot offsets (ns, R) and tail_from (R,) as int64 arrays."""
+    warm, tail_from = np.asarray(warm, dtype=np.int64), np.asarray(tail_from, dtype=np.int64)
+    R = len(warm)
+    kinds = np.array([k for k, _ in slots], dtype=np.int64)
+    offsets = np.array([np.broadcast_to(o, (R,)) for _, o in slots], dtype=np.int64).reshape(len(slots), R)
+    return warm, kinds, offsets, tail_from
 
 
 def _flush_columns_numpy(warm, kinds, offsets, tail_from, m: int) -> tuple:

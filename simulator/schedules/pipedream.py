@@ -7,15 +7,15 @@ versions each stage stashes: one per microbatch in flight, ``p - r`` on stage r 
 of weight versions stashed is at most the number of in-flight microbatches").
 """
 from ..errors import InputError
-from .one_f_one_b import one_f_one_b_columns
-from .op import check_counts, make_schedule
+from .one_f_one_b import spec_1f1b
+from .op import check_counts, flush_columns, make_schedule
 
 
 def build_pipedream(*, pp: int, microbatches: int, vpp: int = 1):
     check_counts("pipedream", pp=pp, microbatches=microbatches, vpp=vpp)
     if vpp != 1:
         raise InputError(f"pipedream: vpp must be 1, got {vpp}")
-    cols = one_f_one_b_columns(pp=pp, microbatches=microbatches)
+    cols = flush_columns(*spec_1f1b(pp=pp, microbatches=microbatches))
     return make_schedule("pipedream", columns=cols, num_stages=pp, num_microbatches=microbatches,
                          chunks_per_rank=1, asynchronous=True,
                          notes="asynchronous: no flush; read the steady state, not the makespan")

@@ -16,15 +16,29 @@ our replays find ZB-H2's flushed makespan equal to ZB-H1's (docs/pipeline.md).
 import numpy as np
 
 from ..errors import InputError
-from .one_f_one_b import one_f_one_b_columns
-from .op import check_counts, flush_columns, make_schedule
+from .one_f_one_b import one_f_one_b_spec
+from .op import FlushSpec, check_counts, flush_columns, make_schedule
+
+
+def spec_zb_h1(*, pp: int, microbatches: int) -> FlushSpec:
+    """ZB-H1 as a flushed schedule (`op.flush_columns`): 1F1B's, each rank r delaying its W's by r."""
+    return one_f_one_b_spec(pp=pp, microbatches=microbatches, split=True, weight_delay=np.arange(pp))
+
+
+def spec_zb_h2(*, pp: int, microbatches: int) -> FlushSpec:
+    """ZB-H2 as a flushed schedule: min(m, 2(p-r)-1) warm-up forwards, then step j runs B(j), then
+    W(j - r) as ZB-H1, then F(j + warm); leftover W's at the end."""
+    m = microbatches
+    r = np.arange(pp)
+    warm = np.minimum(m, 2 * (pp - r) - 1)
+    return FlushSpec(warm, [(1, 0), (2, -r), (0, warm)], np.maximum(0, m - r), m, True)
 
 
 def build_zb_h1(*, pp: int, microbatches: int, vpp: int = 1):
     check_counts("zb-h1", pp=pp, microbatches=microbatches, vpp=vpp)
     if vpp != 1:
         raise InputError(f"zb-h1: vpp must be 1, got {vpp} (zb-v holds two chunks per rank)")
-    cols = one_f_one_b_columns(pp=pp, microbatches=microbatches, split=True, weight_delay=np.arange(pp))
+    cols = flush_columns(*spec_zb_h1(pp=pp, microbatches=microbatches))
     return make_schedule("zb-h1", columns=cols, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=1)
 
 
@@ -32,10 +46,6 @@ def build_zb_h2(*, pp: int, microbatches: int, vpp: int = 1):
     check_counts("zb-h2", pp=pp, microbatches=microbatches, vpp=vpp)
     if vpp != 1:
         raise InputError(f"zb-h2: vpp must be 1, got {vpp}")
-    m = microbatches
-    r = np.arange(pp)
-    warm = np.minimum(m, 2 * (pp - r) - 1)
-    # step j: B(j), then W(j - r) as ZB-H1, then F(j + warm); leftover W's at the end
-    cols = flush_columns(warm, [(1, 0), (2, -r), (0, warm)], np.maximum(0, m - r), m, split=True)
-    return make_schedule("zb-h2", columns=cols, num_stages=pp, num_microbatches=m,
+    cols = flush_columns(*spec_zb_h2(pp=pp, microbatches=microbatches))
+    return make_schedule("zb-h2", columns=cols, num_stages=pp, num_microbatches=microbatches,
                          chunks_per_rank=1)
