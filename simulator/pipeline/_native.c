@@ -256,26 +256,40 @@ int64_t parasim_replay_multi(int64_t N, int64_t S, int64_t R, const int64_t *sid
 }
 
 /* One op of `parasim_shape_tables`, in rank order: its dependency, second dependency and rank
-   predecessor (n: none) and 4 * duration code + hop flags, together so that reading the ops in level
-   order touches one cache line per op (16 bytes) instead of one per column. */
+   predecessor (n: none) and 4 * duration code + hop flags, together (16 bytes) so that the levelling
+   rounds read one cache line per op instead of one per column. */
 typedef struct {
     int32_t dep, dep2, rp, info;
 } shape_op;
 
-/* `parasim_levels` over shape_op (int32 levels): the ops in level order into out (n); -1 on deadlock. */
-static int64_t shape_levels(int64_t R, const int64_t *offs, const shape_op *op, int64_t n, int32_t *level,
-                            int64_t *ptr, int32_t *out) {
-    for (int64_t i = 0; i < n; i++) level[i] = INT32_MAX;
-    level[n] = -1; /* sentinel: "no dependency" is always satisfied */
+/* `parasim_levels` over shape_op, writing each op's packed row as it is placed: an op is taken in
+   round k only once its dependencies were placed in an earlier round, and its rank predecessor was
+   placed before it, so their positions are known then. lp (2 (n + 1), scratch) holds each op's round
+   and position side by side (one cache line for both); op n is "none" (round -1, position n).
+   Returns 0, or -1 on deadlock. */
+static int64_t shape_levels_packed(int64_t R, const int64_t *offs, const shape_op *op, int64_t n, int32_t *lp,
+                                   int64_t *ptr, int32_t *code, int32_t *pdep, int32_t *pdep2, int32_t *prp,
+                                   int32_t *hop) {
+    for (int64_t i = 0; i < n; i++) lp[2 * i] = INT32_MAX;
+    lp[2 * n] = -1;
+    lp[2 * n + 1] = (int32_t)n;
     for (int64_t r = 0; r < R; r++) ptr[r] = offs[r];
     int64_t count = 0;
     for (int32_t k = 0; count < n; k++) {
         int64_t taken = 0;
         for (int64_t r = 0; r < R; r++) {
             int64_t h = ptr[r];
-            if (h < offs[r + 1] && level[op[h].dep] < k && level[op[h].dep2] < k) {
-                level[h] = k;
-                out[count++] = (int32_t)h;
+            if (h >= offs[r + 1]) continue;
+            shape_op o = op[h];
+            if (lp[2 * (int64_t)o.dep] < k && lp[2 * (int64_t)o.dep2] < k) {
+                lp[2 * h] = k;
+                lp[2 * h + 1] = (int32_t)count;
+                code[count] = o.info >> 2;
+                hop[count] = o.info & 3;
+                pdep[count] = lp[2 * (int64_t)o.dep + 1];
+                pdep2[count] = lp[2 * (int64_t)o.dep2 + 1];
+                prp[count] = lp[2 * (int64_t)o.rp + 1];
+                count++;
                 taken++;
                 ptr[r] = h + 1;
             }
@@ -286,8 +300,8 @@ static int64_t shape_levels(int64_t R, const int64_t *offs, const shape_op *op, 
 }
 
 /* A schedule shape's replay tables straight from a builder's op columns (rank order; counts per
-   rank): the dependency rule and checks of `Schedule.arrays`, the levels of `parasim_levels`, then
-   what `replay_multi` reads (`replay._packed`), the (rank, stage) pairs that run ops with their op
+   rank): the dependency rule and checks of `Schedule.arrays`, the levels of `parasim_levels` and,
+   as each op is placed, what `replay_multi` reads (`replay._packed`), the (rank, stage) pairs that run ops with their op
    counts per kind (`replay._busy_table`: b_rank, b_stage (capacity R * S), b_count (R * S * 4), in
    rank-then-stage order) and the in-flight peak per rank with unit weights
    (`replay.inflight_profile`, as integers). One pass each instead of numpy's dozens, over int32
@@ -302,7 +316,7 @@ int64_t parasim_shape_tables(int64_t R, int64_t S, int64_t M, int64_t n, const i
     if (n >= INT32_MAX / 4 || 3 * SM >= INT32_MAX || 4 * S >= INT32_MAX / 4) return -1;
     double *busy = calloc((size_t)(R * S * 4 + 1), sizeof(double));
     int32_t *table = malloc(sizeof(int32_t) * (size_t)(3 * SM + 1));
-    int32_t *w = malloc(sizeof(int32_t) * (size_t)(4 * (n + 1)));
+    int32_t *w = malloc(sizeof(int32_t) * (size_t)(3 * (n + 1)));
     shape_op *op = malloc(sizeof(shape_op) * (size_t)(n + 1));
     int64_t *offs = malloc(sizeof(int64_t) * (size_t)(2 * (R + 1)));
     if (!busy || !table || !w || !op || !offs) {
@@ -313,7 +327,7 @@ int64_t parasim_shape_tables(int64_t R, int64_t S, int64_t M, int64_t n, const i
         free(offs);
         return -1;
     }
-    int32_t *rank = w, *level = rank + n + 1, *order = level + n + 1, *pos = order + n + 1;
+    int32_t *rank = w, *lp = rank + n + 1; /* lp: 2 (n + 1) */
     int64_t *ptr = offs + R + 1;
     offs[0] = 0;
     for (int64_t r = 0; r < R; r++) {
@@ -362,19 +376,9 @@ int64_t parasim_shape_tables(int64_t R, int64_t S, int64_t M, int64_t n, const i
     }
     op[n].dep = op[n].dep2 = op[n].rp = (int32_t)n;
     op[n].info = 0;
-    if (shape_levels(R, offs, op, n, level, ptr, order) < 0) {
+    if (shape_levels_packed(R, offs, op, n, lp, ptr, code, pdep, pdep2, prp, hop) < 0) {
         status = -3;
         goto done;
-    }
-    for (int64_t j = 0; j < n; j++) pos[order[j]] = (int32_t)j;
-    pos[n] = (int32_t)n;
-    for (int64_t j = 0; j < n; j++) {
-        shape_op o = op[order[j]];
-        code[j] = o.info >> 2;
-        hop[j] = o.info & 3;
-        pdep[j] = pos[o.dep];
-        pdep2[j] = pos[o.dep2];
-        prp[j] = pos[o.rp];
     }
     for (int64_t r = 0; r < R; r++) { /* +1 at F, -1 at the op that frees it (W, or B including W) */
         double acc = 0.0, peak = 0.0;
