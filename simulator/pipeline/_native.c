@@ -301,9 +301,9 @@ static int64_t shape_levels_packed(int64_t R, const int64_t *offs, const shape_o
 
 /* A schedule shape's replay tables straight from a builder's op columns (rank order; counts per
    rank): the dependency rule and checks of `Schedule.arrays`, the levels of `parasim_levels` and,
-   as each op is placed, what `replay_multi` reads (`replay._packed`), the (rank, stage) pairs that run ops with their op
-   counts per kind (`replay._busy_table`: b_rank, b_stage (capacity R * S), b_count (R * S * 4), in
-   rank-then-stage order) and the in-flight peak per rank with unit weights
+   as each op is placed, what `replay_multi` reads (`replay._packed`), the (rank, stage) pairs that
+   run ops with their op counts per kind (`replay._busy_table`: b_rank, b_stage (capacity R * S),
+   b_count (R * S * 4), in rank-then-stage order) and the in-flight peak per rank with unit weights
    (`replay.inflight_profile`, as integers). One pass each instead of numpy's dozens, over int32
    scratch (op counts below 2^31). Returns the number of busy pairs; -2 if the columns break a rule
    of `Schedule.arrays` and -3 on deadlock (the caller then runs the numpy path, which raises with

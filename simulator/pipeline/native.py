@@ -180,10 +180,12 @@ def flush_columns(warm: np.ndarray, kinds: np.ndarray, offsets: np.ndarray, tail
     without the C library."""
     if LIB is None:
         return None
-    warm, kinds, offsets, tail_from = (np.ascontiguousarray(x, dtype=np.int64) for x in (warm, kinds, offsets, tail_from))
+    warm, kinds, offsets, tail_from = (np.ascontiguousarray(x, dtype=np.int64)
+                                       for x in (warm, kinds, offsets, tail_from))
     R, ns = len(warm), len(kinds)
     if offsets.shape != (ns, R) or tail_from.shape != (R,):
-        raise ValueError(f"flush_columns: offsets {offsets.shape} and tail_from {tail_from.shape} do not fit {ns} slots of {R} ranks")
+        raise ValueError(f"flush_columns: offsets {offsets.shape} and tail_from {tail_from.shape} do not fit "
+                         f"{ns} slots of {R} ranks")
     counts = np.empty(R, dtype=np.int64)
     w, o, t = _address(warm), _address(offsets), _address(tail_from)
     n = LIB.parasim_flush_counts(R, m, ns, w, o, t, _address(counts))
@@ -203,7 +205,7 @@ def shape_tables(columns: tuple, num_stages: int, num_microbatches: int):
     incw, paired = (np.ascontiguousarray(x, dtype=bool).view(np.uint8) for x in (incw, paired))
     n, R, S = len(kind), len(counts), num_stages
     packed = np.empty((5, n), dtype=np.int32)
-    b_rank, b_stage, inflight = np.empty(R * S, dtype=np.int64), np.empty(R * S, dtype=np.int64), np.empty(R, dtype=np.int64)
+    b_rank, b_stage, inflight = (np.empty(k, dtype=np.int64) for k in (R * S, R * S, R))
     b_count = np.empty((R * S, 4))
     E = LIB.parasim_shape_tables(R, S, num_microbatches, n, *map(_address, (kind, stage, mb, incw, paired, counts)),
                                  *(_address(packed) + 4 * n * k for k in range(5)),
@@ -227,7 +229,8 @@ def flush_tables(warm: np.ndarray, kinds: np.ndarray, offsets: np.ndarray, tail_
     spec = np.concatenate([warm, tail_from, kinds, np.ravel(offsets)]).astype(np.int64, copy=False)
     at = _address(spec)
     n = LIB.parasim_flush_counts(R, m, ns, at, at + 8 * (2 * R + ns), at + 8 * R, None)
-    packed, ints, b_count = np.empty((5, n), dtype=np.int32), np.empty(2 * R * R + R, dtype=np.int64), np.empty((R * R, 4))
+    packed, ints = np.empty((5, n), dtype=np.int32), np.empty(2 * R * R + R, dtype=np.int64)
+    b_count = np.empty((R * R, 4))
     E = LIB.parasim_flush_tables(R, m, ns, int(split), at, n, _address(packed), _address(ints), _address(b_count))
     if E == -1:
         raise MemoryError("schedule tables scratch memory")

@@ -42,5 +42,5 @@ def build(name: str, *, pp: int, microbatches: int, vpp: int = 1) -> Schedule:
     return BUILDERS[key](pp=pp, microbatches=microbatches, vpp=vpp)
 
 
-__all__ = ["build", "SCHEDULE_NAMES", "BUILDERS", "FLUSH_SPECS", "FlushSpec", "Op", "OpArrays", "Schedule", "KINDS", "dependency",
-           "make_schedule"]
+__all__ = ["build", "SCHEDULE_NAMES", "BUILDERS", "FLUSH_SPECS", "FlushSpec", "Op", "OpArrays", "Schedule", "KINDS",
+           "dependency", "make_schedule"]
