@@ -8,8 +8,8 @@ one-stage-per-rank schedules (GPipe, 1F1B, ZB-H1/H2: most shapes of a sweep) are
 description in one C call instead (`replay.flush_shape_tables`, ~40 ns per op on a quiet VM) and
 not kept: writing their tables cost a first sweep more than making them (the 405B sweep's 191
 shape files, 159 of them these: ~40-200 ms of writes on the benchmark VM's ext4 disk, against ~17 ms
-of C for the 159), and reading
-them back would save a later sweep only ~6-13 ms of CPU (docs/sweep.md, Speed).
+of C for the 159), and reading them back would save a later sweep only ~6-13 ms of CPU
+(docs/sweep.md, Speed).
 
 - Where: `$PARASIM_CACHE_DIR`, else `$XDG_CACHE_HOME/parasim`, else `~/.cache/parasim`, in a folder
   named after a hash of the code that makes the tables (the schedule builders, the replay and the
