@@ -6,14 +6,15 @@
    boundary, and for many shapes with one uniform delay:
        start(op) = max(end(rank predecessor), end(dep) + p2p, end(dep2) + p2p2)
        end(op)   = start(op) + duration(op)
-   a schedule shape's replay tables from its op columns (`Schedule.arrays`, `compile_schedule`,
-   `_packed`, `_busy_table`, `inflight_profile`), and a flushed schedule's op columns from its
+   the replay tables of a schedule shape from its op columns (`Schedule.arrays`, `compile_schedule`,
+   `_packed`, `_busy_table`, `inflight_profile`); and a flushed schedule's op columns from its
    description (schedules/op.py `flush_columns`), alone or straight into its tables.
    Besides the replay, three array helpers of the sweep kernel: left-to-right row sums (np.cumsum's
    order), first-appearance group numbers (pandas.factorize's numbering) and per-rank sums of
    per-stage values (structure.PipelineTable.rank_sum's bincounts).
    Plain C99 with no Python API in the loops: the caller owns every array (C-contiguous, the dtypes
-   native.py declares), so the GIL is released for the whole call (ctypes does that for CDLL).
+   native.py declares or, for raw addresses, makes), so the GIL is released for the whole call
+   (ctypes does that for CDLL).
    Compiled with -ffp-contract=off: no fused multiply-add, so every sum rounds as numpy's does. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
