@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import native
+
 
 def distinct_rows(*keys):
     """(index of the first row of each distinct combination of the (N,) key arrays, inverse (N,)):
@@ -43,8 +45,6 @@ def factorize(values, *, missing_as_value: bool = False) -> tuple[np.ndarray, np
     NaN) and arrays of many distinct objects go to pandas."""
     v = np.asarray(values)
     if v.dtype == object and v.ndim == 1:
-        from .pipeline import native
-
         got = native.object_ids(v)
         if got is not None and len(got[1]) <= 4096:
             inv, first = got
@@ -74,10 +74,8 @@ def gather_rows(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def _renumber(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes 0, 1, ... in order of first appearance, each one's first row): pipeline.native.first_ids,
+    """(codes 0, 1, ... in order of first appearance, each one's first row): native.first_ids,
     else pandas.factorize."""
-    from .pipeline import native
-
     got = native.first_ids(code)
     if got is not None:
         return got

@@ -293,7 +293,7 @@ def _row_sums(x: np.ndarray) -> np.ndarray:
     """Sums along axis 1 of (K, W) padded rows, left to right (pipeline.native.row_sums): the zeros padding
     a row then change nothing, so a row sums to the same bits whatever width its call pads to (numpy's
     pairwise `sum` regroups rows of 8 or more values, so the padding would move the last bit)."""
-    from .pipeline import native
+    from . import native
 
     return native.row_sums(x)
 

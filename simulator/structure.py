@@ -95,7 +95,7 @@ class PipelineTable:
         """Per-virtual-stage (N, S) -> per-rank sums (N, P) over the stages each rank holds (both
         copies for dualpipe): the padded form of `x @ stage_rank_matrix`."""
         n, P = len(self.shape_index), self.padded_ranks
-        from .pipeline import native
+        from . import native
 
         ps = self.per_shape
         mirrored = bool((ps["mirror_rank"] >= 0).any())

@@ -1,10 +1,10 @@
 """distinct_rows: grouping by equal keys, checked against a plain dictionary of tuples, with the C
-hash table (pipeline.native.first_ids) and without it (pandas.factorize)."""
+hash table (native.first_ids) and without it (pandas.factorize)."""
 import numpy as np
 import pytest
 
+from simulator import native
 from simulator.dedup import distinct_rows
-from simulator.pipeline import native
 
 
 @pytest.fixture(params=["C", "pandas"], autouse=True)

@@ -250,7 +250,8 @@ def test_shape_tables_in_one_c_pass_equal_the_numpy_derivation(name):
     # shape_tables(schedule) derives dependencies, levels, packed op tables, op counts and in-flight
     # peaks from the builder's columns in C; from the CompiledSchedule they come from Schedule.arrays,
     # compile_schedule, _packed, _busy_table and inflight_profile (numpy). Equal, array for array.
-    from simulator.pipeline import native, shape_tables
+    from simulator import native
+    from simulator.pipeline import shape_tables
 
     if native.LIB is None:
         pytest.skip("the compiled loops are not built")
@@ -273,7 +274,8 @@ def test_shape_tables_in_one_c_pass_equal_the_numpy_derivation(name):
 def test_flushed_schedule_tables_from_their_description_equal_the_numpy_derivation(name):
     # the sweep makes these shapes' tables in one C call from the FlushSpec, never building op lists:
     # equal, array for array, to the numpy derivation from the built schedule
-    from simulator.pipeline import flush_shape_tables, native, shape_tables
+    from simulator import native
+    from simulator.pipeline import flush_shape_tables, shape_tables
     from simulator.schedules import FLUSH_SPECS
 
     if native.LIB is None:
@@ -310,17 +312,18 @@ def test_the_compiled_replay_is_built():
     # the C loops are optional at install (no compiler: numpy fallback); the test suite must run them
     import os
 
-    from simulator.pipeline import native
+    from simulator import native
 
     if os.environ.get("PARASIM_NO_NATIVE", "") not in ("", "0"):
         pytest.skip("PARASIM_NO_NATIVE set")
-    assert native.LIB is not None, "simulator/pipeline/_native.c is not built: run `make setup` (needs a C compiler)"
+    assert native.LIB is not None, "simulator/native/_native.c is not built: run `make setup` (needs a C compiler)"
 
 
 def test_numpy_fallback_equals_the_compiled_loops(monkeypatch):
     # without the C library the numpy references run: the same levels, makespans and busy times, and
     # one RuntimeWarning saying the replay is slower
-    from simulator.pipeline import makespan_multi, native
+    from simulator import native
+    from simulator.pipeline import makespan_multi
 
     if native.LIB is None:
         pytest.skip("the compiled loops are not built")
@@ -372,7 +375,7 @@ def test_padded_rank_sums_equal_the_stage_rank_matrix():
         assert pt.placement.layers[i].sum() == (48 if s == "dualpipe" else 24)  # dualpipe ranks hold two copies
     # the C loop (native.rank_sum) makes the numpy bincounts' additions in their order: the same bits,
     # with and without dualpipe's mirrored copies in the table, on rows of the shapes in random order
-    from simulator.pipeline import native
+    from simulator import native
 
     if native.LIB is not None:
         plain = np.flatnonzero(sched != "dualpipe")
@@ -411,7 +414,7 @@ def test_row_sums_add_left_to_right_so_padding_changes_no_bit(monkeypatch):
     # the kernel sums padded (rows x stages/ranks) arrays with native.row_sums: each row left to right,
     # as np.cumsum does (the numpy fallback), so a row padded with zeros to any width sums to the same
     # bits; numpy's pairwise sum does not (rows of 8 or more values are regrouped)
-    from simulator.pipeline import native
+    from simulator import native
 
     rng = np.random.default_rng(3)
     x = rng.random((500, 13)) * 10.0 ** rng.integers(-6, 3, (500, 13))

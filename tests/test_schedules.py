@@ -43,11 +43,11 @@ def test_gpipe_and_zb_h2_golden_rows():
 def test_compiled_flush_columns_equal_numpy_on_random_shapes():
     # the C loop that lays out flushed schedules (GPipe, 1F1B, ZB-H1/H2) against the numpy layout,
     # on random warm-ups (some past m), slot offsets (some past ±m) and tails
-    from simulator.pipeline import native
+    from simulator import native
     from simulator.schedules.op import _flush_columns_numpy
 
     if native.LIB is None:
-        pytest.skip("simulator/pipeline/_native.c is not built")
+        pytest.skip("simulator/native/_native.c is not built")
     rng = np.random.default_rng(0)
     for _ in range(300):
         R, m, ns = int(rng.integers(1, 9)), int(rng.integers(1, 20)), int(rng.integers(0, 4))

@@ -5,8 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from simulator import native
 from simulator.errors import InputError
-from simulator.pipeline import cache, native, shape_tables
+from simulator.pipeline import cache, shape_tables
 from simulator.schedules import build
 
 pytestmark = pytest.mark.skipif(native.LIB is None, reason="the compiled loops are not built (nothing is cached)")

@@ -45,9 +45,10 @@ _PACKED = 5  # code, dep, dep2, rank predecessor, hop (int32 each, num_ops long)
 def _code_files() -> list[Path]:
     """The files whose bytes fix the tables: schedule builders, replay and compiled loops."""
     here = Path(__file__).resolve().parent
+    native = here.parent / "native"
     files = sorted((here.parent / "schedules").glob("*.py"))
-    files += [here / f for f in ("replay.py", "native.py", "compiled.py", "cache.py")]
-    files += sorted(p for p in here.glob("_native*") if p.suffix in (".so", ".pyd", ".dylib", ".c"))
+    files += [here / f for f in ("replay.py", "compiled.py", "cache.py")] + [native / "__init__.py"]
+    files += sorted(p for p in native.glob("_native*") if p.suffix in (".so", ".pyd", ".dylib", ".c"))
     return files
 
 

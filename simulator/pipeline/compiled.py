@@ -15,7 +15,7 @@ import numpy as np
 
 from ..engine import DeadlockError
 from ..schedules import Schedule
-from . import native
+from .. import native
 
 
 @dataclass(frozen=True, eq=False)

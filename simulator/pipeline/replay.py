@@ -15,17 +15,17 @@ formulas.md §5.2 disagreement 5.a); per rank, 1 - busy_r / makespan.
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from ..cores import available_cores
 from ..engine import Channel, Simulation, Stream, Task
 from ..errors import InputError
 from ..schedules import Schedule
-from . import native
+from .. import native
 from .compiled import CompiledSchedule, compile_schedule
 
 
@@ -504,7 +504,7 @@ def makespan_multi(shapes, schedule_index, forward_s, backward_s, weight_s, p2p_
     # the C loop runs without the GIL: blocks of rows with equal shares of the ops run in threads, started
     # and joined here (no thread outlives the call, so the process can still fork safely)
     work = np.cumsum(np.diff(op_off)[sid])
-    nthreads = max(1, min(available_cores(), int(work[-1] // 200_000)))  # at most one per core
+    nthreads = max(1, min(_cores(), int(work[-1] // 200_000)))  # at most one per core
     cuts = np.searchsorted(work, work[-1] * np.arange(1, nthreads) / nthreads)
     bounds = [0, *[int(c) for c in cuts], N]
     errors = []
@@ -525,6 +525,14 @@ def makespan_multi(shapes, schedule_index, forward_s, backward_s, weight_s, p2p_
     if errors:
         raise errors[0]
     return mk, mk0, busy
+
+
+def _cores() -> int:
+    """How many cores this process may run on (its affinity mask on Linux, else the CPU count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _duration_kind(a) -> np.ndarray:

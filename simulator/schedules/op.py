@@ -256,7 +256,7 @@ def flush_columns(warm, slots, tail_from, m: int, split: bool) -> tuple:
     (R,) per rank), the slot's op at step j running microbatch j + offset. Every B includes the weight
     gradient unless `split`. Built by the compiled loop when it is there (a sweep's hundreds of shapes),
     else with numpy (the same columns; tests compare them)."""
-    from ..pipeline import native
+    from .. import native
 
     warm, kinds, offsets, tail_from = flush_arrays(warm, slots, tail_from)
     got = native.flush_columns(warm, kinds, offsets, tail_from, m)

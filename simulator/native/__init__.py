@@ -1,14 +1,19 @@
-"""The replay's compiled loops (`_native.c`, built by `pip install`) bound through ctypes, and three array
-helpers of the sweep kernel (left-to-right row sums, first-appearance group numbers, per-rank sums).
+"""parasim's compiled helpers (`_native.c`, built by `pip install`) bound through ctypes: the replay's
+loops (levelling rounds, the longest-path recurrence over many schedule shapes, the replay tables of a
+shape) and three array helpers of the sweep kernel (left-to-right row sums, first-appearance group
+numbers, per-rank sums).
 
-Why C and not a JIT: the loops are ~100 lines with no Python objects, and a sweep runs them for
-~0.15 s; numba, which ran them before, cost every process ~0.4 s to import and ~0.4 s more on its
-first call (loading its compiler even when the machine code comes from its cache) — more than the
-work itself, paid again by every `parasim` command and every sweep worker. A shared library loads in
-about a millisecond. ctypes releases the GIL during each call, so Python threads run rows in parallel.
+A package of its own below every other: it imports only numpy and the standard library, so the
+schedules, the pipeline replay, dedup, structure and the kernel can all use it without importing
+each other.
+
+Why C through ctypes and not a JIT: the loops are short and hold no Python objects; a JIT's import
+and first-call compile cost every process more than the loops' work, while a shared library loads in
+about a millisecond. ctypes releases the GIL during each call, so Python threads run rows in
+parallel.
 
 `LIB` is None when the library was not built (no C compiler at install time; the build marks it
-optional). Callers then use the numpy references, which give the same numbers much more slowly
+optional). Callers then use their numpy references, which give the same numbers more slowly
 (`warn_slow` says so once per process). `PARASIM_NO_NATIVE=1` forces that path (tests).
 """
 from __future__ import annotations
@@ -56,9 +61,8 @@ def _load():
     lib.parasim_first_ids.argtypes = [_n, _i64, _i64, _i64]
     lib.parasim_rank_sum.restype = None
     lib.parasim_rank_sum.argtypes = [_n] * 3 + [_f64] + [_i64] * 3 + [_u8, _n, _f64, _f64]
-    # a sweep makes hundreds of shapes, many small: these take raw addresses (`_address`) of arrays
-    # the wrappers below make or check themselves (dtype, C order), which cut a small shape's call from
-    # 57-66 us to 35-38 us against ndpointer arguments (best of 5, three alternating rounds)
+    # a sweep makes hundreds of shapes, many small: these take raw addresses (`_address`) of arrays the
+    # wrappers below make or check themselves (dtype, C order), skipping ndpointer's per-argument checks
     lib.parasim_flush_counts.restype = _n
     lib.parasim_flush_counts.argtypes = [_n] * 3 + [_p] * 4
     lib.parasim_flush_columns.restype = None
@@ -79,13 +83,13 @@ def warn_slow() -> None:
     global _warned
     if not _warned:
         _warned = True
-        warnings.warn("parasim's compiled replay (simulator/pipeline/_native.c) is not built: using the numpy "
+        warnings.warn("parasim's compiled replay (simulator/native/_native.c) is not built: using the numpy "
                       "replay, same results but slower on long sweeps; reinstall with a C compiler to build it",
                       RuntimeWarning, stacklevel=3)
 
 
 def levels(ends: np.ndarray, dep: np.ndarray, dep2: np.ndarray, starts: np.ndarray, n: int):
-    """(level_ops (n,), level_offsets (levels + 1,), rank pointers, ok) of `compiled._levels_numpy`'s
+    """(level_ops (n,), level_offsets (levels + 1,), rank pointers, ok) of `pipeline.compiled._levels_numpy`'s
     rounds; on deadlock ok is False and the pointers hold each rank's stuck op."""
     level = np.empty(n + 1, dtype=np.int64)
     ptr = np.array(starts, dtype=np.int64)
@@ -99,7 +103,7 @@ def levels(ends: np.ndarray, dep: np.ndarray, dep2: np.ndarray, starts: np.ndarr
 
 def replay_one(args: tuple, F: np.ndarray, B: np.ndarray, W: np.ndarray, P: np.ndarray):
     """Makespan (N,) and busy time per rank (N, R) of N layouts of one shape; `args` from
-    `replay._kernel_args`, P (N, boundaries) with at least one column."""
+    `pipeline.replay._kernel_args`, P (N, boundaries) with at least one column."""
     level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2, rank_offsets = args
     N, S = F.shape
     n, R = len(level_ops), len(rank_offsets) - 1
@@ -112,8 +116,7 @@ def replay_one(args: tuple, F: np.ndarray, B: np.ndarray, W: np.ndarray, P: np.n
 def row_sums(x: np.ndarray) -> np.ndarray:
     """Sums along axis 1 of a 2-D array, each row left to right: the zeros padding a row change none of
     its bits (numpy's pairwise `sum` regroups rows of 8 or more values). Without the C library,
-    np.cumsum's last column: the same additions in the same order, ~5x slower (0.4-0.6 against 1.7-3 ms
-    on the benchmark sweeps' (rows x ranks) arrays)."""
+    np.cumsum's last column: the same additions in the same order, slower."""
     x = np.ascontiguousarray(x, dtype=float)
     if LIB is None or x.ndim != 2:
         return np.cumsum(x, axis=-1)[..., -1] if x.shape[-1] else np.zeros(x.shape[:-1])
@@ -124,8 +127,8 @@ def row_sums(x: np.ndarray) -> np.ndarray:
 
 def first_ids(code: np.ndarray):
     """(inv, first) of int64 codes: each code's group, numbered in order of first appearance (the
-    numbering of pandas.factorize, by a hash table in C: 0.18 against 0.45 ms on 30,000 codes), and each
-    group's first row; None without the C library (the caller factorizes)."""
+    numbering of pandas.factorize, by a hash table in C), and each group's first row; None without the
+    C library (the caller factorizes)."""
     if LIB is None:
         return None
     code = np.ascontiguousarray(code, dtype=np.int64)
@@ -168,7 +171,7 @@ def object_ids(values: np.ndarray):
 
 
 def replay_multi(tables: tuple, sid, F, B, W, P, out_mk, out_mk0, out_busy) -> None:
-    """Rows of many shapes (`replay.makespan_multi`'s packed `tables`); fills the three outputs, which
+    """Rows of many shapes (`pipeline.replay.makespan_multi`'s packed `tables`); fills the three outputs, which
     may be row slices of larger C-contiguous arrays."""
     N, S = F.shape
     if LIB.parasim_replay_multi(N, S, out_busy.shape[1], sid, *tables, F, B, W, P, out_mk, out_mk0, out_busy):
@@ -196,7 +199,7 @@ def flush_columns(warm: np.ndarray, kinds: np.ndarray, offsets: np.ndarray, tail
 
 
 def shape_tables(columns: tuple, num_stages: int, num_microbatches: int):
-    """`replay.ShapeTables` fields from a builder's op columns (kind, stage, microbatch, includes W,
+    """`pipeline.replay.ShapeTables` fields from a builder's op columns (kind, stage, microbatch, includes W,
     paired, ops per rank): (packed (5 int32 arrays in level order), busy (rank (E,), stage (E,), op
     counts (E, 4)), in-flight peaks (R,) int64), or None if the columns break a rule or deadlock (the
     numpy path then raises with the message)."""

@@ -1,8 +1,9 @@
-/* The replay's inner loops, compiled at install time and called through ctypes (native.py).
+/* The replay's inner loops, compiled at install time and called through ctypes
+   (simulator/native/__init__.py).
 
    Loops that each have an exact counterpart in numpy in the package (tests compare them bit for
-   bit): the levelling rounds of compiled.py (`_levels_numpy`); the longest-path recurrence of
-   replay.py (`evaluate_levels` + `busy_per_rank`) for one schedule shape with a delay per stage
+   bit): the levelling rounds of pipeline/compiled.py (`_levels_numpy`); the longest-path recurrence of
+   pipeline/replay.py (`evaluate_levels` + `busy_per_rank`) for one schedule shape with a delay per stage
    boundary, and for many shapes with one uniform delay:
        start(op) = max(end(rank predecessor), end(dep) + p2p, end(dep2) + p2p2)
        end(op)   = start(op) + duration(op)
@@ -13,7 +14,7 @@
    order), first-appearance group numbers (pandas.factorize's numbering) and per-rank sums of
    per-stage values (structure.PipelineTable.rank_sum's bincounts).
    Plain C99 with no Python API in the loops: the caller owns every array (C-contiguous, the dtypes
-   native.py declares or, for raw addresses, makes), so the GIL is released for the whole call
+   simulator/native declares or, for raw addresses, makes), so the GIL is released for the whole call
    (ctypes does that for CDLL).
    Compiled with -ffp-contract=off: no fused multiply-add, so every sum rounds as numpy's does. */
 #define PY_SSIZE_T_CLEAN
@@ -560,6 +561,6 @@ void parasim_rank_sum(int64_t N, int64_t S, int64_t P, const double *x, const in
 
 /* An importable (empty) module, so the build and the loader find it by its package name. */
 static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "_native",
-                                           "parasim's replay loops; called through ctypes (native.py)", -1, NULL};
+                                           "parasim's replay loops; called through ctypes (simulator.native)", -1, NULL};
 
 PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&native_module); }
