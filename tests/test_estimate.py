@@ -56,9 +56,9 @@ def test_single_stage_step_is_microbatches_times_op_time_plus_tail():
     assert e.row["num_microbatches"] == 64 // (8 * 2)
 
 
-def test_pipeline_part_equals_an_independent_event_replay():
-    # The estimate's makespan comes from the levelled fast path; replay the same durations on the
-    # discrete-event engine (method='event') and compare: identical makespans.
+def test_pipeline_part_equals_an_independent_replay():
+    # The estimate's makespan comes from the kernel's compiled pass over every shape; replay the same
+    # durations one schedule at a time (the levelled numpy recurrence) and compare: identical makespans.
     m, t = _small()
     lay = Layout(num_gpus=8, tp=1, pp=4, schedule="1f1b")
     df = evaluate_layouts(m, t, H100, num_gpus=8, pp=4, schedule="1f1b", tp=1, dp=2)
@@ -70,7 +70,7 @@ def test_pipeline_part_equals_an_independent_event_replay():
 
     p2p = C.p2p_s(H100, 2.0 * 2048 * 1024, group_span(H100, group="pp", tp=1, dp=2, pp=4))
     tl = replay(build("1f1b", pp=4, microbatches=32), forward_s=st.forward_s,
-                backward_s=st.backward_s + st.recompute_s + st.weight_s, weight_s=0.0, p2p_s=float(p2p), method="event")
+                backward_s=st.backward_s + st.recompute_s + st.weight_s, weight_s=0.0, p2p_s=float(p2p))
     makespan = df.step_s[0] - df.exposed_dp_s[0] - df.optimizer_s[0]  # step = makespan + DP tail + optimizer
     assert makespan == pytest.approx(tl.makespan_s, rel=1e-9)
 

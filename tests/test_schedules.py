@@ -2,9 +2,8 @@
 import numpy as np
 import pytest
 
-from simulator.engine import DeadlockError
 from simulator.errors import InputError
-from simulator.pipeline import compile_schedule
+from simulator.pipeline import DeadlockError, compile_schedule
 from simulator.schedules import SCHEDULE_NAMES, Op, build, make_schedule
 
 

@@ -13,9 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine import DeadlockError
+from ..errors import InputError
 from ..schedules import Schedule
 from .. import native
+
+
+class DeadlockError(InputError):
+    """The schedule cannot run: ops wait, directly or not, on each other. Names the stuck ops."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -5,10 +5,10 @@ Timing rule (one longest-path recurrence over the op DAG; formulas.md §5.3):
     start(op) = max(end(previous op on its rank), end(dep(op)) + p2p(boundary crossed))
     end(op)   = start(op) + duration(op)
 with duration F = forward_s[stage], B = backward_s[stage] (+ weight_s[stage] when the B includes
-the weight gradient, i.e. the schedule does not split), W = weight_s[stage]. Two evaluators:
-``method="levels"`` (numpy over the compiled levels; default, fast) and ``method="event"`` (the
-generic discrete-event engine, which also models p2p transfers on bandwidth-shared links). They
-agree exactly when p2p is a pure delay.
+the weight gradient, i.e. the schedule does not split), W = weight_s[stage]. Two evaluators of
+that one recurrence: `evaluate_levels` (numpy over the compiled levels: the reference, used by
+`replay` and by `makespan_multi` without the C library) and the C loop behind `makespan_multi`
+(simulator/native; the tests compare it with the reference bit for bit).
 
 Bubble fraction = 1 - total busy / (ranks x makespan) (DESIGN.md, the "of total" convention of
 formulas.md §5.2 disagreement 5.a); per rank, 1 - busy_r / makespan.
@@ -22,10 +22,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..engine import Channel, Simulation, Stream, Task
+from .. import native
 from ..errors import InputError
 from ..schedules import Schedule
-from .. import native
 from .compiled import CompiledSchedule, compile_schedule
 
 
@@ -117,39 +116,6 @@ def evaluate_levels(compiled: CompiledSchedule, dur: np.ndarray, delay: np.ndarr
         idx = ops[lo:hi]
         end[..., idx] = np.maximum(end[..., rp_l[lo:hi]], end[..., dp_l[lo:hi]] + delay_l[..., lo:hi]) + dur_l[..., lo:hi]
     return end[..., :n]
-
-
-def _evaluate_event(schedule, compiled, dur, delay, delay2, *, p2p_bytes=None, link_bytes_per_s=None,
-                    link_latency_s=0.0, link_sharing="fair"):
-    a = schedule.arrays
-    sim = Simulation([Stream(name=f"rank{r}") for r in range(schedule.num_ranks)])
-    ops = [op for r in schedule.ranks for op in r]
-    use_links = link_bytes_per_s is not None
-    if use_links:
-        pb = per_stage_array("p2p_bytes", 0.0 if p2p_bytes is None else p2p_bytes, max(schedule.num_stages - 1, 1))
-        links = set()
-    tid = np.full(len(ops), -1, dtype=np.int64)
-    for i in compiled.level_ops:
-        d = a.dep[i]
-        after = ()
-        if d >= 0:
-            if use_links and a.boundary[i] >= 0:
-                name = f"link{a.rank[d]}->{a.rank[i]}"
-                if name not in links:
-                    sim.add_resource(Channel(name=name, bandwidth_bytes_per_s=link_bytes_per_s,
-                                             latency_s=link_latency_s, sharing=link_sharing))
-                    links.add(name)
-                x = sim.add(Task(name=f"send {ops[d].label}->{ops[i].label}", resource=name,
-                                 size_bytes=float(pb[a.boundary[i]]), after=((int(tid[d]), 0.0),)))
-                after = ((x, 0.0),)
-            else:
-                after = ((int(tid[d]), float(delay[i])),)
-        if a.dep2[i] >= 0:
-            after = after + ((int(tid[a.dep2[i]]), float(delay2[i])),)
-        tid[i] = sim.add(Task(name=f"r{ops[i].rank}:{ops[i].label}", resource=f"rank{ops[i].rank}",
-                              duration_s=float(dur[i]), after=after))
-    res = sim.run()
-    return res.end_s[tid]
 
 
 # -- derived quantities (order only) -----------------------------------------------------------
@@ -252,18 +218,14 @@ def _as_compiled(schedule) -> CompiledSchedule:
     return compile_schedule(schedule)
 
 
-def replay(schedule, *, forward_s, backward_s, weight_s=0.0, p2p_s=0.0, activation_bytes=None,
-           method: str = "levels", p2p_bytes=None, link_bytes_per_s=None, link_latency_s=0.0,
-           link_sharing: str = "fair") -> Timeline:
+def replay(schedule, *, forward_s, backward_s, weight_s=0.0, p2p_s=0.0, activation_bytes=None) -> Timeline:
     """Replay `schedule` (a Schedule or a CompiledSchedule) with per-microbatch op durations.
 
     forward_s, backward_s (input-gradient part), weight_s: scalars or arrays with one entry per
     (virtual) stage; for schedules that do not split the backward, B lasts backward_s + weight_s.
     p2p_s: scalar or one entry per stage boundary (boundary b between stages b and b+1), added when
     an op's input comes from another rank. activation_bytes: per stage, per microbatch -> peak bytes
-    per rank. method: "levels" (default) or "event"; with "event" and `link_bytes_per_s`, p2p
-    transfers of `p2p_bytes` (per boundary) run on per-link channels ("fair" bandwidth sharing or
-    "fifo") instead of the fixed p2p_s delay.
+    per rank.
     """
     compiled = _as_compiled(schedule)
     sch = compiled.schedule
@@ -275,19 +237,8 @@ def replay(schedule, *, forward_s, backward_s, weight_s=0.0, p2p_s=0.0, activati
     dur = op_durations(sch, f, b, w)
     delay = op_delays(sch, p)
     delay2 = op_delays(sch, p, second=True)
-    if method == "levels":
-        if link_bytes_per_s is not None:
-            raise InputError("link_bytes_per_s needs method='event' (bandwidth-shared p2p channels)")
-        end = evaluate_levels(compiled, dur, delay, delay2)
-    elif method == "event":
-        end = _evaluate_event(sch, compiled, dur, delay, delay2, p2p_bytes=p2p_bytes, link_bytes_per_s=link_bytes_per_s,
-                              link_latency_s=link_latency_s, link_sharing=link_sharing)
-    else:
-        raise InputError(f"method must be 'levels' or 'event', got {method!r}")
-    start = _starts(sch, end, delay, delay2) if link_bytes_per_s is None else end - dur
-    if link_bytes_per_s is not None:  # transfers replaced the fixed delays
-        delay = np.zeros_like(delay)
-        delay2 = np.zeros_like(delay2)
+    end = evaluate_levels(compiled, dur, delay, delay2)
+    start = _starts(sch, end, delay, delay2)
     return _timeline(sch, start, end, dur, delay, delay2, activation_bytes)
 
 
