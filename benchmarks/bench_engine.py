@@ -1,8 +1,9 @@
 """Replay speed: p = 64, m = 1024, v = 2 interleaved 1F1B (262,144 ops) and zb-h1 / zb-v peers.
 
 Reports, per schedule: build (schedule as data), compile (levels, once per schedule shape), replay
-(timeline with bubbles, in-flight, critical path), and the vectorised batch of N layouts; ops/s =
-ops / seconds (for the batch: N x ops / seconds). Median of `--repeat` runs; wall-clock, one process.
+(timeline with bubbles, in-flight, critical path), and the compiled pass over N layouts
+(`makespan_multi`, the sweep's path: each layout with and without its p2p delay); ops/s = ops /
+seconds (for the batch: N x ops / seconds). Median of `--repeat` runs; wall-clock, one process.
 Run: python benchmarks/bench_engine.py [--repeat 3]
 """
 import argparse
@@ -12,7 +13,7 @@ import time
 
 import numpy as np
 
-from simulator.pipeline import compile_schedule, makespan_batch, replay
+from simulator.pipeline import compile_schedule, makespan_multi, replay
 from simulator.schedules import build
 
 
@@ -44,7 +45,8 @@ def main():
         N = args.batch
         rng = np.random.default_rng(0)
         f = rng.uniform(0.5, 1.5, (N, S))
-        tbatch, _ = _time(lambda: makespan_batch(comp, f, 2 * f, 0.0, 0.01), args.repeat)
+        tbatch, _ = _time(lambda: makespan_multi([comp], np.zeros(N, dtype=np.int64), f, 2 * f, np.zeros((N, S)),
+                                                 np.full(N, 0.01)), args.repeat)
         n = sch.num_ops
         print(f"{name:<12}{n:>9}{tb:>9.2f}{tc:>11.3f}{tr:>10.3f}{n / tr:>14,.0f}{n / (tc + tr):>22,.0f}"
               f"{N:>8}{N * n / tbatch:>13,.0f}")

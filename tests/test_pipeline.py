@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from simulator.errors import InputError
-from simulator.pipeline import compile_schedule, makespan_batch, replay, split_layers, stage_times
+from simulator.pipeline import compile_schedule, replay, split_layers, stage_times
 from simulator.schedules import SCHEDULE_NAMES, build
 
 
@@ -145,22 +145,6 @@ def test_busy_time_is_conserved_and_ops_never_overlap_on_a_rank(name):
     assert sum(t.busy_s_per_rank) == pytest.approx(expected_total, rel=1e-12)
 
 
-@pytest.mark.parametrize("name", SCHEDULE_NAMES)
-def test_fast_path_batch_equals_replay_exactly(name):
-    sch = build(name, pp=4, microbatches=_ok_m(name, 4), vpp=_vpp(name))
-    comp = compile_schedule(sch)
-    S, N = sch.num_stages, 5
-    rng = np.random.default_rng(11)
-    f, b, w = rng.uniform(0.1, 1, (N, S)), rng.uniform(0.1, 1, (N, S)), rng.uniform(0, 1, (N, S))
-    p2p = rng.uniform(0, 0.2, N)
-    batch = makespan_batch(comp, f, b, w, p2p)
-    for i in range(N):
-        t = replay(comp, forward_s=f[i], backward_s=b[i], weight_s=w[i], p2p_s=p2p[i])
-        assert batch.makespan_s[i] == t.makespan_s
-        assert batch.bubble_fraction[i] == t.bubble_fraction
-    assert tuple(batch.peak_inflight_microbatches_per_rank) == t.peak_inflight_microbatches_per_rank
-
-
 def test_pipedream_steady_state_is_the_slowest_stage_and_stashes_p_minus_r_versions():
     p, m = 4, 64
     f = np.array([1.0, 1.5, 1.2, 0.8])
@@ -190,32 +174,51 @@ def test_bad_durations_raise_input_error(bad):
 
 
 @pytest.mark.parametrize("N", [11, 200, 6000])
-def test_multi_shape_replay_equals_one_batch_replay_per_shape(N):
-    # makespan_multi replays layouts of eight schedule shapes in one compiled pass, with and without the
-    # p2p delay; each layout's makespans must equal makespan_batch of its own shape bit for bit, its busy
+def test_multi_shape_replay_equals_the_levelled_replay_of_each_layout(N):
+    # makespan_multi replays layouts of nine schedule shapes (every schedule) in one compiled pass, with and without the
+    # p2p delay; each layout's makespans must equal replay() of its own schedule bit for bit, its busy
     # time per rank (from op counts, not summed op by op) to rounding. The C loop runs the rows of a
     # shape four at a time (11 layouts: shapes with fewer rows than that, or none). 6000 layouts (~1 M
-    # ops) run in threads, one per core, each on its own block of rows.
+    # ops) run in threads, one per core, each on its own block of rows: rows spread over all of them
+    # are checked.
     from simulator.pipeline import makespan_multi
 
     rng = np.random.default_rng(0)
     cs = [compile_schedule(build(s, pp=p, microbatches=m, vpp=v)) for s, p, m, v in
           [("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2), ("zb-h1", 4, 8, 1), ("dualpipe", 4, 8, 1), ("zb-v", 4, 8, 1),
-           ("dualpipev", 4, 8, 1), ("gpipe", 1, 3, 1), ("zb-h2", 8, 16, 1)]]
+           ("dualpipev", 4, 8, 1), ("gpipe", 1, 3, 1), ("zb-h2", 8, 16, 1), ("pipedream", 4, 12, 1)]]
+    assert {c.schedule.name for c in cs} >= set(SCHEDULE_NAMES)
     S = max(c.schedule.num_stages for c in cs)
     sid = rng.integers(0, len(cs), N)
     F, B, W = (rng.random((N, S)) for _ in range(3))
     p = rng.random(N) * 0.1
     mk, mk0, busy = makespan_multi(cs, sid, F, B, W, p)
-    for k, c in enumerate(cs):
-        idx, Sk = np.flatnonzero(sid == k), c.schedule.num_stages
-        if not len(idx):
-            continue
-        a = makespan_batch(c, F[idx, :Sk], B[idx, :Sk], W[idx, :Sk], p[idx])
-        b = makespan_batch(c, F[idx, :Sk], B[idx, :Sk], W[idx, :Sk], 0.0)
-        assert np.array_equal(a.makespan_s, mk[idx]) and np.array_equal(b.makespan_s, mk0[idx])
-        assert np.allclose(a.busy_s_per_rank, busy[idx, :c.schedule.num_ranks], rtol=1e-13, atol=0)
-        assert not busy[idx, c.schedule.num_ranks:].any()
+    for i in range(N) if N <= 200 else np.linspace(0, N - 1, 150).astype(int):
+        c = cs[sid[i]]
+        Si, R = c.schedule.num_stages, c.schedule.num_ranks
+        kw = dict(forward_s=F[i, :Si], backward_s=B[i, :Si], weight_s=W[i, :Si])
+        t, t0 = replay(c, p2p_s=p[i], **kw), replay(c, p2p_s=0.0, **kw)
+        assert mk[i] == t.makespan_s and mk0[i] == t0.makespan_s, i
+        assert np.allclose(busy[i, :R], t.busy_s_per_rank, rtol=1e-13, atol=0) and not busy[i, R:].any()
+
+
+def test_multi_shape_replay_of_uniform_gpipe_and_1f1b_is_the_closed_form():
+    # (m + p - 1)(F + B) for uniform stages without p2p (Narayanan et al. 2021 §2.2.1), each rank busy
+    # m (F + B); times in eighths of a second, so every sum is exact
+    from simulator.pipeline import makespan_multi
+
+    shapes = [(s, p, m) for s in ("gpipe", "1f1b") for p, m in [(1, 3), (2, 1), (4, 8), (5, 3), (8, 32)]]
+    cs = [compile_schedule(build(s, pp=p, microbatches=m)) for s, p, m in shapes]
+    rng = np.random.default_rng(2)
+    N = 300
+    sid = rng.integers(0, len(cs), N)
+    f, b = rng.integers(1, 64, N) / 8, rng.integers(1, 64, N) / 8
+    F, B = np.repeat(f[:, None], 8, axis=1), np.repeat(b[:, None], 8, axis=1)
+    mk, mk0, busy = makespan_multi(cs, sid, F, B, np.zeros((N, 8)), np.zeros(N))
+    p, m = (np.array([x[k] for x in shapes])[sid] for k in (1, 2))
+    assert np.array_equal(mk, (m + p - 1) * (f + b)) and np.array_equal(mk0, mk)
+    ranks = np.arange(8) < p[:, None]
+    assert np.array_equal(busy, np.where(ranks, (m * (f + b))[:, None], 0.0))
 
 
 @pytest.mark.parametrize("name", SCHEDULE_NAMES)
@@ -305,22 +308,18 @@ def test_numpy_fallback_equals_the_compiled_loops(monkeypatch):
     sid = rng.integers(0, len(shapes), N)
     F, B, W = (rng.random((N, S)) for _ in range(3))
     p = rng.random(N) * 0.1
-    pb = rng.random((N, 3)) * 0.1  # one delay per boundary (makespan_batch's general case)
 
     def run():
         cs = [compile_schedule(build(s, pp=pp, microbatches=m, vpp=v)) for s, pp, m, v in shapes]
-        c0 = cs[0]
-        one = makespan_batch(c0, F[:, :4], B[:, :4], W[:, :4], pb)
-        return cs, one, makespan_multi(cs, sid, F, B, W, p)
+        return cs, makespan_multi(cs, sid, F, B, W, p)
 
-    cs, one, (mk, mk0, busy) = run()
+    cs, (mk, mk0, busy) = run()
     monkeypatch.setattr(native, "LIB", None)
     monkeypatch.setattr(native, "_warned", False)
     with pytest.warns(RuntimeWarning, match="not built"):
-        cs2, one2, (mk2, mk02, busy2) = run()
+        cs2, (mk2, mk02, busy2) = run()
     for a, b in zip(cs, cs2):
         assert np.array_equal(a.level_ops, b.level_ops) and np.array_equal(a.level_offsets, b.level_offsets)
-    assert np.array_equal(one.makespan_s, one2.makespan_s) and np.array_equal(one.busy_s_per_rank, one2.busy_s_per_rank)
     assert np.array_equal(mk, mk2) and np.array_equal(mk0, mk02)
     assert np.allclose(busy, busy2, rtol=1e-13, atol=0)  # op counts x durations vs op by op
 

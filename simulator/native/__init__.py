@@ -51,8 +51,6 @@ def _load():
         return None
     lib.parasim_levels.restype = _n
     lib.parasim_levels.argtypes = [_n, _i64, _i64, _i64, _n, _i64, _i64, _i64, _i64]
-    lib.parasim_replay_one.restype = None
-    lib.parasim_replay_one.argtypes = [_n] * 5 + [_i64] * 6 + [_u8, _i64, _i64, _i64] + [_f64] * 7
     lib.parasim_replay_multi.restype = _n
     lib.parasim_replay_multi.argtypes = [_n] * 3 + [_i64] * 2 + [_i32] * 5 + [_i64] * 4 + [_f64] * 8
     lib.parasim_row_sums.restype = None
@@ -99,18 +97,6 @@ def levels(ends: np.ndarray, dep: np.ndarray, dep2: np.ndarray, starts: np.ndarr
     if k < 0:
         return None, None, ptr, False
     return out, offs[:k + 1], ptr, True
-
-
-def replay_one(args: tuple, F: np.ndarray, B: np.ndarray, W: np.ndarray, P: np.ndarray):
-    """Makespan (N,) and busy time per rank (N, R) of N layouts of one shape; `args` from
-    `pipeline.replay._kernel_args`, P (N, boundaries) with at least one column."""
-    level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2, rank_offsets = args
-    N, S = F.shape
-    n, R = len(level_ops), len(rank_offsets) - 1
-    mk, busy, end = np.zeros(N), np.zeros((N, R)), np.empty(n + 1)
-    LIB.parasim_replay_one(N, n, R, S, P.shape[1], level_ops, rp, dep, dep2, kind, stage, incw, bnd, bnd2,
-                           rank_offsets, F, B, W, P, mk, busy, end)
-    return mk, busy
 
 
 def row_sums(x: np.ndarray) -> np.ndarray:

@@ -3,8 +3,8 @@
 
    Loops that each have an exact counterpart in numpy in the package (tests compare them bit for
    bit): the levelling rounds of pipeline/compiled.py (`_levels_numpy`); the longest-path recurrence of
-   pipeline/replay.py (`evaluate_levels` + `busy_per_rank`) for one schedule shape with a delay per stage
-   boundary, and for many shapes with one uniform delay:
+   pipeline/replay.py (`evaluate_levels` + `busy_per_rank`) for many layouts of many schedule shapes,
+   with and without one uniform p2p delay:
        start(op) = max(end(rank predecessor), end(dep) + p2p, end(dep2) + p2p2)
        end(op)   = start(op) + duration(op)
    the replay tables of a schedule shape from its op columns (`Schedule.arrays`, `compile_schedule`,
@@ -48,52 +48,6 @@ int64_t parasim_levels(int64_t R, const int64_t *ends, const int64_t *dep, const
         offs[++k] = count;
     }
     return k;
-}
-
-static inline double op_duration(int64_t kind, uint8_t incw, double f, double b, double w) {
-    if (kind == 0) return f;
-    if (kind == 1) return incw ? b + w : b + 0.0;
-    return w;
-}
-
-/* One schedule shape, N layouts: ops in level order (level_ops), rank predecessor rp, dependencies
-   dep/dep2 (n = none), op kind (0 F, 1 B, 2 W), virtual stage, whether a B includes W, the stage
-   boundary each dependency crosses (-1 none) and the rank offsets. F/B/W (N, S), P (N, nP) per
-   boundary. Writes makespan (N) and busy time per rank (N, R). end: scratch (n + 1). */
-void parasim_replay_one(int64_t N, int64_t n, int64_t R, int64_t S, int64_t nP,
-                        const int64_t *level_ops, const int64_t *rp, const int64_t *dep, const int64_t *dep2,
-                        const int64_t *kind, const int64_t *stage, const uint8_t *incw, const int64_t *bnd,
-                        const int64_t *bnd2, const int64_t *rank_offsets,
-                        const double *F, const double *B, const double *W, const double *P,
-                        double *out_mk, double *out_busy, double *end) {
-    end[n] = 0.0;
-    for (int64_t r = 0; r < N; r++) {
-        const double *f = F + r * S, *b = B + r * S, *w = W + r * S, *p = P + r * nP;
-        double mk = 0.0;
-        for (int64_t j = 0; j < n; j++) {
-            int64_t i = level_ops[j], s = stage[i];
-            double d = op_duration(kind[i], incw[i], f[s], b[s], w[s]);
-            double t = end[dep[i]] + (bnd[i] >= 0 ? p[bnd[i]] : 0.0);
-            if (dep2[i] < n) {
-                double t2 = end[dep2[i]] + (bnd2[i] >= 0 ? p[bnd2[i]] : 0.0);
-                if (t2 > t) t = t2;
-            }
-            double t0 = end[rp[i]];
-            if (t0 > t) t = t0;
-            double e = t + d;
-            end[i] = e;
-            if (e > mk) mk = e;
-        }
-        out_mk[r] = mk;
-        for (int64_t q = 0; q < R; q++) {
-            double acc = 0.0;
-            for (int64_t i = rank_offsets[q]; i < rank_offsets[q + 1]; i++) {
-                int64_t s = stage[i];
-                acc += op_duration(kind[i], incw[i], f[s], b[s], w[s]);
-            }
-            out_busy[r * R + q] = acc;
-        }
-    }
 }
 
 /* Many shapes: row r runs shape sid[r], whose ops are packed in level order at op_off[k]..op_off[k+1]

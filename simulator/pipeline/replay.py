@@ -29,30 +29,20 @@ from .compiled import CompiledSchedule, compile_schedule
 
 
 # -- inputs ------------------------------------------------------------------------------------
-def per_stage_array(name: str, value, num_stages: int, *, batch: bool = False) -> np.ndarray:
-    """A scalar or per-stage sequence -> float array (num_stages,) (or (N, num_stages) if `batch`).
+def per_stage_array(name: str, value, num_stages: int) -> np.ndarray:
+    """A scalar or per-stage sequence -> float array (num_stages,).
 
     InputError names the value when it is negative, not finite, or has the wrong length.
     """
     arr = np.asarray(value, dtype=float) if not isinstance(value, str) else None
     if arr is None:
         raise InputError(f"{name} must be a number or an array of numbers, got {value!r}")
-    if batch:
-        if arr.ndim == 0:
-            arr = arr.reshape(1, 1)
-        elif arr.ndim == 1:
-            arr = arr.reshape(-1, 1)
-        if arr.ndim != 2 or arr.shape[1] not in (1, num_stages):
-            raise InputError(f"{name} must have shape (N, {num_stages}) or (N,), got {arr.shape}")
-    else:
-        if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] not in (1, num_stages)):
-            raise InputError(f"{name} must be a scalar or have {num_stages} entries (one per stage), got shape {arr.shape}")
+    if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] not in (1, num_stages)):
+        raise InputError(f"{name} must be a scalar or have {num_stages} entries (one per stage), got shape {arr.shape}")
     if not np.isfinite(arr).all():
         raise InputError(f"{name} must be finite, got {value!r}")
     if (arr < 0).any():
         raise InputError(f"{name} must be >= 0, got {value!r}")
-    if batch:
-        return np.broadcast_to(arr, (arr.shape[0], num_stages)) if arr.shape[1] == 1 else arr
     return np.broadcast_to(arr, (num_stages,)).astype(float) if arr.ndim == 0 or arr.shape[0] == 1 else arr
 
 
@@ -74,19 +64,13 @@ def op_delays(schedule: Schedule, p2p_s, *, second: bool = False) -> np.ndarray:
     return np.where(bnd >= 0, p[..., np.maximum(bnd, 0)], 0.0)
 
 
-def _p2p_array(p2p_s, num_stages: int, *, batch=False) -> np.ndarray:
+def _p2p_array(p2p_s, num_stages: int) -> np.ndarray:
     nb = max(num_stages - 1, 0)
     arr = np.asarray(p2p_s, dtype=float)
-    if batch:
-        arr = arr.reshape(-1, 1) if arr.ndim <= 1 else arr
-        if arr.shape[1] not in (1, nb) and nb:
-            raise InputError(f"p2p_s must have shape (N,) or (N, {nb}), got {np.shape(p2p_s)}")
-    elif arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] not in (1, nb)):
+    if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] not in (1, nb)):
         raise InputError(f"p2p_s must be a scalar or have {nb} entries (one per stage boundary), got shape {arr.shape}")
     if not np.isfinite(arr).all() or (arr < 0).any():
         raise InputError(f"p2p_s must be finite and >= 0, got {p2p_s!r}")
-    if batch:
-        return np.broadcast_to(arr, (arr.shape[0], nb)).copy()
     return np.broadcast_to(arr.reshape(-1)[:1] if arr.ndim == 0 or arr.size == 1 else arr, (nb,)).copy()
 
 
@@ -243,8 +227,8 @@ def replay(schedule, *, forward_s, backward_s, weight_s=0.0, p2p_s=0.0, activati
 
 
 def busy_per_rank(sch, dur):
-    """Sum of op durations per rank; `dur` (..., n) in rank order -> (..., ranks). One summation
-    routine for replay and makespan_batch so both give identical floats."""
+    """Sum of op durations per rank; `dur` (..., n) in rank order -> (..., ranks), each rank's ops added
+    in order (replay, and makespan_multi without the C library)."""
     offs = sch.arrays.rank_offsets
     # sequential (cumsum) sums: numpy's pairwise .sum() groups 1-D and 2-D rows differently
     return np.stack([np.cumsum(dur[..., offs[r]:offs[r + 1]], axis=-1)[..., -1] if offs[r + 1] > offs[r]
@@ -291,82 +275,13 @@ def _timeline(sch, start, end, dur, delay, delay2, activation_bytes) -> Timeline
                     stashed_weight_versions_per_rank=stash)
 
 
-@dataclass(frozen=True, kw_only=True)
-class BatchResult:
-    """`makespan_batch` output: one entry per layout (N,), in-flight peaks per rank (order only)."""
-
-    makespan_s: np.ndarray
-    bubble_fraction: np.ndarray
-    busy_s_per_rank: np.ndarray  # (N, ranks)
-    peak_inflight_microbatches_per_rank: np.ndarray  # (ranks,)
-
-
-def makespan_batch(schedule, forward_s, backward_s, weight_s=0.0, p2p_s=0.0) -> BatchResult:
-    """Vectorised replay of N layouts sharing one schedule shape.
-
-    Each duration argument: scalar, (N,) or (N, num_stages); p2p_s: scalar, (N,) or (N, S-1).
-    Same recurrence and float operations as `replay`, so results are identical.
-    """
-    compiled = _as_compiled(schedule)
-    sch = compiled.schedule
-    S = sch.num_stages
-    f = per_stage_array("forward_s", forward_s, S, batch=True)
-    b = per_stage_array("backward_s", backward_s, S, batch=True)
-    w = per_stage_array("weight_s", weight_s, S, batch=True)
-    p = _p2p_array(p2p_s, S, batch=True)
-    N = max(f.shape[0], b.shape[0], w.shape[0], p.shape[0])
-    for name, x in (("forward_s", f), ("backward_s", b), ("weight_s", w), ("p2p_s", p)):
-        if x.shape[0] not in (1, N):
-            raise InputError(f"{name}: {x.shape[0]} layouts, expected 1 or {N}")
-    f, b, w = (np.broadcast_to(x, (N, S)) for x in (f, b, w))
-    p = np.broadcast_to(p, (N, max(S - 1, 0)))
-    if native.LIB is not None:
-        makespan, busy = _batch_kernel(compiled, np.ascontiguousarray(f, dtype=float), np.ascontiguousarray(b, dtype=float),
-                                       np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(p, dtype=float))
-    else:
-        native.warn_slow()
-        dur = op_durations(sch, f, b, w)
-        delay = op_delays(sch, p)
-        end = evaluate_levels(compiled, dur, delay, op_delays(sch, p, second=True))
-        makespan = end.max(axis=1) if end.shape[1] else np.zeros(N)
-        busy = busy_per_rank(sch, dur)
-    with np.errstate(invalid="ignore", divide="ignore"):
-            bubble = np.where(makespan > 0, 1.0 - np.cumsum(busy, axis=-1)[..., -1] / (sch.num_ranks * makespan), 0.0)
-    return BatchResult(makespan_s=makespan, bubble_fraction=bubble, busy_s_per_rank=busy,
-                       peak_inflight_microbatches_per_rank=_inflight_counts(compiled))
-
-
-# -- compiled loops for the batch path ---------------------------------------------------------------
-# The same recurrence as `evaluate_levels` + `busy_per_rank`, one layout at a time in C (native.py):
-# a level loop in numpy costs ~µs per level whatever the batch size, which dominates sweeps whose
-# schedule shapes serve few layouts each; the C loop costs ~ns per op. Same float operations in the
-# same order (max is exact; sums are sequential like cumsum), so the results equal the numpy path bit
-# for bit (tests/test_pipeline.py compares them).
-
-
+# -- many layouts of many schedule shapes ----------------------------------------------------------
 @lru_cache(maxsize=4096)  # per compiled schedule (hashed by identity)
 def _inflight_counts(compiled: CompiledSchedule) -> np.ndarray:
     """inflight_profile of the order, memoised per compiled schedule (it depends on the order only)."""
     counts = inflight_profile(compiled.schedule).round().astype(int)
     counts.setflags(write=False)
     return counts
-
-
-@lru_cache(maxsize=4096)  # per compiled schedule (hashed by identity)
-def _kernel_args(compiled: CompiledSchedule) -> tuple:
-    """The compiled schedule's int arrays in `native.replay_one`'s dtypes (memoised)."""
-    a = compiled.schedule.arrays
-    n = compiled.num_ops
-    return (compiled.level_ops.astype(np.int64), compiled.rank_prev_s.astype(np.int64), compiled.dep_s.astype(np.int64),
-            compiled.dep2_s.astype(np.int64), a.kind.astype(np.int64), a.stage.astype(np.int64),
-            a.includes_weight.astype(np.uint8), a.boundary.astype(np.int64),
-            (a.boundary2 if a.boundary2 is not None else np.full(n, -1)).astype(np.int64),
-            a.rank_offsets.astype(np.int64))
-
-
-def _batch_kernel(compiled: CompiledSchedule, f, b, w, p):
-    P = p if p.shape[1] else np.zeros((f.shape[0], 1))
-    return native.replay_one(_kernel_args(compiled), f, b, w, P)
 
 
 @dataclass(frozen=True, eq=False)
@@ -421,7 +336,7 @@ def makespan_multi(shapes, schedule_index, forward_s, backward_s, weight_s, p2p_
     shapes: list of ShapeTables or CompiledSchedule; schedule_index (N,): which one each layout runs;
     forward_s, backward_s, weight_s: (N, S) per virtual stage (S >= each schedule's stage count; extra
     columns unused); p2p_s (N,): the delay of every stage boundary. Same recurrence and float
-    operations as `makespan_batch` with a uniform p2p (bit-identical results; tests compare them).
+    operations as `replay` (bit-identical makespans; tests compare them).
     Returns (makespan_s (N,), makespan without p2p (N,), busy_s_per_rank (N, max ranks), 0 past a
     schedule's ranks).
     """
@@ -439,12 +354,8 @@ def makespan_multi(shapes, schedule_index, forward_s, backward_s, weight_s, p2p_
         native.warn_slow()
         for k, t in enumerate(tabs):
             idx = np.flatnonzero(sid == k)
-            if not len(idx):
-                continue
-            c, S, r = t.compiled, t.num_stages, t.num_ranks
-            a = makespan_batch(c, F[idx, :S], B[idx, :S], W[idx, :S], P[idx])
-            b = makespan_batch(c, F[idx, :S], B[idx, :S], W[idx, :S], 0.0)
-            mk[idx], mk0[idx], busy[idx, :r] = a.makespan_s, b.makespan_s, a.busy_s_per_rank
+            if len(idx):
+                mk[idx], mk0[idx], busy[idx, :t.num_ranks] = _multi_numpy(t.compiled, F[idx], B[idx], W[idx], P[idx])
         return mk, mk0, busy
     op_off = np.concatenate([[0], np.cumsum([t.num_ops for t in tabs])]).astype(np.int64)
     stage_off = np.concatenate([[0], np.cumsum([t.num_stages for t in tabs])]).astype(np.int64)
@@ -476,6 +387,19 @@ def makespan_multi(shapes, schedule_index, forward_s, backward_s, weight_s, p2p_
     if errors:
         raise errors[0]
     return mk, mk0, busy
+
+
+def _multi_numpy(compiled: CompiledSchedule, F, B, W, P):
+    """`makespan_multi`'s outputs for rows of one shape by the numpy reference (`evaluate_levels`,
+    `busy_per_rank`): the path without the C library, and the tests' oracle for the C loop."""
+    sch = compiled.schedule
+    S, N = sch.num_stages, len(P)
+    dur = op_durations(sch, F[:, :S], B[:, :S], W[:, :S])
+    p = np.broadcast_to(P[:, None], (N, max(S - 1, 0)))
+    ends = [evaluate_levels(compiled, dur, op_delays(sch, x), op_delays(sch, x, second=True))
+            for x in (p, np.zeros(p.shape))]
+    mk, mk0 = (e.max(axis=1) if e.shape[1] else np.zeros(N) for e in ends)
+    return mk, mk0, busy_per_rank(sch, dur)
 
 
 def _cores() -> int:
