@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from simulator.errors import InputError
-from simulator.pipeline import compile_schedule, replay, split_layers, stage_times
+from simulator.pipeline import compile_schedule, replay
 from simulator.schedules import SCHEDULE_NAMES, build
 
 
@@ -158,13 +158,6 @@ def test_activation_bytes_per_rank_follow_the_inflight_counts():
     sch = build("1f1b", pp=4, microbatches=8)
     t = replay(sch, forward_s=1, backward_s=2, activation_bytes=[10.0, 20.0, 30.0, 40.0])
     assert t.peak_activation_bytes_per_rank == (40.0, 60.0, 60.0, 40.0)  # (p-r) x bytes_r
-
-
-def test_uneven_layer_split_helpers():
-    assert split_layers(22, 8, first_stage_fewer=1, last_stage_fewer=1) == (2, 3, 3, 3, 3, 3, 3, 2)
-    assert split_layers(10, 4) == (2, 3, 3, 2)
-    t = stage_times(layers_per_stage=(2, 3, 3, 2), layer_s=1.0, first_extra_s=0.5, last_extra_s=1.5)
-    assert t.tolist() == [2.5, 3.0, 3.0, 3.5]
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), [1.0, 2.0]])
