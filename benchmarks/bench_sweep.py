@@ -1,25 +1,19 @@
 """Sweep speed: layouts evaluated per second (enumeration + vectorised memory/time kernel + schedule
 replays + ranking) and peak resident memory, for the three cases of GitHub issue 4.
 
-Protocol: each case runs in fresh Python processes, imports done before timing, with the process
-settings of the `parasim` command (`cores.keep_freed_memory`); `time parasim sweep ...` gives the
-end-to-end figure of a command, imports and output included. Each case gets an empty schedule-shape
-cache folder of its own (`PARASIM_CACHE_DIR`, pipeline/cache.py), removed at the end.
-- "first": the first sweep in a fresh process with the shape cache still empty, with the default
-  local executor (this process and one forked worker per further available core). Every schedule
+Protocol: each case runs in fresh Python processes, imports done before timing; `time parasim
+sweep ...` gives the end-to-end figure of a command, imports and output included (benchmarks/ab_sweep.py
+times that, old code against new, alternately). Each case gets an empty schedule-shape cache folder of
+its own (`PARASIM_CACHE_DIR`, pipeline/cache.py), removed at the end.
+- "first": the first sweep in a fresh process with the shape cache still empty. Every schedule
   shape is built and compiled (and written to the cache): what the first `parasim sweep` of a
   parasim version pays after its imports.
 - "cold": the first sweep in a second fresh process, the shapes now read from the cache: what every
   later `parasim sweep` command pays after its imports (a new model or layout space needs only the
   shapes it has not met before).
-- "again": the best of `--repeat` further sweeps in that process with the same executor (fresh
-  workers each time; this process keeps the shapes it read).
-- "in-process": the best of `--repeat` sweeps with `workers=1` after one unmeasured one (a notebook
-  or service sweeping again).
-CPU s: user + system CPU time of the cold sweep, this process and its workers together (getrusage),
-which a loaded machine's stolen time does not inflate as it does wall time.
-Peak RSS: the sweeping process, and the largest worker process (getrusage ru_maxrss of self and of
-the terminated children); the machine holds the parent plus one worker per further core at most.
+- "again": the best of `--repeat` further sweeps in that process (a notebook or service sweeping again).
+CPU s: user + system CPU time of the cold sweep (getrusage), which a loaded machine's stolen time does
+not inflate as it does wall time. Peak RSS: the sweeping process (getrusage ru_maxrss).
 
 "timed": which layouts get a step time. `fit` (the sweep's default): memory is evaluated for every
 layout, the time (stage times, communication, schedule replay, DP tail) only for those that fit;
@@ -59,9 +53,6 @@ def _cpu_s() -> float:
 
 
 def run_case(name: str, repeat: int, time_infeasible: bool, first_only: bool = False) -> dict:
-    from simulator.cores import keep_freed_memory
-
-    keep_freed_memory()  # as the parasim command does
     import simulator.estimate  # noqa: F401  (the kernel; run_sweep imports it lazily)
     import simulator.pipeline  # noqa: F401  (the replay; imported lazily by the kernel)
     from simulator.spec.scenario import load_scenario
@@ -74,21 +65,19 @@ def run_case(name: str, repeat: int, time_infeasible: bool, first_only: bool = F
     cands = enumerate_layouts(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
     t_enum = time.perf_counter() - t0
     timed, cpu = [], []
-    for workers in (None,) if first_only else (None,) * (1 + repeat) + (1,) * (1 + repeat):
+    for _ in range(1 if first_only else 1 + repeat):
         c0, t0 = _cpu_s(), time.perf_counter()
-        df = run_sweep(sc, space, workers=workers, time_infeasible=time_infeasible)
+        df = run_sweep(sc, space, time_infeasible=time_infeasible)
         timed.append(time.perf_counter() - t0)
         cpu.append(_cpu_s() - c0)
     n = len(df)
     if first_only:
         return {"first_s": timed[0], "first_cpu_s": cpu[0], "first_layouts_per_s": n / timed[0]}
-    cold, again, inproc = timed[0], min(timed[1:1 + repeat]), min(timed[2 + repeat:])
+    cold, again = timed[0], min(timed[1:])
     return {"case": name, "timed": "all" if time_infeasible else "fit", "description": desc, "layouts": n, "feasible": int(df["feasible"].sum()),
             "shapes": len(cands[["schedule", "pp", "vpp", "num_microbatches"]].drop_duplicates()), "enumerate_s": t_enum,
-            "cold_s": cold, "cold_cpu_s": cpu[0], "again_s": again, "inprocess_s": inproc, "cold_layouts_per_s": n / cold,
-            "again_layouts_per_s": n / again, "inprocess_layouts_per_s": n / inproc,
-            "parent_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "worker_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+            "cold_s": cold, "cold_cpu_s": cpu[0], "again_s": again, "cold_layouts_per_s": n / cold,
+            "again_layouts_per_s": n / again, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "winner": df.iloc[0]["label"] if n else ""}
 
 
@@ -106,7 +95,7 @@ def main():
     names = list(CASES) if a.case == "all" else [a.case]
     modes = ["fit", "all"] if a.timed == "both" else [a.timed]
     print(f"{'case':<8} {'timed':<5} {'layouts':>8} {'shapes':>6} {'first s':>7} {'first /s':>8} {'cold s':>7} {'cold /s':>8} "
-          f"{'CPU s':>6} {'again s':>7} {'again /s':>8} {'in-proc s':>9} {'in-proc /s':>10} {'RSS MiB parent/worker':>22}  winner")
+          f"{'CPU s':>6} {'again s':>7} {'again /s':>8} {'RSS MiB':>8}  winner")
     for n, mode in [(n, mode) for n in names for mode in modes]:
         r, failed = {}, None
         with tempfile.TemporaryDirectory(prefix="parasim-bench-cache-") as cache:
@@ -123,9 +112,7 @@ def main():
             continue
         print(f"{n:<8} {mode:<5} {r['layouts']:>8,} {r['shapes']:>6,} {r['first_s']:>7.2f} {r['first_layouts_per_s']:>8,.0f} "
               f"{r['cold_s']:>7.2f} {r['cold_layouts_per_s']:>8,.0f} {r['cold_cpu_s']:>6.2f} "
-              f"{r['again_s']:>7.2f} {r['again_layouts_per_s']:>8,.0f} {r['inprocess_s']:>9.2f} "
-              f"{r['inprocess_layouts_per_s']:>10,.0f} {r['parent_rss_mib']:>11,.0f}/{r['worker_rss_mib']:<10,.0f}  "
-              f"{r['winner']}")
+              f"{r['again_s']:>7.2f} {r['again_layouts_per_s']:>8,.0f} {r['rss_mib']:>8,.0f}  {r['winner']}")
     print("(reference: Calculon's exhaustive search ran 307 layouts/s on the same 2-core machine, per issue 4)")
 
 

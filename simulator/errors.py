@@ -1,9 +1,8 @@
-"""The one exception type for bad input, and the one for a lost sweep worker.
+"""The one exception type for bad input.
 
 Three kinds of failure stay apart (STYLE.md): bad input raises `InputError` with a one-line message
 naming the offending value; a valid layout that does not fit is a result row (`feasible=False`,
-`reason`); an internal impossibility is an `assert`. A sweep worker process that dies (killed for
-memory, say) raises `WorkerError`: the environment failed, not the input.
+`reason`); an internal impossibility is an `assert`.
 """
 
 
@@ -12,11 +11,6 @@ class InputError(ValueError):
 
     The CLI prints it to stderr as `error: <message>` and exits with code 2.
     """
-
-
-class WorkerError(RuntimeError):
-    """A sweep worker process died; the message says what to do. The CLI prints it as `error: <message>`
-    and exits with code 1."""
 
 
 def check_positive(name: str, value, *, integer: bool = False, allow_zero: bool = False):

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from test_sweep import fake_evaluate_layouts  # noqa: E402
 
-import simulator.sweep as sweep_mod  # noqa: E402
+import simulator.sweep.run as sweep_mod  # noqa: E402
 from simulator.cli import main  # noqa: E402
 
 FLAGS = ["--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "16", "--seq", "4096", "--global-batch", "64"]

@@ -104,17 +104,17 @@ def test_factorize_equals_pandas_on_the_cases_it_handles_itself_and_those_it_han
             assert all(a is b or a == b or (pd.isna(a) and pd.isna(b)) for a, b in zip(uniques, want_uniques))
 
 
-def test_rank_tie_keys_order_strings_as_pandas_sorted_codes():
-    # _rank_ties sorts the few distinct strings instead of factorizing every row with sort=True: the
-    # same codes, missing values (-1) included
+def test_rank_order_sorts_strings_as_pandas_sorted_codes_with_missing_values():
+    # the rank sorts the few distinct strings, not every row: the same order as pandas' sorted codes
     import pandas as pd
 
-    from simulator.sweep import _rank_ties
+    from simulator.sweep.rank import layout_labels, rank_order
 
     rng = np.random.default_rng(6)
     df = pd.DataFrame({"tp": rng.integers(1, 3, 500), "cp": 1, "pp": 1, "dp": 1, "ep": 1, "vpp": 1,
-                       "schedule": np.array(["zb-h1", "1f1b", "gpipe", None], dtype=object)[rng.integers(0, 4, 500)]})
-    ties, _, order = _rank_ties(df)
+                       "schedule": np.array(["zb-h1", "1f1b", "gpipe", None], dtype=object)[rng.integers(0, 4, 500)],
+                       "feasible": True, "tokens_per_s": 1.0})
+    order = rank_order(df, layout_labels(df))
     want = pd.factorize(df["schedule"].to_numpy(), sort=True)[0]
     lab = pd.factorize(df["tp"].to_numpy(), sort=True)[0]  # the label here orders as tp
     assert np.array_equal(order, np.lexsort((want, lab)))

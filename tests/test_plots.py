@@ -6,7 +6,8 @@ import pytest
 from simulator.errors import InputError
 from simulator.report.sweep_plots import (GiB, bubble_chart, memory_bars, mfu_heatmap, pareto_chart, save_figure,
                                           short_variant)
-from simulator.sweep import bubble_vs_microbatches, pareto_mask
+from simulator.report.bubble import bubble_vs_microbatches
+from simulator.report.winner import pareto_mask
 
 
 def results(n=400, seed=1):

@@ -14,8 +14,9 @@ from simulator.spec.layout import Layout
 from simulator.spec.model import ModelSpec
 from simulator.spec.training import Training
 from simulator.spec.validate import validate
-from simulator.sweep import (SweepSpace, bubble_vs_microbatches, enumerate_layouts, explain_winner,
-                             layout_labels, pareto_mask, rank_results, run_sweep, winner_comparison)
+from simulator.report.bubble import bubble_vs_microbatches
+from simulator.report.winner import explain_winner, pareto_mask, winner_comparison
+from simulator.sweep import SweepSpace, enumerate_layouts, layout_labels, rank_results, run_sweep
 
 DENSE = ModelSpec(name="tiny-dense", hidden_size=256, num_layers=8, num_heads=8, num_kv_heads=4,
                   ffn_hidden_size=512, vocab_size=1000)
@@ -288,38 +289,11 @@ def test_dask_executor_gives_the_local_results():
     pd.testing.assert_frame_equal(dask, local)
 
 
-def test_worker_processes_give_the_in_process_results_and_resume(tmp_path):
-    # chunks evaluated in 3 forked processes (more workers than cores is allowed) come back in order
+def test_workers_run_on_a_local_dask_cluster_and_give_the_in_process_results():
+    pytest.importorskip("distributed")
     local = run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=97, workers=1)
-    pooled = run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=97, workers=3)
+    pooled = run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=97, workers=2)
     pd.testing.assert_frame_equal(pooled, local)
-    out = tmp_path / "r.csv"
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(scenario(), evaluator=fake_evaluate_layouts, out=out, chunk_size=97, stop_after_chunks=4, workers=2)
-    assert len(list((tmp_path / "r.csv.parts").glob("chunk-*.pkl"))) == 4
-    calls = []
-    res = run_sweep(scenario(), evaluator=fake_evaluate_layouts, out=out, chunk_size=97, workers=2,
-                    progress=calls.append)
-    assert len(calls) == -(-len(local) // 97) - 4
-    pd.testing.assert_frame_equal(res, local)
-
-
-def _dies_in_a_worker(parent_pid):
-    def evaluate(model, training, hardware, **kw):
-        if os.getpid() != parent_pid:
-            os._exit(1)  # as if the OS killed the worker for memory
-        return fake_evaluate_layouts(model, training, hardware, **kw)
-    return evaluate
-
-
-def test_a_dead_worker_raises_a_clear_error_and_the_sweep_resumes(tmp_path):
-    from simulator.errors import WorkerError
-
-    out = tmp_path / "r.csv"
-    with pytest.raises(WorkerError, match="worker process died.*run again to resume"):
-        run_sweep(scenario(), evaluator=_dies_in_a_worker(os.getpid()), out=out, chunk_size=97, workers=2)
-    res = run_sweep(scenario(), evaluator=fake_evaluate_layouts, out=out, chunk_size=97, workers=1)
-    pd.testing.assert_frame_equal(res, run_sweep(scenario(), evaluator=fake_evaluate_layouts, chunk_size=97))
 
 
 def test_bad_run_arguments_raise():
@@ -440,8 +414,9 @@ def test_vectorised_sweep_equals_estimate_row_by_row(gpus, cross_entropy):
 def picky_evaluate_layouts(model, training, hardware, **kw):
     """The fake kernel, refusing (like a schedule builder would) odd microbatch counts for zb-h1."""
     m = training.global_batch_size // (np.asarray(kw["dp"]) * np.asarray(kw["micro_batch_size"]))
-    if kw["schedule"] == "zb-h1" and (m % 2 == 1).any():
-        raise InputError(f"zb-h1 refuses m={int(m[m % 2 == 1][0])}")
+    bad = (np.asarray(kw["schedule"]) == "zb-h1") & (m % 2 == 1)
+    if bad.any():
+        raise InputError(f"zb-h1 refuses m={int(m[bad][0])}")
     return fake_evaluate_layouts(model, training, hardware, **kw)
 
 
@@ -475,21 +450,6 @@ run_sweep(t.scenario(), evaluator=slow, out={out!r}, chunk_size=40)
 """
 
 
-def _children(pid: int) -> list[int]:
-    """Process ids whose parent is `pid` (Linux /proc; [] elsewhere)."""
-    from pathlib import Path
-
-    out = []
-    for d in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            out.append(int(d.name))
-    return out
-
-
 def test_resume_after_sigkill_of_a_running_sweep(tmp_path):
     import os
     import signal
@@ -505,16 +465,9 @@ def test_resume_after_sigkill_of_a_running_sweep(tmp_path):
     deadline = time.time() + 60
     while time.time() < deadline and len(list(parts.glob("chunk-*.pkl"))) < 3:
         time.sleep(0.02)
-    workers = _children(p.pid)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     assert not out.exists(), "the sweep finished before it was killed; make it slower"
-    if sys.platform.startswith("linux"):  # the worker processes die with their sweep, not linger
-        assert workers, "the sweep ran no worker processes"
-        deadline = time.time() + 10
-        while time.time() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
-            time.sleep(0.05)
-        assert not [w for w in workers if Path(f"/proc/{w}").exists()], "orphaned sweep workers still run"
     done = len(list(parts.glob("chunk-*.pkl")))
     assert done >= 3
     calls = []
@@ -528,7 +481,7 @@ def test_specs_survive_pickling_for_dask_workers():
     import pickle
 
     from simulator.spec.hardware import load_hardware
-    from simulator.sweep import _portable, _rebuild
+    from simulator.sweep.run import _portable, _rebuild
 
     hw = load_hardware("dgx-h100")  # holds read-only mappings, which pickle refuses
     back = _rebuild(pickle.loads(pickle.dumps(_portable(hw))))
@@ -548,7 +501,6 @@ def test_dask_with_the_real_kernel_equals_local():
             distributed.Client(cluster) as client:
         dask = run_sweep(sc, space, chunk_size=30, executor="dask", scheduler=client)
     pd.testing.assert_frame_equal(dask, local)
-    pd.testing.assert_frame_equal(run_sweep(sc, space, chunk_size=30, workers=2), local)  # forked workers
 
 
 def test_schedule_shapes_the_builder_refuses_never_reach_the_kernel():
@@ -558,9 +510,9 @@ def test_schedule_shapes_the_builder_refuses_never_reach_the_kernel():
 
     def recording(model, training, hardware, **kw):
         m = training.global_batch_size // (np.asarray(kw["dp"]) * np.asarray(kw["micro_batch_size"]))
-        for mv in np.unique(m):
-            build(kw["schedule"], pp=kw["pp"], microbatches=int(mv), vpp=kw["vpp"] if kw["schedule"] == "interleaved" else 1)
-            seen.append((kw["schedule"], int(mv)))
+        for s, p, v, mv in set(zip(kw["schedule"], kw["pp"].tolist(), kw["vpp"].tolist(), m.tolist())):
+            build(s, pp=p, microbatches=mv, vpp=v if s == "interleaved" else 1)
+            seen.append((s, mv))
         return fake_evaluate_layouts(model, training, hardware, **kw)
 
     # 8 GPUs, batch 8: dualpipe needs an even m >= 2·pp (formulas.md §5.3), so pp = 4 with m = 2 is refused
@@ -610,67 +562,19 @@ def test_csv_results_read_back_exactly(tmp_path):
     pd.testing.assert_frame_equal(read_results(tmp_path / "r.parquet"), df)
 
 
-def test_the_ranked_table_from_the_kernel_columns_equals_joining_chunking_and_ranking(tmp_path):
-    """Without chunk files the sweep ranks the kernel's columns of its row ranges in one gather per
-    column (_ranked_frame); with them (`out`) it joins, writes and concatenates chunks, then ranks. Same
-    table, to the bit, in one process and two, with rows the schedule builder refuses among them."""
+def test_the_ranked_table_is_the_same_with_and_without_chunk_files(tmp_path):
+    """Without `out` the chunks stay in memory; with it they are written, read back and put together:
+    same table, to the bit, with rows the schedule builder refuses among them."""
     _real_kernel()
     from simulator.spec.scenario import load_scenario
 
     sc = load_scenario("llama3-8b-8xh100", require_layout=False)
     space = SweepSpace(schedule=("1f1b", "dualpipe", "interleaved"), max_vpp=4)
-    for workers in (1, 2):
-        direct = run_sweep(sc, space, chunk_size=97, workers=workers)
-        chunked = run_sweep(sc, space, chunk_size=97, workers=workers, out=tmp_path / f"r{workers}.parquet")
-        assert (~direct["feasible"]).any() and direct["reason"].str.contains("dualpipe").any()
-        assert list(direct.columns) == list(chunked.columns) and direct.equals(chunked)
-        assert (direct.dtypes == chunked.dtypes).all() and isinstance(direct.index, pd.RangeIndex)
-
-
-def test_the_ranked_table_without_pandas_block_constructor_is_the_same(monkeypatch):
-    _real_kernel()
-    from simulator.spec.scenario import load_scenario
-
-    sc = load_scenario("llama3-8b-8xh100", require_layout=False)
-    space = SweepSpace(schedule=("1f1b", "interleaved"), max_vpp=2)
-    want = run_sweep(sc, space, workers=1)
-    monkeypatch.delattr("pandas.api.internals.create_dataframe_from_blocks", raising=False)  # (older pandas)
-    got = run_sweep(sc, space, workers=1)
-    assert list(got.columns) == list(want.columns) and got.equals(want) and (got.dtypes == want.dtypes).all()
-
-
-def test_the_ranked_table_declines_pieces_it_cannot_gather():
-    cands = enumerate_layouts(DENSE, Training(seq_length=4096, global_batch_size=32), 8, SweepSpace())
-    n = len(cands)
-    res = pd.DataFrame({"tokens_per_s": np.arange(n, dtype=float), "feasible": np.ones(n, bool)})
-    assert sweep._ranked_frame(cands, [(0, n, res)], None, None) is not None
-    assert sweep._ranked_frame(cands, [(0, n - 1, res.iloc[:-1])], None, None) is None  # a row missing
-    assert sweep._ranked_frame(cands, [(0, 2, res.iloc[:2]), (1, n - 1, res.iloc[1:-1])], None, None) is None  # overlap
-    half = n // 2
-    other = res.iloc[half:].assign(extra=1.0)
-    assert sweep._ranked_frame(cands, [(0, half, res.iloc[:half]), (half, n, other)], None, None) is None  # columns differ
-    assert sweep._ranked_frame(cands, [(0, n, res.assign(tp=1))], None, None) is None  # a candidate column again
-    assert sweep._ranked_frame(cands, [(0, n, res.drop(columns="feasible"))], None, None) is None
-
-
-def test_the_rank_order_equals_one_lexsort_of_every_key():
-    """_rank_order (stable sorts of the rows that fit and the others, from the rows in tie order) against
-    numpy's lexsort of all keys at once, with NaN throughputs and peaks, ties in every key, both modes."""
-    rng = np.random.default_rng(2)
-    for _ in range(300):
-        n = int(rng.integers(0, 60))
-        infeasible = rng.random(n) < rng.random()
-        tput = rng.choice([1.0, 2.0, 3.0, np.nan], n)
-        if rng.random() < 0.5:  # the default mode: no throughput where it does not fit
-            tput[infeasible] = np.nan
-        peak = rng.choice([5.0, 6.0, np.nan], n) if rng.random() < 0.8 else None
-        tie = [rng.integers(0, 4, n), rng.integers(0, 3, n)]
-        keys = [infeasible.astype(np.int8), -np.where(np.isnan(tput), -np.inf, tput)]
-        if peak is not None:
-            keys.append(np.where(infeasible, np.where(np.isnan(peak), np.inf, peak), 0.0))
-        want = np.lexsort((keys + tie)[::-1])
-        got = sweep._rank_order(infeasible, tput, peak, np.lexsort(tie[::-1]))
-        assert np.array_equal(got, want)
+    direct = run_sweep(sc, space, chunk_size=97)
+    chunked = run_sweep(sc, space, chunk_size=97, out=tmp_path / "r.parquet")
+    assert (~direct["feasible"]).any() and direct["reason"].str.contains("dualpipe").any()
+    assert list(direct.columns) == list(chunked.columns) and direct.equals(chunked)
+    assert (direct.dtypes == chunked.dtypes).all() and isinstance(direct.index, pd.RangeIndex)
 
 
 def test_a_layouts_results_do_not_depend_on_the_rows_evaluated_with_it():
@@ -684,17 +588,21 @@ def test_a_layouts_results_do_not_depend_on_the_rows_evaluated_with_it():
 
     evaluate_layouts = _real_kernel().evaluate_layouts
     from simulator.spec.scenario import load_scenario
-    from simulator.sweep import _evaluate_rows
+    from simulator.sweep import evaluate_candidates
 
     sc = load_scenario("llama3-8b-128k-cp", require_layout=False)
     space = SweepSpace.from_table(sc.sweep).replace(schedule=("1f1b", "interleaved", "zb-h1", "dualpipev"),
                                                     recompute=("selective",), zero=(0, 3))
     cands = enumerate_layouts(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
-    ctx = (sc.model, sc.training, sc.hardware, sc.num_gpus, functools.partial(evaluate_layouts, time_infeasible=True))
-    whole = _evaluate_rows(cands, 0, len(cands), ctx)
+    kernel = functools.partial(evaluate_layouts, time_infeasible=True)
+
+    def _evaluate_rows(cands, a, b):
+        return evaluate_candidates(sc.model, sc.training, sc.hardware, sc.num_gpus, cands.iloc[a:b], evaluator=kernel)
+
+    whole = _evaluate_rows(cands, 0, len(cands))
     stages = cands["pp"].to_numpy() * np.where(cands["schedule"] == "interleaved", cands["vpp"], 1)
     assert len(cands) > 300 and stages.max() >= 16 and whole["feasible"].any()
     cuts = list(range(0, len(cands), 40)) + [len(cands)]
-    parts = pd.concat([_evaluate_rows(cands, a, b, ctx) for a, b in zip(cuts, cuts[1:])], ignore_index=True)
+    parts = pd.concat([_evaluate_rows(cands, a, b) for a, b in zip(cuts, cuts[1:])], ignore_index=True)
     for c in whole.columns:
         assert whole[c].equals(parts[c]), c

@@ -8,8 +8,7 @@ import sys
 
 import click
 
-from ..cores import keep_freed_memory
-from ..errors import InputError, WorkerError
+from ..errors import InputError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,7 +44,6 @@ _register()
 
 def main(argv=None):
     """Entry point of the `parasim` console script."""
-    keep_freed_memory()  # this process and its sweep workers (cores.keep_freed_memory)
     try:
         rv = cli.main(args=argv, prog_name="parasim", standalone_mode=False)
     except click.exceptions.Abort:
@@ -61,7 +59,4 @@ def main(argv=None):
     except FileNotFoundError as exc:
         click.echo(f"error: file not found: {exc.filename or exc}", err=True)
         sys.exit(2)
-    except WorkerError as exc:
-        click.echo(f"error: {str(exc).splitlines()[0]}", err=True)
-        sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -126,7 +126,7 @@ def _check_times(**kw):
 def plot_bubble(pp, microbatches, schedules, vpp, forward, backward, weight, p2p, out, title):
     """Bubble fraction vs microbatches per schedule, each point replayed on the pipeline engine."""
     from ..report.sweep_plots import bubble_chart, save_figure
-    from ..sweep import bubble_vs_microbatches
+    from ..report.bubble import bubble_vs_microbatches
 
     _check_out(out)
     _check_times(forward=forward, backward=backward, weight=weight, p2p=p2p)

@@ -70,7 +70,7 @@ def chart_paths(plot: str) -> dict[str, Path]:
 
 
 def _fmt_table(df, top: int) -> str:
-    from ..sweep import short_variant  # not from the charts module: that one loads matplotlib (~1 s)
+    from ..report.winner import short_variant
 
     d = df.head(top)
     head = (f"{'rank':>5} {'label':<24} {'choices':<32} {'tokens/s':>12} {'MFU':>6} {'step s':>9} "
@@ -102,8 +102,8 @@ def _fmt_table(df, top: int) -> str:
               help="format of the top-K rows on stdout")
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True)
 @click.option("--workers", type=int, default=None,
-              help="local processes: this one plus WORKERS-1 forked ones (default: one per available core; "
-                   "1: this process only)")
+              help="processes: 1 (default with --executor local) evaluates in this process; more starts a "
+                   "local Dask cluster of that many (default with --executor dask: one per core)")
 @click.option("--scheduler", default=None, help="Dask scheduler address (default: a local cluster)")
 @click.option("--chunk-size", type=int, default=10_000, show_default=True,
               help="layouts per resumable chunk (and per Dask task)")
@@ -128,7 +128,8 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
           --tp 1,2,4,8 --schedule 1f1b,interleaved,zb-h1 --out r.parquet
     """
     from ..spec.scenario import load_scenario
-    from ..sweep import LIST_FIELDS, SweepSpace, explain_winner, run_sweep
+    from ..report.winner import explain_winner
+    from ..sweep import LIST_FIELDS, SweepSpace, run_sweep
 
     if top < 0:
         raise InputError(f"--top must be >= 0, got {top}")

@@ -1,5 +1,5 @@
 """Charts of sweep results (matplotlib, Agg). Each function turns a DataFrame into a Figure and
-computes no physics: the numbers come from `simulator.sweep` (results, Pareto mask, bubble table).
+computes no physics: the numbers come from `simulator.sweep` and `report.winner` (results, Pareto mask) and `report.bubble`.
 
 - `mfu_heatmap`: best MFU of any feasible layout for each (TP, PP), the value written in each cell;
 - `pareto_chart`: throughput against memory headroom, the Pareto front highlighted;
@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import InputError  # noqa: E402
-from ..sweep import short_variant  # noqa: E402  (re-exported: the charts label rows with it)
+from .winner import short_variant  # noqa: E402  (the charts label rows with it)
 
 GiB = 2**30
 MEMORY_PARTS = (("params_bytes", "parameters", "#1f77b4"), ("grads_bytes", "gradients", "#ff7f0e"),
@@ -79,7 +79,7 @@ def pareto_chart(df: pd.DataFrame, *, title: str | None = None, annotate: int = 
     fastest front points are labelled. At most `max_points` background points are drawn (evenly
     strided in rank order)."""
     _need(df, ["tokens_per_s", "memory_headroom_bytes", "feasible", "label"], "the Pareto chart")
-    from ..sweep import pareto_mask
+    from .winner import pareto_mask
 
     front = df["pareto"].to_numpy(bool) if "pareto" in df else pareto_mask(df)
     feas = df[df["feasible"].astype(bool)]

@@ -20,6 +20,17 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe
 DP_MODES = ("ddp", "dataparallel", "async")  # DDP (default), single-process DataParallel, asynchronous DP
 
 
+def layout_label(tp, cp, pp, dp, ep=1, vpp=1) -> str:
+    """The canonical short label of a layout, e.g. `TP8-CP1-PP4-DP16`, with `-EP8` when ep > 1 and `-V2`
+    when vpp > 1: the one label builder (`Layout.label`, the sweep's `label` column)."""
+    s = f"TP{tp}-CP{cp}-PP{pp}-DP{dp}"
+    if ep > 1:
+        s += f"-EP{ep}"
+    if vpp > 1:
+        s += f"-V{vpp}"
+    return s
+
+
 @dataclass(frozen=True, kw_only=True)
 class Layout:
     """A parallel layout. `dp` may be None and is then derived as num_gpus / (tp·cp·pp)."""
@@ -86,13 +97,8 @@ class Layout:
 
     @property
     def label(self) -> str:
-        """Canonical short label, e.g. `TP8-CP1-PP4-DP16` (+ `-EP8` for MoE layouts, `-V2` interleaved)."""
-        s = f"TP{self.tp}-CP{self.cp}-PP{self.pp}-DP{self.dp}"
-        if self.ep > 1:
-            s += f"-EP{self.ep}"
-        if self.vpp > 1:
-            s += f"-V{self.vpp}"
-        return s
+        """Canonical short label (`layout_label`)."""
+        return layout_label(self.tp, self.cp, self.pp, self.dp, self.ep, self.vpp)
 
     @property
     def model_parallel_size(self) -> int:

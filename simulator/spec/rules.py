@@ -1,0 +1,66 @@
+"""Layout rules written once: the allowed values of each categorical field and the ZeRO/FSDP
+sharding degrees. Every module that checks a choice or shards a state calls these.
+
+The divisibility rules between model, training and layout live in `spec/validate.py` (vectorised over
+sweep candidates); the rules of each pipeline schedule in its `ScheduleFamily` (simulator/schedules).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputError
+
+RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+CP_ALGORITHMS = ("ring", "ulysses")
+DP_MODES = ("ddp", "dataparallel", "async")  # DDP (default), single-process DataParallel, asynchronous DP
+
+
+def choice_error(name: str, value, allowed) -> InputError:
+    """The one message for a value outside its choices: `name must be one of a, b, c, got 'x'`."""
+    return InputError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+
+
+def check_choice(name: str, value, allowed) -> None:
+    """InputError (`choice_error`) unless `value` is one of `allowed`."""
+    if isinstance(value, bool) or value not in allowed:
+        raise choice_error(name, value, allowed)
+
+
+def check_choices(name: str, values, allowed) -> None:
+    """`check_choice` for a scalar or every distinct element of an array (the first bad one, sorted)."""
+    if np.ndim(values) == 0:
+        check_choice(name, values.item() if isinstance(values, np.ndarray) else values, allowed)
+        return
+    from ..dedup import factorize
+
+    bad = [v for v in factorize(np.asarray(values).ravel())[1].tolist() if v not in allowed or isinstance(v, bool)]
+    if bad:
+        raise choice_error(name, sorted(bad, key=str)[0], allowed)
+
+
+def check_zero(zero) -> None:
+    """ZeRO stage 0-3 (a scalar or an array of them)."""
+    z = np.asarray(zero)
+    if z.dtype == bool or (z.ndim == 0 and isinstance(zero, bool)) or not np.isin(z, ZERO_STAGES).all():
+        shown = z.ravel()[:4].tolist() if z.ndim else zero
+        raise InputError(f"zero must be 0, 1, 2 or 3, got {shown!r}")
+
+
+def shard_degrees(*, dp, cp, ep, shard_group_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(d, d_e): the ZeRO/FSDP sharding degree of dense and of expert states, in memory and in time.
+
+    d = (shard_group_size or dp) · cp: the data-parallel shard group, CP ranks included (Megatron's
+        distributed optimizer shards over dp×cp; FSDP HYBRID_SHARD shards inside a group of
+        `shard_group_size` replicas and replicates across groups; torchtitan puts CP in the FSDP mesh).
+    d_e = max(d / ep, 1): a routed expert lives on one rank of each expert-parallel group of ep ranks,
+        so within a shard group of d ranks each expert has d / ep copies, and its states shard over
+        those (Megatron "expert data parallel" = dp·cp/ep without HSDP). When ep > d the EP group spans
+        several shard groups: every copy is then alone in its shard group and nothing shards (1).
+    Worked example (tests/test_rules.py): dp = 8, cp = 1, ep = 4, HSDP shard group 2: d = 2; a shard
+    group of 2 ranks holds experts of 2 different EP ranks, one copy each, so d_e = max(2/4, 1) = 1, not
+    dp·cp/ep = 2 (which would shard across replicas that HSDP keeps whole).
+    """
+    g = np.asarray(dp if shard_group_size is None else shard_group_size, dtype=float)
+    d = g * np.asarray(cp, dtype=float)
+    return d, np.maximum(d / np.asarray(ep, dtype=float), 1.0)

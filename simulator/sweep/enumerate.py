@@ -1,0 +1,225 @@
+"""Enumerate the candidate layouts of a sweep with numpy.
+
+Every factorization num_gpus = tp·cp·pp·dp (ep carved out of dp·cp for MoE), crossed with micro-batch
+sizes, schedules, vpp, sequence parallelism, ZeRO stage and recompute mode, kept where the divisibility
+rules (`spec.validate.layout_valid_mask`, the one place for them) and the sweep's own rules (space.py)
+hold. Rows come out in a deterministic order, grouped by virtual stages (pp x model chunks per rank),
+pp and the categorical fields.
+
+Uneven pipeline splits (`uneven_layers`, default on): with one chunk per rank (the schedule families
+that say `uneven_split`), a pp that does not divide num_layers is kept when ceil(L/pp)·pp − L <= 2,
+i.e. when the first and/or last stage can hold one layer fewer than the others, as Llama 3 405B ran
+126 layers on 16 stages (7 + 14×8 + 7; Dubey et al. 2024 §3.3.2). With one layer to spare the last
+stage (which also holds the LM head and the loss) gets it. `layers_per_stage` is then a column
+("7,8,...,7"; "" for an even split).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..cost.compute import num_virtual_stages
+from ..frames import text_column
+from ..spec.rules import RECOMPUTE
+from ..spec.validate import layout_valid_mask
+from .space import AUTO, DEFAULT_SCHEDULES, SweepSpace
+
+# columns of a candidate table, in order (layout fields + derived num_microbatches)
+CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
+                     "recompute", "sequence_parallel", "schedule", "layers_per_stage")
+ONE_CHUNK_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "dualpipe", "pipedream")
+
+
+def divisors(n: int) -> np.ndarray:
+    """Sorted positive divisors of n."""
+    n = int(n)
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return np.array(sorted(set(small + [n // d for d in small])), dtype=np.int64)
+
+
+def _pick(values, auto: np.ndarray) -> np.ndarray:
+    return auto if values == AUTO else np.array(sorted(values), dtype=np.int64)
+
+
+def _numeric_candidates(model, training, hardware, num_gpus: int, space: SweepSpace) -> dict:
+    """tp, cp, pp, dp, ep, micro_batch_size arrays of every factorization before schedule choices."""
+    N = int(num_gpus)
+    divs = divisors(N)
+    tp_cap = space.max_tp or int(getattr(hardware, "nvlink_domain_gpus", getattr(hardware, "gpus_per_node", N)))
+    if space.tp != AUTO and space.max_tp is None:
+        tp_cap = N
+    if space.max_tp_within_node:
+        tp_cap = min(tp_cap, int(hardware.gpus_per_node))
+    tp = _pick(space.tp, divs)
+    tp = tp[tp <= tp_cap]
+    pp = _pick(space.pp, divs[divs <= model.num_layers])
+    if space.max_pp:
+        pp = pp[pp <= space.max_pp]
+    s = training.seq_length
+    cp = _pick(space.cp, divs[(divs == 1) | (s // divs >= space.min_tokens_per_cp_rank)])
+    if space.max_cp:
+        cp = cp[cp <= space.max_cp]
+    T, C, P = np.meshgrid(tp, cp, pp, indexing="ij")
+    T, C, P = T.ravel(), C.ravel(), P.ravel()
+    prod = T * C * P
+    ok = N % prod == 0
+    T, C, P = T[ok], C[ok], P[ok]
+    D = N // (T * C * P)
+    if space.dp != AUTO:
+        ok = np.isin(D, np.array(space.dp, dtype=np.int64))
+        T, C, P, D = T[ok], C[ok], P[ok], D[ok]
+    # ep: carved out of dp·cp (Layout rule), only for MoE
+    if model.is_moe:
+        ep_auto = divisors(model.num_experts)
+        ep = _pick(space.ep, ep_auto)
+        if space.max_ep:
+            ep = ep[ep <= space.max_ep]
+    else:
+        ep = np.array([1], dtype=np.int64) if space.ep == AUTO else np.array(sorted(space.ep), dtype=np.int64)
+    n, k = len(T), len(ep)
+    T, C, P, D = (np.repeat(a, k) for a in (T, C, P, D))
+    E = np.tile(ep, n)
+    ok = (D * C) % E == 0
+    T, C, P, D, E = T[ok], C[ok], P[ok], D[ok], E[ok]
+    # micro-batch sizes
+    B = training.global_batch_size
+    mb = _pick(space.micro_batch_size, divisors(B))
+    mb = mb[(mb >= space.min_micro_batch_size) & (mb <= space.max_micro_batch_size)]
+    n, k = len(T), len(mb)
+    T, C, P, D, E = (np.repeat(a, k) for a in (T, C, P, D, E))
+    M = np.tile(mb, n)
+    return {"tp": T, "cp": C, "pp": P, "dp": D, "ep": E, "micro_batch_size": M}
+
+
+def uneven_split(num_layers: int, pp: int) -> tuple[int, ...] | None:
+    """Layers per stage when pp does not divide num_layers: ceil(L/pp) everywhere, one fewer on the last
+    stage, then also on the first (deficit ceil(L/pp)·pp − L of 1 or 2); None when the deficit is larger
+    (or when pp divides L)."""
+    L, pp = int(num_layers), int(pp)
+    if L % pp == 0 or pp > L:
+        return None
+    base = -(-L // pp)
+    deficit = base * pp - L
+    if deficit > 2 or pp < deficit:
+        return None
+    split = [base] * pp
+    split[-1] -= 1
+    if deficit == 2:
+        split[0] -= 1
+    return tuple(split)
+
+
+def _schedule_choices(model, space: SweepSpace) -> list[tuple[str, int]]:
+    """(schedule, vpp) pairs in sweep order."""
+    scheds = DEFAULT_SCHEDULES if space.schedule == AUTO else space.schedule
+    out = []
+    for s in scheds:
+        if s == "interleaved":
+            vpps = range(2, model.num_layers + 1) if space.vpp == AUTO else [v for v in space.vpp if v >= 2]
+            for v in vpps:
+                if space.max_vpp is None or v <= space.max_vpp:
+                    out.append((s, int(v)))
+        else:
+            out.append((s, 1))
+    return out
+
+
+def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None = None, *,
+                      hardware=None) -> pd.DataFrame:
+    """Every valid layout of the space, one row each, in sweep order (see module docstring).
+
+    Columns: CANDIDATE_COLUMNS (`schedule` and `recompute` as strings, `sequence_parallel` bool,
+    `num_microbatches` = global_batch_size / (dp·micro_batch_size)). `hardware` gives the auto tp
+    cap (NVLink domain) and `max_tp_within_node`; without it tp is capped only by the space.
+    """
+    space = space or SweepSpace()
+    if hardware is None:
+        hardware = _NoHardware(num_gpus)
+    base = _numeric_candidates(model, training, hardware, num_gpus, space)
+    zeros = (0, 1, 2, 3) if space.zero == AUTO else space.zero
+    recs = RECOMPUTE if space.recompute == AUTO else space.recompute
+    sps = (False, True) if space.sequence_parallel == AUTO else space.sequence_parallel
+    choices = _schedule_choices(model, space)
+    if not any(s == "1f1b" for s, _ in choices):
+        choices = [("1f1b", 1)] + choices  # pp = 1 rows (no pipeline) carry 1f1b; see below
+    user_has_1f1b = space.schedule == AUTO or "1f1b" in space.schedule
+    blocks = []
+    tp, cp, pp, dp, ep, mb = (base[k] for k in ("tp", "cp", "pp", "dp", "ep", "micro_batch_size"))
+    L = model.num_layers
+    pps = np.unique(pp)
+    splittable = pps[(L % pps == 0) | np.array([uneven_split(L, int(p)) is not None for p in pps], dtype=bool)]
+    split_text = {int(p): ",".join(map(str, uneven_split(L, int(p)) or ())) for p in pps}
+    # the rules once per (schedule, sp) for all of its vpp values (a column each: the rules broadcast)
+    vpps = {}
+    for sched, vpp in choices:
+        vpps.setdefault(sched, []).append(vpp)
+    col = {(sched, vpp): j for sched, vs in vpps.items() for j, vpp in enumerate(vs)}
+    valid = {(sched, sp): layout_valid_mask(model, training, tp=tp[:, None], pp=pp[:, None], dp=dp[:, None],
+                                            cp=cp[:, None], ep=ep[:, None], vpp=np.array(vs)[None, :],
+                                            micro_batch_size=mb[:, None], sequence_parallel=sp, schedule=sched,
+                                            uneven_layers=space.uneven_layers and sched in ONE_CHUNK_SCHEDULES)
+             for sched, vs in vpps.items() for sp in sps}
+    for sched, vpp in choices:
+        for sp in sps:
+            uneven = space.uneven_layers and sched in ONE_CHUNK_SCHEDULES
+            mask = valid[sched, sp][:, col[sched, vpp]].copy()
+            if uneven:
+                mask &= np.isin(pp, splittable)
+            if sp:
+                mask &= tp > 1
+            if sched == "1f1b":
+                if not user_has_1f1b:
+                    mask &= pp == 1
+            else:
+                mask &= pp > 1
+            if sched in ("dualpipe", "dualpipev"):
+                mask &= pp % 2 == 0
+            if not mask.any():
+                continue
+            idx = np.flatnonzero(mask)
+            shard = (dp[idx] * cp[idx]) > 1
+            for r in recs:  # zero innermost: the kernel takes it as an array, so these blocks share a call
+                for z in zeros:
+                    zidx = idx if z == 0 else idx[shard]
+                    if not len(zidx):
+                        continue
+                    blocks.append((sched, vpp, sp, z, r, zidx))
+    if not blocks:
+        return empty_candidates()
+    sizes = np.array([len(b[5]) for b in blocks])
+    rows = np.concatenate([b[5] for b in blocks])
+    block_id = np.repeat(np.arange(len(blocks)), sizes)
+    # virtual stages outermost (the kernel pads a chunk's stage axis to its widest row), then pp, then block
+    # (schedule, vpp, sp, recompute, zero), then base order (tp, cp, pp, dp, ep, mb): the blocks are in
+    # that order already, so a stable sort by (virtual stages, pp) (one key)
+    chunks = np.array([num_virtual_stages(1, b[1], b[0]) for b in blocks], dtype=np.int64)[block_id]
+    p_rows = pp[rows]
+    order = np.argsort(p_rows * chunks * (int(p_rows.max()) + 1) + p_rows, kind="stable")
+    rows, block_id = rows[order], block_id[order]
+
+    def per_block(i, dtype):
+        return np.array([b[i] for b in blocks], dtype=dtype)[block_id]
+
+    # pp and an even/uneven split go together (interleaved and V schedules need pp·chunks | L)
+    split_of = np.array([split_text[int(p)] for p in pps], dtype=object)  # per distinct pp, gathered
+    return pd.DataFrame({
+        "tp": tp[rows], "cp": cp[rows], "pp": pp[rows], "dp": dp[rows], "ep": ep[rows],
+        "vpp": per_block(1, np.int64), "micro_batch_size": mb[rows],
+        "num_microbatches": (training.global_batch_size // (dp * mb))[rows],
+        "zero": per_block(3, np.int64), "recompute": text_column(per_block(4, object)),
+        "sequence_parallel": per_block(2, bool), "schedule": text_column(per_block(0, object)),
+        "layers_per_stage": text_column(split_of[np.searchsorted(pps, pp)[rows]]),
+    })
+
+
+class _NoHardware:
+    def __init__(self, n):
+        self.nvlink_domain_gpus = self.gpus_per_node = int(n)
+
+
+def empty_candidates() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=object if c in ("recompute", "schedule", "layers_per_stage") else
+                                      (bool if c == "sequence_parallel" else np.int64)) for c in CANDIDATE_COLUMNS})
+
