@@ -60,15 +60,17 @@ from .cost.flops import step_flops
 from .cost.topology import group_span
 from .errors import InputError
 from .memory.breakdown import stage_memory_arrays
-from .spec.layout import RECOMPUTE, SCHEDULES, Layout
+from .schedules import SCHEDULE_NAMES
+from .spec.layout import Layout
+from .spec.rules import RECOMPUTE, check_choices, shard_degrees
 from .spec.model import ModelSpec
-from .spec.placement import chunks_per_rank, params_per_rank, stage_param_split
+from .schedules import family
+from .spec.placement import params_per_rank, stage_param_split
 from .spec.training import Training
 from .dedup import distinct_rows, factorize, gather_rows
 from .frames import text_column
 from .structure import pipeline_table
 
-SPLIT_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
 MEMORY_FIELDS = ("peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
                  "kv_cache_bytes", "other_bytes")
 EXPOSED = ("tp", "cp", "ep", "pp", "dp", "zero3")
@@ -117,7 +119,7 @@ def replayed_inflight_per_rank(layout: Layout, global_batch_size: int) -> np.nda
     """Peak in-flight microbatches per pipeline rank from the replayed schedule order, which replaces the
     memory model's closed forms; None for PipeDream (closed form: p − i). The engine counts (chunk,
     microbatch) pairs, the memory model microbatches of a rank's whole share: divided by its chunks."""
-    if layout.schedule == "pipedream":
+    if not family(layout.schedule).synchronous:
         return None
     return _shape_inflight(layout.schedule, layout.pp, layout.num_microbatches(global_batch_size), layout.vpp)
 
@@ -125,7 +127,13 @@ def replayed_inflight_per_rank(layout: Layout, global_batch_size: int) -> np.nda
 def _shape_inflight(schedule: str, pp: int, m: int, vpp: int) -> np.ndarray:
     """(pp,) peak in-flight microbatches per rank of one replayed schedule shape: the engine's (chunk,
     microbatch) pairs / chunks per rank."""
-    return np.asarray(_shape_tables(schedule, pp, m, vpp).inflight, dtype=float) / chunks_per_rank(schedule, vpp)
+    return np.asarray(_shape_tables(schedule, pp, m, vpp).inflight, dtype=float) / family(schedule).chunks_per_rank(vpp)
+
+
+def family_column(sched: np.ndarray, attr: str) -> np.ndarray:
+    """(N,) the schedule family's `attr` of each row (looked up once per distinct schedule)."""
+    codes, names = factorize(sched)
+    return np.array([getattr(family(name), attr) for name in names])[codes]
 
 
 def _ints(x, n):
@@ -337,12 +345,12 @@ def _pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> 
                 h[has] += z3["hid_" + d][zk]
             eff += opt.comm_slowdown * h
     W = gather_rows(st["W"], g)
-    split_bw = np.isin(sched, SPLIT_SCHEDULES)[:, None]
+    split_bw = family_column(sched, "split_backward")[:, None]
     B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
 
     makespan, makespan0 = np.zeros(n), np.zeros(n)
     busy = np.zeros((n, P))
-    pdm = sched == "pipedream"
+    pdm = ~family_column(sched, "synchronous")  # asynchronous (PipeDream): steady state
     if pdm.any() or opt.pipeline == "analytic":  # one microbatch's busy time per rank (the replay sums its own)
         per_rank = pt.rank_sum(F_eff + B_eff + W_eff)
     if pdm.any():
@@ -353,7 +361,7 @@ def _pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> 
         pf, pb, pw = pt.rank_sum(F_eff), pt.rank_sum(B_eff), pt.rank_sum(W_eff)
         for _, idx in _categories(pt.shape_index):  # per shape (the closed forms take one schedule)
             sch = sched[idx[0]]
-            if sch == "pipedream":
+            if not family(sch).synchronous:
                 continue
             makespan[idx], makespan0[idx], busy[idx] = _analytic_pipeline(
                 sch, pp[idx], chunks[idx], m[idx], per_rank[idx], pf[idx], pb[idx], pw[idx], p2p[idx])
@@ -373,7 +381,7 @@ def _pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> 
     # m, except DualPipe, whose ranks hold stage r and stage p-1-r and run each for the m/2 microbatches
     # entering from that end
     r_star = np.argmax(np.where(pt.rank_valid, busy, -np.inf), axis=1)
-    mb = np.where(sched == "dualpipe", m / 2.0, m.astype(float))
+    mb = family_column(sched, "microbatch_share") * m
     on_star = pt.held_by(r_star)
     pure = st["F"] + st["B"] + st["W"]
     out = dict(makespan=makespan, makespan0=makespan0, busy_sum=_row_sums(busy),
@@ -399,7 +407,7 @@ def _inflight(opt, pt, *, sched, pp, chunks, m) -> np.ndarray:
     any time is."""
     n, P = len(sched), pt.padded_ranks
     inflight = np.zeros((n, P))
-    pdm = sched == "pipedream"
+    pdm = ~family_column(sched, "synchronous")
     if pdm.any():
         idx = np.flatnonzero(pdm)
         inflight[idx] = np.where(pt.rank_valid[idx], np.minimum(pp[idx, None] - np.arange(P), m[idx, None]), 0.0)
@@ -408,7 +416,7 @@ def _inflight(opt, pt, *, sched, pp, chunks, m) -> np.ndarray:
 
         for _, idx in _categories(pt.shape_index):  # per shape (the closed forms take one schedule)
             sch, p, v = sched[idx[0]], int(pp[idx[0]]), int(chunks[idx[0]])
-            if sch != "pipedream":
+            if family(sch).synchronous:
                 inflight[idx, :p] = inflight_microbatches(sch, pp=p, num_microbatches=m[idx], vpp=v)
         return inflight
     idx = np.flatnonzero(~pdm)
@@ -452,10 +460,8 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     sched, rec = _names(schedule, n), _names(recompute, n)
     spa = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,))
     splits = _splits(layers_per_stage, n)
-    for name, vals, ok in (("schedule", sched, SCHEDULES), ("recompute", rec, RECOMPUTE)):
-        bad = set(factorize(vals)[1].tolist()) - set(ok)
-        if bad:
-            raise InputError(f"{name} must be one of {', '.join(ok)}, got {sorted(bad)[0]!r}")
+    check_choices("schedule", sched, SCHEDULE_NAMES)
+    check_choices("recompute", rec, RECOMPUTE)
     if (shard_group_size or dp_mode == "dataparallel") and len(np.unique(zz)) > 1:
         # rare combinations: one call per ZeRO stage (the DP groups differ), rows put back in order
         parts = []
@@ -472,7 +478,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     B, s = training.global_batch_size, training.seq_length
     m = B // (dp * mbs)
     rec_c = factorize(rec)[0]  # integer codes: grouping by them is much faster than by strings
-    chunks = np.where(sched == "interleaved", vppa, 1)
+    chunks = np.where(family_column(sched, "takes_vpp"), vppa, 1)  # the builders' vpp
     pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=splits)
 
     # memory first, with the in-flight microbatches of the replayed schedule order (known from the shape)
@@ -528,7 +534,7 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     ep_ov = np.zeros(n)
     if model.is_moe and (ep > 1).any():
         ep_ov = (np.full(n, float(opt.ep_overlap)) if opt.ep_overlap is not None
-                 else np.isin(sched, ("dualpipe", "dualpipev")).astype(float))
+                 else family_column(sched, "hides_ep_comm").astype(float))
 
     # 1-2. per-stage op times and the communication inside them, once per "base" row: the distinct inputs
     # they depend on (every field but ZeRO stage and schedule, plus the stage contents), then gathered
@@ -603,9 +609,9 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
         dp_tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
     # 5. the optimizer step
     g, g_inv = distinct_rows(tp, cp, ep, dp, pt.shape_index, zz >= 1)
-    sharded = zz[g] >= 1  # the optimizer step shards over (shard group or dp)·cp, experts over dp·cp/ep
-    z_deg = np.where(sharded, (float(shard_group_size) if shard_group_size else dp[g]) * cp[g], 1.0)
-    z_e = np.where(sharded, dp[g] * cp[g] / ep[g], 1.0)
+    sharded = zz[g] >= 1  # the optimizer state shards as in memory (spec.rules.shard_degrees)
+    d, d_e = shard_degrees(dp=dp[g], cp=cp[g], ep=ep[g], shard_group_size=shard_group_size)
+    z_deg, z_e = np.where(sharded, d, 1.0), np.where(sharded, d_e, 1.0)
     opt_g = optimizer_params_step_s(training, hardware, non_expert=gather_rows(ne_cls, g),
                                     expert=gather_rows(ex_cls, g),
                                     shard_degree=z_deg[:, None], expert_shard_degree=z_e[:, None])

@@ -14,7 +14,8 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from .cost.compute import num_virtual_stages, stage_layer_split, stage_rank
+from .cost.compute import stage_layer_split
+from .schedules import family
 from .dedup import distinct_rows, factorize, gather_rows
 from .spec.placement import StagePlacement, stage_placement
 
@@ -136,7 +137,7 @@ def _shape(model, schedule: str, pp: int, chunks: int, split) -> dict:
     seen: dict = {}  # a rank's contents -> its class, numbered in order of first rank (a dict: ~10x np.unique)
     rank_class = np.array([seen.setdefault(row, len(seen)) for row in map(tuple, fields.tolist())], dtype=np.int64)
     out = {**{f: np.asarray(getattr(pl, f)) for f in PLACEMENT_FIELDS}, "dense": d, "moe": e,
-           "stage_rank": stage_rank(pp, chunks, schedule), "rank_class": rank_class,
+           "stage_rank": family(schedule).stage_rank(pp, chunks), "rank_class": rank_class,
            "classes": np.array(list(seen), dtype=float).reshape(len(seen), len(PLACEMENT_FIELDS))}
     for a in out.values():
         a.setflags(write=False)  # shared by every caller of the memo
@@ -169,7 +170,7 @@ def pipeline_table(model, *, schedule, pp, chunks, layers_per_stage=None) -> Pip
     first, inv = distinct_rows(s_code, pp, chunks, l_code)
     shapes = tuple((str(s_names[s_code[i]]), int(pp[i]), int(chunks[i]), _split_key(l_vals[l_code[i]])) for i in first)
     P = max(p for _, p, _, _ in shapes)
-    S = max(num_virtual_stages(p, v, s) for s, p, v, _ in shapes)
+    S = max(family(s).num_stages(p, v) for s, p, v, _ in shapes)
     U = len(shapes)
     a = {"rank_" + f: np.zeros((U, P)) for f in PLACEMENT_FIELDS}
     a.update({f: np.zeros((U, S)) for f in ("dense_layers", "moe_layers", "first", "last")})
@@ -189,8 +190,9 @@ def pipeline_table(model, *, schedule, pp, chunks, layers_per_stage=None) -> Pip
         a["first"][u, 0] = 1.0
         a["last"][u, k - 1] = 1.0
         a["stage_rank"][u, :k] = b["stage_rank"]
-        if s == "dualpipe":
-            a["mirror_rank"][u, :k] = p - 1 - np.arange(k)
+        mirror = family(s).mirror_rank(p, v)
+        if mirror is not None:
+            a["mirror_rank"][u, :k] = mirror
         a["rank_valid"][u, :p] = True
         a["stage_valid"][u, :k] = True
         a["rank_class"][u, :p] = b["rank_class"]

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.schedules import family
+
 from simulator.cost import compute as C
 from simulator.cost import flops as F
 from simulator.errors import InputError
@@ -191,10 +193,10 @@ def test_moe_layer_pattern_places_dense_layers_first():
 
 
 def test_virtual_stages_and_their_ranks():
-    assert C.num_virtual_stages(4, 2, "interleaved") == 8
-    assert list(C.stage_rank(4, 2, "interleaved")) == [0, 1, 2, 3, 0, 1, 2, 3]
-    assert list(C.stage_rank(4, 1, "zb-v")) == [0, 1, 2, 3, 3, 2, 1, 0]  # V shape: last chunk on rank 0
-    M = C.stage_rank_matrix(4, 1, "dualpipe")
+    assert family("interleaved").num_stages(4, 2) == 8
+    assert list(family("interleaved").stage_rank(4, 2)) == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert list(family("zb-v").stage_rank(4)) == [0, 1, 2, 3, 3, 2, 1, 0]  # V shape: last chunk on rank 0
+    M = family("dualpipe").rank_matrix(4, 1)
     assert M.sum(axis=1).tolist() == [2, 2, 2, 2] and M[0, 3] == 1  # rank 3 holds a copy of stage 0
     tr = Training(seq_length=4096, global_batch_size=8)
     st = C.stage_compute_times(LLAMA, tr, hardware=flat_profile(), pp=4, vpp=2, schedule="interleaved")

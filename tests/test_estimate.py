@@ -145,7 +145,7 @@ def test_analytic_pipeline_equals_the_replay_for_uniform_stages(schedule, vpp):
     # The closed forms are exact when every rank's F, B, W are equal and p2p is free: compare the two
     # modes on uniform stages (no embedding/head time), the replay being the independent engine.
     from simulator.kernel import _analytic_pipeline
-    from simulator.cost.compute import stage_rank_matrix
+    from simulator.schedules import family
 
     p, m = 4, 16
     S = p * vpp
@@ -153,7 +153,7 @@ def test_analytic_pipeline_equals_the_replay_for_uniform_stages(schedule, vpp):
     split = schedule.startswith("zb")
     Bk, Wk = (B, W) if split else (B + W, 0 * W)
     ref = replay(build(schedule, pp=p, microbatches=m, vpp=vpp), forward_s=F[0], backward_s=Bk[0], weight_s=Wk[0]).makespan_s
-    M = stage_rank_matrix(p, vpp, schedule)
+    M = family(schedule).rank_matrix(p, vpp)
     mk, mk0, _ = _analytic_pipeline(schedule, np.array([p]), np.array([vpp]), np.array([m]), (F + Bk + Wk) @ M, F @ M,
                                     Bk @ M, Wk @ M, np.zeros(1))
     assert mk[0] == pytest.approx(ref, rel=1e-12) and mk0[0] == mk[0]
@@ -255,14 +255,14 @@ def test_analytic_pipeline_is_close_to_the_replay_for_the_other_schedules(schedu
     # For these the closed forms approximate (F&B pairs, W placement): within 10 % of the replay on
     # uniform stages (a factor-2 error in DualPipeV's microbatch count once slipped through).
     from simulator.kernel import _analytic_pipeline
-    from simulator.cost.compute import stage_rank_matrix
+    from simulator.schedules import family
 
     for p, m in ((4, 16), (8, 32)):
         sch = build(schedule, pp=p, microbatches=m)
         S = sch.num_stages
         F, B, W = np.full((1, S), 1.0), np.full((1, S), 1.2), np.full((1, S), 0.7)
         ref = replay(sch, forward_s=F[0], backward_s=B[0], weight_s=W[0]).makespan_s
-        M = stage_rank_matrix(p, 1, schedule)
+        M = family(schedule).rank_matrix(p, 1)
         mk, _, _ = _analytic_pipeline(schedule, np.array([p]), np.array([1]), np.array([m]), (F + B + W) @ M, F @ M,
                                       B @ M, W @ M, np.zeros(1))
         assert mk[0] == pytest.approx(ref, rel=0.1)

@@ -319,7 +319,7 @@ def test_numpy_fallback_equals_the_compiled_loops(monkeypatch):
 
 def test_padded_rank_sums_equal_the_stage_rank_matrix():
     # structure.pipeline_table pads shapes; rank_sum must equal x @ stage_rank_matrix for each shape
-    from simulator.cost.compute import stage_rank_matrix
+    from simulator.schedules import family
     from simulator.spec.model import ModelSpec
     from simulator.structure import pipeline_table
 
@@ -332,7 +332,7 @@ def test_padded_rank_sums_equal_the_stage_rank_matrix():
     x = rng.random(pt.stage_valid.shape)
     got = pt.rank_sum(x)
     for i, (s, p, v) in enumerate(shapes):
-        M = stage_rank_matrix(p, v, s)
+        M = family(s).rank_matrix(p, v)
         want = x[i, :M.shape[0]] @ M
         assert np.allclose(got[i, :p], want, rtol=1e-14) and not got[i, p:].any()
         assert pt.layers[i].sum() == 24  # every virtual stage once

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..spec.hardware import HardwareProfile
+from ..spec.rules import RECOMPUTE, check_choice
 from . import collectives as C
 
 __all__ = ["CommCost", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "data_parallel_single_process_comm",
@@ -78,9 +79,6 @@ def _cost(group, collective, per, fb, bb, fs, bs, cf, cb, wait=None):
                     calls_backward=b(cb), wait_s=b(fs + bs if wait is None else wait))
 
 
-_RECOMPUTE = ("none", "selective", "full")
-
-
 def tp_comm(profile: HardwareProfile, span, *, hidden_size, seq_length, micro_batch_size, num_layers,
             bytes_per_element, sequence_parallel: bool, recompute: str = "none", cp=1,
             regather_in_backward: bool = True, algorithm: str = "auto") -> CommCost:
@@ -94,8 +92,7 @@ def tp_comm(profile: HardwareProfile, span, *, hidden_size, seq_length, micro_ba
     Full recompute re-runs the forward inside backward: its collectives are repeated there.
     A = b·(s/cp)·h·bytes. t = 1 ⇒ zero traffic.
     """
-    if recompute not in _RECOMPUTE:
-        raise InputError(f"recompute must be one of {', '.join(_RECOMPUTE)}, got {recompute!r}")
+    check_choice("recompute", recompute, RECOMPUTE)
     A = activation_bytes(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size,
                          bytes_per_element=bytes_per_element, cp=cp)
     L = _nonneg("num_layers", num_layers)

@@ -24,8 +24,8 @@ T/t with sequence parallelism else T): each kernel reads its inputs and writes i
 (fused kernels as in Megatron/TransformerEngine); the per-op counts are in `memory_ops`. They are
 first-order counts to be refined by calibration.
 
-Stages. `num_virtual_stages` = pp·vpp (interleaved), 2·pp (zb-v, dualpipev: V shape), else pp. Layers
-are split over virtual stages in layer order (evenly, or `layers_per_stage`), the MoE layer pattern
+Stages (the schedule family's geometry, simulator/schedules/family.py): pp·vpp (interleaved), 2·pp
+(zb-v, dualpipev: V shape), else pp. Layers are split over virtual stages in layer order (evenly, or `layers_per_stage`), the MoE layer pattern
 follows `ModelSpec.moe_layer_mask`, the embedding is on the first virtual stage, the final norm, LM
 head and loss on the last. Results carry a trailing virtual-stage axis: shape (S,) for scalar layout
 fields, (N, S) when tp, cp, ep, micro_batch_size are arrays of shape (N,) (vectorisation contract). The
@@ -44,6 +44,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..errors import InputError
+from ..schedules import family
 from ..spec.model import ModelSpec, stage_layer_counts
 from ..spec.training import Training
 from . import flops as F
@@ -54,9 +55,6 @@ __all__ = [
     "MemoryOp",
     "gemm_dtype",
     "mfu_peak_flops",
-    "num_virtual_stages",
-    "stage_rank",
-    "stage_rank_matrix",
     "stage_layer_split",
     "memory_ops",
     "layer_op_times",
@@ -65,8 +63,6 @@ __all__ = [
     "optimizer_bytes_per_param",
     "optimizer_step_s",
 ]
-
-_V_SCHEDULES = ("zb-v", "dualpipev")
 
 
 # ---- dtypes and peaks -------------------------------------------------------------------------------
@@ -102,36 +98,6 @@ def _memory_time(bytes_, kernels, hardware):
 
 
 # ---- stages ----------------------------------------------------------------------------------------
-def num_virtual_stages(pp: int, vpp: int = 1, schedule: str = "1f1b") -> int:
-    """Model chunks in layer order: pp·vpp (interleaved), 2·pp (zb-v, dualpipev), else pp (dualpipe
-    keeps pp stages, each rank holding stage r and stage pp−1−r)."""
-    if schedule in _V_SCHEDULES:
-        return 2 * pp
-    return pp * (vpp if schedule == "interleaved" else 1)
-
-
-def stage_rank(pp: int, vpp: int = 1, schedule: str = "1f1b") -> np.ndarray:
-    """Pipeline rank of each virtual stage: j mod pp (interleaved, Megatron: rank r holds chunks r, r+p,
-    ...), V shape j < pp → j else 2pp−1−j (zb-v/dualpipev), else j (for dualpipe: the rank that runs
-    stage j for microbatches entering at rank 0; the reverse direction uses pp−1−j)."""
-    S = num_virtual_stages(pp, vpp, schedule)
-    j = np.arange(S)
-    if schedule in _V_SCHEDULES:
-        return np.where(j < pp, j, 2 * pp - 1 - j)
-    return j % pp
-
-
-def stage_rank_matrix(pp: int, vpp: int = 1, schedule: str = "1f1b") -> np.ndarray:
-    """(S, pp) 0/1 matrix: which ranks hold a copy of each virtual stage (dualpipe: ranks j and pp−1−j).
-    `x @ M` turns per-virtual-stage quantities into per-rank sums."""
-    S = num_virtual_stages(pp, vpp, schedule)
-    M = np.zeros((S, pp))
-    M[np.arange(S), stage_rank(pp, vpp, schedule)] = 1.0
-    if schedule == "dualpipe":
-        M[np.arange(S), pp - 1 - np.arange(S)] = 1.0
-    return M
-
-
 def stage_layer_split(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = "1f1b",
                       layers_per_stage=None) -> tuple[np.ndarray, np.ndarray]:
     """(dense layers, MoE layers) per virtual stage, in layer order, following `moe_layer_mask`.
@@ -140,9 +106,10 @@ def stage_layer_split(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str 
     Layout convention, as in the memory model): a rank's layers are then spread as evenly as possible
     over its chunks, earlier chunks taking the remainder (dualpipe: one entry per model stage).
     """
-    S = num_virtual_stages(pp, vpp, schedule)
+    fam = family(schedule)
+    S = fam.num_stages(pp, vpp)
     if layers_per_stage is not None and len(layers_per_stage) == pp and S != pp:
-        ranks = stage_rank(pp, vpp, schedule)
+        ranks = fam.stage_rank(pp, vpp)
         per_vs = np.zeros(S, dtype=np.int64)
         for r in range(pp):
             idx = np.flatnonzero(ranks == r)
@@ -545,7 +512,7 @@ class StageTimes:
 
     def per_rank(self, name: str, pp: int, vpp: int = 1, schedule: str = "1f1b") -> np.ndarray:
         """Sum of field `name` over the virtual stages each pipeline rank holds: (..., pp)."""
-        return getattr(self, name) @ stage_rank_matrix(pp, vpp, schedule)
+        return getattr(self, name) @ family(schedule).rank_matrix(pp, vpp)
 
 
 _LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "schedule",
@@ -629,7 +596,7 @@ def stage_compute_times(model: ModelSpec, training: Training, layout=None, hardw
                               cp_algorithm=a.cp_algorithm, roofline=roofline)
     out = {key: basis[i] @ counts for i, key in enumerate(BASIS_KEYS)}
     return StageTimes(**out, dense_layers=n_dense, moe_layers=n_moe,
-                      stage_rank=stage_rank(int(a.pp), int(a.vpp), a.schedule))
+                      stage_rank=family(a.schedule).stage_rank(int(a.pp), int(a.vpp)))
 
 
 BASIS = ("dense_layer", "moe_layer", "embedding", "head")

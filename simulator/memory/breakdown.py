@@ -26,7 +26,8 @@ import pandas as pd
 
 from ..dedup import distinct_rows, factorize, gather_rows
 from ..errors import InputError
-from ..spec.layout import RECOMPUTE, SCHEDULES, Layout
+from ..spec.layout import SCHEDULES, Layout
+from ..spec.rules import RECOMPUTE, check_choices, check_zero
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from ..units import GiB
@@ -89,18 +90,9 @@ class _ModeRows:
 
 
 def _check_categorical(*, recompute, schedule, zero) -> None:
-    for r in factorize(np.asarray(recompute, dtype=object))[1].tolist() if np.ndim(recompute) else [recompute]:
-        if r not in RECOMPUTE:
-            raise InputError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {r!r}")
-    for s in factorize(np.asarray(schedule, dtype=object))[1].tolist() if np.ndim(schedule) else [schedule]:
-        if s not in SCHEDULES:
-            raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {s!r}")
-    if np.ndim(zero):
-        z = np.asarray(zero)
-        if z.dtype.kind not in "iu" or np.any((z < 0) | (z > 3)):
-            raise InputError(f"zero must be 0, 1, 2 or 3, got {z.ravel()[:4].tolist()}")
-    elif isinstance(zero, bool) or zero not in (0, 1, 2, 3):
-        raise InputError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    check_choices("recompute", recompute, RECOMPUTE)
+    check_choices("schedule", schedule, SCHEDULES)
+    check_zero(zero)
 
 
 def stage_activation_split(model: ModelSpec, training: Training, *, tp, pp: int, cp=1, vpp: int = 1,

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
-from ..spec.layout import SCHEDULES
+from ..schedules import SCHEDULE_NAMES
+from ..spec.rules import check_choice
 
 
 def inflight_microbatches(schedule: str, *, pp: int, num_microbatches, vpp: int = 1) -> np.ndarray:
     """Peak micro-batches in flight on each rank in stage units (see the module table)."""
-    if schedule not in SCHEDULES:
-        raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    check_choice("schedule", schedule, SCHEDULE_NAMES)
     p = int(pp)
     m = np.asarray(num_microbatches, dtype=float)[..., None]
     i = np.arange(p, dtype=float)

@@ -13,10 +13,8 @@ Parameters resident on a rank (formulas.md §1.5, Megatron-LM `theoretical_memor
   learned position table;
 - Ψ_exp: routed experts, split over e (expert parallel) and over t (expert tensor parallel =
   tensor parallel, Megatron-LM's default `expert_tensor_parallel_size`).
-Sharding degrees: dense states shard over the data-parallel group including CP,
-d = (shard_group_size or dp) · cp (Megatron's distributed optimizer and FSDP shard over dp×cp);
-expert states over the expert-data-parallel group d_e = d / e (Megatron "expert data parallel"),
-at least 1.
+Sharding degrees d (dense) and d_e (experts): `spec.rules.shard_degrees`, the one rule for memory
+and the optimizer step's time.
 """
 from __future__ import annotations
 
@@ -25,19 +23,7 @@ import numpy as np
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from ..spec.placement import StagePlacement, params_per_rank, stage_param_split  # noqa: F401 (re-exported)
-
-
-# ---- sharding ---------------------------------------------------------------------------------
-def shard_degrees(*, dp, cp, ep, shard_group_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(d, d_e): ZeRO/FSDP sharding degree of dense and of expert states.
-
-    d = (shard_group_size or dp) · cp   (FSDP HYBRID_SHARD shards inside a group, replicates across;
-    CP ranks join the data-parallel shard group as in Megatron's dp×cp group and torchtitan);
-    d_e = max(d / ep, 1)                (Megatron expert-data-parallel group dp·cp/ep).
-    """
-    g = np.asarray(dp if shard_group_size is None else shard_group_size, dtype=float)
-    d = g * np.asarray(cp, dtype=float)
-    return d, np.maximum(d / np.asarray(ep, dtype=float), 1.0)
+from ..spec.rules import shard_degrees
 
 
 def zero_state_bytes_per_param(*, zero: int, shard_degree, param_bytes: float, grad_bytes: float,

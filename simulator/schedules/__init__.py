@@ -1,34 +1,39 @@
 """Pipeline schedules as data: one module per family, each returning per-rank op lists.
 
-`build(name, pp=, microbatches=, vpp=)` -> `Schedule`. Names (DESIGN.md): gpipe, 1f1b, interleaved,
-zb-h1, zb-h2, zb-v, dualpipe, dualpipev, pipedream. Dependencies come from one rule
-(`op.dependency`); timing lives in `simulator.pipeline`.
+Each module defines `FAMILIES`, one `ScheduleFamily` record per schedule it builds (family.py: stage
+geometry, split backward, flush, builder); `FAMILIES` here collects them from every module of this
+package, so a new schedule is one new module. `build(name, pp=, microbatches=, vpp=)` -> `Schedule`.
+Dependencies between ops come from one rule (`op.dependency`); timing lives in `simulator.pipeline`.
 """
-from ..errors import InputError
-from .dualpipe import build_dualpipe, build_dualpipev
-from .gpipe import build_gpipe, spec_gpipe
-from .interleaved import build_interleaved
-from .one_f_one_b import build_1f1b, spec_1f1b
-from .op import KINDS, FlushSpec, Op, OpArrays, Schedule, dependency, make_schedule
-from .pipedream import build_pipedream
-from .zbv import build_zb_v
-from .zero_bubble import build_zb_h1, build_zb_h2, spec_zb_h1, spec_zb_h2
+import importlib
+import pkgutil
 
-BUILDERS = {
-    "gpipe": build_gpipe,
-    "1f1b": build_1f1b,
-    "interleaved": build_interleaved,
-    "zb-h1": build_zb_h1,
-    "zb-h2": build_zb_h2,
-    "zb-v": build_zb_v,
-    "dualpipe": build_dualpipe,
-    "dualpipev": build_dualpipev,
-    "pipedream": build_pipedream,
-}
-SCHEDULE_NAMES = tuple(BUILDERS)
-# the synchronous schedules that are flushed one-stage-per-rank ones (`op.flush_columns`), described
-# without building their op lists: the sweep makes their replay tables from this in one C call
-FLUSH_SPECS = {"gpipe": spec_gpipe, "1f1b": spec_1f1b, "zb-h1": spec_zb_h1, "zb-h2": spec_zb_h2}
+from ..errors import InputError
+from .family import ScheduleFamily
+from .op import KINDS, FlushSpec, Op, OpArrays, Schedule, dependency, make_schedule
+
+
+def _collect() -> dict[str, ScheduleFamily]:
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        found.extend(getattr(importlib.import_module(f"{__name__}.{info.name}"), "FAMILIES", ()))
+    return {f.name: f for f in sorted(found, key=lambda f: f.order)}
+
+
+FAMILIES: dict[str, ScheduleFamily] = _collect()
+SCHEDULE_NAMES = tuple(FAMILIES)
+BUILDERS = {name: f.build for name, f in FAMILIES.items()}
+# the flushed one-stage-per-rank schedules, described without building their op lists: the sweep makes
+# their replay tables from this in one C call
+FLUSH_SPECS = {name: f.flush_spec for name, f in FAMILIES.items() if f.flush_spec is not None}
+
+
+def family(name: str) -> ScheduleFamily:
+    """The family of schedule `name`; InputError naming the choices for an unknown one."""
+    try:
+        return FAMILIES[name]
+    except (KeyError, TypeError):
+        raise InputError(f"schedule must be one of {', '.join(SCHEDULE_NAMES)}, got {name!r}") from None
 
 
 def build(name: str, *, pp: int, microbatches: int, vpp: int = 1) -> Schedule:
@@ -37,10 +42,10 @@ def build(name: str, *, pp: int, microbatches: int, vpp: int = 1) -> Schedule:
     key = str(name).strip().lower()
     if key not in BUILDERS:
         raise InputError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULE_NAMES)}")
-    if key == "interleaved" and vpp == 1:
-        raise InputError("interleaved: vpp must be >= 2 (vpp=1 is plain 1f1b)")
+    if FAMILIES[key].takes_vpp and vpp == 1:
+        raise InputError(f"{key}: vpp must be >= 2 (vpp=1 is plain 1f1b)")
     return BUILDERS[key](pp=pp, microbatches=microbatches, vpp=vpp)
 
 
-__all__ = ["build", "SCHEDULE_NAMES", "BUILDERS", "FLUSH_SPECS", "FlushSpec", "Op", "OpArrays", "Schedule", "KINDS",
-           "dependency", "make_schedule"]
+__all__ = ["build", "family", "FAMILIES", "SCHEDULE_NAMES", "BUILDERS", "FLUSH_SPECS", "FlushSpec", "Op", "OpArrays",
+           "Schedule", "ScheduleFamily", "KINDS", "dependency", "make_schedule"]

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import InputError
 from .op import check_counts, make_schedule, running_count, tiled
+from .family import ScheduleFamily
 
 
 _F, _B, _W, _P = 0, 1, 2, 3  # step kinds; P = F overlapped with the following B (waits for both inputs)
@@ -116,3 +117,11 @@ def build_dualpipev(*, pp: int, microbatches: int, vpp: int = 2):
                          columns=_realise([_program(pp, int(x), microbatches) for x in r],
                                           np.stack([r, 2 * pp - 1 - r], axis=1), np.zeros((pp, 2), dtype=np.int64),
                                           microbatches))
+
+
+FAMILIES = (ScheduleFamily(name="dualpipe", order=6, build=build_dualpipe, geometry="mirror", chunks=2,
+                           split_backward=True, hides_ep_comm=True, even_pp=True,
+                           source="DeepSeek-V3 report §3.2.1, Table 2"),
+            ScheduleFamily(name="dualpipev", order=7, build=build_dualpipev, geometry="v", chunks=2,
+                           split_backward=True, hides_ep_comm=True, even_pp=True,
+                           source="deepseek-ai/DualPipe README (DualPipeV)"))

@@ -7,6 +7,7 @@ microbatches = m on every rank (formulas.md §3.5, §5.2).
 import numpy as np
 
 from .op import FlushSpec, check_counts, flush_columns, make_schedule
+from .family import ScheduleFamily
 
 
 def build_gpipe(*, pp: int, microbatches: int, vpp: int = 1):
@@ -24,3 +25,7 @@ def spec_gpipe(*, pp: int, microbatches: int) -> FlushSpec:
     backward per step."""
     m = microbatches
     return FlushSpec(np.full(pp, m), [(1, 0)], np.full(pp, m), m, False)
+
+
+FAMILIES = (ScheduleFamily(name="gpipe", order=0, build=build_gpipe, flush_spec=spec_gpipe,
+                           source="Huang et al. 2019, GPipe §2.3"),)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import InputError
 from .op import check_counts, make_schedule
+from .family import ScheduleFamily
 
 
 def microbatch_group_size(pp: int, microbatches: int) -> int:
@@ -45,3 +46,7 @@ def build_interleaved(*, pp: int, microbatches: int, vpp: int = 2):
     columns = (is_b.astype(np.int64), (r + chunk * pp).ravel(), ((k // (G * v)) * G + k % G).ravel(),
                is_b, np.zeros(len(is_b), bool), np.full(pp, 2 * total))  # every B includes W
     return make_schedule("interleaved", columns=columns, num_stages=pp * v, num_microbatches=m, chunks_per_rank=v)
+
+
+FAMILIES = (ScheduleFamily(name="interleaved", order=2, build=build_interleaved, chunks=None,
+                           source="Narayanan et al. 2021 §2.2.2"),)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import InputError
 from .op import FlushSpec, check_counts, flush_columns, make_schedule
+from .family import ScheduleFamily
 
 
 def one_f_one_b_spec(*, pp: int, microbatches: int, split: bool = False, weight_delay=None) -> FlushSpec:
@@ -38,3 +39,7 @@ def build_1f1b(*, pp: int, microbatches: int, vpp: int = 1):
         raise InputError(f"1f1b: vpp must be 1, got {vpp} (use 'interleaved' for virtual stages)")
     cols = flush_columns(*spec_1f1b(pp=pp, microbatches=microbatches))
     return make_schedule("1f1b", columns=cols, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=1)
+
+
+FAMILIES = (ScheduleFamily(name="1f1b", order=1, build=build_1f1b, flush_spec=spec_1f1b,
+                           source="Narayanan et al. 2021 §2.2.1 (PipeDream-Flush)"),)

@@ -9,6 +9,7 @@ of weight versions stashed is at most the number of in-flight microbatches").
 from ..errors import InputError
 from .one_f_one_b import spec_1f1b
 from .op import check_counts, flush_columns, make_schedule
+from .family import ScheduleFamily
 
 
 def build_pipedream(*, pp: int, microbatches: int, vpp: int = 1):
@@ -19,3 +20,7 @@ def build_pipedream(*, pp: int, microbatches: int, vpp: int = 1):
     return make_schedule("pipedream", columns=cols, num_stages=pp, num_microbatches=microbatches,
                          chunks_per_rank=1, asynchronous=True,
                          notes="asynchronous: no flush; read the steady state, not the makespan")
+
+
+FAMILIES = (ScheduleFamily(name="pipedream", order=8, build=build_pipedream, synchronous=False,
+                           source="Narayanan et al. 2019, SOSP §3.2-3.3"),)

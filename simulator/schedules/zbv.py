@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import InputError
 from .op import KIND_INDEX, check_counts, make_schedule, running_count, tiled
+from .family import ScheduleFamily
 
 
 def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
@@ -59,3 +60,7 @@ def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
     columns = (kind[keep], chunk[keep], j[keep], np.zeros(n_ops, bool), np.zeros(n_ops, bool),
                np.bincount(rank[keep], minlength=pp))
     return make_schedule("zb-v", num_stages=2 * pp, num_microbatches=m, chunks_per_rank=2, columns=columns)
+
+
+FAMILIES = (ScheduleFamily(name="zb-v", order=5, build=build_zb_v, geometry="v", chunks=2, split_backward=True,
+                           source="Qi et al. 2024 §4 (ZB-V)"),)

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import InputError
 from .one_f_one_b import one_f_one_b_spec
 from .op import FlushSpec, check_counts, flush_columns, make_schedule
+from .family import ScheduleFamily
 
 
 def spec_zb_h1(*, pp: int, microbatches: int) -> FlushSpec:
@@ -49,3 +50,9 @@ def build_zb_h2(*, pp: int, microbatches: int, vpp: int = 1):
     cols = flush_columns(*spec_zb_h2(pp=pp, microbatches=microbatches))
     return make_schedule("zb-h2", columns=cols, num_stages=pp, num_microbatches=microbatches,
                          chunks_per_rank=1)
+
+
+FAMILIES = (ScheduleFamily(name="zb-h1", order=3, build=build_zb_h1, split_backward=True, flush_spec=spec_zb_h1,
+                           source="Qi et al. 2024 §2.1"),
+            ScheduleFamily(name="zb-h2", order=4, build=build_zb_h2, split_backward=True, flush_spec=spec_zb_h2,
+                           source="Qi et al. 2024 §2.2"))

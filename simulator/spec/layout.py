@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError, check_positive
-
-RECOMPUTE = ("none", "selective", "full")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev", "pipedream")
-DP_MODES = ("ddp", "dataparallel", "async")  # DDP (default), single-process DataParallel, asynchronous DP
+from ..schedules import SCHEDULE_NAMES as SCHEDULES
+from ..schedules import family
+from .rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE, check_choice, check_zero
 
 
 def layout_label(tp, cp, pp, dp, ep=1, vpp=1) -> str:
@@ -68,28 +67,23 @@ class Layout:
                              f"!= num_gpus({self.num_gpus})")
         if (self.dp * self.cp) % self.ep:
             raise InputError(f"ep({self.ep}) must divide dp({self.dp}) * cp({self.cp}) = {self.dp * self.cp}")
-        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
-            raise InputError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        check_zero(self.zero)
         if self.shard_group_size is not None:
             check_positive("shard_group_size", self.shard_group_size, integer=True)
             if self.zero == 0:
                 raise InputError("shard_group_size needs zero >= 1")
             if self.dp % self.shard_group_size:
                 raise InputError(f"shard_group_size({self.shard_group_size}) must divide dp({self.dp})")
-        if self.recompute not in RECOMPUTE:
-            raise InputError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
-        if self.schedule not in SCHEDULES:
-            raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        if self.cp_algorithm not in ("ring", "ulysses"):
-            raise InputError(f"cp_algorithm must be ring or ulysses, got {self.cp_algorithm!r}")
-        if self.dp_mode not in DP_MODES:
-            raise InputError(f"dp_mode must be one of {', '.join(DP_MODES)}, got {self.dp_mode!r}")
+        check_choice("recompute", self.recompute, RECOMPUTE)
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_choice("cp_algorithm", self.cp_algorithm, CP_ALGORITHMS)
+        check_choice("dp_mode", self.dp_mode, DP_MODES)
         if not isinstance(self.sequence_parallel, bool):
             raise InputError(f"sequence_parallel must be true or false, got {self.sequence_parallel!r}")
-        if self.vpp > 1 and self.schedule != "interleaved":
+        if self.vpp > 1 and not family(self.schedule).takes_vpp:
             raise InputError(f"vpp({self.vpp}) > 1 needs schedule = 'interleaved', got {self.schedule!r}")
-        if self.schedule == "interleaved" and self.pp == 1:
-            raise InputError("schedule 'interleaved' needs pp > 1")
+        if family(self.schedule).takes_vpp and self.pp == 1:
+            raise InputError(f"schedule {self.schedule!r} needs pp > 1")
         if self.layers_per_stage is not None:
             object.__setattr__(self, "layers_per_stage", tuple(int(x) for x in self.layers_per_stage))
             if len(self.layers_per_stage) != self.pp:
@@ -110,9 +104,5 @@ class Layout:
 
     @property
     def pipeline_chunks(self) -> int:
-        """Model chunks per pipeline rank: vpp for interleaved, 2 for the V/bidirectional schedules."""
-        if self.schedule in ("zb-v", "dualpipev"):
-            return 2
-        if self.schedule == "dualpipe":
-            return 2
-        return self.vpp
+        """Model chunks per pipeline rank (the schedule family's: vpp for interleaved, 2 for V and DualPipe)."""
+        return family(self.schedule).chunks_per_rank(self.vpp)

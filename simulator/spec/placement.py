@@ -2,7 +2,8 @@
 family, and the parameters resident on a rank by sharding class (one count for memory, compute and
 communication).
 
-Chunks (model slices of consecutive layers) are placed on ranks as the schedules do:
+Chunks (model slices of consecutive layers) are placed on ranks as the schedules do (each schedule
+family's stage geometry, simulator/schedules/family.py):
 - gpipe, 1f1b, zb-h1, zb-h2, pipedream: pp chunks, chunk i on rank i (Megatron; an explicit uneven
   `layers_per_stage` gives rank i that many consecutive layers);
 - interleaved: pp·v chunks, chunk c on rank c mod pp (Narayanan et al. 2021 §2.2.2);
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..schedules import family
 from ..spec.model import ModelSpec, stage_layer_counts
 
 
@@ -46,36 +48,20 @@ class StagePlacement:
     tied_copy: np.ndarray  # extra copy of a tied embedding on a head rank (0/1)
 
 
-def chunks_per_rank(schedule: str, vpp: int = 1) -> int:
-    """Model chunks each pipeline rank holds: vpp (interleaved), 2 (zb-v, dualpipev: a V; dualpipe: stages
-    r and pp−1−r), else 1."""
-    return {"interleaved": int(vpp), "zb-v": 2, "dualpipev": 2, "dualpipe": 2}.get(schedule, 1)
-
-
-def _chunk_ranks(schedule: str, pp: int, vpp: int) -> list[list[int]]:
-    """For each chunk (in model order) the ranks holding it."""
-    if schedule == "interleaved":
-        return [[c % pp] for c in range(pp * vpp)]
-    if schedule in ("zb-v", "dualpipev"):
-        return [[c if c < pp else 2 * pp - 1 - c] for c in range(2 * pp)]
-    if schedule == "dualpipe":
-        if pp % 2:
-            raise InputError(f"schedule 'dualpipe' needs an even pp, got pp({pp})")
-        return [sorted({c, pp - 1 - c}) for c in range(pp)]
-    return [[c] for c in range(pp)]
-
-
 def stage_placement(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = "1f1b",
                     layers_per_stage: tuple[int, ...] | None = None) -> StagePlacement:
     """Layers (dense/MoE), embedding and head copies held by each of the `pp` ranks."""
     pp, vpp = int(pp), int(vpp)
-    chunk_ranks = _chunk_ranks(schedule, pp, vpp)
+    fam = family(schedule)
+    if fam.even_pp and pp % 2:
+        raise InputError(f"schedule {schedule!r} needs an even pp, got pp({pp})")
+    chunk_ranks = fam.stage_ranks(pp, vpp)
     n_chunks = len(chunk_ranks)
     L = model.num_layers
     moe_before = np.concatenate([[0], np.cumsum(model.moe_layer_mask, dtype=np.int64)]).tolist()  # MoE layers < i
     layers = np.zeros(pp, dtype=np.int64)
     moe = np.zeros(pp, dtype=np.int64)
-    if layers_per_stage and schedule == "dualpipe":
+    if layers_per_stage and fam.geometry == "mirror":
         # DualPipe: layers_per_stage gives the pp chunks (stages of the model); rank r holds r and pp−1−r
         counts = stage_layer_counts(L, pp, tuple(layers_per_stage))
         bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -107,7 +93,7 @@ def stage_placement(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = 
     for r in chunk_ranks[-1]:
         head[r] = 1
     tied = (head & (1 - embedding)) if model.tie_word_embeddings else np.zeros(pp, dtype=np.int64)
-    chunks = chunks_per_rank(schedule, vpp)
+    chunks = fam.chunks_per_rank(vpp)
     return StagePlacement(layers=layers, moe_layers=moe, dense_layers=layers - moe, chunks=chunks,
                           embedding=embedding, head=head, tied_copy=tied)
 

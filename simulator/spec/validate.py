@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
+from ..schedules import family
 from .layout import Layout
 from .model import ModelSpec
 from .training import Training
@@ -20,8 +21,8 @@ def layout_violations(model: ModelSpec, training: Training, *, tp, pp, dp, cp, e
     """First violated divisibility rule per candidate ('' if none). Rules (Megatron-LM arguments.py):
 
     - num_attention_heads % tp == 0 and num_key_value_heads % tp == 0 (TP shards whole heads);
-    - num_hidden_layers % (pp·chunks) == 0 unless an uneven split is given (chunks = vpp, or 2 for
-      zb-v/dualpipev; dualpipe holds 2 copies of L/pp layers);
+    - num_hidden_layers % (pp·chunks) == 0 unless an uneven split is given (chunks: the schedule
+      family's stages per rank: vpp, or 2 for zb-v/dualpipev; dualpipe holds 2 copies of L/pp layers);
     - global_batch_size % (dp·micro_batch_size) == 0;
     - num_experts % ep == 0 (MoE), ep == 1 for dense models;
     - seq_length % (2·cp) == 0 when cp > 1 (load-balanced causal split, Megatron CP docs), and
@@ -48,7 +49,8 @@ def layout_violations(model: ModelSpec, training: Training, *, tp, pp, dp, cp, e
     h, kv = model.num_heads, model.num_kv_heads
     rule(h % tp != 0, lambda i: f"num_attention_heads({h}) is not divisible by tp({at(tp, i)})")
     rule(kv % tp != 0, lambda i: f"num_key_value_heads({kv}) is not divisible by tp({at(tp, i)})")
-    chunks = 2 if schedule in ("zb-v", "dualpipev") else (1 if schedule == "dualpipe" else vpp)
+    fam = family(schedule)
+    chunks = vpp if fam.takes_vpp else fam.num_stages(1)  # layer chunks per rank in layer order
     if not uneven_layers:
         L = model.num_layers
         rule(L % (pp * chunks) != 0,

@@ -20,7 +20,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..cost.compute import num_virtual_stages
+from ..schedules import family
 from ..frames import text_column
 from ..spec.rules import RECOMPUTE
 from ..spec.validate import layout_valid_mask
@@ -29,7 +29,6 @@ from .space import AUTO, DEFAULT_SCHEDULES, SweepSpace
 # columns of a candidate table, in order (layout fields + derived num_microbatches)
 CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
                      "recompute", "sequence_parallel", "schedule", "layers_per_stage")
-ONE_CHUNK_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "dualpipe", "pipedream")
 
 
 def divisors(n: int) -> np.ndarray:
@@ -116,7 +115,7 @@ def _schedule_choices(model, space: SweepSpace) -> list[tuple[str, int]]:
     scheds = DEFAULT_SCHEDULES if space.schedule == AUTO else space.schedule
     out = []
     for s in scheds:
-        if s == "interleaved":
+        if family(s).takes_vpp:
             vpps = range(2, model.num_layers + 1) if space.vpp == AUTO else [v for v in space.vpp if v >= 2]
             for v in vpps:
                 if space.max_vpp is None or v <= space.max_vpp:
@@ -159,11 +158,11 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     valid = {(sched, sp): layout_valid_mask(model, training, tp=tp[:, None], pp=pp[:, None], dp=dp[:, None],
                                             cp=cp[:, None], ep=ep[:, None], vpp=np.array(vs)[None, :],
                                             micro_batch_size=mb[:, None], sequence_parallel=sp, schedule=sched,
-                                            uneven_layers=space.uneven_layers and sched in ONE_CHUNK_SCHEDULES)
+                                            uneven_layers=space.uneven_layers and family(sched).pp_stages)
              for sched, vs in vpps.items() for sp in sps}
     for sched, vpp in choices:
         for sp in sps:
-            uneven = space.uneven_layers and sched in ONE_CHUNK_SCHEDULES
+            uneven = space.uneven_layers and family(sched).pp_stages
             mask = valid[sched, sp][:, col[sched, vpp]].copy()
             if uneven:
                 mask &= np.isin(pp, splittable)
@@ -174,7 +173,7 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
                     mask &= pp == 1
             else:
                 mask &= pp > 1
-            if sched in ("dualpipe", "dualpipev"):
+            if family(sched).even_pp:
                 mask &= pp % 2 == 0
             if not mask.any():
                 continue
@@ -194,7 +193,7 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     # virtual stages outermost (the kernel pads a chunk's stage axis to its widest row), then pp, then block
     # (schedule, vpp, sp, recompute, zero), then base order (tp, cp, pp, dp, ep, mb): the blocks are in
     # that order already, so a stable sort by (virtual stages, pp) (one key)
-    chunks = np.array([num_virtual_stages(1, b[1], b[0]) for b in blocks], dtype=np.int64)[block_id]
+    chunks = np.array([family(b[0]).num_stages(1, b[1]) for b in blocks], dtype=np.int64)[block_id]
     p_rows = pp[rows]
     order = np.argsort(p_rows * chunks * (int(p_rows.max()) + 1) + p_rows, kind="stable")
     rows, block_id = rows[order], block_id[order]
