@@ -59,7 +59,7 @@ from .cost.compute import (BASIS_KEYS, layer_basis_times_by_mode, layer_op_times
 from .cost.flops import step_flops
 from .cost.topology import group_span
 from .errors import InputError
-from .memory.breakdown import stage_memory_arrays
+from .memory.breakdown import infeasibility_reasons, stage_memory_arrays
 from .schedules import SCHEDULE_NAMES
 from .spec.layout import Layout
 from .spec.rules import RECOMPUTE, check_choices, shard_degrees
@@ -492,7 +492,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     worst = mem["worst_stage"]
     out = {k: mem[k] for k in MEMORY_FIELDS}
     feasible = out["peak_bytes"] <= hardware.hbm_bytes
-    reason = _reasons(out, feasible, worst, hardware.hbm_bytes)
+    reason = infeasibility_reasons(out, feasible, worst, hardware.hbm_bytes)
 
     # then the time, of every row or (time_infeasible=False) of the rows that fit
     every = time_infeasible or feasible.all()
@@ -695,30 +695,3 @@ def _core_attention_s(model, training, hardware, tp, cp, mbs, sequence_parallel,
     n = len(tp)
     return np.broadcast_to(np.reshape(f, (-1,))[:n] if np.size(f) >= n else f, (n,)), \
         np.broadcast_to(np.reshape(b, (-1,))[:n] if np.size(b) >= n else b, (n,))
-
-
-_COMPONENT_LABEL = {"params_bytes": "params", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
-                    "activations_bytes": "activations", "kv_cache_bytes": "kv cache", "other_bytes": "other"}
-
-
-def _reasons(out: dict, feasible: np.ndarray, worst_stage: np.ndarray, hbm_bytes: float) -> np.ndarray:
-    """'' where the layout fits; else '<biggest consumer>: X GiB of Y GiB peak > Z GiB HBM (stage i)'."""
-    reason = np.full(len(feasible), "", dtype=object)
-    bad = np.flatnonzero(~feasible)
-    if bad.size == 0:
-        return reason
-    comps = [k for k in _COMPONENT_LABEL if k in out]
-    stack = np.stack([np.asarray(out[k], dtype=float)[bad] for k in comps], axis=1)
-    big = np.argmax(stack, axis=1)
-    gib = 2.0**30
-    big_d = np.round(stack[np.arange(bad.size), big] / gib * 10).astype(np.int64)  # tenths of GiB
-    peak_d = np.round(np.asarray(out["peak_bytes"], dtype=float)[bad] / gib * 10).astype(np.int64)
-    stage = worst_stage[bad]
-    first, inv = distinct_rows(big, big_d, peak_d, stage)  # many rows share a message: format each once
-    hbm = f"{hbm_bytes / gib:.1f}"
-    names = [_COMPONENT_LABEL[c] for c in comps]
-    text = np.empty(len(first), dtype=object)
-    text[:] = [f"{names[b]}: {x // 10}.{x % 10} GiB of {y // 10}.{y % 10} GiB peak > {hbm} GiB HBM (stage {j})"
-               for b, x, y, j in zip(*(a[first].tolist() for a in (big, big_d, peak_d, stage)))]
-    reason[bad] = text[inv]
-    return reason

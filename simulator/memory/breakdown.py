@@ -363,17 +363,33 @@ class MemoryBreakdown:
         return asdict(self)
 
 
-def feasibility_reason(stage: MemoryBreakdown, hbm_bytes: float) -> str:
-    """'' when the stage fits, else e.g. 'activations: 92.1 GiB > 80.0 GiB HBM (stage 0)' when the
-    largest consumer alone exceeds HBM, or 'peak 85.0 GiB > 80.0 GiB HBM (stage 0; largest: params
-    40.1 GiB)'."""
-    if stage.peak_bytes <= hbm_bytes:
-        return ""
-    name, b = stage.biggest_consumer()
-    if b > hbm_bytes:
-        return f"{name}: {b / GiB:.1f} GiB > {hbm_bytes / GiB:.1f} GiB HBM (stage {stage.stage})"
-    return (f"peak {stage.peak_bytes / GiB:.1f} GiB > {hbm_bytes / GiB:.1f} GiB HBM "
-            f"(stage {stage.stage}; largest: {name} {b / GiB:.1f} GiB)")
+_COMPONENT_LABEL = {"params_bytes": "params", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
+                    "activations_bytes": "activations", "kv_cache_bytes": "kv cache", "other_bytes": "other"}
+
+
+def infeasibility_reasons(out: dict, feasible: np.ndarray, worst_stage: np.ndarray, hbm_bytes: float) -> np.ndarray:
+    """The one reason text of a layout that does not fit: '' where it fits; else '<biggest consumer>: X GiB
+    of Y GiB peak > Z GiB HBM (stage i)' on the worst stage. `out`: the worst stage's `<consumer>_bytes`
+    and `peak_bytes`, (N,) arrays; formatted once per distinct message."""
+    reason = np.full(len(feasible), "", dtype=object)
+    bad = np.flatnonzero(~feasible)
+    if bad.size == 0:
+        return reason
+    comps = [k for k in _COMPONENT_LABEL if k in out]
+    stack = np.stack([np.asarray(out[k], dtype=float)[bad] for k in comps], axis=1)
+    big = np.argmax(stack, axis=1)
+    gib = 2.0**30
+    big_d = np.round(stack[np.arange(bad.size), big] / gib * 10).astype(np.int64)  # tenths of GiB
+    peak_d = np.round(np.asarray(out["peak_bytes"], dtype=float)[bad] / gib * 10).astype(np.int64)
+    stage = worst_stage[bad]
+    first, inv = distinct_rows(big, big_d, peak_d, stage)  # many rows share a message: format each once
+    hbm = f"{hbm_bytes / gib:.1f}"
+    names = [_COMPONENT_LABEL[c] for c in comps]
+    text = np.empty(len(first), dtype=object)
+    text[:] = [f"{names[b]}: {x // 10}.{x % 10} GiB of {y // 10}.{y % 10} GiB peak > {hbm} GiB HBM (stage {j})"
+               for b, x, y, j in zip(*(a[first].tolist() for a in (big, big_d, peak_d, stage)))]
+    reason[bad] = text[inv]
+    return reason
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -453,8 +469,10 @@ def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardw
         feasible, reason = True, "no hardware given"
     else:
         worst = max(stages, key=lambda s: (s.peak_bytes, -s.stage))
-        reason = feasibility_reason(worst, float(hbm))
-        feasible = reason == ""
+        feasible = worst.peak_bytes <= float(hbm)
+        row = {f"{c}_bytes": np.array([getattr(worst, f"{c}_bytes")]) for c in CONSUMERS}
+        reason = str(infeasibility_reasons({**row, "peak_bytes": np.array([worst.peak_bytes])}, np.array([feasible]),
+                                           np.array([worst.stage]), float(hbm))[0])
     return MemoryResult(per_stage=stages, hbm_bytes=None if hbm is None else float(hbm), feasible=feasible,
                         reason=reason, inference=inference, model=model, training=training, layout=layout)
 
