@@ -1,9 +1,15 @@
 """Evaluate once per distinct input: group the rows of a batch of layouts by equal key columns.
 
-The sweep kernel evaluates each physical quantity once per distinct combination of the fields it
-depends on and gathers the result back to the rows (`x[first][inverse] == x` row by row).
+The kernel evaluates each step once per distinct combination of the inputs it reads and gathers the
+result back to the rows (`x[first][inverse] == x` row by row). `once_per_distinct` derives the grouping
+from the step itself: a step's inputs are its keyword-only parameters, it is called with exactly those
+columns (of the distinct rows), so it cannot read an input its grouping leaves out; a step that needs
+another step's result declares that step's row index (e.g. `comm_id`) as one of its inputs.
 """
 from __future__ import annotations
+
+import inspect
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -86,3 +92,21 @@ def _renumber(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         new[0] = True
         new[1:] = c[1:] > np.maximum.accumulate(c)[:-1]
     return c, np.flatnonzero(new)
+
+
+@lru_cache(maxsize=None)
+def step_inputs(fn) -> tuple[str, ...]:
+    """The row columns step `fn` reads: its keyword-only parameters, in order."""
+    return tuple(p.name for p in inspect.signature(fn).parameters.values() if p.kind == p.KEYWORD_ONLY)
+
+
+def once_per_distinct(fn, columns: dict, /, **fixed):
+    """(fn's result for each distinct combination of its inputs, each row's index into those results).
+
+    The inputs are `step_inputs(fn)` less the `fixed` keywords (values shared by every row, such as the
+    model); each is an (N,) column of `columns`, and fn gets them for the first row of each distinct
+    combination. A missing column is a KeyError, never a silently shared result."""
+    names = [k for k in step_inputs(fn) if k not in fixed]
+    first, inv = distinct_rows(*(columns[k] for k in names))
+    return fn(**fixed, **{k: np.asarray(columns[k])[first] for k in names}), inv
+

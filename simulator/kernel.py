@@ -67,7 +67,7 @@ from .spec.model import ModelSpec
 from .schedules import family
 from .spec.placement import params_per_rank, stage_param_split
 from .spec.training import Training
-from .dedup import distinct_rows, factorize, gather_rows
+from .dedup import distinct_rows, factorize, gather_rows, once_per_distinct
 from .frames import text_column
 from .structure import pipeline_table
 
@@ -231,6 +231,45 @@ def _dp_spans(hardware, order, *, tp, cp, ep, dp, pp, shard_group_size):
     return group_span(hardware, cp=cp, ep=1, dp=np.full(len(tp), shard_group_size), **kw), span_edp, replica
 
 
+def _class_params(model, pt, shape, tp, ep):
+    """(non-expert, expert) parameters per rank class (K, Q) of K rows (spec/placement.py: the one count)."""
+    return params_per_rank(stage_param_split(model, pt.of_shapes(shape).classes), tp=tp, ep=ep)
+
+
+def _zero3_gather_times(model, training, hardware, opt, pt, shard_group_size, *, tp, cp, ep, dp, pp, shape):
+    """ZeRO-3/FSDP parameter all-gather (forward) and its backward gather + gradient reduce-scatter per
+    microbatch and virtual stage, (K, S) each: each chunk's share of its rank's non-expert parameters over
+    the data-parallel (shard) group, 0 on padding."""
+    ptg = pt.of_shapes(shape)
+    ne_cls, _ = _class_params(model, pt, shape, tp, ep)
+    ne_stage = ptg.stage_of_rank(ptg.of_class(ne_cls)) / ptg.chunks[:, None]
+    z = comm.dp_comm(hardware, _col_span(_dp_spans(hardware, opt.placement, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp,
+                                                   shard_group_size=shard_group_size)[0]),
+                     params_per_rank=ne_stage, grad_bytes_per_element=training.grad_bytes,
+                     param_bytes_per_element=training.param_bytes, zero=3, num_microbatches=1, bucket_bytes=None,
+                     replica_span=None)
+    live = ptg.stage_valid
+    return np.where(live, z.forward_s, 0.0), np.where(live, z.backward_s, 0.0)
+
+
+def _dp_tail_traffic(model, training, hardware, opt, pt, shard_group_size, span_shard_group, *, tp, cp, ep, dp, pp,
+                     shape, zero):
+    """The data-parallel tail's traffic per rank class (_dp_traffic) of K rows."""
+    ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep)
+    spans = _dp_spans(hardware, opt.placement, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, shard_group_size=span_shard_group)
+    return _dp_traffic(hardware, training, opt, ne_cls, ex_cls, zero, spans, shard_group_size)
+
+
+def _optimizer_times(model, training, hardware, pt, shard_group_size, *, tp, cp, ep, dp, shape, sharded):
+    """Optimizer-step time per rank class (K, Q): the state shards as in memory (spec.rules.shard_degrees)
+    where `sharded` (ZeRO >= 1)."""
+    ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep)
+    d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size)
+    return optimizer_params_step_s(training, hardware, non_expert=ne_cls, expert=ex_cls,
+                                   shard_degree=np.where(sharded, d, 1.0)[:, None],
+                                   expert_shard_degree=np.where(sharded, d_e, 1.0)[:, None])
+
+
 def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, spans, shard_group_size):
     """Per-rank gradient reduction and parameter all-gather times (K, P) of the data-parallel tail, before
     overlap. DDP: all-reduce of the gradients; ZeRO-1/2 (Megatron distributed optimizer): reduce-scatter of
@@ -256,13 +295,16 @@ def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, spans, shard_grou
     return rs, ag
 
 
-def _stage_times(model, training, hardware, opt, cp_algorithm, pt, *, tp, cp, ep, mbs, sp, rec, ep_ov, comm) -> dict:
-    """Per virtual stage and microbatch, (K, S) arrays for K rows with table `pt`: compute F, B (input
-    gradient + recompute forward), W (weight gradient) = per-block basis times x the stage's block counts
-    (cost/compute.py), and the TP/CP/EP communication inside them (per layer, `comm` from _layer_comm,
-    times the stage's layers): exposed forward/backward per category (`tp_f`, `tp_b`, ...) and the part
-    hidden under compute (`hid_f`, `hid_b`), which slows it when `comm_slowdown` > 0."""
+def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *, tp, cp, ep, mbs, sp, rec, ep_ov,
+                 content, comm_id) -> dict:
+    """Per virtual stage and microbatch, (K, S) arrays for K rows: compute F, B (input gradient +
+    recompute forward), W (weight gradient) = per-block basis times x the block counts of the stages of
+    `content` (`pt.content_counts`; cost/compute.py), and the TP/CP/EP communication inside them (per
+    layer: row `comm_id` of `comm_table`, from _layer_comm, times the stage's layers): exposed
+    forward/backward per category (`tp_f`, `tp_b`, ...) and the part hidden under compute (`hid_f`,
+    `hid_b`), which slows it when `comm_slowdown` > 0."""
     k = len(tp)
+    comm = {key: v[comm_id] for key, v in comm_table.items()}
     basis = np.zeros((len(BASIS_KEYS), k, 4))
     for (spv,), idx in _categories(sp):  # the op times once per SP setting; recompute only changes their sum
         modes = tuple(factorize(rec[idx])[1])
@@ -273,10 +315,10 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, *, tp, cp, ep
         for r in modes:
             sel = rec[idx] == r
             basis[:, idx[sel]] = b[r][:, inv[sel]]
-    counts = np.stack([pt.dense_layers, pt.moe_layers, pt.first, pt.last], axis=1)  # (k, 4, S)
+    counts = pt.content_counts(content)  # (k, 4, S)
     keys = [BASIS_KEYS.index(x) for x in ("forward_s", "weight_s", "backward_s", "recompute_s")]
     F, W, Bk, R = np.einsum("knb,nbs->kns", basis[keys], counts)
-    layers, moe_layers = pt.layers, pt.moe_layers
+    layers, moe_layers = counts[:, 0] + counts[:, 1], counts[:, 1]
     zeros = np.zeros_like(F)
     tpf, tpb = comm["tp_f"][:, None] * layers, comm["tp_b"][:, None] * layers
     out = dict(F=F, B=Bk + R, W=W, tp_f=(1 - opt.tp_overlap) * tpf, tp_b=(1 - opt.tp_overlap) * tpb,
@@ -536,19 +578,16 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
         ep_ov = (np.full(n, float(opt.ep_overlap)) if opt.ep_overlap is not None
                  else family_column(sched, "hides_ep_comm").astype(float))
 
-    # 1-2. per-stage op times and the communication inside them, once per "base" row: the distinct inputs
-    # they depend on (every field but ZeRO stage and schedule, plus the stage contents), then gathered
-    b_first, b_inv = distinct_rows(tp, cp, ep, dp, mbs, sp, rec_c, pt.content_index, ep_ov)
-    c_first, c_inv = distinct_rows(tp, cp, ep, dp, mbs, pp, sp, rec_c)
-    c = _layer_comm(model, training, hardware, opt, cp_algorithm, tp=tp[c_first], cp=cp[c_first], ep=ep[c_first],
-                    dp=dp[c_first], mbs=mbs[c_first], pp=pp[c_first], sp=sp[c_first], rec=rec[c_first])
-    bf = b_first
-    st = _stage_times(model, training, hardware, opt, cp_algorithm, pt.take(bf), tp=tp[bf], cp=cp[bf], ep=ep[bf],
-                      mbs=mbs[bf], sp=sp[bf], rec=rec[bf], ep_ov=ep_ov[bf],
-                      comm={k: v[c_inv[bf]] for k, v in c.items()})
-
-    # parameters per rank class for ZeRO-3 gathers, DP traffic and the optimizer (spec/placement.py: one count)
-    ne_cls, ex_cls = params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep)  # (n, Q)
+    # 1-2. per-stage op times and the communication inside them, each once per distinct combination of the
+    # inputs it declares (dedup.once_per_distinct), then gathered: the per-layer communication, and the
+    # stage times of each (its own inputs, the stage contents, the communication row it uses)
+    cols = dict(tp=tp, cp=cp, ep=ep, dp=dp, mbs=mbs, pp=pp, sp=sp, rec=rec_c, ep_ov=ep_ov,
+                content=pt.content_index, shape=pt.shape_index)
+    c, c_inv = once_per_distinct(_layer_comm, {**cols, "rec": rec}, model=model, training=training,
+                                 hardware=hardware, opt=opt, cp_algorithm=cp_algorithm)
+    st, b_inv = once_per_distinct(_stage_times, {**cols, "rec": rec, "comm_id": c_inv}, model=model,
+                                  training=training, hardware=hardware, opt=opt, cp_algorithm=cp_algorithm, pt=pt,
+                                  comm_table=c)
 
     # ZeRO-3/FSDP per-microbatch parameter gathers, for each distinct (base row, shape) of the ZeRO-3 rows;
     # rows whose gathers hide entirely (and slow nothing) time like the other ZeRO stages
@@ -558,17 +597,9 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     if len(r3):
         # each chunk's share of its rank's parameters is gathered around that chunk's compute; the gather
         # times once per distinct (tp, cp, ep, dp, pipeline shape), the exposure per (base row, shape)
-        g, g_inv = distinct_rows(tp[r3], cp[r3], ep[r3], dp[r3], pt.shape_index[r3])
-        g = r3[g]
-        ptg = pt.take(g)
-        ne_stage = ptg.stage_of_rank(ptg.of_class(gather_rows(ne_cls, g))) / ptg.chunks[:, None]
-        z = comm.dp_comm(hardware, _col_span(_dp_spans(hardware, opt.placement, tp=tp[g], cp=cp[g], ep=ep[g], dp=dp[g],
-                                                       pp=pp[g], shard_group_size=shard_group_size)[0]),
-                         params_per_rank=ne_stage, grad_bytes_per_element=training.grad_bytes,
-                         param_bytes_per_element=training.param_bytes, zero=3, num_microbatches=1, bucket_bytes=None,
-                         replica_span=None)
-        live = ptg.stage_valid
-        gf, gb = np.where(live, z.forward_s, 0.0), np.where(live, z.backward_s, 0.0)
+        (gf, gb), g_inv = once_per_distinct(_zero3_gather_times, {k: v[r3] for k, v in cols.items()}, model=model,
+                                            training=training, hardware=hardware, opt=opt, pt=pt,
+                                            shard_group_size=shard_group_size)
         pf, p_inv = distinct_rows(b_inv[r3], pt.shape_index[r3])
         zf, zb, bb = gf[g_inv[pf]], gb[g_inv[pf]], b_inv[r3[pf]]
         ef, eb = zf, zb
@@ -579,8 +610,9 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
         seen = (z3["f"] + z3["b"]).any(axis=1) | (opt.comm_slowdown > 0)
         z3_id[r3] = np.where(seen[p_inv], p_inv, -1)
 
-    # 3. the pipeline, once per "time" row: distinct (base row, shape, ZeRO-3 exposure)
-    T, t_inv = distinct_rows(b_inv, pt.shape_index, z3_id)
+    # 3. the pipeline, once per distinct set of what it reads: the stage times (b_inv), the shape (schedule,
+    # pp, chunks), the ZeRO-3 exposure, the p2p time (c_inv) and the microbatch count
+    T, t_inv = distinct_rows(b_inv, pt.shape_index, z3_id, c_inv, m)
     tl = _pipeline_times(opt, pt.take(T), st, b_inv[T], z3, z3_id[T], sched=sched[T],
                          pp=pp[T], chunks=chunks[T], m=m[T], p2p=c["p2p"][c_inv[T]])
     makespan, busy_sum = tl["makespan"][t_inv], tl["busy_sum"][t_inv]
@@ -588,7 +620,7 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     # 4. data-parallel tail (per rank: its non-expert params over dp·cp, expert params over the EDP group)
     P = pt.padded_ranks
     if dp_mode == "dataparallel":
-        ne_rank, ex_rank = pt.of_class(ne_cls), pt.of_class(ex_cls)
+        ne_rank, ex_rank = (pt.of_class(x) for x in params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep))
         d = comm.data_parallel_single_process_comm(hardware, n_gpus=dp[:, None], params=ne_rank + ex_rank,
                                                    param_bytes_per_element=training.param_bytes,
                                                    grad_bytes_per_element=training.grad_bytes,
@@ -596,25 +628,17 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
                                                    output_bytes=ab * mbs[:, None] * s * m[:, None] * model.hidden_size)
         dp_tail = np.broadcast_to(d.forward_s + d.backward_s, (n, P))
     else:
-        # evaluated once per distinct (tp, cp, ep, dp, pipeline shape, zero): the traffic does not see the rest
-        g, g_inv = distinct_rows(tp, cp, ep, dp, pt.shape_index, zz)
-        spans = _dp_spans(hardware, opt.placement, tp=tp[g], cp=cp[g], ep=ep[g], dp=dp[g], pp=pp[g],
-                          shard_group_size=shard_group_size if (zz >= 1).any() else None)
-        traffic = _dp_traffic(hardware, training, opt, gather_rows(ne_cls, g), gather_rows(ex_cls, g), zz[g], spans,
-                              shard_group_size)
+        traffic, g_inv = once_per_distinct(_dp_tail_traffic, {**cols, "zero": zz}, model=model, training=training,
+                                           hardware=hardware, opt=opt, pt=pt, shard_group_size=shard_group_size,
+                                           span_shard_group=shard_group_size if (zz >= 1).any() else None)
         rs, ag = (pt.of_class(gather_rows(x, g_inv)) for x in traffic)
         if opt.grad_reduce_overlap:
             exposed_rs = np.maximum(0.0, rs - gather_rows(tl["last_bwd"], t_inv))
             rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
         dp_tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
     # 5. the optimizer step
-    g, g_inv = distinct_rows(tp, cp, ep, dp, pt.shape_index, zz >= 1)
-    sharded = zz[g] >= 1  # the optimizer state shards as in memory (spec.rules.shard_degrees)
-    d, d_e = shard_degrees(dp=dp[g], cp=cp[g], ep=ep[g], shard_group_size=shard_group_size)
-    z_deg, z_e = np.where(sharded, d, 1.0), np.where(sharded, d_e, 1.0)
-    opt_g = optimizer_params_step_s(training, hardware, non_expert=gather_rows(ne_cls, g),
-                                    expert=gather_rows(ex_cls, g),
-                                    shard_degree=z_deg[:, None], expert_shard_degree=z_e[:, None])
+    opt_g, g_inv = once_per_distinct(_optimizer_times, {**cols, "sharded": zz >= 1}, model=model, training=training,
+                                     hardware=hardware, pt=pt, shard_group_size=shard_group_size)
     opt_s = pt.of_class(gather_rows(opt_g, g_inv))
     tail_rank = np.where(pt.rank_valid, dp_tail + opt_s, -np.inf)
     t_star = np.argmax(tail_rank, axis=1)

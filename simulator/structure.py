@@ -56,7 +56,11 @@ class PipelineTable:
 
     def take(self, rows) -> "PipelineTable":
         """The table of rows `rows` (same shapes)."""
-        return PipelineTable(shape_index=self.shape_index[rows], shapes=self.shapes, per_shape=self.per_shape)
+        return self.of_shapes(self.shape_index[rows])
+
+    def of_shapes(self, shape_index) -> "PipelineTable":
+        """The table of rows with shapes `shape_index` (K,): what a step that reads only the shape sees."""
+        return PipelineTable(shape_index=np.asarray(shape_index), shapes=self.shapes, per_shape=self.per_shape)
 
     @cached_property
     def placement(self) -> StagePlacement:
@@ -77,6 +81,15 @@ class PipelineTable:
     mirror_rank = _per_row("mirror_rank")
     stage_valid = _per_row("stage_valid")
     chunks = _per_row("chunks")  # model chunks per rank
+
+    def content_counts(self, content: np.ndarray) -> np.ndarray:
+        """(K, 4, S) dense layers, MoE layers, first-stage and last-stage flags of each virtual stage for
+        content ids `content` (K,): what a stage's compute depends on, known from its content alone."""
+        ps = self.per_shape
+        rep = np.zeros(int(ps["content"].max()) + 1, dtype=np.int64)
+        rep[ps["content"][::-1]] = np.arange(len(ps["content"]))[::-1]  # the first shape of each content
+        table = np.stack([ps[k] for k in ("dense_layers", "moe_layers", "first", "last")], axis=1)
+        return table[rep[np.asarray(content)]]
 
     @property
     def padded_ranks(self) -> int:
