@@ -59,18 +59,20 @@ def test_single_stage_step_is_microbatches_times_op_time_plus_tail():
 def test_pipeline_part_equals_an_independent_replay():
     # The estimate's makespan comes from the kernel's compiled pass over every shape; replay the same
     # durations one schedule at a time (the levelled numpy recurrence) and compare: identical makespans.
+    # Per-stage F, B, W: the per-block basis times (dense layer, embedding, head) times each stage's counts.
     m, t = _small()
-    lay = Layout(num_gpus=8, tp=1, pp=4, schedule="1f1b")
     df = evaluate_layouts(m, t, H100, num_gpus=8, pp=4, schedule="1f1b", tp=1, dp=2)
-    from simulator.cost.compute import stage_compute_times
+    from simulator.cost.compute import BASIS_KEYS, layer_basis_times_by_mode, stage_layer_split
 
-    st = stage_compute_times(m, t, lay, H100)
+    dense, moe = stage_layer_split(m, pp=4)
+    counts = np.stack([dense, moe, np.arange(4) == 0, np.arange(4) == 3]).astype(float)  # BASIS order
+    st = dict(zip(BASIS_KEYS, layer_basis_times_by_mode(m, t, H100, modes=("none",))["none"] @ counts))
     from simulator.cost import collectives as C
     from simulator.cost.topology import group_span
 
     p2p = C.p2p_s(H100, 2.0 * 2048 * 1024, group_span(H100, group="pp", tp=1, dp=2, pp=4))
-    tl = replay(build("1f1b", pp=4, microbatches=32), forward_s=st.forward_s,
-                backward_s=st.backward_s + st.recompute_s + st.weight_s, weight_s=0.0, p2p_s=float(p2p))
+    tl = replay(build("1f1b", pp=4, microbatches=32), forward_s=st["forward_s"],
+                backward_s=st["backward_s"] + st["recompute_s"] + st["weight_s"], weight_s=0.0, p2p_s=float(p2p))
     makespan = df.step_s[0] - df.exposed_dp_s[0] - df.optimizer_s[0]  # step = makespan + DP tail + optimizer
     assert makespan == pytest.approx(tl.makespan_s, rel=1e-9)
 

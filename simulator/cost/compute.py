@@ -1,4 +1,5 @@
-"""Compute time per op, per (virtual) pipeline stage and per microbatch: F, B, W, recompute; optimizer step.
+"""Compute time per op and per building block of a (virtual) pipeline stage, per microbatch: F, B, W,
+recompute; optimizer step.
 
 Time per op (formulas.md §6.3, §7.1; scaling-book `T = max(T_math, T_mem)`):
 - GEMM:        t_math = FLOPs / (peak(dtype) · η_gemm(FLOPs of one GEMM call)),
@@ -25,11 +26,13 @@ T/t with sequence parallelism else T): each kernel reads its inputs and writes i
 first-order counts to be refined by calibration.
 
 Stages (the schedule family's geometry, simulator/schedules/family.py): pp·vpp (interleaved), 2·pp
-(zb-v, dualpipev: V shape), else pp. Layers are split over virtual stages in layer order (evenly, or `layers_per_stage`), the MoE layer pattern
-follows `ModelSpec.moe_layer_mask`, the embedding is on the first virtual stage, the final norm, LM
-head and loss on the last. Results carry a trailing virtual-stage axis: shape (S,) for scalar layout
-fields, (N, S) when tp, cp, ep, micro_batch_size are arrays of shape (N,) (vectorisation contract). The
-array path evaluates each distinct (tp, cp, ep, micro_batch_size) tuple once and gathers (exact).
+(zb-v, dualpipev: V shape), else pp. `stage_layer_split` splits the layers over the virtual stages in
+layer order (evenly, or `layers_per_stage`), following `ModelSpec.moe_layer_mask`; the embedding is on the
+first virtual stage, the final norm, LM head and loss on the last. `layer_basis_times_by_mode` times the
+four building blocks (dense layer, MoE layer, embedding, head; `BASIS`) once per distinct (tp, cp, ep,
+micro_batch_size) tuple; a stage's time is their product with its block counts (simulator/kernel.py).
+The optimizer step of a rank is `optimizer_params_step_s` of the parameters it holds
+(spec/placement.py) over the ZeRO sharding degrees (spec/rules.py `shard_degrees`).
 
 B/W split: weight-gradient GEMMs (and the embedding-table gradient) are W; everything else in the
 backward (dgrad GEMMs, attention backward, memory-bound backward ops) is B. The recompute forward
@@ -39,7 +42,6 @@ run before B by the pipeline engine.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -50,18 +52,18 @@ from ..spec.training import Training
 from . import flops as F
 
 __all__ = [
-    "StageTimes",
     "OpTime",
     "MemoryOp",
+    "BASIS",
+    "BASIS_KEYS",
     "gemm_dtype",
     "mfu_peak_flops",
     "stage_layer_split",
     "memory_ops",
     "layer_op_times",
-    "stage_compute_times",
-    "rank_param_counts",
+    "layer_basis_times_by_mode",
     "optimizer_bytes_per_param",
-    "optimizer_step_s",
+    "optimizer_params_step_s",
 ]
 
 
@@ -477,69 +479,7 @@ def _per_stage(t: np.ndarray, W: np.ndarray) -> np.ndarray:
     return np.swapaxes(t[..., 0], 1, 2) @ W
 
 
-# ---- per-stage times -------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class StageTimes:
-    """Compute time and executed FLOPs per microbatch for each virtual stage (trailing axis, layer order).
-
-    forward_s: F; backward_s: B (input gradient, incl. FlashAttention's QKᵀ recompute); weight_s: W
-    (weight gradients); recompute_s: the recompute forward run before B (0 without recompute).
-    *_flops: hardware FLOPs executed by one rank for one microbatch in each part.
-    dense_layers, moe_layers: layer counts per virtual stage; stage_rank: the pipeline rank of each.
-    """
-
-    forward_s: np.ndarray
-    backward_s: np.ndarray
-    weight_s: np.ndarray
-    recompute_s: np.ndarray
-    forward_flops: np.ndarray
-    backward_flops: np.ndarray
-    weight_flops: np.ndarray
-    recompute_flops: np.ndarray
-    dense_layers: np.ndarray
-    moe_layers: np.ndarray
-    stage_rank: np.ndarray
-
-    @property
-    def full_backward_s(self) -> np.ndarray:
-        """recompute + B + W: the unsplit backward of 1F1B-type schedules."""
-        return self.recompute_s + self.backward_s + self.weight_s
-
-    @property
-    def total_s(self) -> np.ndarray:
-        """F + recompute + B + W per microbatch per virtual stage."""
-        return self.forward_s + self.full_backward_s
-
-    def per_rank(self, name: str, pp: int, vpp: int = 1, schedule: str = "1f1b") -> np.ndarray:
-        """Sum of field `name` over the virtual stages each pipeline rank holds: (..., pp)."""
-        return getattr(self, name) @ family(schedule).rank_matrix(pp, vpp)
-
-
-_LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "sequence_parallel", "schedule",
-                  "cp_algorithm", "layers_per_stage")
-_DEFAULTS = dict(tp=1, pp=1, cp=1, ep=1, vpp=1, micro_batch_size=1, recompute="none", sequence_parallel=False,
-                 schedule="1f1b", cp_algorithm="ring", layers_per_stage=None, dp=1, zero=0, shard_group_size=None)
-
-
-def _layout_args(layout, overrides: dict, names) -> SimpleNamespace:
-    """Layout fields from a Layout (or any object with those attributes), then explicit keywords."""
-    out = {}
-    for n in names:
-        v = overrides.get(n)
-        if v is None and layout is not None:
-            v = getattr(layout, n, None)
-        out[n] = _DEFAULTS[n] if v is None else v
-    return SimpleNamespace(**out)
-
-
-def _col(x):
-    """A numeric layout field with room for the stage axis: a Python float for a scalar (fast path),
-    shape (N, 1) for an array of N layouts."""
-    if np.ndim(x) == 0:
-        return float(x)
-    return np.asarray(x, dtype=float)[..., None]
-
-
+# ---- per-block basis times ------------------------------------------------------------------------
 def _unique_layouts(values):
     """Distinct combinations of the numeric layout fields: (unique columns, inverse index, batch shape).
 
@@ -561,70 +501,25 @@ def _unique_layouts(values):
     return [x[first] for x in flat], inverse, shape
 
 
-def _check_scalar(name, v):
-    if np.ndim(v) != 0:
-        raise InputError(f"{name} must be a scalar (the sweep groups layouts by it), "
-                         f"got an array of shape {np.shape(v)}")
-
-
-def stage_compute_times(model: ModelSpec, training: Training, layout=None, hardware=None, *, tp=None, pp=None, cp=None,
-                        ep=None, vpp=None, micro_batch_size=None, recompute=None, sequence_parallel=None,
-                        schedule=None, cp_algorithm=None, layers_per_stage=None, roofline: bool = True) -> StageTimes:
-    """F, B, W and recompute times per microbatch per virtual stage (trailing axis) on one rank.
-
-    `layout` is a Layout or any object with its attribute names (a "layout-like" namespace of arrays);
-    keyword arguments override it. tp, cp, ep, micro_batch_size may be numpy arrays of shape (N,);
-    pp, vpp and the categorical fields are scalars. Shapes: (S,) or (N, S), S = num_virtual_stages.
-
-    Per stage: dense_layers·t_dense + moe_layers·t_moe (+ embedding on the first, final norm + LM head +
-    loss on the last virtual stage; `layer_basis_times`); recompute: selective → core-attention forward of each layer, full →
-    each layer's whole forward (formulas.md §2.6).
-    """
-    if hardware is None:
-        raise InputError("stage_compute_times needs a hardware profile")
-    a = _layout_args(layout, dict(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size,
-                                  recompute=recompute, sequence_parallel=sequence_parallel, schedule=schedule,
-                                  cp_algorithm=cp_algorithm, layers_per_stage=layers_per_stage), _LAYOUT_FIELDS)
-    for n in ("pp", "vpp", "recompute", "sequence_parallel", "schedule", "cp_algorithm"):
-        _check_scalar(n, getattr(a, n))
-    n_dense, n_moe = stage_layer_split(model, pp=int(a.pp), vpp=int(a.vpp), schedule=a.schedule,
-                                      layers_per_stage=a.layers_per_stage)
-    S = n_dense.shape[0]
-    counts = np.stack([n_dense, n_moe, (np.arange(S) == 0).astype(float), (np.arange(S) == S - 1).astype(float)])
-    basis = layer_basis_times(model, training, hardware, tp=a.tp, cp=a.cp, ep=a.ep, micro_batch_size=a.micro_batch_size,
-                              recompute=a.recompute, sequence_parallel=a.sequence_parallel,
-                              cp_algorithm=a.cp_algorithm, roofline=roofline)
-    out = {key: basis[i] @ counts for i, key in enumerate(BASIS_KEYS)}
-    return StageTimes(**out, dense_layers=n_dense, moe_layers=n_moe,
-                      stage_rank=family(a.schedule).stage_rank(int(a.pp), int(a.vpp)))
-
-
 BASIS = ("dense_layer", "moe_layer", "embedding", "head")
 BASIS_KEYS = _TIME_KEYS + ("recompute_s", "recompute_flops")
-
-
-def layer_basis_times(model: ModelSpec, training: Training, hardware, *, tp=1, cp=1, ep=1, micro_batch_size=1,
-                      recompute: str = "none", sequence_parallel: bool = False, cp_algorithm: str = "ring",
-                      roofline: bool = True) -> np.ndarray:
-    """Times and FLOPs per microbatch of the four building blocks of a virtual stage, shape (8, 4) or
-    (8, N, 4): rows `BASIS_KEYS` (F, B, W, their FLOPs, recompute forward and its FLOPs), columns
-    `BASIS` (one dense layer, one MoE layer, the input embedding, final norm + LM head + loss).
-
-    A virtual stage with d dense and e MoE layers, holding the embedding (first) and/or the head
-    (last), takes  d·t_dense + e·t_moe + first·t_embedding + last·t_head  — every op time is linear in
-    those counts (`_stage_op_groups`), so any pipeline split is a product with this table.
-    tp, cp, ep, micro_batch_size: scalars or (N,) arrays (distinct tuples are evaluated once).
-    """
-    return layer_basis_times_by_mode(model, training, hardware, tp=tp, cp=cp, ep=ep, micro_batch_size=micro_batch_size,
-                                     modes=(recompute,), sequence_parallel=sequence_parallel,
-                                     cp_algorithm=cp_algorithm, roofline=roofline)[recompute]
 
 
 def layer_basis_times_by_mode(model: ModelSpec, training: Training, hardware, *, tp=1, cp=1, ep=1, micro_batch_size=1,
                               modes=F.RECOMPUTE_MODES, sequence_parallel: bool = False, cp_algorithm: str = "ring",
                               roofline: bool = True) -> dict:
-    """`layer_basis_times` for several recompute modes at once: {mode: table}. Only the recompute rows
-    differ between modes, so the op times are evaluated once."""
+    """Times and FLOPs per microbatch of the four building blocks of a virtual stage, for each recompute
+    mode in `modes`: {mode: table}, each table of shape (8, 4) or (8, N, 4): rows `BASIS_KEYS` (F, B, W,
+    their FLOPs, recompute forward and its FLOPs), columns `BASIS` (one dense layer, one MoE layer, the
+    input embedding, final norm + LM head + loss).
+
+    A virtual stage with d dense and e MoE layers (`stage_layer_split`), holding the embedding (first)
+    and/or the head (last), takes  d·t_dense + e·t_moe + first·t_embedding + last·t_head  — every op
+    time is linear in those counts (`_stage_op_groups`), so any pipeline split is a product with this
+    table (the kernel's per-stage times). Only the recompute rows differ between modes, so the op times
+    are evaluated once. tp, cp, ep, micro_batch_size: scalars or (N,) arrays (distinct tuples are
+    evaluated once and gathered, exact).
+    """
     for r in modes:
         if r not in F.RECOMPUTE_MODES:
             raise InputError(f"recompute must be one of {', '.join(F.RECOMPUTE_MODES)}, got {r!r}")
@@ -647,7 +542,7 @@ def layer_basis_times_by_mode(model: ModelSpec, training: Training, hardware, *,
 
 def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, sequence_parallel, cp_algorithm,
            roofline) -> dict:
-    """{mode: layer_basis_times} for scalars or (K, 1) columns: the four blocks as four pseudo-stages."""
+    """{mode: basis table} for scalars or (K, 1) columns: the four blocks as four pseudo-stages."""
     one_hot = np.eye(len(BASIS))
     moe = one_hot[1] if (model.is_moe and model.moe_layer_mask.any()) else 0.0 * one_hot[1]
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
@@ -683,66 +578,6 @@ def optimizer_bytes_per_param(training: Training) -> float:
     master = 2 * training.master_bytes
     param = training.param_bytes * (1 if training.master_bytes else 2)
     return float(training.grad_bytes + master + states + param)
-
-
-def rank_param_counts(model: ModelSpec, *, tp=1, ep=1, pp: int = 1, vpp: int = 1, schedule: str = "1f1b",
-                      layers_per_stage=None) -> tuple[np.ndarray, np.ndarray]:
-    """(non-expert, expert) parameters resident on each pipeline rank, shape (pp,) or (N, pp): the one
-    count of spec/placement.py (Ψ_tp/t + Ψ_rep and Ψ_exp/(e·t), formulas.md §1.5), shared with the
-    memory model and the data-parallel traffic."""
-    from ..spec.placement import params_per_rank, stage_param_split, stage_placement
-
-    pl = stage_placement(model, pp=int(pp), vpp=int(vpp), schedule=schedule,
-                         layers_per_stage=tuple(layers_per_stage) if layers_per_stage else None)
-    return params_per_rank(stage_param_split(model, pl), tp=tp, ep=ep)
-
-
-def optimizer_step_s(model: ModelSpec, training: Training, layout=None, hardware=None, *, tp=None, pp=None, dp=None,
-                     cp=None, ep=None, vpp=None, zero=None, shard_group_size=None, schedule=None,
-                     layers_per_stage=None) -> np.ndarray:
-    """Optimizer-step time per pipeline rank, shape (pp,) or (N, pp): a memory-bound pass over the
-    parameters whose optimizer state the rank owns,
-
-        t = P_rank · optimizer_bytes_per_param / (HBM bytes/s · η_optimizer(bytes)),
-
-    P_rank = non-expert / Z + expert / Z_e of the rank (rank_param_counts), with Z = 1 and Z_e = 1
-    without ZeRO, Z = (shard_group_size or dp)·cp and Z_e = dp·cp/ep with zero ≥ 1 (Megatron's
-    distributed optimizer shards over the data-parallel × context-parallel group; experts over the
-    expert-data-parallel group). With `offload_optimizer` the step runs on the host: 0 GPU time here.
-    """
-    if hardware is None:
-        raise InputError("optimizer_step_s needs a hardware profile")
-    a = _layout_args(layout, dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, zero=zero,
-                                  shard_group_size=shard_group_size, schedule=schedule,
-                                  layers_per_stage=layers_per_stage),
-                     ("tp", "pp", "dp", "cp", "ep", "vpp", "zero", "shard_group_size", "schedule", "layers_per_stage"))
-    for n in ("pp", "vpp", "zero", "schedule", "shard_group_size"):
-        _check_scalar(n, getattr(a, n))
-    if any(np.ndim(getattr(a, n)) > 0 for n in ("tp", "dp", "cp", "ep")):
-        cols, inverse, shape = _unique_layouts([a.tp, a.dp, a.cp, a.ep])
-        u = _optimizer_step_s(model, training, hardware, tp=cols[0][:, None], dp=cols[1][:, None], cp=cols[2][:, None],
-                              ep=cols[3][:, None], pp=int(a.pp), vpp=int(a.vpp), zero=a.zero,
-                              shard_group_size=a.shard_group_size, schedule=a.schedule,
-                              layers_per_stage=a.layers_per_stage)
-        return u[inverse].reshape(shape + u.shape[-1:])
-    return _optimizer_step_s(model, training, hardware, tp=float(a.tp), dp=float(a.dp), cp=float(a.cp), ep=float(a.ep),
-                             pp=int(a.pp), vpp=int(a.vpp), zero=a.zero, shard_group_size=a.shard_group_size,
-                             schedule=a.schedule, layers_per_stage=a.layers_per_stage)
-
-
-def _optimizer_step_s(model, training, hardware, *, tp, dp, cp, ep, pp, vpp, zero, shard_group_size, schedule,
-                      layers_per_stage):
-    """optimizer_step_s for scalars, or (K, 1) columns of distinct layouts."""
-    non_expert, expert = rank_param_counts(model, tp=np.squeeze(tp, -1) if np.ndim(tp) else tp,
-                                           ep=np.squeeze(ep, -1) if np.ndim(ep) else ep, pp=pp, vpp=vpp,
-                                           schedule=schedule, layers_per_stage=layers_per_stage)
-    if zero >= 1:
-        z = (float(shard_group_size) if shard_group_size else dp) * cp
-        z_e = dp * cp / ep
-    else:
-        z = z_e = 1.0
-    return optimizer_params_step_s(training, hardware, non_expert=non_expert, expert=expert, shard_degree=z,
-                                   expert_shard_degree=z_e)
 
 
 def optimizer_params_step_s(training: Training, hardware, *, non_expert, expert, shard_degree=1.0,
