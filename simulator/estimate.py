@@ -26,15 +26,56 @@ class Estimate:
     training: Training
     layout: Layout
     hardware_name: str
-    row: dict
+    row: dict  # the kernel's row (kernel.evaluate_layouts columns), for tables
     memory: object  # MemoryResult (per stage)
     pipeline: str = "replayed"  # how the pipeline part was obtained
 
-    def __getattr__(self, name):
-        row = object.__getattribute__(self, "row")
-        if name in row:
-            return row[name]
-        raise AttributeError(name)
+    # the step (seconds) and its breakdown: step_s = compute_s + exposed_comm_s + bubble_s
+    @property
+    def step_s(self) -> float:
+        return float(self.row["step_s"])
+
+    @property
+    def compute_s(self) -> float:
+        return float(self.row["compute_s"])
+
+    @property
+    def exposed_comm_s(self) -> float:
+        return float(self.row["exposed_comm_s"])
+
+    @property
+    def exposed_comm_by_group_s(self) -> dict:
+        """Exposed communication per group (tp, cp, ep, pp, dp, zero3); sums to exposed_comm_s."""
+        return {k: float(self.row[f"exposed_{k}_s"]) for k in EXPOSED}
+
+    @property
+    def bubble_s(self) -> float:
+        return float(self.row["bubble_s"])
+
+    @property
+    def bubble_fraction(self) -> float:
+        return float(self.row["bubble_fraction"])
+
+    @property
+    def optimizer_s(self) -> float:
+        return float(self.row["optimizer_s"])
+
+    # throughput
+    @property
+    def tokens_per_s(self) -> float:
+        return float(self.row["tokens_per_s"])
+
+    @property
+    def mfu(self) -> float:
+        return float(self.row["mfu"])
+
+    @property
+    def hfu(self) -> float:
+        return float(self.row["hfu"])
+
+    @property
+    def peak_bytes(self) -> float:
+        return float(self.row["peak_bytes"])
 
     @property
     def feasible(self) -> bool:

@@ -290,3 +290,24 @@ def test_a_schedule_needs_its_ops():
 
     with pytest.raises(InputError, match="no ops given"):
         Schedule(name="x", num_ranks=1, num_stages=1, num_microbatches=1, chunks_per_rank=1)
+
+
+def test_an_estimates_fields_are_attributes_that_match_its_json():
+    """No attribute forwarding: every field is a declared property, and each equals its JSON value."""
+    from simulator.estimate import Estimate
+    from simulator.spec.hardware import load_hardware
+    from simulator.spec.layout import Layout
+    from simulator.spec.load import load_model
+    from simulator.spec.training import Training
+
+    assert "__getattr__" not in vars(Estimate)
+    e = estimate(load_model("llama3-8b"), Training(seq_length=4096, global_batch_size=16),
+                 Layout(num_gpus=8, tp=2, pp=2), load_hardware("dgx-h100"))
+    d = e.to_dict()
+    for k in ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_fraction", "optimizer_s"):
+        assert getattr(e, k) == d["time"][k]
+    assert e.exposed_comm_by_group_s == d["time"]["exposed_comm_by_group_s"]
+    assert (e.tokens_per_s, e.mfu, e.hfu) == (d["throughput"]["tokens_per_s"], d["throughput"]["mfu"],
+                                              d["throughput"]["hfu"])
+    with pytest.raises(AttributeError):
+        e.not_a_field  # noqa: B018
