@@ -110,3 +110,10 @@ def once_per_distinct(fn, columns: dict, /, **fixed):
     first, inv = distinct_rows(*(columns[k] for k in names))
     return fn(**fixed, **{k: np.asarray(columns[k])[first] for k in names}), inv
 
+
+def categories(*keys):
+    """[(values, row indices)] for each distinct combination of the (N,) key arrays."""
+    first, inv = distinct_rows(*keys)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(first) + 1))
+    return [(tuple(k[first[u]] for k in keys), order[bounds[u]:bounds[u + 1]]) for u in range(len(first))]

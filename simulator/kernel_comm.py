@@ -1,0 +1,161 @@
+"""The kernel's communication and per-rank-class steps (kernel.py composes them): per-layer TP/CP/EP
+communication and the PP p2p time, ZeRO-3/FSDP parameter gathers, the data-parallel tail's traffic and
+the optimizer step. Each step's keyword-only parameters are the row columns it reads
+(`dedup.once_per_distinct` evaluates it once per distinct combination of them); the rules are in
+cost/comm.py, cost/collectives.py, cost/topology.py, spec/placement.py and spec/rules.py.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .cost import collectives as C
+from .cost import comm
+from .cost.compute import layer_op_times, optimizer_params_step_s
+from .cost.topology import group_span
+from .dedup import categories, distinct_rows
+from .spec.placement import params_per_rank, stage_param_split
+from .spec.rules import shard_degrees
+
+
+def _take_span(span, idx):
+    """The GroupSpan of rows `idx` (every array field indexed)."""
+    return replace(span, **{f: np.asarray(getattr(span, f))[idx] for f in span.__dataclass_fields__ if f != "group"})
+
+
+def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp, mbs, pp, sp, rec) -> dict:
+    """Per-layer, per-microbatch communication of K layouts, (K,) arrays: TP forward/backward
+    (cost/comm.tp_comm), CP (cp_comm) and the core-attention time that hides ring CP, EP all-to-all
+    (ep_comm, per MoE layer), and the PP p2p time of one stage boundary (0 without pipelining)."""
+    k = len(tp)
+    ab = training.activation_bytes
+    s = training.seq_length
+    place = dict(order=opt.placement)
+    out = {key: np.zeros(k) for key in ("tp_f", "tp_b", "cp_f", "cp_b", "att_f", "att_b", "ep_f", "ep_b", "p2p")}
+    span_tp = group_span(hardware, group="tp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
+    for (r, spv), idx in categories(rec, sp):
+        c = comm.tp_comm(hardware, _take_span(span_tp, idx), hidden_size=model.hidden_size, seq_length=s,
+                         micro_batch_size=mbs[idx].astype(float), num_layers=1.0, bytes_per_element=ab,
+                         sequence_parallel=bool(spv), recompute=r, cp=cp[idx])
+        out["tp_f"][idx], out["tp_b"][idx] = c.forward_s, c.backward_s
+    if (cp > 1).any():
+        span_cp = group_span(hardware, group="cp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
+        c = comm.cp_comm(hardware, span_cp, seq_length=s, micro_batch_size=mbs.astype(float), num_layers=1.0,
+                         kv_hidden=model.num_kv_heads * model.head_dim, hidden_size=model.hidden_size,
+                         bytes_per_element=ab, algorithm=cp_algorithm)
+        out["cp_f"][:], out["cp_b"][:] = c.forward_s, c.backward_s
+        if cp_algorithm == "ring" and opt.cp_overlap:
+            for (spv,), idx in categories(sp):  # once per distinct (tp, cp, micro-batch)
+                u, inv = distinct_rows(tp[idx], cp[idx], mbs[idx])
+                f, b = _core_attention_s(model, training, hardware, tp[idx[u]], cp[idx[u]], mbs[idx[u]], bool(spv),
+                                         opt.roofline)
+                out["att_f"][idx], out["att_b"][idx] = f[inv], b[inv]
+    if model.is_moe and (ep > 1).any():
+        span_ep = group_span(hardware, group="ep", tp=tp, cp=cp, ep=ep, dp=np.maximum(dp // ep, 1), pp=pp, **place)
+        c = comm.ep_comm(hardware, span_ep, tokens_per_rank=mbs * s / cp / np.where(sp, tp, 1),
+                         hidden_size=model.hidden_size, top_k=model.experts_per_token, num_moe_layers=1.0,
+                         dispatch_bytes_per_element=1 if training.precision == "fp8" else ab,
+                         combine_bytes_per_element=ab, capacity_factor=training.moe_capacity_factor or None)
+        out["ep_f"][:], out["ep_b"][:] = c.forward_s, c.backward_s
+    piped = np.flatnonzero(pp > 1)
+    if len(piped):
+        span_pp = group_span(hardware, group="pp", tp=tp[piped], cp=cp[piped], ep=1, dp=dp[piped], pp=pp[piped], **place)
+        msg = ab * mbs[piped] * (s / cp[piped]) * model.hidden_size / np.where(sp[piped], tp[piped], 1)
+        out["p2p"][piped] = C.p2p_s(hardware, msg.astype(float), span_pp)
+    return out
+
+
+def _dp_spans(hardware, order, *, tp, cp, ep, dp, pp, shard_group_size):
+    """(DP span, expert-DP span, HSDP replica span or None) of K rows: the DP group is dp·cp ranks (the
+    shard group with HSDP); the expert-data-parallel group dp·cp/ep ranks (Megatron), strided over the
+    expert-parallel block; the HSDP replica group dp/shard ranks."""
+    kw = dict(group="dp", tp=tp, pp=pp, order=order)
+    span_edp = group_span(hardware, cp=1, ep=ep, dp=np.maximum(dp * cp // ep, 1), **kw)
+    if not shard_group_size:
+        return group_span(hardware, cp=1, ep=1, dp=dp * cp, **kw), span_edp, None
+    replica = group_span(hardware, cp=cp, ep=1, dp=np.maximum(dp // shard_group_size, 1), **kw)
+    return group_span(hardware, cp=cp, ep=1, dp=np.full(len(tp), shard_group_size), **kw), span_edp, replica
+
+
+def _class_params(model, pt, shape, tp, ep):
+    """(non-expert, expert) parameters per rank class (K, Q) of K rows (spec/placement.py: the one count)."""
+    return params_per_rank(stage_param_split(model, pt.of_shapes(shape).classes), tp=tp, ep=ep)
+
+
+def _zero3_gather_times(model, training, hardware, opt, pt, shard_group_size, *, tp, cp, ep, dp, pp, shape):
+    """ZeRO-3/FSDP parameter all-gather (forward) and its backward gather + gradient reduce-scatter per
+    microbatch and virtual stage, (K, S) each: each chunk's share of its rank's non-expert parameters over
+    the data-parallel (shard) group, 0 on padding."""
+    ptg = pt.of_shapes(shape)
+    ne_cls, _ = _class_params(model, pt, shape, tp, ep)
+    ne_stage = ptg.stage_of_rank(ptg.of_class(ne_cls)) / ptg.chunks[:, None]
+    z = comm.dp_comm(hardware, _col_span(_dp_spans(hardware, opt.placement, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp,
+                                                   shard_group_size=shard_group_size)[0]),
+                     params_per_rank=ne_stage, grad_bytes_per_element=training.grad_bytes,
+                     param_bytes_per_element=training.param_bytes, zero=3, num_microbatches=1, bucket_bytes=None,
+                     replica_span=None)
+    live = ptg.stage_valid
+    return np.where(live, z.forward_s, 0.0), np.where(live, z.backward_s, 0.0)
+
+
+def _dp_tail_traffic(model, training, hardware, opt, pt, shard_group_size, span_shard_group, *, tp, cp, ep, dp, pp,
+                     shape, zero):
+    """The data-parallel tail's traffic per rank class (_dp_traffic) of K rows."""
+    ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep)
+    spans = _dp_spans(hardware, opt.placement, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, shard_group_size=span_shard_group)
+    return _dp_traffic(hardware, training, opt, ne_cls, ex_cls, zero, spans, shard_group_size)
+
+
+def _optimizer_times(model, training, hardware, pt, shard_group_size, *, tp, cp, ep, dp, shape, sharded):
+    """Optimizer-step time per rank class (K, Q): the state shards as in memory (spec.rules.shard_degrees)
+    where `sharded` (ZeRO >= 1)."""
+    ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep)
+    d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size)
+    return optimizer_params_step_s(training, hardware, non_expert=ne_cls, expert=ex_cls,
+                                   shard_degree=np.where(sharded, d, 1.0)[:, None],
+                                   expert_shard_degree=np.where(sharded, d_e, 1.0)[:, None])
+
+
+def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, spans, shard_group_size):
+    """Per-rank gradient reduction and parameter all-gather times (K, P) of the data-parallel tail, before
+    overlap. DDP: all-reduce of the gradients; ZeRO-1/2 (Megatron distributed optimizer): reduce-scatter of
+    the gradients + all-gather of the updated parameters (formulas.md §4.6, ZeRO §7); ZeRO-3: its traffic is
+    per microbatch inside the ops, plus the HSDP replica all-reduce. Non-expert params over the dp·cp group,
+    expert params over the expert-data-parallel group dp·cp/ep (`spans`: _dp_spans of the K rows)."""
+    gb, pb = training.grad_bytes, training.param_bytes
+    span_dp, span_edp, replica = spans
+    rs, ag = np.zeros(ne_rank.shape), np.zeros(ne_rank.shape)
+    r0 = np.flatnonzero(zz == 0)
+    if len(r0):  # DDP
+        d, e = _col_span(_take_span(span_dp, r0)), _col_span(_take_span(span_edp, r0))
+        rs[r0] = C.all_reduce_s(hardware, ne_rank[r0] * gb, d) + C.all_reduce_s(hardware, ex_rank[r0] * gb, e)
+    r12 = np.flatnonzero((zz == 1) | (zz == 2))
+    if len(r12):  # ZeRO-1/2
+        d, e = _col_span(_take_span(span_dp, r12)), _col_span(_take_span(span_edp, r12))
+        rs[r12] = C.reduce_scatter_s(hardware, ne_rank[r12] * gb, d) + C.reduce_scatter_s(hardware, ex_rank[r12] * gb, e)
+        if not opt.param_gather_overlap:
+            ag[r12] = C.all_gather_s(hardware, ne_rank[r12] * pb, d) + C.all_gather_s(hardware, ex_rank[r12] * pb, e)
+    r3 = np.flatnonzero(zz == 3)
+    if replica is not None and len(r3):  # HSDP: all-reduce of the gradient shard across the replicas
+        rs[r3] = C.all_reduce_s(hardware, ne_rank[r3] * gb / shard_group_size, _col_span(_take_span(replica, r3)))
+    return rs, ag
+
+
+def _col_span(span):
+    """A GroupSpan whose array fields get a trailing axis, to broadcast against (n, S) stage arrays."""
+    kw = {f: (np.asarray(getattr(span, f))[..., None] if np.ndim(getattr(span, f)) else getattr(span, f))
+          for f in span.__dataclass_fields__ if f != "group"}
+    return replace(span, **kw)
+
+
+def _core_attention_s(model, training, hardware, tp, cp, mbs, sequence_parallel, roofline):
+    """Forward and backward time of one layer's core attention per microbatch, (n,) arrays."""
+    ops = layer_op_times(model, training, hardware, tp=tp[:, None].astype(float), cp=cp[:, None].astype(float),
+                         micro_batch_size=mbs[:, None].astype(float), sequence_parallel=sequence_parallel,
+                         roofline=roofline, core_attention_only=True)
+    f = sum(np.asarray(o.forward_s, dtype=float) for o in ops if o.core_attention)
+    b = sum(np.asarray(o.backward_s, dtype=float) for o in ops if o.core_attention)
+    n = len(tp)
+    return np.broadcast_to(np.reshape(f, (-1,))[:n] if np.size(f) >= n else f, (n,)), \
+        np.broadcast_to(np.reshape(b, (-1,))[:n] if np.size(b) >= n else b, (n,))
