@@ -105,7 +105,7 @@ def _fmt_table(df, top: int) -> str:
               help="processes: 1 (default with --executor local) evaluates in this process; more starts a "
                    "local Dask cluster of that many (default with --executor dask: one per core)")
 @click.option("--scheduler", default=None, help="Dask scheduler address (default: a local cluster)")
-@click.option("--chunk-size", type=int, default=10_000, show_default=True,
+@click.option("--chunk-size", type=int, default=50_000, show_default=True,
               help="layouts per resumable chunk (and per Dask task)")
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="reuse finished chunks in OUT.parts/ of an interrupted run")

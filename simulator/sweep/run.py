@@ -170,7 +170,7 @@ def _open_parts(out, fingerprint: str, nchunks: int, meta: dict, resume: bool) -
 
 # ---- the run ---------------------------------------------------------------------------------------
 def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "local", scheduler=None,
-              out: str | os.PathLike | None = None, chunk_size: int = 10_000, resume: bool = True,
+              out: str | os.PathLike | None = None, chunk_size: int = 50_000, resume: bool = True,
               progress: bool | Callable[[int], None] = False, evaluator: Callable | None = None,
               keep_parts: bool = False, stop_after_chunks: int | None = None,
               workers: int | None = None, time_infeasible: bool = False) -> pd.DataFrame:
