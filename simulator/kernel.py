@@ -206,7 +206,7 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
 
 
 def _row_sums(x: np.ndarray) -> np.ndarray:
-    """Sums along axis 1 of (K, W) padded rows, left to right (pipeline.native.row_sums): the zeros padding
+    """Sums along axis 1 of (K, W) padded rows, left to right (native.row_sums): the zeros padding
     a row then change nothing, so a row sums to the same bits whatever width its call pads to (numpy's
     pairwise `sum` regroups rows of 8 or more values, so the padding would move the last bit)."""
     from . import native
