@@ -530,41 +530,16 @@ evaluate_layouts.array_fields = True  # sweep.evaluate_candidates: every layout 
 
 
 def _analytic_pipeline(schedule, pp, vpp, m, per, f_rank, b_rank, w_rank, p2p):
-    """Closed-form makespan (labelled 'analytic'; the replay is the default). Arguments per row: pp,
-    vpp (chunks), m (K,); per, f_rank, b_rank, w_rank (K, P): one microbatch's F+B+W, F, B, W per rank.
-    With t = the slowest rank's F+B+W per microbatch (F, B, W of that rank's stages), P = p − 1
-    (formulas.md §5.2):
-    GPipe, 1F1B: (m + P)·t (Huang 2019; Narayanan 2021 §2.2.1); interleaved: (m + P/v)·t (§2.2.2);
-    ZB-H1: m·t + P·(F + B − W); ZB-H2 and ZB-V: m·t + P·max(0, F + B − 2W) (Qi et al. 2024 §2);
-    DualPipe: m/2·t + (p/2 − 1)·(F + 2B − 2W), DualPipeV: m·t + the same, t = a rank's two chunks
-    per microbatch, F&B ≈ F + B (DeepSeek-V3 Table 2; B here is
-    the input-gradient part, its "B" is B + W). Plus 2P p2p hops (first forward down, last backward up).
-    Exact for uniform stages without p2p (the tests check it against the replay); an approximation otherwise.
-    """
+    """Closed-form makespan (labelled 'analytic'; the replay is the default) of K rows of one schedule:
+    pp, vpp (chunks), m (K,); per, f_rank, b_rank, w_rank (K, P): one microbatch's F+B+W, F, B, W per
+    rank. The family's closed form (`ScheduleFamily.makespan`, formulas.md §5.2) on the slowest rank,
+    plus 2(p − 1) p2p hops (first forward down, last backward up); busy = m·share·per rank. Exact for
+    uniform stages without p2p (the tests check it against the replay); an approximation otherwise.
+    Returns (makespan, makespan without p2p, busy per rank)."""
+    fam = family(schedule)
     mf = np.asarray(m).astype(float)
     rows = np.arange(len(mf))
     r = np.argmax(per, axis=1)
-    t = per[rows, r]
-    f, b, w = f_rank[rows, r], b_rank[rows, r], w_rank[rows, r]
-    P = np.asarray(pp) - 1.0
-    if schedule in ("gpipe", "1f1b"):
-        mk0 = (mf + P) * t
-    elif schedule == "interleaved":
-        v = np.asarray(vpp, dtype=float)
-        f, b, w, t = f / v, b / v, w / v, t / v  # per chunk
-        mk0 = (v * mf + P) * t
-    elif schedule == "zb-h1":
-        mk0 = mf * t + P * (f + b - w)
-    elif schedule in ("zb-h2", "zb-v"):
-        if schedule == "zb-v":
-            f, b, w = f / 2, b / 2, w / 2
-        mk0 = mf * t + P * np.maximum(0.0, f + b - 2 * w)
-    else:  # dualpipe, dualpipev: a rank's two chunks; m microbatches in all
-        f, b, w = f / 2, b / 2, w / 2
-        runs = mf / 2 if schedule == "dualpipe" else mf  # DualPipe: m/2 per direction; DualPipeV: all m
-        mk0 = runs * t + (np.asarray(pp) / 2 - 1) * np.maximum(0.0, f + 2 * b - 2 * w)
-    mb = mf / 2 if schedule == "dualpipe" else mf
-    busy = mb[:, None] * per
-    return mk0 + 2 * P * p2p, mk0, busy
-
-
+    mk0 = fam.makespan(np.asarray(pp), mf, vpp, per[rows, r], f_rank[rows, r], b_rank[rows, r], w_rank[rows, r])
+    busy = (fam.microbatch_share * mf)[:, None] * per
+    return mk0 + 2 * (np.asarray(pp) - 1.0) * p2p, mk0, busy

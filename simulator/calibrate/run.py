@@ -183,7 +183,6 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
     measured peaks (cpu_base_profile_dict). `progress(msg)` is called between stages if given.
     """
     torch = mb.import_torch()
-    import pandas as pd
 
     from ..spec.hardware import hardware_from_dict
     from .collectives import bench_collectives

@@ -5,8 +5,10 @@ import functools
 
 import click
 
+from ..schedules import SCHEDULE_NAMES
+from ..spec.rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE
 from ..spec.scenario import load_scenario
-from ..spec.training import CROSS_ENTROPY
+from ..spec.training import CROSS_ENTROPY, OPTIMIZERS, PRECISIONS, STATE_DTYPES
 
 # (flag, destination keyword of load_scenario, click type, help)
 CROSS_ENTROPY_FLAG = (
@@ -29,20 +31,27 @@ _FLAGS = [
     ("--vpp", "vpp", int, "virtual pipeline chunks per rank (interleaved schedule)"),
     ("--zero", "zero", int, "ZeRO stage 0-3 (3 = FSDP full shard)"),
     ("--shard-group", "shard_group_size", int, "ZeRO/FSDP shard group size (hybrid sharding)"),
-    ("--recompute", "recompute", click.Choice(["none", "selective", "full"]), "activation recomputation"),
-    ("--schedule", "schedule", click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe",
-                                             "dualpipev", "pipedream"]), "pipeline schedule"),
-    ("--precision", "precision", click.Choice(["bf16", "fp16", "fp8", "fp32"]), "training precision"),
-    ("--optimizer", "optimizer", click.Choice(["adam", "adamw", "sgd", "sgd-momentum"]), "optimizer"),
-    ("--grad-dtype", "grad_dtype", click.Choice(["fp32", "bf16", "fp16"]), "gradient accumulation/reduction dtype"),
+    ("--recompute", "recompute", click.Choice(list(RECOMPUTE)), "activation recomputation"),
+    ("--schedule", "schedule", click.Choice(list(SCHEDULE_NAMES)), "pipeline schedule"),
+    ("--precision", "precision", click.Choice(list(PRECISIONS)), "training precision"),
+    ("--optimizer", "optimizer", click.Choice(list(OPTIMIZERS)), "optimizer"),
+    ("--grad-dtype", "grad_dtype", click.Choice(list(STATE_DTYPES)), "gradient accumulation/reduction dtype"),
     CROSS_ENTROPY_FLAG,
-    ("--cp-algorithm", "cp_algorithm", click.Choice(["ring", "ulysses"]), "context-parallel algorithm"),
-    ("--dp-mode", "dp_mode", click.Choice(["ddp", "dataparallel", "async"]),
+    ("--cp-algorithm", "cp_algorithm", click.Choice(list(CP_ALGORITHMS)), "context-parallel algorithm"),
+    ("--dp-mode", "dp_mode", click.Choice(list(DP_MODES)),
      "ddp: DistributedDataParallel, one process per GPU, gradients all-reduced in buckets during backward; "
      "dataparallel: single-process torch DataParallel, inputs scattered and outputs/gradients gathered "
      "through one master GPU each step; async: asynchronous data parallel, workers never wait for the "
      "gradient sync (stale gradients)"),
 ]
+
+
+
+def flags(*dests: str) -> list:
+    """The scenario flags whose destination keywords are `dests`, in that order (for commands that take
+    only some of them, e.g. `sweep`, whose layout fields are lists)."""
+    by_dest = {f[1]: f for f in _FLAGS}
+    return [by_dest[d] for d in dests]
 
 
 def scenario_options(fn):

@@ -152,19 +152,14 @@ def plot_bubble(pp, microbatches, schedules, vpp, forward, backward, weight, p2p
 @_title_option
 def plot_timeline(name, pp, microbatches, vpp, forward, backward, weight, p2p, out, title):
     """Gantt chart of one replayed schedule (the same replay as `parasim schedule --plot`)."""
-    from ..pipeline import replay
+    from ..report.bubble import replay_rank_share
     from ..report.gantt import gantt_figure
     from ..report.sweep_plots import save_figure
-    from ..schedules import build
 
     _check_out(out)
     _check_times(forward=forward, backward=backward, weight=weight, p2p=p2p)
-    key = name.strip().lower()
-    if vpp is None:
-        vpp = 2 if key == "interleaved" else 1
-    sch = build(key, pp=pp, microbatches=microbatches, vpp=vpp)
-    per = sch.num_stages // sch.num_ranks if key != "dualpipe" else 1
-    tl = replay(sch, forward_s=forward / per, backward_s=backward / per, weight_s=weight / per, p2p_s=p2p)
+    _, tl = replay_rank_share(name.strip().lower(), pp=pp, microbatches=microbatches, vpp=vpp, forward_s=forward,
+                              backward_s=backward, weight_s=weight, p2p_s=p2p)
     save_figure(gantt_figure(tl, title=title), out)
     click.echo(f"wrote {out}")
 

@@ -1,8 +1,6 @@
 """`parasim models` and `parasim hardware`: list the presets."""
 import click
 
-from ..units import GB
-
 
 def _emit(df, fmt: str, table) -> None:
     """Print a preset listing as csv, json, or the human table `table` (a DataFrame)."""

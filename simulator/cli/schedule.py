@@ -5,6 +5,7 @@ import math
 import click
 
 from ..errors import InputError
+from ..schedules import SCHEDULE_NAMES
 
 
 def _time(name, value):
@@ -14,7 +15,7 @@ def _time(name, value):
 
 
 @click.command("schedule")
-@click.option("--schedule", "name", required=True, help="gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev, pipedream")
+@click.option("--schedule", "name", required=True, help=", ".join(SCHEDULE_NAMES))
 @click.option("--pp", type=int, required=True, help="pipeline ranks")
 @click.option("--microbatches", type=int, required=True, help="microbatches per step")
 @click.option("--vpp", type=int, default=None, help="chunks per rank (interleaved; default 2 there, else 1)")
@@ -37,17 +38,12 @@ def schedule_cmd(name, pp, microbatches, vpp, forward, backward, weight, p2p, fm
       parasim schedule --schedule 1f1b --pp 8 --microbatches 32
       parasim schedule --schedule zb-h1 --pp 4 --microbatches 8 --forward 1 --backward 1 --weight 1 --plot g.png
     """
-    from ..pipeline import replay
-    from ..schedules import build
+    from ..report.bubble import replay_rank_share
 
     for label, v in (("forward", forward), ("backward", backward), ("weight", weight), ("p2p", p2p)):
         _time(label, v)
-    key = str(name).lower()
-    if vpp is None:
-        vpp = 2 if key == "interleaved" else 1
-    sch = build(key, pp=pp, microbatches=microbatches, vpp=vpp)
-    per = sch.num_stages // sch.num_ranks if key != "dualpipe" else 1
-    tl = replay(sch, forward_s=forward / per, backward_s=backward / per, weight_s=weight / per, p2p_s=p2p)
+    sch, tl = replay_rank_share(str(name).lower(), pp=pp, microbatches=microbatches, vpp=vpp, forward_s=forward,
+                                backward_s=backward, weight_s=weight, p2p_s=p2p)
     out = tl.to_dict()
     out.update({"vpp": sch.chunks_per_rank, "forward_s": forward, "backward_s": backward, "weight_s": weight,
                 "p2p_s": p2p})

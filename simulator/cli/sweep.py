@@ -9,20 +9,11 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
-from .common import CROSS_ENTROPY_FLAG
+from .common import flags
 
 # scenario flags passed through to load_scenario (not layout fields: those are lists here)
-_SCENARIO_FLAGS = [
-    ("--model", "model", str, "model preset name or path to a Hugging Face config.json"),
-    ("--hardware", "hardware", str, "hardware preset name or profile TOML path"),
-    ("--gpus", "num_gpus", int, "number of GPUs"),
-    ("--seq", "seq_length", int, "sequence length (tokens)"),
-    ("--global-batch", "global_batch_size", int, "global batch size (sequences)"),
-    ("--precision", "precision", click.Choice(["bf16", "fp16", "fp8", "fp32"]), "training precision"),
-    ("--optimizer", "optimizer", click.Choice(["adam", "adamw", "sgd", "sgd-momentum"]), "optimizer"),
-    ("--grad-dtype", "grad_dtype", click.Choice(["fp32", "bf16", "fp16"]), "gradient accumulation/reduction dtype"),
-    CROSS_ENTROPY_FLAG,
-]
+_SCENARIO_FLAGS = flags("model", "hardware", "num_gpus", "seq_length", "global_batch_size", "precision", "optimizer",
+                        "grad_dtype", "cross_entropy")
 # sweep axes: comma lists or "auto"
 _LIST_FLAGS = [
     ("--tp", "tp", "tensor-parallel degrees, e.g. 1,2,4,8"),

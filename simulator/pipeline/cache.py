@@ -89,7 +89,7 @@ def tables(schedule: str, pp: int, microbatches: int, chunks: int) -> ShapeTable
     description (`replay.flush_shape_tables`); any other's are read from the cache, else built from
     its op lists (`schedules.build`, `replay.shape_tables`) and kept. InputError if the builder
     refuses the shape (refusals are not cached)."""
-    from ..schedules import FLUSH_SPECS, build
+    from ..schedules import FLUSH_SPECS, build, family
     from ..schedules.op import check_counts
 
     spec = FLUSH_SPECS.get(schedule)
@@ -101,7 +101,7 @@ def tables(schedule: str, pp: int, microbatches: int, chunks: int) -> ShapeTable
     got = load(schedule, pp, microbatches, chunks)
     if got is None:
         got = shape_tables(build(schedule, pp=pp, microbatches=microbatches,
-                                 vpp=chunks if schedule == "interleaved" else 1))
+                                 vpp=chunks if family(schedule).takes_vpp else 1))
         store(schedule, pp, microbatches, chunks, got)
     return got
 

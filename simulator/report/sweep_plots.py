@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import InputError  # noqa: E402
+from ..schedules import family  # noqa: E402
 from .winner import short_variant  # noqa: E402  (the charts label rows with it)
 
 GiB = 2**30
@@ -124,7 +125,7 @@ def bubble_chart(table: pd.DataFrame, *, title: str | None = None):
     for k, (name, g) in enumerate(table.groupby("schedule", sort=False)):
         g = g.sort_values("microbatches")
         vpp = int(g["vpp"].iloc[0]) if "vpp" in g else 1
-        lab = f"{name} (v={vpp})" if name == "interleaved" else name
+        lab = f"{name} (v={vpp})" if family(name).takes_vpp else name
         # distinct marker and dash per schedule: schedules with equal bubbles stay visible on top of each other
         ax.plot(g["microbatches"], 100 * g["bubble_fraction"], ls=styles[k % len(styles)],
                 marker=markers[k % len(markers)], ms=7 - 0.5 * (k % 4), mfc="none" if k % 2 else None, label=lab)

@@ -119,9 +119,35 @@ def build_dualpipev(*, pp: int, microbatches: int, vpp: int = 2):
                                           microbatches))
 
 
+def inflight_dualpipe(p, m, i, v=2):
+    """min(m, p + 1)/2: p + 1 chunk microbatches of L/p layers, in units of the rank's two chunks
+    (DeepSeek-V3 report Table 2; deepseek-ai/DualPipe README)."""
+    return np.minimum(m, p + 1) / 2 + 0 * i
+
+
+def inflight_dualpipev(p, m, i, v=2):
+    """min(2m, 2p + 1)/2: DualPipe on 2p chunks of L/(2p) layers (deepseek-ai/DualPipe README)."""
+    return np.minimum(2 * m, 2 * p + 1) / 2 + 0 * i
+
+
+def _overlap_bubble(p, f, b, w):
+    """(p/2 − 1)·(F&B + B − 3W) with F&B ≈ F + B, per chunk (DeepSeek-V3 Table 2; its "B" is our B + W)."""
+    f, b, w = f / 2, b / 2, w / 2
+    return (np.asarray(p) / 2 - 1) * np.maximum(0.0, f + 2 * b - 2 * w)
+
+
+def makespan_dualpipe(p, m, v, t, f, b, w):
+    """m/2·t + the overlap bubble: each direction runs half the microbatches, t a rank's two chunks."""
+    return m / 2 * t + _overlap_bubble(p, f, b, w)
+
+
+def makespan_dualpipev(p, m, v, t, f, b, w):
+    """m·t + the overlap bubble: every microbatch runs down and back up the V."""
+    return m * t + _overlap_bubble(p, f, b, w)
+
 FAMILIES = (ScheduleFamily(name="dualpipe", order=6, build=build_dualpipe, geometry="mirror", chunks=2,
                            split_backward=True, hides_ep_comm=True, even_pp=True,
-                           source="DeepSeek-V3 report §3.2.1, Table 2"),
+                           inflight=inflight_dualpipe, makespan=makespan_dualpipe, source="DeepSeek-V3 report §3.2.1, Table 2"),
             ScheduleFamily(name="dualpipev", order=7, build=build_dualpipev, geometry="v", chunks=2,
                            split_backward=True, hides_ep_comm=True, even_pp=True,
-                           source="deepseek-ai/DualPipe README (DualPipeV)"))
+                           inflight=inflight_dualpipev, makespan=makespan_dualpipev, source="deepseek-ai/DualPipe README (DualPipeV)"))

@@ -2,7 +2,15 @@
 
 A `ScheduleFamily` says how the model's chunks sit on the ranks (the stage geometry), whether the
 backward is split into B and W, whether the schedule flushes, how to build its op order, and the
-flushed-schedule description the sweep uses to make its replay tables without building op lists.
+flushed-schedule description the sweep uses to make its replay tables without building op lists,
+and its two closed forms:
+- `inflight(p, m, i, v)`: peak microbatches in flight on rank i (p ranks, m microbatches as a float
+  array of shape (..., 1), i = arange(p), v chunks per rank if the layout sets them), in units of one
+  microbatch's activations over *all* the layers the rank holds (memory/inflight.py; exact for m ≥ p,
+  the tests check them against the replayed op orders);
+- `makespan(p, m, v, t, f, b, w)`: the makespan without p2p for uniform stages (formulas.md §5.2),
+  with p, m, v (K,) arrays and t, f, b, w (K,) one microbatch's F+B+W, F, B, W on the slowest rank
+  (over all its chunks). None for an asynchronous schedule (PipeDream: the steady state, kernel.py).
 Every module that used to test a schedule's name asks its family instead, so a new schedule is one
 new module of this package that defines `FAMILIES` (the registry in `__init__` finds it).
 
@@ -36,6 +44,9 @@ class ScheduleFamily:
     flush_spec: Callable | None = None  # (pp=, microbatches=) -> FlushSpec of a flushed one-stage-per-rank schedule
     hides_ep_comm: bool = False  # its overlapped F&B pairs hide the EP all-to-all (DualPipe, DeepSeek-V3 §3.2.1)
     even_pp: bool = False  # needs an even pp
+    forwards_first: bool = False  # every forward before any backward (GPipe): all m microbatches' logits alive
+    inflight: Callable | None = None  # closed form (p, m, i, v) -> peak in-flight microbatches on rank i
+    makespan: Callable | None = None  # closed form (p, m, v, t, f, b, w) -> makespan without p2p
     source: str = ""
 
     def __post_init__(self):
@@ -50,6 +61,16 @@ class ScheduleFamily:
     def chunks_per_rank(self, vpp=1):
         """Model chunks each rank holds: vpp (interleaved), 2 (V and mirror geometries), else 1."""
         return vpp if self.chunks is None else self.chunks
+
+    @property
+    def default_vpp(self) -> int:
+        """vpp when the user gives none: 2 where the layout sets the chunks (interleaved), else 1."""
+        return 2 if self.takes_vpp else 1
+
+    def layer_parts_per_rank(self, vpp=1) -> int:
+        """Parts a rank's share of the layers is cut into: its chunks, except "mirror", whose two chunks
+        are copies of one stage (DualPipe: the share is one stage, held twice)."""
+        return 1 if self.geometry == "mirror" else self.chunks_per_rank(vpp)
 
     def num_stages(self, pp, vpp=1):
         """Virtual stages in layer order: pp·chunks ("line"), 2·pp ("v"), pp ("mirror")."""

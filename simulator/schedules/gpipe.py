@@ -27,5 +27,15 @@ def spec_gpipe(*, pp: int, microbatches: int) -> FlushSpec:
     return FlushSpec(np.full(pp, m), [(1, 0)], np.full(pp, m), m, False)
 
 
-FAMILIES = (ScheduleFamily(name="gpipe", order=0, build=build_gpipe, flush_spec=spec_gpipe,
+def inflight_gpipe(p, m, i, v=1):
+    """m on every rank: all forwards run before any backward (Huang et al. 2019 §2.3)."""
+    return m + 0 * i
+
+
+def makespan_gpipe(p, m, v, t, f, b, w):
+    """(m + p − 1)·t (Huang et al. 2019)."""
+    return (m + (p - 1.0)) * t
+
+FAMILIES = (ScheduleFamily(name="gpipe", order=0, build=build_gpipe, flush_spec=spec_gpipe, forwards_first=True,
+                           inflight=inflight_gpipe, makespan=makespan_gpipe,
                            source="Huang et al. 2019, GPipe §2.3"),)

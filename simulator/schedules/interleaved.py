@@ -48,5 +48,18 @@ def build_interleaved(*, pp: int, microbatches: int, vpp: int = 2):
     return make_schedule("interleaved", columns=columns, num_stages=pp * v, num_microbatches=m, chunks_per_rank=v)
 
 
+def inflight_interleaved(p, m, i, v=1):
+    """min(v·m, 2(p − i − 1) + (v − 1)·p + 1) / v: the warm-up forwards of rank i plus one, in chunk
+    microbatches, over its v chunks (Megatron schedules.py warm-up; theoretical_memory_usage.py: rank 0
+    holds p·(1 + (p − 1)/(p·v)) microbatches' worth)."""
+    return np.minimum(v * m, 2 * (p - i - 1) + (v - 1) * p + 1) / v
+
+
+def makespan_interleaved(p, m, v, t, f, b, w):
+    """(v·m + p − 1)·t/v, t/v one chunk's F+B+W (Narayanan et al. 2021 §2.2.2)."""
+    v = np.asarray(v, dtype=float)
+    return (v * m + (p - 1.0)) * (t / v)
+
 FAMILIES = (ScheduleFamily(name="interleaved", order=2, build=build_interleaved, chunks=None,
+                           inflight=inflight_interleaved, makespan=makespan_interleaved,
                            source="Narayanan et al. 2021 §2.2.2"),)

@@ -41,5 +41,16 @@ def build_1f1b(*, pp: int, microbatches: int, vpp: int = 1):
     return make_schedule("1f1b", columns=cols, num_stages=pp, num_microbatches=microbatches, chunks_per_rank=1)
 
 
+def inflight_1f1b(p, m, i, v=1):
+    """min(m, p − i): rank i runs p − i − 1 warm-up forwards, then one more before its first backward
+    (Megatron schedules.py)."""
+    return np.minimum(m, p - i)
+
+
+def makespan_1f1b(p, m, v, t, f, b, w):
+    """(m + p − 1)·t (Narayanan et al. 2021 §2.2.1)."""
+    return (m + (p - 1.0)) * t
+
 FAMILIES = (ScheduleFamily(name="1f1b", order=1, build=build_1f1b, flush_spec=spec_1f1b,
+                           inflight=inflight_1f1b, makespan=makespan_1f1b,
                            source="Narayanan et al. 2021 §2.2.1 (PipeDream-Flush)"),)

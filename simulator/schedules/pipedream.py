@@ -6,6 +6,8 @@ the steady-state time per microbatch (the slowest stage's F+B when p2p is hidden
 versions each stage stashes: one per microbatch in flight, ``p - r`` on stage r (§3.3: "the number
 of weight versions stashed is at most the number of in-flight microbatches").
 """
+import numpy as np
+
 from ..errors import InputError
 from .one_f_one_b import spec_1f1b
 from .op import check_counts, flush_columns, make_schedule
@@ -22,5 +24,10 @@ def build_pipedream(*, pp: int, microbatches: int, vpp: int = 1):
                          notes="asynchronous: no flush; read the steady state, not the makespan")
 
 
+def inflight_pipedream(p, m, i, v=1):
+    """min(m, p − i): 1F1B's order without the flush (§3.3: one stashed version per microbatch in flight)."""
+    return np.minimum(m, p - i)
+
 FAMILIES = (ScheduleFamily(name="pipedream", order=8, build=build_pipedream, synchronous=False,
+                           inflight=inflight_pipedream,
                            source="Narayanan et al. 2019, SOSP §3.2-3.3"),)

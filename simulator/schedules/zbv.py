@@ -62,5 +62,15 @@ def build_zb_v(*, pp: int, microbatches: int, vpp: int = 2):
     return make_schedule("zb-v", num_stages=2 * pp, num_microbatches=m, chunks_per_rank=2, columns=columns)
 
 
+def inflight_zb_v(p, m, i, v=1):
+    """min(m, p) on every rank (Qi et al. 2024 §4: ZB-V's peak is p·M_B, balanced)."""
+    return np.minimum(m, p) + 0 * i
+
+
+def makespan_zb_v(p, m, v, t, f, b, w):
+    """m·t + (p − 1)·max(0, F + B − 2W) with F, B, W of one chunk (half the rank's; Qi et al. 2024 §4)."""
+    f, b, w = f / 2, b / 2, w / 2
+    return m * t + (p - 1.0) * np.maximum(0.0, f + b - 2 * w)
+
 FAMILIES = (ScheduleFamily(name="zb-v", order=5, build=build_zb_v, geometry="v", chunks=2, split_backward=True,
-                           source="Qi et al. 2024 §4 (ZB-V)"),)
+                           inflight=inflight_zb_v, makespan=makespan_zb_v, source="Qi et al. 2024 §4 (ZB-V)"),)

@@ -52,7 +52,29 @@ def build_zb_h2(*, pp: int, microbatches: int, vpp: int = 1):
                          chunks_per_rank=1)
 
 
+def inflight_zb_h1(p, m, i, v=1):
+    """min(m, p) on every rank: the postponed W's keep microbatches alive (Qi et al. 2024 §2.1: each
+    worker's peak at most 1F1B's p·M_B)."""
+    return np.minimum(m, p) + 0 * i
+
+
+def makespan_zb_h1(p, m, v, t, f, b, w):
+    """m·t + (p − 1)·(F + B − W) (Qi et al. 2024 §2.1)."""
+    return m * t + (p - 1.0) * (f + b - w)
+
+
+def inflight_zb_h2(p, m, i, v=1):
+    """min(m, 2p − 1 − i) (Qi et al. 2024 §2.2: peak 2p − 1 on the first stage)."""
+    return np.minimum(m, 2 * p - 1 - i)
+
+
+def makespan_zb_h2(p, m, v, t, f, b, w):
+    """m·t + (p − 1)·max(0, F + B − 2W) (Qi et al. 2024 §2.2)."""
+    return m * t + (p - 1.0) * np.maximum(0.0, f + b - 2 * w)
+
 FAMILIES = (ScheduleFamily(name="zb-h1", order=3, build=build_zb_h1, split_backward=True, flush_spec=spec_zb_h1,
+                           inflight=inflight_zb_h1, makespan=makespan_zb_h1,
                            source="Qi et al. 2024 §2.1"),
             ScheduleFamily(name="zb-h2", order=4, build=build_zb_h2, split_backward=True, flush_spec=spec_zb_h2,
+                           inflight=inflight_zb_h2, makespan=makespan_zb_h2,
                            source="Qi et al. 2024 §2.2"))

@@ -9,7 +9,7 @@ Every count here must equal `sum(p.numel())` of the same config instantiated wit
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 

@@ -14,6 +14,7 @@ from ..units import DTYPE_BYTES
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum")
+STATE_DTYPES = ("fp32", "bf16", "fp16")  # of the gradient buffer and the optimizer states
 ATTENTION_FLOP_CONVENTIONS = ("causal", "full")
 # How the loss is computed over the logits (memory/activations.py `logits_bytes`, `loss_backward_bytes`;
 # cost/compute.py `_head_memory_ops`):
@@ -52,8 +53,8 @@ class Training:
                 raise InputError(f"{name} must be one of {', '.join(allowed)}, got {v!r}")
         for name in ("grad_dtype", "optimizer_dtype"):
             v = getattr(self, name)
-            if v not in DTYPE_BYTES or v in ("fp8", "int8"):
-                raise InputError(f"{name} must be one of fp32, bf16, fp16, got {v!r}")
+            if v not in STATE_DTYPES:
+                raise InputError(f"{name} must be one of {', '.join(STATE_DTYPES)}, got {v!r}")
         for name in ("master_weights", "flash_attention", "dropout", "offload_optimizer", "offload_params"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -29,7 +29,7 @@ from ..dedup import distinct_rows
 from ..errors import InputError
 from ..frames import text_column
 from .enumerate import CANDIDATE_COLUMNS, empty_candidates, enumerate_layouts
-from .rank import column_order, rank_results
+from .rank import rank_results
 from .results import TEXT_COLUMNS, check_suffix, write_results
 from .space import SweepSpace
 
