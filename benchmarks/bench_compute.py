@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from simulator.cost.compute import layer_basis_times_by_mode, optimizer_params_step_s
+from simulator.cost.compute import layer_basis_times_by_mode
+from simulator.cost.optimizer import optimizer_params_step_s
 from simulator.spec.hardware import load_hardware
 from simulator.spec.load import load_model
 from simulator.spec.placement import params_per_rank, stage_param_split, stage_placement

@@ -14,6 +14,7 @@ from simulator.schedules import family
 
 from simulator.cost import compute as C
 from simulator.cost import flops as F
+from simulator.cost import optimizer as O
 from simulator.errors import InputError
 from simulator.kernel import evaluate_layouts
 from simulator.spec.hardware import hardware_from_dict, load_hardware
@@ -77,7 +78,7 @@ def optimizer_step(model, training, hardware, *, tp=1, pp=1, dp=1, cp=1, ep=1, z
     (spec/placement.py) over the ZeRO sharding degrees (spec/rules.py; 1 without ZeRO)."""
     ne, ex = params_per_rank(stage_param_split(model, stage_placement(model, pp=pp, schedule=schedule)), tp=tp, ep=ep)
     d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep) if zero >= 1 else (1.0, 1.0)
-    return C.optimizer_params_step_s(training, hardware, non_expert=ne, expert=ex, shard_degree=d,
+    return O.optimizer_params_step_s(training, hardware, non_expert=ne, expert=ex, shard_degree=d,
                                      expert_shard_degree=d_e)
 
 
@@ -265,7 +266,7 @@ def test_array_layouts_equal_a_loop_of_scalar_layouts():
     split = stage_param_split(m, stage_placement(m, pp=4))
     ne, ex = params_per_rank(split, tp=tp, ep=ep)
     d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep)
-    opt = C.optimizer_params_step_s(tr, hw, non_expert=ne, expert=ex, shard_degree=d[:, None],
+    opt = O.optimizer_params_step_s(tr, hw, non_expert=ne, expert=ex, shard_degree=d[:, None],
                                     expert_shard_degree=d_e[:, None])
     assert opt.shape == (N, 4)
     for i in range(N):
@@ -276,17 +277,17 @@ def test_array_layouts_equal_a_loop_of_scalar_layouts():
                 assert np.allclose(vec[mode][r, i], one[mode][r], rtol=1e-12), (mode, name)
         ne1, ex1 = params_per_rank(split, tp=int(tp[i]), ep=int(ep[i]))
         d1, de1 = shard_degrees(dp=int(dp[i]), cp=int(cp[i]), ep=int(ep[i]))
-        o1 = C.optimizer_params_step_s(tr, hw, non_expert=ne1, expert=ex1, shard_degree=d1, expert_shard_degree=de1)
+        o1 = O.optimizer_params_step_s(tr, hw, non_expert=ne1, expert=ex1, shard_degree=d1, expert_shard_degree=de1)
         assert np.allclose(opt[i], o1, rtol=1e-12)
 
 
 # ---- optimizer step ---------------------------------------------------------------------------------
 def test_adam_step_moves_30_bytes_per_parameter_for_bf16_mixed_precision():
     # read fp32 grad 4 + read/write fp32 master 8 + read/write m, v 16 + write bf16 weight 2 = 30
-    assert C.optimizer_bytes_per_param(Training(seq_length=1, global_batch_size=1)) == 30
-    assert C.optimizer_bytes_per_param(Training(seq_length=1, global_batch_size=1, grad_dtype="bf16")) == 28
+    assert O.optimizer_bytes_per_param(Training(seq_length=1, global_batch_size=1)) == 30
+    assert O.optimizer_bytes_per_param(Training(seq_length=1, global_batch_size=1, grad_dtype="bf16")) == 28
     # fp32 training, no master: read grad 4, read/write moments 16, read/write weights 8
-    assert C.optimizer_bytes_per_param(Training(seq_length=1, global_batch_size=1, precision="fp32")) == 28
+    assert O.optimizer_bytes_per_param(Training(seq_length=1, global_batch_size=1, precision="fp32")) == 28
 
 
 def test_optimizer_step_time_for_llama3_8b_on_one_gpu_and_with_zero():

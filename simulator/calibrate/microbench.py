@@ -317,7 +317,7 @@ def bench_optimizer(*, param_counts: Sequence[int], dtype: str = "bf16", device:
     """Time one `torch.optim.AdamW(fused=True).step()` over `param_counts` parameters (each split into
     `tensors` equal tensors), parameters, gradients and moments all in `dtype` (no master copy).
 
-    Bytes moved per step: params · optimizer_bytes_per_param of that setup (cost/compute.py: read the
+    Bytes moved per step: params · optimizer_bytes_per_param of that setup (cost/optimizer.py: read the
     gradient, read + write the parameter and each moment; 14 B/param in bf16, 28 in fp32), so the
     fitted efficiency applies to the optimizer model's byte count. Rows: kernel, dtype, params,
     bytes_moved, time_s, bytes_per_s, timer.
@@ -325,7 +325,7 @@ def bench_optimizer(*, param_counts: Sequence[int], dtype: str = "bf16", device:
     torch = import_torch()
     import pandas as pd
 
-    from ..cost.compute import optimizer_bytes_per_param
+    from ..cost.optimizer import optimizer_bytes_per_param
     from ..spec.training import Training
 
     td = _torch_dtype(torch, dtype)

@@ -1,0 +1,51 @@
+"""The optimizer step of a rank: HBM bytes moved per parameter and the step's time.
+
+Split from compute.py: the step is one memory-bound pass over the parameters a rank holds, separate
+from the per-microbatch F/B/W op times. The step of a rank is `optimizer_params_step_s` of the
+parameters it holds (spec/placement.py) over the ZeRO sharding degrees (spec/rules.py
+`shard_degrees`); its time is bytes / (HBM bytes/s · η) with η the profile's `optimizer` table, else
+η_memory (memory_ops.py `_memory_time`; formulas.md §6.3, §7.1).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..spec.training import Training
+from .memory_ops import _memory_time
+
+__all__ = ["optimizer_bytes_per_param", "optimizer_params_step_s"]
+
+
+def optimizer_bytes_per_param(training: Training) -> float:
+    """HBM bytes the optimizer step moves per parameter (one fused multi-tensor kernel pass).
+
+    Adam/AdamW: read the gradient (grad_bytes), read + write the fp32 master (2·4 when present),
+    read + write each moment (2·states·optimizer dtype bytes), write the working copy (param_bytes),
+    and read it too when there is no master copy. bf16 mixed precision, fp32 grads, Adam:
+    4 + 8 + 16 + 2 = 30 bytes. SGD: gradient + parameter read and write.
+    """
+    from ..units import DTYPE_BYTES
+
+    states = training.optimizer_state_count * 2 * DTYPE_BYTES[training.optimizer_dtype]
+    master = 2 * training.master_bytes
+    param = training.param_bytes * (1 if training.master_bytes else 2)
+    return float(training.grad_bytes + master + states + param)
+
+
+def optimizer_params_step_s(training: Training, hardware, *, non_expert, expert, shard_degree=1.0,
+                            expert_shard_degree=1.0) -> np.ndarray:
+    """Optimizer-step time of a rank holding `non_expert` and `expert` parameters whose state is
+    sharded `shard_degree` / `expert_shard_degree` ways (arrays broadcast):
+
+        t = (Ψ / Z + Ψ_exp / Z_e) · optimizer_bytes_per_param / (HBM bytes/s · η_optimizer(bytes));
+
+    η_optimizer is the profile's `optimizer` table (`parasim calibrate optimizer`: torch's fused AdamW
+    timed over parameter counts) and η_memory where the profile has none. 0 with `offload_optimizer`
+    (the step runs on the host)."""
+    params = non_expert / shard_degree + expert / expert_shard_degree
+    bytes_ = params * optimizer_bytes_per_param(training)
+    if training.offload_optimizer:
+        return np.zeros_like(bytes_)
+    if hardware.has_efficiency("optimizer"):
+        return bytes_ / (hardware.hbm_bytes_per_s * hardware.interp_efficiency("optimizer", np.maximum(bytes_, 1.0)))
+    return _memory_time(bytes_, 1.0, hardware)
