@@ -1,0 +1,255 @@
+"""`map_run`: one row of a runs CSV -> ModelSpec, Training, Layout and a hardware preset name.
+
+This is the one mapping of `published_runs.csv` rows to parasim inputs (package docstring). The cells a
+row gives are used as given; what it leaves out comes from its source's rules (sources.py), and each
+choice is recorded in `MappedRun.assumptions`. A row that cannot be mapped comes back with
+`skip_reason` instead of raising. Kept apart from the prediction (predict.py) so that the mapping can
+be read, and tested, without an estimator.
+
+Generic cell rules (every source; a source's table entry overrides the family defaults):
+- vocab: the number, or the first integer of a text cell; blank -> 51200 [assumption].
+- micro_batch blank -> 1 [assumption]; zero_fsdp: none -> 0, ZeRO-k -> k, FSDP/FSDP2 full shard -> 3.
+- recompute: none / 'none stated' -> none (the latter flagged); full* -> full; 'selective (per op)'
+  -> selective; 'selective (per layer)' -> skipped.
+- precision: text containing bf16 / fp16 / fp8 / fp32 -> that; 'mixed (not stated)' -> bf16.
+- pipeline_schedule: 1F1B variants -> 1f1b; 'interleaved 1F1B' -> interleaved (vpp column read as
+  total chunks when > pp); ZB-V -> zb-v; Zero Bubble p*M_B -> zb-h1, 2p*M_B -> zb-h2; blank -> 1f1b.
+- uneven pipelines: notes saying the first and last stages hold one layer fewer (or that the
+  embedding has its own PP slot) -> (L+2)/pp − 1, (L+2)/pp, ..., (L+2)/pp − 1; other non-divisible
+  splits without chunks -> balanced, the first L mod pp stages one layer more.
+- sequence_parallel blank -> off.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..errors import InputError
+from .cells import _blank, _int, _text
+from .sources import FAMILIES, SOURCE_RULES, SourceRules, _family, _generic_rules, hardware_for_gpu, pad_vocab
+
+DEFAULT_VOCAB = 51200
+DEFAULT_MICRO_BATCH = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class MappedRun:
+    """One CSV row mapped to parasim inputs (or the reason it could not be)."""
+
+    run_id: str
+    model: object | None = None
+    training: object | None = None
+    layout: object | None = None
+    hardware_name: str | None = None
+    assumptions: tuple[str, ...] = ()
+    skip_reason: str = ""
+
+
+def _vocab(v, rules: SourceRules | None, tp: int, notes: list[str]) -> int:
+    """The vocabulary a row's model used: the cell's number, else the source's base; padded per source."""
+    exact = None
+    if not _blank(v):
+        try:
+            exact = _int(v, "vocab")
+        except InputError:
+            exact = None
+    if exact is None:
+        if rules is not None and rules.vocab_base:
+            base = rules.vocab_base
+            notes.append(f"vocab {_text(v) or 'not stated'!s}: {base} ({rules.source_id})")
+        elif _blank(v):
+            base = DEFAULT_VOCAB
+            notes.append(f"vocab not stated: {DEFAULT_VOCAB}")
+        else:
+            ints = [int(x) for x in re.findall(r"\d{4,}", str(v))]
+            ints += [int(x) * 1000 for x in re.findall(r"(\d+)k\b", str(v))]
+            if not ints:
+                raise InputError(f"vocab {v!r} has no number")
+            base = ints[0]
+            notes.append(f"vocab read as {base} from {v!r}")
+    else:
+        base = exact
+    if rules is not None and rules.vocab_pad_per_tp:
+        padded = pad_vocab(base, rules.vocab_pad_per_tp * tp)
+        if padded != base:
+            notes.append(f"vocab {base} padded to {padded} ({rules.vocab_pad_per_tp}·tp)")
+        return padded
+    return base
+
+
+def _zero(v) -> int:
+    t = _text(v).lower()
+    if t in ("", "none") or t.startswith("none"):
+        return 0
+    if "fsdp" in t or "full_shard" in t or "zero-3" in t:
+        return 3
+    m = re.search(r"zero-?(\d)", t)
+    if m:
+        return int(m.group(1))
+    raise InputError(f"unknown zero_fsdp {v!r}")
+
+
+def _recompute(v, notes) -> str:
+    t = _text(v).lower()
+    if t in ("", "none"):
+        return "none"
+    if t == "none stated":
+        notes.append("recompute not stated: none")
+        return "none"
+    if t.startswith("full"):
+        return "full"
+    if "selective" in t and "per layer" in t:
+        raise InputError(f"recompute {v!r}: every k-th layer fully recomputed has no parasim equivalent")
+    if t.startswith("selective"):
+        if "per op" in t:
+            notes.append("op-level selective recompute mapped to parasim 'selective' [approximation]")
+        return "selective"
+    raise InputError(f"unknown recompute {v!r}")
+
+
+def _precision(v, notes, unstated: str | None = None) -> str:
+    t = _text(v).lower()
+    for p in ("bf16", "fp16", "fp8", "fp32"):
+        if p in t:
+            return p
+    if "mixed" in t and unstated:
+        notes.append(f"precision {v!r}: {unstated} (source rule)")
+        return unstated
+    if "mixed" in t:
+        notes.append(f"precision {v!r}: bf16")
+        return "bf16"
+    raise InputError(f"unknown precision {v!r}")
+
+
+def _grad_dtype(rules: SourceRules, precision_cell, precision: str, notes) -> str:
+    t = f"{_text(precision_cell)} {precision}".lower()
+    for pat, dtype in rules.grad_dtype:
+        if re.search(pat, t):
+            if rules.source_id != "generic":
+                notes.append(f"gradients {dtype}")
+            return dtype
+    return "fp32"
+
+
+def _schedule(v, pp: int, vpp_cell, notes) -> tuple[str, int]:
+    t = _text(v).lower()
+    if pp == 1:
+        return "1f1b", 1
+    if t in ("", "none"):
+        notes.append("pipeline schedule not stated: 1f1b")
+        return "1f1b", 1
+    if "zb-v" in t:
+        return "zb-v", 1
+    if "zero bubble" in t:
+        if "2p" in t:
+            return "zb-h2", 1
+        if "p*m" in t:
+            return "zb-h1", 1
+        raise InputError(f"unknown zero-bubble variant {v!r}")
+    if "interleav" in t and "not stated" not in t:
+        vpp = _int(vpp_cell, "vpp")
+        if vpp > pp:
+            # Megatron's vpp counts chunks per rank; rows such as the Zero Bubble paper's "1 layer per
+            # chunk" give the total number of chunks instead (vpp = layers > pp): ceil(total / pp) per rank
+            per_rank = -(-vpp // pp)
+            notes.append(f"vpp={vpp} read as total chunks: {per_rank} per rank")
+            vpp = per_rank
+        return "interleaved", vpp
+    if "1f1b" in t:
+        if "not stated" in t:
+            notes.append("interleaving not stated: plain 1f1b")
+        return "1f1b", 1
+    raise InputError(f"unknown pipeline_schedule {v!r}")
+
+
+def _sp(v) -> bool:
+    t = _text(v).lower()
+    if t in ("", "no", "false", "off"):
+        return False
+    if t in ("yes", "true", "on"):
+        return True
+    raise InputError(f"unknown sequence_parallel {v!r}")
+
+
+_FIRST_LAST_FEWER = ("one fewer", "own pp slot")  # ZB24 notes; BLOOM 'embedding given its own PP slot'
+
+
+def _layers_per_stage(L: int, pp: int, chunks: int, notes_cell: str, notes: list[str]):
+    low = notes_cell.lower()
+    if pp > 1 and any(k in low for k in _FIRST_LAST_FEWER) and (L + 2) % pp == 0:
+        per = (L + 2) // pp
+        why = "embedding has its own PP slot" if "own pp slot" in low else "row notes"
+        notes.append(f"first and last stages hold {per - 1} layer{'s' if per - 1 != 1 else ''} ({why})")
+        return tuple([per - 1] + [per] * (pp - 2) + [per - 1])
+    if L % (pp * chunks) == 0:
+        return None
+    if chunks == 1 and L >= pp:
+        base, extra = divmod(L, pp)
+        notes.append(f"{L} layers over pp={pp}: balanced uneven split (first {extra} stages +1 layer)")
+        return tuple(base + (1 if i < extra else 0) for i in range(pp))
+    return None
+
+
+def map_run(row: Mapping, *, hardware: str | None = None) -> MappedRun:
+    """Map one CSV row (dict-like) to ModelSpec, Training, Layout and a hardware preset name.
+
+    Per-source rules (SOURCE_RULES) fill what the row leaves out; every rule applied is recorded in
+    `assumptions`. Unmappable rows come back with `skip_reason` (one line) instead of an exception.
+    """
+    from ..spec.layout import Layout
+    from ..spec.model import ModelSpec
+    from ..spec.training import Training
+    from ..spec.validate import validate
+
+    run_id = _text(row.get("run_id")) or "?"
+    source_id = _text(row.get("source_id"))
+    notes: list[str] = []
+    try:
+        seq = _int(row.get("seq_len"), "seq_len")
+        name = _text(row.get("model"))
+        rules = SOURCE_RULES.get(source_id)
+        if rules is None:
+            rules = _generic_rules(_family(name))
+            notes.append(f"source {source_id or '?'!s} has no rules: generic {rules.family} family defaults")
+        else:
+            notes.extend(f"{rules.source_id}: {s}" for s in rules.statements)
+        if not _blank(row.get("moe_experts")):
+            raise InputError("MoE rows are not mapped yet (no MoE run in the data set)")
+        tp = _int(row.get("tp"), "tp")
+        kv = None if _blank(row.get("kv_heads")) else _int(row.get("kv_heads"), "kv_heads")
+        model = ModelSpec(name=name, hidden_size=_int(row.get("hidden"), "hidden"),
+                          num_layers=_int(row.get("layers"), "layers"), num_heads=_int(row.get("heads"), "heads"),
+                          num_kv_heads=kv, ffn_hidden_size=_int(row.get("ffn_hidden"), "ffn_hidden"),
+                          vocab_size=_vocab(row.get("vocab"), rules if rules.source_id != "generic" else None, tp,
+                                            notes),
+                          tie_word_embeddings=rules.tie_word_embeddings,
+                          learned_position_embeddings=seq if rules.learned_positions else 0,
+                          **FAMILIES[rules.family])
+        prec = _precision(row.get("precision"), notes, rules.precision_unstated)
+        training = Training(seq_length=seq, global_batch_size=_int(row.get("global_batch_seqs"), "global_batch_seqs"),
+                            precision=prec, grad_dtype=_grad_dtype(rules, row.get("precision"), prec, notes),
+                            flash_attention=rules.flash_attention, dropout=rules.dropout)
+        pp = _int(row.get("pp"), "pp")
+        sched, vpp = _schedule(row.get("pipeline_schedule"), pp, row.get("vpp"), notes)
+        if _blank(row.get("micro_batch")):
+            notes.append(f"micro_batch not stated: {DEFAULT_MICRO_BATCH}")
+            mbs = DEFAULT_MICRO_BATCH
+        else:
+            mbs = _int(row.get("micro_batch"), "micro_batch")
+        chunks = 2 if sched in ("zb-v", "dualpipev") else vpp
+        lps = _layers_per_stage(model.num_layers, pp, chunks, _text(row.get("notes")), notes)
+        layout = Layout(num_gpus=_int(row.get("n_gpus"), "n_gpus"), tp=tp, pp=pp,
+                        dp=_int(row.get("dp"), "dp"),
+                        cp=1 if _blank(row.get("cp")) else _int(row.get("cp"), "cp"),
+                        ep=1 if _blank(row.get("ep")) else _int(row.get("ep"), "ep"), vpp=vpp,
+                        micro_batch_size=mbs, zero=_zero(row.get("zero_fsdp")),
+                        recompute=_recompute(row.get("recompute"), notes),
+                        sequence_parallel=_sp(row.get("sequence_parallel")), schedule=sched,
+                        layers_per_stage=lps)
+        validate(model, training, layout)
+        hw = hardware or hardware_for_gpu(_text(row.get("gpu_type")))
+    except InputError as exc:
+        return MappedRun(run_id=run_id, assumptions=tuple(notes), skip_reason=str(exc).splitlines()[0])
+    return MappedRun(run_id=run_id, model=model, training=training, layout=layout, hardware_name=hw,
+                     assumptions=tuple(notes))

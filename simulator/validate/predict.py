@@ -1,0 +1,206 @@
+"""Predicted vs measured: read a runs CSV, predict every mapped row, and score the errors.
+
+`predict_runs` maps each row with `map_run` (mapping.py), runs `simulator.estimate.estimate` on it and
+sets the prediction beside what the row measured; `error_summary` reduces the results to per-group
+statistics. `parasim validate`, `validation/make_accuracy.py` and `validation/memory_published.py` all
+go through here, so they report the same numbers.
+
+Measured quantities (`*_basis` columns say which was used):
+- step time: `step_time_s` if given ("measured step time"), else global_batch·seq / `tokens_per_s`
+  ("from measured tokens/s"), else `derived_step_time_s` labelled "derived (not measured): ..."
+  — it was computed from reported TFLOP/s with a FLOP formula, so its error includes that formula.
+- memory: `mem_gb_per_gpu` read as GiB (torch and nvidia-smi print binary units), compared with the
+  predicted peak of the stages `mem_basis` names (first/last stage, else the worst stage).
+- runs whose notes say they went out of memory are flagged (`measured_oom`) to compare with the
+  predicted feasibility.
+
+Statistics: signed error = predicted / measured − 1; median and max of |error|, mean signed error;
+Spearman rank correlation = Pearson correlation of the average ranks (pandas `rank`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..errors import InputError
+from .cells import _blank, _text
+from .mapping import map_run
+
+GIB = 2**30
+
+REQUIRED_COLUMNS = ("run_id", "model", "layers", "hidden", "heads", "ffn_hidden", "seq_len", "global_batch_seqs",
+                    "n_gpus", "gpu_type", "tp", "pp", "dp")
+
+
+def read_runs(path):
+    """Read a runs CSV; InputError naming the first missing required column."""
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path)
+    except FileNotFoundError:
+        raise InputError(f"file not found: {path}") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(f"{path}: missing column {missing[0]!r} (expected the published_runs.csv columns)")
+    return df
+
+
+def measured_step(row: Mapping) -> tuple[float, str]:
+    """(measured step seconds, basis) by the module's rule; (nan, 'none') if the row has nothing."""
+    if not _blank(row.get("step_time_s")):
+        return float(row["step_time_s"]), "measured step time"
+    if not _blank(row.get("tokens_per_s")):
+        tokens = float(row["global_batch_seqs"]) * float(row["seq_len"])
+        return tokens / float(row["tokens_per_s"]), "from measured tokens/s"
+    if not _blank(row.get("derived_step_time_s")):
+        how = _text(row.get("derived_how"))
+        return float(row["derived_step_time_s"]), f"derived (not measured): {how}" if how else "derived (not measured)"
+    return float("nan"), "none"
+
+
+def measured_oom(row: Mapping) -> bool:
+    """True when the row's notes say the run went out of memory (a measured outcome)."""
+    t = _text(row.get("notes")).lower()
+    return "went oom" in t or "out of memory" in t
+
+
+def memory_stages(mem_basis: str, pp: int) -> tuple[int, ...] | None:
+    """Pipeline stages a measured memory figure covers: (0, pp−1) when `mem_basis` names the
+    first/last stages (or nodes), None (every stage: the worst) otherwise."""
+    t = _text(mem_basis).lower()
+    if "first/last" in t or "first and last" in t:
+        return tuple(sorted({0, pp - 1}))
+    return None
+
+
+def predicted_memory(memory, mem_basis: str, pp: int) -> tuple[float, int]:
+    """(peak bytes, stage) of a MemoryResult over the stages `mem_basis` covers (memory_stages).
+
+    An object with only `peak_bytes` (no per-stage list) gives (peak_bytes, -1).
+    """
+    per_stage = getattr(memory, "per_stage", None)
+    if not per_stage:
+        return float(memory.peak_bytes), -1
+    stages = memory_stages(mem_basis, pp)
+    cand = [s for s in per_stage if stages is None or s.stage in stages]
+    best = max(cand, key=lambda s: (s.peak_bytes, -s.stage))
+    return float(best.peak_bytes), int(best.stage)
+
+
+def signed_error(predicted, measured):
+    """predicted / measured − 1 (positive: the simulator over-predicts)."""
+    p = np.asarray(predicted, dtype=float)
+    m = np.asarray(measured, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return p / m - 1.0
+
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation: Pearson correlation of average ranks (ties share their mean rank)."""
+    import pandas as pd
+
+    s = pd.DataFrame({"a": np.asarray(a, float), "b": np.asarray(b, float)}).dropna()
+    if len(s) < 2:
+        return float("nan")
+    return float(s["a"].rank().corr(s["b"].rank()))
+
+
+RESULT_COLUMNS = ["run_id", "source_id", "model", "label", "hardware", "assumptions", "feasible", "reason",
+                  "measured_oom", "measured_step_s", "step_basis", "predicted_step_s", "step_error",
+                  "measured_tokens_per_s", "predicted_tokens_per_s", "tokens_per_s_error", "measured_mem_bytes",
+                  "mem_basis", "predicted_mem_bytes", "predicted_mem_stage", "mem_error"]
+
+
+def predict_runs(df, *, hardware: str | None = None, estimate_fn: Callable | None = None,
+                 load_hardware_fn: Callable | None = None, keep_estimates: bool = False):
+    """Predict every row; returns (results DataFrame, skipped DataFrame).
+
+    results: one row per mapped run with the columns of RESULT_COLUMNS (errors are fractions;
+    `predicted_mem_stage` is the stage whose peak was compared, -1 if unknown). skipped: run_id,
+    source_id, reason. `estimate_fn(model, training, layout, hardware)` defaults to
+    `simulator.estimate.estimate`; `load_hardware_fn` to `spec.hardware.load_hardware`.
+    keep_estimates=True adds an `estimate` column holding each estimate object.
+    """
+    import pandas as pd
+
+    if estimate_fn is None:
+        try:
+            from ..estimate import estimate as estimate_fn
+        except ModuleNotFoundError as exc:
+            raise InputError(f"validate needs simulator.estimate, which is not available ({exc.name})") from None
+    if load_hardware_fn is None:
+        from ..spec.hardware import load_hardware as load_hardware_fn
+    hw_cache: dict[str, object] = {}
+    out, skipped = [], []
+    for _, row in df.iterrows():
+        r = row.to_dict()
+        mr = map_run(r, hardware=hardware)
+        src = _text(r.get("source_id"))
+        if mr.skip_reason:
+            skipped.append({"run_id": mr.run_id, "source_id": src, "reason": mr.skip_reason})
+            continue
+        try:
+            if mr.hardware_name not in hw_cache:
+                hw_cache[mr.hardware_name] = load_hardware_fn(mr.hardware_name)
+            est = estimate_fn(mr.model, mr.training, mr.layout, hw_cache[mr.hardware_name])
+        except InputError as exc:
+            skipped.append({"run_id": mr.run_id, "source_id": src, "reason": str(exc).splitlines()[0]})
+            continue
+        m_step, basis = measured_step(r)
+        tokens = mr.training.tokens_per_step
+        p_step = float(est.step_s)
+        m_tps = tokens / m_step if math.isfinite(m_step) else float("nan")
+        p_tps = float(est.tokens_per_s)
+        m_mem = float(r["mem_gb_per_gpu"]) * GIB if not _blank(r.get("mem_gb_per_gpu")) else float("nan")
+        p_mem, p_stage = predicted_memory(est.memory, _text(r.get("mem_basis")), mr.layout.pp)
+        rec = {
+            "run_id": mr.run_id, "source_id": src, "model": mr.model.name, "label": mr.layout.label,
+            "hardware": mr.hardware_name, "assumptions": "; ".join(a.replace(";", ",") for a in mr.assumptions),
+            "feasible": bool(est.feasible), "reason": str(getattr(est, "reason", "") or ""),
+            "measured_oom": measured_oom(r),
+            "measured_step_s": m_step, "step_basis": basis, "predicted_step_s": p_step,
+            "step_error": float(signed_error(p_step, m_step)),
+            "measured_tokens_per_s": m_tps, "predicted_tokens_per_s": p_tps,
+            "tokens_per_s_error": float(signed_error(p_tps, m_tps)),
+            "measured_mem_bytes": m_mem, "mem_basis": _text(r.get("mem_basis")), "predicted_mem_bytes": p_mem,
+            "predicted_mem_stage": p_stage, "mem_error": float(signed_error(p_mem, m_mem)),
+        }
+        if keep_estimates:
+            rec["estimate"] = est
+        out.append(rec)
+    cols = RESULT_COLUMNS + (["estimate"] if keep_estimates else [])
+    return pd.DataFrame(out, columns=cols), pd.DataFrame(skipped, columns=["run_id", "source_id", "reason"])
+
+
+def error_summary(results, *, by: str | None = None):
+    """Per group (or overall): runs; for step time and memory the rows compared, median and max
+    |error|, mean signed error and the Spearman rank correlation of predicted vs measured.
+    Errors are fractions."""
+    import pandas as pd
+
+    def stats(err, pred, meas, prefix):
+        e = err.to_numpy(float)
+        ok = np.isfinite(e)
+        a = np.abs(e[ok])
+        return {
+            f"{prefix}_runs": int(ok.sum()),
+            f"median_abs_{prefix}_error": float(np.median(a)) if ok.any() else float("nan"),
+            f"max_abs_{prefix}_error": float(np.max(a)) if ok.any() else float("nan"),
+            f"mean_{prefix}_error": float(np.mean(e[ok])) if ok.any() else float("nan"),
+            f"{prefix}_spearman": spearman(pred[ok], meas[ok]) if ok.sum() > 1 else float("nan"),
+        }
+
+    def one(d):
+        return {"runs": int(len(d)),
+                **stats(d["step_error"], d["predicted_step_s"].to_numpy(float), d["measured_step_s"].to_numpy(float),
+                        "step"),
+                **stats(d["mem_error"], d["predicted_mem_bytes"].to_numpy(float),
+                        d["measured_mem_bytes"].to_numpy(float), "mem")}
+
+    if by is None:
+        return pd.DataFrame([{"group": "all", **one(results)}])
+    rows = [{"group": k, **one(g)} for k, g in results.groupby(by, sort=True)]
+    return pd.DataFrame(rows)

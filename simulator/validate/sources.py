@@ -1,0 +1,227 @@
+"""Per-source rules: what the rows of each source leave out, filled from the source's framework.
+
+`SOURCE_RULES` (one `SourceRules` per `source_id`) holds what the source's framework did at the time,
+never values chosen from the errors; `map_run` (mapping.py) applies it and records each statement per
+row in `MappedRun.assumptions`. Also here: the family architecture table (`FAMILIES`), the family
+defaults for a source without an entry (`_generic_rules`) and the gpu_type -> hardware preset table
+(`GPU_PRESETS`, `hardware_for_gpu`). How the row's cells are read is in mapping.py.
+
+Per-source assumptions (`SOURCE_RULES`; the text of each is what the row records):
+
+NARAYANAN21 — Narayanan et al. 2021 (SC'21) Table 1, Megatron-LM on Selene (DGX A100 80 GB):
+- GPT architecture: LayerNorm, GeLU MLP (f = 4h), biases on QKV/output/MLP, learned position table of
+  seq_len rows, input embedding tied to the output layer (Megatron `GPTModel` shares the word
+  embeddings; the paper's parameter formula P = 12lh²(1 + 13/12h + (V + s)/12lh) counts V·h once).
+- vocabulary as given (51200 = GPT-2's 50257 padded by Megatron to a multiple of 128·tp).
+- no FlashAttention (published 2022; Megatron 2021 materialises the s×s scores with its fused
+  scale-mask-softmax); dropout on (Megatron defaults hidden_dropout = attention_dropout = 0.1).
+- fp16 rows keep fp16 gradients (Megatron `--accumulate-allreduce-grads-in-fp32` is off by default and
+  forced on only for bf16); no sequence parallelism (2022).
+- micro-batch not given -> 1; schedule '1F1B (interleaving not stated)' -> plain 1f1b.
+- the step time compared is *derived* from the reported TFLOP/s with Megatron's FLOP formula (it
+  counts the recompute forward and full, non-causal attention) and is labelled so.
+
+ZB24 — Qi et al. 2024, Zero Bubble Pipeline Parallelism, Megatron-LM fork, A100 80 GB, pure PP:
+- GPT-like model as NARAYANAN21 (LayerNorm, GeLU, biases, learned positions of seq_len rows) with the
+  embedding tied to the output layer and a 32000-token vocabulary (padded to a multiple of 128·tp):
+  the repository's sample dataset ships a SentencePiece tokenizer (`--tokenizer-type
+  GPTSentencePieceTokenizer`, examples/pretrain_zero_bubble.sh), and the paper's Table 3 sizes
+  (1.5, 6.2, 14.6, 28.3 B) are what this gives (1.48, 6.18, 14.63, 28.28 B); GPT-2's 50304 gives
+  6.25, 14.74, 28.41 B and an untied head 6.30, 14.80, 28.48 B (tests/test_validate.py). The
+  repository's later example scripts untie the embeddings; the paper-era sizes say tied.
+- no FlashAttention and dropout on: the paper's own activation model M_B = (34h + 5as)·sb is
+  Korthikanti's count with materialised attention scores and dropout masks.
+- precision 'mixed (not stated)' -> fp16 with fp16 gradients (the repository's example scripts pass
+  `--fp16` unless FP32 is set; Megatron keeps fp16 gradients unless
+  `--accumulate-allreduce-grads-in-fp32`; A100 fp16 and bf16 peaks are equal);
+  'none stated' recompute -> none (M_B has no recompute).
+- first and last stages hold one layer fewer (row notes); schedules: '1F1B' -> 1f1b, 'activation
+  limit p*M_B' (ZB-1p) -> zb-h1, '2p*M_B' (ZB-2p) -> zb-h2, ZB-V -> zb-v, 'interleaved 1F1B, 1 layer
+  per chunk' -> interleaved with vpp = ceil(total chunks / pp) per rank.
+
+BLOOM_PREQUEL — bigscience BLOOM-176B topology runs (Megatron-DeepSpeed, Jean Zay A100 80 GB, 2022):
+- BLOOM architecture: LayerNorm, GeLU, biases, tied embeddings, ALiBi (no position table) (BLOOM
+  paper §3.2; tr11 `--position-embedding-type alibi`); the embedding LayerNorm (2h) is not modelled.
+- vocabulary: the BLOOM tokenizer's 250680 (rows with only '~250k' included) padded to a multiple
+  of 128·tp (`--make-vocab-size-divisible-by 128`; tp = 4 gives BLOOM's released 250880).
+- no FlashAttention (not available in Megatron-DeepSpeed then); no dropout (tr11 hidden_dropout =
+  attention_dropout = 0); full recompute and ZeRO-1 as the rows say.
+- fp16 rows keep fp16 gradients (DeepSpeed fp16 ZeRO-1 reduces fp16 gradients); bf16 rows fp32
+  gradient accumulation (BF16_Optimizer, row text).
+- layer split: before 02-28 (`--pp-partition-method type:transformer`) transformer layers balanced
+  with any extra layer on the first stages; rows whose notes say the embedding has its own PP slot
+  (`type:transformer|embedding`, 02-28) give the first and last stage one transformer layer fewer.
+- memory compared with the larger of the first and last stage (mem_basis: nvidia-smi on the GPUs
+  holding the embedding); measured values are nvidia-smi readings (CUDA context and the caching
+  allocator's reserve included).
+
+LLMFOUNDRY — mosaicml/llm-foundry MPT benchmarks (Composer, FSDP, A100 40/80 GB):
+- MPT benchmark configuration (MPTConfig defaults: learned_pos_emb = True, no_bias = False,
+  low_precision_layernorm, expansion_ratio 4; row notes 'learned positional embeddings, biases on'):
+  LayerNorm with bias, GeLU MLP f = 4h, biases on, learned position table of seq_len rows, logits
+  computed with the input embedding (tied). These give exactly the README's NumParams (tests).
+- FlashAttention on (row notes: attn_impl=flash); no dropout (MPTConfig pdrop defaults 0).
+- FSDP FULL_SHARD over all GPUs -> ZeRO-3; 'MP mode DEFAULT' reduces gradients in fp32, 'PURE' in
+  bf16 (Composer `get_mixed_precision`) -> grad_dtype fp32 / bf16.
+- step time from the measured Throughput (T/s).
+
+TORCHTITAN_A100 — pytorch/torchtitan performance doc (older), Llama 2/3 on 64 A100 80 GB, FSDP2:
+- Llama shapes: SwiGLU, RMSNorm, no biases, RoPE (no position table), untied output layer, GQA
+  from the row.
+- FlashAttention on (torchtitan calls `scaled_dot_product_attention`, whose flash backend runs bf16 on
+  A100); no dropout.
+- FSDP2 fully sharded -> ZeRO-3; bf16 parameters with fp32 gradient reduction (torchtitan's
+  mixed_precision_param = bfloat16, mixed_precision_reduce = float32 defaults).
+- recompute 'selective (per op)' (op-level SAC: matmul and SDPA outputs kept, every second matmul
+  recomputed) -> parasim 'selective' [approximation]; 'selective (per layer)' (every 2nd layer fully
+  recomputed) has no parasim equivalent -> skipped.
+- step time from measured tokens/s (WPS per GPU × GPUs).
+
+Family and hardware defaults (every source; a source's table entry overrides the family defaults):
+- gpu_type -> hardware preset: A100 80GB -> dgx-a100-80g, A100 40GB -> dgx-a100-40g, H100 -> dgx-h100,
+  H800 -> dgx-h800, H200 -> dgx-h200, B200 -> dgx-b200, GB200 -> gb200-nvl72, MI300X -> mi300x
+  (`hardware=` overrides it for every row).
+- model family from the name: Llama/Mistral/Qwen -> SwiGLU, RMSNorm, no biases, RoPE, untied; MPT,
+  GPT, BLOOM -> GeLU, LayerNorm, biases, tied (GPT and MPT with learned positions).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import InputError
+from .cells import _text
+
+GPU_PRESETS = (  # (regex on gpu_type, preset), first match wins
+    (r"a100.*40", "dgx-a100-40g"),
+    (r"a100", "dgx-a100-80g"),
+    (r"h800", "dgx-h800"),
+    (r"h200", "dgx-h200"),
+    (r"h100", "dgx-h100"),
+    (r"gb200", "gb200-nvl72"),
+    (r"b200", "dgx-b200"),
+    (r"mi300", "mi300x"),
+)
+
+_BIASED = dict(qkv_bias=True, out_bias=True, mlp_bias=True)
+FAMILIES = {  # architecture kwargs of ModelSpec per family (positions and tying come from SourceRules)
+    "gpt": dict(mlp="gelu", norm="layernorm", **_BIASED),
+    "bloom": dict(mlp="gelu", norm="layernorm", **_BIASED),
+    "mpt": dict(mlp="gelu", norm="layernorm", **_BIASED),
+    "llama": dict(mlp="swiglu", norm="rmsnorm"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceRules:
+    """What the rows of one source leave out, filled from the source's framework (module docstring).
+
+    `grad_dtype` is a tuple of (regex on the precision cell, gradient dtype), first match wins.
+    `statements` are the assumption lines each row of the source records (with their sources).
+    """
+
+    source_id: str
+    family: str
+    tie_word_embeddings: bool
+    learned_positions: bool  # a position table of seq_len rows
+    vocab_base: int | None = None  # when the vocab cell is blank or gives no exact number
+    vocab_pad_per_tp: int = 0  # pad the vocabulary to a multiple of vocab_pad_per_tp·tp (0: as given)
+    flash_attention: bool = True
+    dropout: bool = False
+    grad_dtype: tuple[tuple[str, str], ...] = ((r".", "fp32"),)
+    precision_unstated: str | None = None  # precision when the cell names none ('mixed (not stated)')
+    statements: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise InputError(f"source rules {self.source_id}: unknown family {self.family!r}")
+
+
+SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
+    SourceRules(
+        source_id="NARAYANAN21", family="gpt", tie_word_embeddings=True, learned_positions=True,
+        vocab_pad_per_tp=128, flash_attention=False, dropout=True,
+        grad_dtype=((r"fp16", "fp16"), (r".", "fp32")),
+        statements=(
+            "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
+            "no FlashAttention (2021: materialised scores)",
+            "dropout 0.1 (Megatron default)",
+            "fp16 gradients (Megatron 2021: --accumulate-allreduce-grads-in-fp32 off unless bf16)",
+            "vocab padded to 128·tp (Megatron --make-vocab-size-divisible-by 128)",
+        )),
+    SourceRules(
+        source_id="ZB24", family="gpt", tie_word_embeddings=True, learned_positions=True,
+        vocab_base=32000, vocab_pad_per_tp=128, flash_attention=False, dropout=True,
+        grad_dtype=((r"fp16", "fp16"), (r".", "fp32")), precision_unstated="fp16",
+        statements=(
+            "GPT-like (Megatron fork): LayerNorm, GeLU, biases, learned positions, tied embeddings "
+            "(Table 3 sizes count V·h once)",
+            "vocab: 32000 SentencePiece tokenizer of the repo's sample dataset, padded to 128·tp",
+            "no FlashAttention and dropout on (paper's M_B = (34h + 5as)·sb, Korthikanti)",
+            "fp16 with fp16 gradients (repo example scripts pass --fp16, Megatron default gradients)",
+        )),
+    SourceRules(
+        source_id="BLOOM_PREQUEL", family="bloom", tie_word_embeddings=True, learned_positions=False,
+        vocab_base=250680, vocab_pad_per_tp=128, flash_attention=False, dropout=False,
+        grad_dtype=((r"fp16", "fp16"), (r".", "fp32")),
+        statements=(
+            "BLOOM: LayerNorm, GeLU, biases, ALiBi (no position table), tied embeddings",
+            "vocab: BLOOM tokenizer 250680 padded to 128·tp (Megatron-DeepSpeed)",
+            "no FlashAttention (Megatron-DeepSpeed 2022)",
+            "no dropout (tr11 config)",
+            "fp16 rows fp16 gradients (DeepSpeed fp16 ZeRO-1), bf16 rows fp32 (BF16_Optimizer)",
+        )),
+    SourceRules(
+        source_id="LLMFOUNDRY", family="mpt", tie_word_embeddings=True, learned_positions=True,
+        flash_attention=True, dropout=False,
+        grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
+        statements=(
+            "MPT benchmark config (MPTConfig defaults): LayerNorm with bias, GeLU f=4h, biases, "
+            "learned positions, tied embeddings",
+            "FlashAttention (attn_impl=flash)",
+            "no dropout (MPTConfig pdrop 0)",
+            "FSDP mixed precision: DEFAULT reduces fp32 gradients, PURE bf16 (Composer)",
+        )),
+    SourceRules(
+        source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
+        flash_attention=True, dropout=False, grad_dtype=((r".", "fp32"),),
+        statements=(
+            "Llama: SwiGLU, RMSNorm, no biases, RoPE, untied output layer",
+            "FlashAttention (torchtitan SDPA flash backend)",
+            "no dropout",
+            "FSDP2 bf16 parameters, fp32 gradient reduction (torchtitan defaults)",
+        )),
+)}
+
+
+def hardware_for_gpu(gpu_type: str) -> str:
+    """Hardware preset for a gpu_type cell (GPU_PRESETS); InputError when none matches."""
+    g = _text(gpu_type).lower()
+    for pat, preset in GPU_PRESETS:
+        if re.search(pat, g):
+            return preset
+    raise InputError(f"no hardware preset for gpu_type {gpu_type!r}")
+
+
+def pad_vocab(vocab: int, multiple: int) -> int:
+    """Megatron's padded vocabulary: the smallest multiple of `multiple` >= vocab
+    (`_vocab_size_with_padding`: make_vocab_size_divisible_by × tp)."""
+    if multiple <= 0:
+        raise InputError(f"vocab padding multiple must be > 0, got {multiple!r}")
+    return -(-int(vocab) // multiple) * multiple
+
+
+def _family(model: str) -> str:
+    m = model.lower()
+    if "llama" in m or "mistral" in m or "qwen" in m:
+        return "llama"
+    for fam in ("mpt", "bloom", "gpt"):
+        if fam in m:
+            return fam
+    raise InputError(f"unknown model family {model!r} (expected Llama, MPT, GPT or BLOOM)")
+
+
+def _generic_rules(family: str) -> SourceRules:
+    """Family defaults for a source without an entry in SOURCE_RULES (generic rules, docstring)."""
+    return SourceRules(source_id="generic", family=family, tie_word_embeddings=family != "llama",
+                       learned_positions=family in ("gpt", "mpt"))
