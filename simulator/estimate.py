@@ -2,15 +2,17 @@
 
 The composition — compute, communication and what overlaps it, the pipeline replay, the
 data-parallel tail, memory — lives in the vectorised kernel, `simulator/kernel.py` (its docstring
-has the rules); one layout is one row of it. Names are re-exported here for callers.
+has the rules); one layout is a one-row `LayoutBatch` of it, whose per-stage memory comes from the
+same call.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .errors import InputError
-from .kernel import EXPOSED, EstimateOptions, evaluate_layouts, replayed_inflight_per_rank  # noqa: F401 (re-exported)
-from .memory.breakdown import memory_breakdown
+from .batch import LayoutBatch
+from .kernel import EXPOSED, EstimateOptions, evaluate
+from .memory.breakdown import memory_result
 from .spec.layout import Layout
 from .spec.model import ModelSpec
 from .spec.training import Training
@@ -26,7 +28,7 @@ class Estimate:
     training: Training
     layout: Layout
     hardware_name: str
-    row: dict  # the kernel's row (kernel.evaluate_layouts columns), for tables
+    row: dict  # the kernel's row (kernel.evaluate's columns), for tables
     memory: object  # MemoryResult (per stage)
     pipeline: str = "replayed"  # how the pipeline part was obtained
 
@@ -117,18 +119,13 @@ def estimate(model: ModelSpec, training: Training, layout: Layout, hardware, *,
              options: EstimateOptions | None = None) -> Estimate:
     """Memory + step time + throughput of one layout (validated first; InputError on a broken rule)."""
     validate(model, training, layout)
-    row = evaluate_layouts(model, training, hardware, num_gpus=layout.num_gpus, pp=layout.pp, vpp=layout.vpp,
-                           schedule=layout.schedule, zero=layout.zero, recompute=layout.recompute,
-                           sequence_parallel=layout.sequence_parallel, cp_algorithm=layout.cp_algorithm,
-                           dp_mode=layout.dp_mode, shard_group_size=layout.shard_group_size,
-                           layers_per_stage=layout.layers_per_stage, tp=layout.tp, dp=layout.dp, cp=layout.cp,
-                           ep=layout.ep, micro_batch_size=layout.micro_batch_size, options=options).iloc[0].to_dict()
-    mem = memory_breakdown(model, training, layout, hardware,
-                           inflight_per_stage=replayed_inflight_per_rank(layout, training.global_batch_size))
-    how = "replayed schedule (engine fast path)" if (options or EstimateOptions()).pipeline == "replay" \
+    opt = options or EstimateOptions()
+    got = evaluate(model, training, hardware, LayoutBatch.of_layout(layout), options=opt, per_stage=True)
+    mem = memory_result({k: v[0] for k, v in got.stages.items()}, model, training, layout, hardware)
+    how = "replayed schedule (engine fast path)" if opt.pipeline == "replay" \
         else "analytic closed form (formulas.md §5.2)"
     return Estimate(model=model, training=training, layout=layout, hardware_name=getattr(hardware, "name", ""),
-                    row=row, memory=mem, pipeline=how)
+                    row=got.rows.iloc[0].to_dict(), memory=mem, pipeline=how)
 
 
 def estimate_scenario(scenario, *, options: EstimateOptions | None = None) -> Estimate:

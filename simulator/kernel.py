@@ -47,11 +47,11 @@ stage contents), the pipeline once per time row (base row, shape, ZeRO-3 gather 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
+from .batch import LayoutBatch
 from .cost import comm
 from .cost.compute import BASIS_KEYS, layer_basis_times_by_mode, mfu_peak_flops
 from .cost.flops import step_flops
@@ -59,12 +59,10 @@ from .dedup import categories, distinct_rows, factorize, gather_rows, once_per_d
 from .errors import InputError
 from .frames import text_column
 from .kernel_comm import _dp_tail_traffic, _layer_comm, _optimizer_times, _zero3_gather_times
+from .kernel_pipeline import family_column, inflight_per_rank, pipeline_times
 from .memory.breakdown import infeasibility_reasons, stage_memory_arrays
-from .schedules import SCHEDULE_NAMES, family
-from .spec.layout import Layout
 from .spec.model import ModelSpec
 from .spec.placement import params_per_rank, stage_param_split
-from .spec.rules import RECOMPUTE, check_choices
 from .spec.training import Training
 from .structure import pipeline_table
 
@@ -100,65 +98,6 @@ class EstimateOptions:
             raise InputError(f"pipeline must be 'replay' or 'analytic', got {self.pipeline!r}")
         if self.ep_overlap is not None and not 0.0 <= self.ep_overlap <= 1.0:
             raise InputError(f"ep_overlap must be in [0, 1], got {self.ep_overlap!r}")
-
-
-@lru_cache(maxsize=2048)
-def _shape_tables(schedule: str, pp: int, m: int, vpp: int):
-    """The schedule shape's tables for the fast replay and its in-flight peaks (pipeline.shape_tables;
-    a pure function of the shape; memoised here and on disk: pipeline.cache). InputError if the
-    builder refuses the shape."""
-    from .pipeline import cache
-
-    return cache.tables(schedule, pp, m, vpp)
-
-
-def replayed_inflight_per_rank(layout: Layout, global_batch_size: int) -> np.ndarray | None:
-    """Peak in-flight microbatches per pipeline rank from the replayed schedule order, which replaces the
-    memory model's closed forms; None for PipeDream (closed form: p − i). The engine counts (chunk,
-    microbatch) pairs, the memory model microbatches of a rank's whole share: divided by its chunks."""
-    if not family(layout.schedule).synchronous:
-        return None
-    return _shape_inflight(layout.schedule, layout.pp, layout.num_microbatches(global_batch_size), layout.vpp)
-
-
-def _shape_inflight(schedule: str, pp: int, m: int, vpp: int) -> np.ndarray:
-    """(pp,) peak in-flight microbatches per rank of one replayed schedule shape: the engine's (chunk,
-    microbatch) pairs / chunks per rank."""
-    return np.asarray(_shape_tables(schedule, pp, m, vpp).inflight, dtype=float) / family(schedule).chunks_per_rank(vpp)
-
-
-def family_column(sched: np.ndarray, attr: str) -> np.ndarray:
-    """(N,) the schedule family's `attr` of each row (looked up once per distinct schedule)."""
-    codes, names = factorize(sched)
-    return np.array([getattr(family(name), attr) for name in names])[codes]
-
-
-def _ints(x, n):
-    return np.broadcast_to(np.asarray(x), (n,)).astype(np.int64)
-
-
-def _names(x, n):
-    return np.broadcast_to(np.asarray(x, dtype=object), (n,))
-
-
-def _objects(items) -> np.ndarray:
-    """A 1-D object array holding `items` as they are (tuples stay elements, not rows)."""
-    out = np.empty(len(items), dtype=object)
-    for i, x in enumerate(items):
-        out[i] = x
-    return out
-
-
-def _splits(layers_per_stage, n) -> list:
-    """Per-row uneven splits: None, one tuple for every row, or (N,) tuples / "a,b,..." / None."""
-    if layers_per_stage is None:
-        return [None] * n
-    if isinstance(layers_per_stage, np.ndarray) or (isinstance(layers_per_stage, (list, tuple)) and len(layers_per_stage)
-                                                    and not isinstance(layers_per_stage[0], (int, np.integer))):
-        if len(layers_per_stage) != n:
-            raise InputError(f"layers_per_stage has {len(layers_per_stage)} rows for {n} layouts")
-        return list(layers_per_stage)
-    return [tuple(layers_per_stage)] * n
 
 
 def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *, tp, cp, ep, mbs, sp, rec, ep_ov,
@@ -205,152 +144,21 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
     return out
 
 
-def _row_sums(x: np.ndarray) -> np.ndarray:
-    """Sums along axis 1 of (K, W) padded rows, left to right (native.row_sums): the zeros padding
-    a row then change nothing, so a row sums to the same bits whatever width its call pads to (numpy's
-    pairwise `sum` regroups rows of 8 or more values, so the padding would move the last bit)."""
-    from . import native
+@dataclass(frozen=True)
+class Evaluation:
+    """What `evaluate` returns: one row per layout (`rows`, the columns of `evaluate_layouts`), and with
+    `per_stage=True` the per-stage memory (`stages`: stage_memory_arrays' (N, P) arrays, P the widest
+    pipeline; stage i of row k is valid where i < pp[k])."""
 
-    return native.row_sums(x)
-
-
-def _sum_terms(first, *terms):
-    """first + terms[0] + terms[1] + ... left to right, into a new array, leaving out the terms that are
-    None or all zero (adding +0.0 changes none of these non-negative times, so the sum is the same)."""
-    out = None
-    for t in terms:
-        if t is None or not t.any():
-            continue
-        if out is None:
-            out = first + t
-        else:
-            out += t
-    return first.copy() if out is None else out
+    rows: pd.DataFrame
+    stages: dict | None = None
 
 
-def _pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dict:
-    """Step 3 for K rows with table `pt`; row i has the stage times of base row g[i] of `st` (_stage_times
-    of the base rows; each sum below is formed there once and gathered, so per-row work is a gather),
-    and `z3`: the ZeRO-3 gather exposures, row i using z3[...][z3_id[i]] when z3_id[i] >= 0: the makespan
-    with and without p2p (replayed, analytic, or PipeDream's steady state), busy time per rank, one
-    microbatch's backward per rank (`last_bwd`, for the DP overlap), and the compute and exposed
-    communication on the busiest rank (`pure`, `exposed_<category>`)."""
-    n = len(sched)
-    P = pt.padded_ranks
-    has = np.flatnonzero(z3_id >= 0)  # rows with a ZeRO-3 gather exposed
-    zk = z3_id[has]
-    # Overlapped communication occupies SMs and slows the compute it hides under (Calculon's
-    # `processor_usage`; formulas.md §7.1): that compute takes comm_slowdown × the hidden time longer.
-    # F_eff = F + tp_f + cp_f + ep_f + zf + comm_slowdown · (hid_f + zhf), likewise B_eff
-    F_eff = gather_rows(_sum_terms(st["F"], st["tp_f"], st["cp_f"], st["ep_f"]), g)
-    B_eff = gather_rows(_sum_terms(st["B"], st["tp_b"], st["cp_b"], st["ep_b"]), g)
-    for eff, d in ((F_eff, "f"), (B_eff, "b")):
-        if len(has):
-            eff[has] += z3[d][zk]
-        if opt.comm_slowdown != 0:
-            h = gather_rows(st["hid_" + d], g)
-            if len(has):
-                h[has] += z3["hid_" + d][zk]
-            eff += opt.comm_slowdown * h
-    W = gather_rows(st["W"], g)
-    split_bw = family_column(sched, "split_backward")[:, None]
-    B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
+def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch, *,
+             options: EstimateOptions | None = None, inference: bool = False, time_infeasible: bool = True,
+             per_stage: bool = False) -> Evaluation:
+    """Memory and time of the N layouts of `batch`, one row each, in one vectorised pass.
 
-    makespan, makespan0 = np.zeros(n), np.zeros(n)
-    busy = np.zeros((n, P))
-    pdm = ~family_column(sched, "synchronous")  # asynchronous (PipeDream): steady state
-    if pdm.any() or opt.pipeline == "analytic":  # one microbatch's busy time per rank (the replay sums its own)
-        per_rank = pt.rank_sum(F_eff + B_eff + W_eff)
-    if pdm.any():
-        idx = np.flatnonzero(pdm)
-        makespan[idx] = makespan0[idx] = m[idx] * per_rank[idx].max(axis=1)
-        busy[idx] = m[idx, None] * per_rank[idx]
-    if opt.pipeline == "analytic":
-        pf, pb, pw = pt.rank_sum(F_eff), pt.rank_sum(B_eff), pt.rank_sum(W_eff)
-        for _, idx in categories(pt.shape_index):  # per shape (the closed forms take one schedule)
-            sch = sched[idx[0]]
-            if not family(sch).synchronous:
-                continue
-            makespan[idx], makespan0[idx], busy[idx] = _analytic_pipeline(
-                sch, pp[idx], chunks[idx], m[idx], per_rank[idx], pf[idx], pb[idx], pw[idx], p2p[idx])
-    else:
-        idx = np.flatnonzero(~pdm)
-        if len(idx):
-            from .pipeline import makespan_multi
-
-            k_first, sid = distinct_rows(pt.shape_index[idx], m[idx])  # one schedule shape per (shape, m)
-            tables = [_shape_tables(sched[i], int(pp[i]), int(m[i]), int(chunks[i])) for i in idx[k_first]]
-            rows = slice(None) if len(idx) == n else idx  # all rows: no copies
-            mk, mk0, bz = makespan_multi(tables, sid, F_eff[rows], B_eff[rows], W_eff[rows], p2p[rows])
-            makespan[idx], makespan0[idx] = mk, mk0
-            busy[idx, :bz.shape[1]] = bz
-
-    # breakdown on the busiest rank r*: microbatches each virtual stage runs on a rank that holds it: all
-    # m, except DualPipe, whose ranks hold stage r and stage p-1-r and run each for the m/2 microbatches
-    # entering from that end
-    r_star = np.argmax(np.where(pt.rank_valid, busy, -np.inf), axis=1)
-    mb = family_column(sched, "microbatch_share") * m
-    on_star = pt.held_by(r_star)
-    pure = st["F"] + st["B"] + st["W"]
-    out = dict(makespan=makespan, makespan0=makespan0, busy_sum=_row_sums(busy),
-               last_bwd=pt.rank_sum(B_eff + W_eff),
-               pure=mb * _row_sums(np.where(on_star, gather_rows(pure, g), 0.0)))
-    for k in ("tp", "cp", "ep"):
-        f, b = st[k + "_f"], st[k + "_b"]
-        out["exposed_" + k] = (mb * _row_sums(np.where(on_star, gather_rows(f + b, g), 0.0)) if f.any() or b.any()
-                               else np.zeros(n))
-    v = None
-    if len(has):
-        v = np.zeros_like(F_eff)
-        v[has] = z3["f"][zk] + z3["b"][zk]
-    out["exposed_zero3"] = mb * _row_sums(np.where(on_star, v, 0.0)) if v is not None and v.any() else np.zeros(n)
-    return out
-
-
-def _inflight(opt, pt, *, sched, pp, chunks, m) -> np.ndarray:
-    """Peak in-flight microbatches per rank (N, P) of N rows, 0 on padding: counted on the replayed
-    schedule order (the shape's tables: (chunk, microbatch) pairs / chunks per rank), or the memory
-    model's closed forms with `pipeline="analytic"`; PipeDream's steady state holds min(p − i, m) on
-    rank i (memory/inflight.py). A function of the schedule shape and m only, so it is known before
-    any time is."""
-    n, P = len(sched), pt.padded_ranks
-    inflight = np.zeros((n, P))
-    pdm = ~family_column(sched, "synchronous")
-    if pdm.any():
-        idx = np.flatnonzero(pdm)
-        inflight[idx] = np.where(pt.rank_valid[idx], np.minimum(pp[idx, None] - np.arange(P), m[idx, None]), 0.0)
-    if opt.pipeline == "analytic":
-        from .memory.inflight import inflight_microbatches
-
-        for _, idx in categories(pt.shape_index):  # per shape (the closed forms take one schedule)
-            sch, p, v = sched[idx[0]], int(pp[idx[0]]), int(chunks[idx[0]])
-            if family(sch).synchronous:
-                inflight[idx, :p] = inflight_microbatches(sch, pp=p, num_microbatches=m[idx], vpp=v)
-        return inflight
-    idx = np.flatnonzero(~pdm)
-    if len(idx):
-        k_first, sid = distinct_rows(pt.shape_index[idx], m[idx])  # one schedule shape per (shape, m)
-        counts_k = np.zeros((len(k_first), P))
-        for k, i in enumerate(idx[k_first]):
-            counts_k[k, :pp[i]] = _shape_inflight(sched[i], int(pp[i]), int(m[i]), int(chunks[i]))
-        if len(idx) == n:
-            return gather_rows(counts_k, sid)
-        inflight[idx] = gather_rows(counts_k, sid)
-    return inflight
-
-
-def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus: int, pp=1, vpp=1,
-                     schedule="1f1b", zero=0, recompute="none", sequence_parallel=False,
-                     cp_algorithm: str = "ring", dp_mode: str = "ddp", shard_group_size: int | None = None,
-                     layers_per_stage=None, tp=1, dp=1, cp=1, ep=1, micro_batch_size=1,
-                     options: EstimateOptions | None = None, inference: bool = False,
-                     time_infeasible: bool = True) -> pd.DataFrame:
-    """Memory and time of N layouts, one row each, in one vectorised pass.
-
-    Every layout field (tp, pp, dp, cp, ep, vpp, micro_batch_size, zero, recompute,
-    sequence_parallel, schedule) is a scalar or an array of shape (N,); `layers_per_stage` is None,
-    one tuple for every row, or an (N,) object array of tuples / "a,b,..." strings / None (even).
-    cp_algorithm, dp_mode and shard_group_size describe the cluster setup and are scalars.
     Layouts of different pipeline shapes are padded to a common width (structure.pipeline_table);
     the replays of all of them run in one compiled pass (pipeline.makespan_multi), once per distinct
     set of stage times. The caller guarantees validity (spec/validate.py); rows that do not fit HBM
@@ -358,45 +166,34 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     schedule shape's in-flight counts); with `time_infeasible=False` the time is worked out only for
     the rows that fit, and the time and throughput columns of the others are NaN (a sweep's default:
     most of a large space does not fit, and its time would be that of a run that cannot start).
+    `per_stage=True` keeps every stage's memory (what `estimate` reports), from which the worst stage
+    is read (the same values to the last bit as the sweep's worst-stage-only path).
     """
     opt = options or EstimateOptions()
-    given = dict(tp=tp, dp=dp, cp=cp, ep=ep, micro_batch_size=micro_batch_size, zero=zero, pp=pp, vpp=vpp,
-                 schedule=schedule, recompute=recompute, sequence_parallel=sequence_parallel)
-    n = int(np.prod(np.broadcast_shapes(*(np.shape(v) for v in given.values())), dtype=np.int64))
-    tp, dp, cp, ep, mbs, zz, ppa, vppa = (_ints(given[k], n) for k in ("tp", "dp", "cp", "ep", "micro_batch_size",
-                                                                        "zero", "pp", "vpp"))
-    sched, rec = _names(schedule, n), _names(recompute, n)
-    spa = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,))
-    splits = _splits(layers_per_stage, n)
-    check_choices("schedule", sched, SCHEDULE_NAMES)
-    check_choices("recompute", rec, RECOMPUTE)
-    if (shard_group_size or dp_mode == "dataparallel") and len(np.unique(zz)) > 1:
-        # rare combinations: one call per ZeRO stage (the DP groups differ), rows put back in order
-        parts = []
-        for zv in np.unique(zz):
-            idx = np.flatnonzero(zz == zv)
-            sub = evaluate_layouts(model, training, hardware, num_gpus=num_gpus, pp=ppa[idx], vpp=vppa[idx],
-                                   schedule=sched[idx], zero=int(zv), recompute=rec[idx], sequence_parallel=spa[idx],
-                                   cp_algorithm=cp_algorithm, dp_mode=dp_mode, shard_group_size=shard_group_size,
-                                   layers_per_stage=_objects([splits[i] for i in idx]),
-                                   tp=tp[idx], dp=dp[idx], cp=cp[idx], ep=ep[idx], micro_batch_size=mbs[idx],
-                                   options=opt, inference=inference, time_infeasible=time_infeasible)
-            parts.append(sub.set_index(idx))
-        return pd.concat(parts).sort_index().reset_index(drop=True)
+    zz = batch.zero
+    if (batch.shard_group_size or batch.dp_mode == "dataparallel") and len(np.unique(zz)) > 1:
+        return _per_zero_stage(model, training, hardware, batch, opt, inference, time_infeasible, per_stage)
+    tp, dp, cp, ep, mbs, ppa, vppa = batch.tp, batch.dp, batch.cp, batch.ep, batch.micro_batch_size, batch.pp, batch.vpp
+    sched, rec, spa = batch.schedule, batch.recompute, batch.sequence_parallel
+    n = len(batch)
     B, s = training.global_batch_size, training.seq_length
-    m = B // (dp * mbs)
+    m = batch.num_microbatches(B)
     rec_c = factorize(rec)[0]  # integer codes: grouping by them is much faster than by strings
     chunks = np.where(family_column(sched, "takes_vpp"), vppa, 1)  # the builders' vpp
-    pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=splits)
+    pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=list(batch.layers_per_stage))
 
     # memory first, with the in-flight microbatches of the replayed schedule order (known from the shape)
-    inflight = _inflight(opt, pt, sched=sched, pp=ppa, chunks=chunks, m=m)
+    inflight = inflight_per_rank(opt, pt, sched=sched, pp=ppa, chunks=chunks, m=m)
     mem = stage_memory_arrays(model, training, tp=tp, pp=ppa, dp=dp, cp=cp, ep=ep, vpp=chunks, micro_batch_size=mbs,
-                              num_microbatches=m, zero=zz, shard_group_size=shard_group_size, recompute=rec,
+                              num_microbatches=m, zero=zz, shard_group_size=batch.shard_group_size, recompute=rec,
                               sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
-                              placement=pt.classes, rank_class=pt.rank_class, worst_of=pt.rank_valid,
+                              placement=pt.classes, rank_class=pt.rank_class,
+                              worst_of=None if per_stage else pt.rank_valid,
                               inflight_key=distinct_rows(pt.shape_index, m)[1])  # in-flight: one per (shape, m)
     del inflight  # (N, P): not needed for the time
+    stages = None
+    if per_stage:
+        stages, mem = mem, _at_worst_stage(mem, pt.rank_valid)
     worst = mem["worst_stage"]
     out = {k: mem[k] for k in MEMORY_FIELDS}
     feasible = out["peak_bytes"] <= hardware.hbm_bytes
@@ -407,7 +204,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     r = slice(None) if every else np.flatnonzero(feasible)
     t = {k: np.full(n, np.nan) for k in TIME_FIELDS}
     if every or len(r):
-        got = _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_group_size,
+        got = _step_times(model, training, hardware, opt, batch.cp_algorithm, batch.dp_mode, batch.shard_group_size,
                           pt if every else pt.take(r), tp=tp[r], dp=dp[r], cp=cp[r], ep=ep[r], mbs=mbs[r], zz=zz[r],
                           pp=ppa[r], sched=sched[r], rec=rec[r], rec_c=rec_c[r], sp=spa[r], chunks=chunks[r], m=m[r])
         for k in TIME_FIELDS:
@@ -418,10 +215,11 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
     for _, idx in categories(rec_c):
         model_flops[idx], hw_flops[idx] = step_flops(model, training, recompute=rec[idx[0]])
     peak_flops = mfu_peak_flops(hardware, training)
-    tokens = B * s
-    return pd.DataFrame({
+    tokens, num_gpus = B * s, batch.num_gpus
+    return Evaluation(rows=pd.DataFrame({
         "tp": tp, "pp": ppa, "dp": dp, "cp": cp, "ep": ep, "vpp": vppa, "micro_batch_size": mbs,
-        "num_microbatches": m, "zero": zz, "recompute": text_column(rec), "sequence_parallel": spa, "schedule": text_column(sched),
+        "num_microbatches": m, "zero": zz, "recompute": text_column(rec), "sequence_parallel": spa,
+        "schedule": text_column(sched),
         **t,
         "tokens_per_s": tokens / step,
         "model_tflops_per_gpu": model_flops / (step * num_gpus) / 1e12,
@@ -429,7 +227,59 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
         "mfu": model_flops / (step * num_gpus * peak_flops),
         "hfu": hw_flops / (step * num_gpus * peak_flops),
         **out, "worst_stage": worst, "feasible": feasible, "reason": text_column(reason),
-    })
+    }), stages=stages)
+
+
+def _at_worst_stage(stages: dict, valid: np.ndarray) -> dict:
+    """`worst_stage` (the highest peak among the valid stages, the first on ties) and MEMORY_FIELDS there,
+    (N,) arrays, from per-stage (N, P) arrays."""
+    w = np.argmax(np.where(valid, stages["peak_bytes"], -np.inf), axis=1)
+    rows = np.arange(len(w))
+    return {"worst_stage": w, **{k: stages[k][rows, w] for k in MEMORY_FIELDS}}
+
+
+def _per_zero_stage(model, training, hardware, batch, opt, inference, time_infeasible, per_stage) -> Evaluation:
+    """`evaluate` once per ZeRO stage, rows put back in order: with hybrid sharding or single-process
+    DataParallel the data-parallel groups of different ZeRO stages differ, and a call sizes its groups
+    once (rare combinations)."""
+    n = len(batch)
+    parts, stage_parts = [], []
+    for zv in np.unique(batch.zero):
+        idx = np.flatnonzero(batch.zero == zv)
+        sub = evaluate(model, training, hardware, batch.take(idx), options=opt, inference=inference,
+                       time_infeasible=time_infeasible, per_stage=per_stage)
+        parts.append(sub.rows.set_index(idx))
+        stage_parts.append((idx, sub.stages))
+    rows = pd.concat(parts).sort_index().reset_index(drop=True)
+    stages = None
+    if per_stage:
+        width = max(next(iter(st.values())).shape[1] for _, st in stage_parts)
+        stages = {k: np.zeros((n, width)) for k in stage_parts[0][1]}
+        for idx, st in stage_parts:
+            for k, v in st.items():
+                stages[k][idx, :v.shape[1]] = v
+    return Evaluation(rows=rows, stages=stages)
+
+
+def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus: int, pp=1, vpp=1,
+                     schedule="1f1b", zero=0, recompute="none", sequence_parallel=False,
+                     cp_algorithm: str = "ring", dp_mode: str = "ddp", shard_group_size: int | None = None,
+                     layers_per_stage=None, tp=1, dp=1, cp=1, ep=1, micro_batch_size=1,
+                     options: EstimateOptions | None = None, inference: bool = False,
+                     time_infeasible: bool = True) -> pd.DataFrame:
+    """`evaluate(...).rows` of the layouts given as columns (`LayoutBatch.of_columns`: every layout
+    field a scalar or an (N,) array; `layers_per_stage` None, one tuple for every row, or an (N,)
+    object array of tuples / "a,b,..." strings / None); the sweep's evaluator."""
+    batch = LayoutBatch.of_columns(num_gpus=num_gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
+                                   micro_batch_size=micro_batch_size, zero=zero, recompute=recompute,
+                                   sequence_parallel=sequence_parallel, schedule=schedule,
+                                   layers_per_stage=layers_per_stage, cp_algorithm=cp_algorithm, dp_mode=dp_mode,
+                                   shard_group_size=shard_group_size)
+    return evaluate(model, training, hardware, batch, options=options, inference=inference,
+                    time_infeasible=time_infeasible).rows
+
+
+evaluate_layouts.array_fields = True  # sweep.evaluate_candidates: every layout field may be an array
 
 
 def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_group_size, pt, *, tp, dp, cp, ep, mbs,
@@ -479,7 +329,7 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     # 3. the pipeline, once per distinct set of what it reads: the stage times (b_inv), the shape (schedule,
     # pp, chunks), the ZeRO-3 exposure, the p2p time (c_inv) and the microbatch count
     T, t_inv = distinct_rows(b_inv, pt.shape_index, z3_id, c_inv, m)
-    tl = _pipeline_times(opt, pt.take(T), st, b_inv[T], z3, z3_id[T], sched=sched[T],
+    tl = pipeline_times(opt, pt.take(T), st, b_inv[T], z3, z3_id[T], sched=sched[T],
                          pp=pp[T], chunks=chunks[T], m=m[T], p2p=c["p2p"][c_inv[T]])
     makespan, busy_sum = tl["makespan"][t_inv], tl["busy_sum"][t_inv]
 
@@ -525,21 +375,3 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     return {"step_s": step, "compute_s": compute_s, "exposed_comm_s": exposed_comm, "bubble_s": bubble_s,
             "bubble_fraction": bubble_fraction, "optimizer_s": optimizer,
             **{f"exposed_{k}_s": exposed[k] for k in EXPOSED}}
-
-evaluate_layouts.array_fields = True  # sweep.evaluate_candidates: every layout field may be an array
-
-
-def _analytic_pipeline(schedule, pp, vpp, m, per, f_rank, b_rank, w_rank, p2p):
-    """Closed-form makespan (labelled 'analytic'; the replay is the default) of K rows of one schedule:
-    pp, vpp (chunks), m (K,); per, f_rank, b_rank, w_rank (K, P): one microbatch's F+B+W, F, B, W per
-    rank. The family's closed form (`ScheduleFamily.makespan`, formulas.md §5.2) on the slowest rank,
-    plus 2(p − 1) p2p hops (first forward down, last backward up); busy = m·share·per rank. Exact for
-    uniform stages without p2p (the tests check it against the replay); an approximation otherwise.
-    Returns (makespan, makespan without p2p, busy per rank)."""
-    fam = family(schedule)
-    mf = np.asarray(m).astype(float)
-    rows = np.arange(len(mf))
-    r = np.argmax(per, axis=1)
-    mk0 = fam.makespan(np.asarray(pp), mf, vpp, per[rows, r], f_rank[rows, r], b_rank[rows, r], w_rank[rows, r])
-    busy = (fam.microbatch_share * mf)[:, None] * per
-    return mk0 + 2 * (np.asarray(pp) - 1.0) * p2p, mk0, busy

@@ -6,7 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import cli
-from simulator.estimate import EstimateOptions, estimate, evaluate_layouts
+from simulator.estimate import EstimateOptions, estimate
+from simulator.kernel import evaluate_layouts
 from simulator.pipeline import replay
 from simulator.schedules import build
 from simulator.spec.hardware import load_hardware
@@ -146,7 +147,7 @@ def test_cli_bad_input_is_one_line_exit_2(args, msg, capsys):
 def test_analytic_pipeline_equals_the_replay_for_uniform_stages(schedule, vpp):
     # The closed forms are exact when every rank's F, B, W are equal and p2p is free: compare the two
     # modes on uniform stages (no embedding/head time), the replay being the independent engine.
-    from simulator.kernel import _analytic_pipeline
+    from simulator.kernel_pipeline import _analytic_pipeline
     from simulator.schedules import family
 
     p, m = 4, 16
@@ -256,7 +257,7 @@ def test_one_call_over_mixed_pipeline_shapes_equals_one_call_per_layout(scenario
 def test_analytic_pipeline_is_close_to_the_replay_for_the_other_schedules(schedule):
     # For these the closed forms approximate (F&B pairs, W placement): within 10 % of the replay on
     # uniform stages (a factor-2 error in DualPipeV's microbatch count once slipped through).
-    from simulator.kernel import _analytic_pipeline
+    from simulator.kernel_pipeline import _analytic_pipeline
     from simulator.schedules import family
 
     for p, m in ((4, 16), (8, 32)):

@@ -18,13 +18,13 @@ SHAPES = [("1f1b", 4, 8, 1), ("gpipe", 3, 5, 1), ("interleaved", 4, 8, 2), ("zb-
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
-    from simulator import kernel
+    from simulator import kernel_pipeline
 
     monkeypatch.setenv("PARASIM_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PARASIM_NO_CACHE", raising=False)
-    kernel._shape_tables.cache_clear()  # the in-process memo would hide the disk
+    kernel_pipeline.schedule_shape_tables.cache_clear()  # the in-process memo would hide the disk
     yield tmp_path
-    kernel._shape_tables.cache_clear()
+    kernel_pipeline.schedule_shape_tables.cache_clear()
 
 
 def _fresh(s, p, m, c):
@@ -48,18 +48,18 @@ def test_stored_tables_come_back_equal_and_read_only(folder, shape):
 
 
 def test_the_kernel_reads_what_it_wrote_and_rebuilds_a_damaged_file(folder):
-    from simulator import kernel
+    from simulator import kernel_pipeline
 
     s, p, m, c = SHAPES[2]
-    built = kernel._shape_tables(s, p, m, c)
+    built = kernel_pipeline.schedule_shape_tables(s, p, m, c)
     (f,) = list(folder.glob("shapes-*/*.bin"))
-    kernel._shape_tables.cache_clear()
-    _assert_equal(kernel._shape_tables(s, p, m, c), built)
+    kernel_pipeline.schedule_shape_tables.cache_clear()
+    _assert_equal(kernel_pipeline.schedule_shape_tables(s, p, m, c), built)
     for damage in (lambda b: b[:-3], lambda b: b + b"x", lambda b: b"junk" + b[4:], lambda b: b""):
         f.write_bytes(damage(cache._encode(built)))
         assert cache.load(s, p, m, c) is None  # not read: the size or the header do not fit
-        kernel._shape_tables.cache_clear()
-        _assert_equal(kernel._shape_tables(s, p, m, c), built)  # built again, and the file written whole
+        kernel_pipeline.schedule_shape_tables.cache_clear()
+        _assert_equal(kernel_pipeline.schedule_shape_tables(s, p, m, c), built)  # built again, and the file written whole
         _assert_equal(cache.load(s, p, m, c), built)
 
 
@@ -72,10 +72,10 @@ def test_flushed_schedules_are_made_in_c_and_not_kept(folder, shape):
 
 
 def test_refused_shapes_still_raise_and_write_nothing(folder):
-    from simulator import kernel
+    from simulator import kernel_pipeline
 
     with pytest.raises(InputError):
-        kernel._shape_tables("dualpipe", 4, 3, 1)  # dualpipe needs an even m >= 2 pp
+        kernel_pipeline.schedule_shape_tables("dualpipe", 4, 3, 1)  # dualpipe needs an even m >= 2 pp
     assert not list(folder.glob("shapes-*/*.bin"))
 
 
@@ -119,7 +119,7 @@ def test_an_unwritable_cache_folder_only_costs_time(folder, monkeypatch):
 
 
 def test_a_sweep_reading_the_cache_equals_one_building_every_shape(folder, monkeypatch):
-    from simulator import kernel
+    from simulator import kernel_pipeline
     from simulator.spec.scenario import load_scenario
     from simulator.sweep import SweepSpace, run_sweep
 
@@ -129,10 +129,10 @@ def test_a_sweep_reading_the_cache_equals_one_building_every_shape(folder, monke
     monkeypatch.setenv("PARASIM_NO_CACHE", "1")
     built = run_sweep(sc, space, workers=1)
     monkeypatch.delenv("PARASIM_NO_CACHE")
-    kernel._shape_tables.cache_clear()
+    kernel_pipeline.schedule_shape_tables.cache_clear()
     run_sweep(sc, space, workers=1)  # fills the cache
     assert len(list(folder.glob("shapes-*/*.bin"))) >= 10
-    kernel._shape_tables.cache_clear()
+    kernel_pipeline.schedule_shape_tables.cache_clear()
     import simulator.schedules as schedules
 
     calls, real = [], schedules.build

@@ -57,7 +57,7 @@ def memory(fmt, inference, plot, **kwargs):
     sc = scenario_from_options(kwargs)
     inflight = None
     if not inference and sc.layout.pp > 1:  # in-flight microbatches from the replayed schedule order
-        from ..estimate import replayed_inflight_per_rank
+        from ..kernel_pipeline import replayed_inflight_per_rank
 
         inflight = replayed_inflight_per_rank(sc.layout, sc.training.global_batch_size)
     result = memory_breakdown(sc.model, sc.training, sc.layout, sc.hardware, inference=inference,

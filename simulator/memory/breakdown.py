@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
-import pandas as pd
 
 from ..dedup import distinct_rows, factorize, gather_rows
 from ..errors import InputError
@@ -30,7 +29,6 @@ from ..spec.layout import SCHEDULES, Layout
 from ..spec.rules import RECOMPUTE, check_choices, check_zero
 from ..spec.model import ModelSpec
 from ..spec.training import Training
-from ..units import GiB
 from .activations import (embedding_activation_bytes, head_activation_bytes, head_weight_grad_bytes,
                           layer_activation_bytes, layer_weight_grad_bytes, loss_backward_bytes)
 from .inflight import inflight_microbatches, loss_inflight_microbatches
@@ -457,6 +455,14 @@ def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardw
         sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,
         layers_per_stage=layout.layers_per_stage, inference=inference, inflight_per_stage=inflight_per_stage,
         overheads=overheads)
+    return memory_result(arrays, model, training, layout, hardware, inference=inference)
+
+
+def memory_result(arrays: dict, model: ModelSpec, training: Training, layout: Layout, hardware=None, *,
+                  inference: bool = False) -> MemoryResult:
+    """The MemoryResult of one layout from its per-stage arrays (stage_memory_arrays' names, at least
+    layout.pp entries each: a row of the kernel's per-stage output, or one layout's arrays), with the
+    verdict against `hardware.hbm_bytes` (None: no verdict, feasible=True, reason 'no hardware given')."""
     names = [f.name for f in fields(MemoryBreakdown) if f.name != "stage"]
     stages = []
     for i in range(layout.pp):

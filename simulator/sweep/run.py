@@ -45,10 +45,10 @@ def schedule_refusal(schedule: str, pp: int, vpp: int, microbatches: int) -> str
     """'' if the schedule builder accepts this schedule shape, else its one-line reason (e.g. dualpipe
     needs an even m >= 2·pp). Asking the builder keeps its rules in one place; an accepted shape's
     tables are kept by the kernel's cache, so the replay reuses them."""
-    from ..kernel import _shape_tables
+    from ..kernel_pipeline import schedule_shape_tables
 
     try:
-        _shape_tables(str(schedule), int(pp), int(microbatches), int(vpp))
+        schedule_shape_tables(str(schedule), int(pp), int(microbatches), int(vpp))
     except InputError as exc:
         return str(exc).splitlines()[0]
     return ""
