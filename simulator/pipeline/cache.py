@@ -1,11 +1,11 @@
-"""An on-disk cache of schedule shapes' replay tables (`replay.ShapeTables`), shared by every process.
+"""An on-disk cache of schedule shapes' replay tables (`multi.ShapeTables`), shared by every process.
 
 A sweep replays tens to hundreds of schedule shapes (schedule, pp, microbatches, chunks). A shape
 whose op lists are built in Python (interleaved, ZB-V, DualPipe, DualPipeV: the builder's op order,
 then its dependency and level tables in C) costs ~15x more to build than to read back, so those
 tables are kept on disk and read by later commands, sweep workers and notebooks. The flushed
 one-stage-per-rank schedules (GPipe, 1F1B, ZB-H1/H2: most shapes of a sweep) are made from their
-description in one C call instead (`replay.flush_shape_tables`, ~40 ns per op on a quiet VM) and
+description in one C call instead (`multi.flush_shape_tables`, ~40 ns per op on a quiet VM) and
 not kept: writing their tables cost a first sweep more than making them (the 405B sweep's 191
 shape files, 159 of them these: ~40-200 ms of writes on the benchmark VM's ext4 disk, against ~17 ms
 of C for the 159), and reading them back would save a later sweep only ~6-13 ms of CPU
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .replay import ShapeTables, flush_shape_tables, shape_tables
+from .multi import ShapeTables, flush_shape_tables, shape_tables
 
 _MAGIC = b"parasim-shape-1\n"
 _HEAD = struct.Struct("=5q")  # num_ops, num_stages, num_ranks, busy entries, ranks in the in-flight peaks
@@ -47,7 +47,7 @@ def _code_files() -> list[Path]:
     here = Path(__file__).resolve().parent
     native = here.parent / "native"
     files = sorted((here.parent / "schedules").glob("*.py"))
-    files += [here / f for f in ("replay.py", "compiled.py", "cache.py")] + [native / "__init__.py"]
+    files += [here / f for f in ("replay.py", "multi.py", "compiled.py", "cache.py")] + [native / "__init__.py"]
     files += sorted(p for p in native.glob("_native*") if p.suffix in (".so", ".pyd", ".dylib", ".c"))
     return files
 
@@ -86,8 +86,8 @@ def _folder(no_cache: str, cache_dir: str, xdg: str, home: str) -> str | None:
 def tables(schedule: str, pp: int, microbatches: int, chunks: int) -> ShapeTables:
     """The replay tables of a schedule shape (`chunks`: model chunks per rank, used by interleaved).
     A flushed one-stage-per-rank schedule's (GPipe, 1F1B, ZB-H1/H2) are made in one C call from its
-    description (`replay.flush_shape_tables`); any other's are read from the cache, else built from
-    its op lists (`schedules.build`, `replay.shape_tables`) and kept. InputError if the builder
+    description (`multi.flush_shape_tables`); any other's are read from the cache, else built from
+    its op lists (`schedules.build`, `multi.shape_tables`) and kept. InputError if the builder
     refuses the shape (refusals are not cached)."""
     from ..schedules import FLUSH_SPECS, build, family
     from ..schedules.op import check_counts
