@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .errors import InputError
 from .batch import LayoutBatch
 from .kernel import EXPOSED, EstimateOptions, evaluate
-from .memory.breakdown import memory_result
+from .memory.result import memory_result
 from .spec.layout import Layout
 from .spec.model import ModelSpec
 from .spec.training import Training

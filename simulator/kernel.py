@@ -60,14 +60,15 @@ from .errors import InputError
 from .frames import text_column
 from .kernel_comm import _dp_tail_traffic, _layer_comm, _optimizer_times, _zero3_gather_times
 from .kernel_pipeline import family_column, inflight_per_rank, pipeline_times
-from .memory.breakdown import infeasibility_reasons, stage_memory_arrays
+from .memory.breakdown import stage_memory_arrays
+from .memory.result import infeasibility_reasons
+from .memory.worst import CONSUMER_FIELDS, at_worst_stage
 from .spec.model import ModelSpec
 from .spec.placement import params_per_rank, stage_param_split
 from .spec.training import Training
 from .structure import pipeline_table
 
-MEMORY_FIELDS = ("peak_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
-                 "kv_cache_bytes", "other_bytes")
+MEMORY_FIELDS = CONSUMER_FIELDS
 EXPOSED = ("tp", "cp", "ep", "pp", "dp", "zero3")
 TIME_FIELDS = ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_fraction", "optimizer_s",
                *(f"exposed_{k}_s" for k in EXPOSED))
@@ -193,7 +194,7 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
     del inflight  # (N, P): not needed for the time
     stages = None
     if per_stage:
-        stages, mem = mem, _at_worst_stage(mem, pt.rank_valid)
+        stages, mem = mem, at_worst_stage(mem, pt.rank_valid)
     worst = mem["worst_stage"]
     out = {k: mem[k] for k in MEMORY_FIELDS}
     feasible = out["peak_bytes"] <= hardware.hbm_bytes
@@ -228,14 +229,6 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
         "hfu": hw_flops / (step * num_gpus * peak_flops),
         **out, "worst_stage": worst, "feasible": feasible, "reason": text_column(reason),
     }), stages=stages)
-
-
-def _at_worst_stage(stages: dict, valid: np.ndarray) -> dict:
-    """`worst_stage` (the highest peak among the valid stages, the first on ties) and MEMORY_FIELDS there,
-    (N,) arrays, from per-stage (N, P) arrays."""
-    w = np.argmax(np.where(valid, stages["peak_bytes"], -np.inf), axis=1)
-    rows = np.arange(len(w))
-    return {"worst_stage": w, **{k: stages[k][rows, w] for k in MEMORY_FIELDS}}
 
 
 def _per_zero_stage(model, training, hardware, batch, opt, inference, time_infeasible, per_stage) -> Evaluation:

@@ -7,7 +7,8 @@ import pytest
 
 from simulator.errors import InputError
 from simulator.memory import MemoryResult, Overheads, memory_breakdown, stage_memory_arrays
-from simulator.memory.breakdown import feasible_mask, stage_activation_split
+from simulator.memory.breakdown import stage_activation_split
+from simulator.memory.result import feasible_mask
 from simulator.memory.kv_cache import kv_cache_bytes
 from simulator.memory.overheads import overhead_bytes
 from simulator.spec.layout import Layout

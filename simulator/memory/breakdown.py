@@ -7,10 +7,10 @@
                   [+ max(one layer's working set with full recompute, the loss's backward working set
                          on the head stage with cross_entropy = "torch-fp32")]
 
-Two forms: `stage_memory_arrays` (numeric layout fields as numpy arrays of shape (N,), categorical
-fields scalar, results of shape (N, pp)) for sweeps, and `memory_breakdown` (one Layout ->
-MemoryResult with a per-stage list, the worst stage, a feasibility verdict and `to_dict()` following
-the JSON contract of DESIGN.md).
+Two forms: `stage_memory_arrays` (layout fields as numpy arrays of shape (N,), results of shape
+(N, pp); with `worst_of`, only each layout's worst stage: worst.py) for the kernel, and
+`memory_breakdown` (one Layout -> MemoryResult, result.py: per-stage breakdowns, the worst stage, the
+verdict and `to_dict()` following the JSON contract of DESIGN.md).
 
 Inference (`inference=True`): weights only (no gradients or optimizer state; data parallelism
 replicates, ZeRO settings are ignored), a KV cache for global_batch_size/dp sequences of seq_length
@@ -19,25 +19,23 @@ layers), one layer's forward working set for a micro-batch, and last-token logit
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-
 import numpy as np
 
-from ..dedup import distinct_rows, factorize, gather_rows
+from ..dedup import distinct_rows, factorize
 from ..errors import InputError
 from ..spec.layout import SCHEDULES, Layout
-from ..spec.rules import RECOMPUTE, check_choices, check_zero
 from ..spec.model import ModelSpec
+from ..spec.placement import stage_placement
+from ..spec.rules import RECOMPUTE, check_choices, check_zero
 from ..spec.training import Training
 from .activations import (embedding_activation_bytes, head_activation_bytes, head_weight_grad_bytes,
                           layer_activation_bytes, layer_weight_grad_bytes, loss_backward_bytes)
 from .inflight import inflight_microbatches, loss_inflight_microbatches
 from .kv_cache import kv_cache_bytes
 from .overheads import Overheads, overhead_bytes
-from ..spec.placement import stage_placement
+from .result import MemoryResult, memory_result
 from .states import model_state_bytes
-
-CONSUMERS = ("params", "grads", "optimizer", "activations", "kv_cache", "other")
+from .worst import at_worst_stage, worst_stage_by_class, worst_stage_of_ranks
 
 
 def _check_inflight(inflight_per_stage, pp: int) -> np.ndarray:
@@ -47,7 +45,6 @@ def _check_inflight(inflight_per_stage, pp: int) -> np.ndarray:
     if not np.all(np.isfinite(a)) or np.any(a < 0):
         raise InputError(f"inflight_per_stage must be finite and >= 0, got {a.tolist()}")
     return a
-
 
 class _ModeRows:
     """The distinct rows of (recompute, SP, the array-valued `kw`) of N layouts, found once: per-row
@@ -86,12 +83,10 @@ class _ModeRows:
                                         (len(idx),))
         return vals[self.inv]
 
-
 def _check_categorical(*, recompute, schedule, zero) -> None:
     check_choices("recompute", recompute, RECOMPUTE)
     check_choices("schedule", schedule, SCHEDULES)
     check_zero(zero)
-
 
 def stage_activation_split(model: ModelSpec, training: Training, *, tp, pp: int, cp=1, vpp: int = 1,
                            micro_batch_size=1, recompute: str = "none", sequence_parallel: bool = False,
@@ -118,7 +113,6 @@ def stage_activation_split(model: ModelSpec, training: Training, *, tp, pp: int,
     w = np.minimum(w, fwd)
     return {"forward_bytes": fwd, "backward_free_bytes": fwd - w, "weight_free_bytes": w}
 
-
 def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp, cp=1, ep=1, vpp: int = 1,
                         micro_batch_size=1, num_microbatches=1, zero: int = 0,
                         shard_group_size: int | None = None, recompute: str = "none",
@@ -142,7 +136,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     shape (N,) — what a sweep keeps, without building the other per-stage arrays. With rank classes,
     `worst_of`, `inflight_per_stage` and `inflight_key` ((N,) integers; rows with equal keys have equal
     in-flight, rank-class and `worst_of` rows, e.g. one key per schedule shape and microbatch count),
-    the worst stage is found per class (`_worst_by_class`), never building (N, P) arrays.
+    the worst stage is found per class (`worst_stage_by_class`), never building (N, P) arrays.
     """
     overheads = Overheads() if overheads is None else overheads
     _check_categorical(recompute=recompute, schedule=schedule, zero=zero)
@@ -211,7 +205,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
             ws = working_set() * (full[..., None] if full.ndim else 1.0) if full.any() else None
             if loss is not None:
                 ws = pl.head * loss if ws is None else np.maximum(ws, pl.head * loss)
-            got = _worst_by_class(overheads, st, per_mb, pl.head * head, ws, loss_m, inflight, inflight_key,
+            got = worst_stage_by_class(overheads, st, per_mb, pl.head * head, ws, loss_m, inflight, inflight_key,
                                   rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
             if got is not None:
                 return got
@@ -225,7 +219,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         zeros = np.zeros(shape)
         kv, inflight = zeros, zeros + inflight
     if worst_of is not None and rank_class is not None and not inference:
-        return _worst_stage(overheads, st, act, to_rank, rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+        return worst_stage_of_ranks(overheads, st, act, to_rank, rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
     params, grads, opt, transient = (np.broadcast_to(to_rank(st[k]), zeros.shape)
                                      for k in ("params", "grads", "optimizer", "gather"))
     tensor = params + grads + opt + act + kv + transient
@@ -233,215 +227,14 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     other = transient + over
     peak = params + grads + opt + act + kv + other
     if worst_of is not None:  # the consumers at each layout's worst stage only
-        w = np.argmax(np.where(worst_of, peak, -np.inf), axis=-1)
-
-        def at_worst(x):
-            return np.take_along_axis(np.broadcast_to(x, zeros.shape), w[..., None], axis=-1)[..., 0]
-
-        return {"worst_stage": w, "peak_bytes": at_worst(peak), **{name: at_worst(x) for name, x in (
-            ("params_bytes", params), ("grads_bytes", grads), ("optimizer_bytes", opt), ("activations_bytes", act),
-            ("kv_cache_bytes", kv), ("other_bytes", other))}}
+        return at_worst_stage({"peak_bytes": peak, "params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt,
+                               "activations_bytes": act, "kv_cache_bytes": kv, "other_bytes": other}, worst_of)
     st = {k: to_rank(v) for k, v in st.items() if k not in ("params", "grads", "optimizer", "gather")}
     params, grads, opt, transient = (zeros + x for x in (params, grads, opt, transient))
     return {"params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt, "activations_bytes": act,
             "kv_cache_bytes": kv, "other_bytes": other, "peak_bytes": peak, "host_bytes": zeros + st["host"],
             "overhead_bytes": over, "transient_bytes": transient, "inflight_microbatches": inflight,
             "layers": zeros + to_rank(pl.layers), "params": zeros + st["params_count"]}
-
-
-def _peak(overheads, pgo, act, gather, **degrees):
-    """(peak, other) from params + grads + optimizer `pgo`, activations `act` and the gather buffers
-    (None: none), elementwise: peak = params + grads + optimizer + activations (+ KV cache, zero in
-    training) + other, other = gather buffers + overhead_bytes(tensor bytes) (MemoryBreakdown;
-    formulas.md §3.1, §3.8). Without ZeRO-3 the zero gather buffers are left out of the sums (adding
-    +0.0 changes nothing), so every value equals the full per-stage arrays' to the last bit."""
-    base = pgo + act
-    tensor = base + gather if gather is not None else base
-    over = overhead_bytes(overheads, tensor_bytes=tensor, **degrees)
-    other = gather + over if gather is not None else over
-    return base + other, other
-
-
-def _at_worst(st, at, cls, peak, act, other) -> dict:
-    """The six consumers and the peak at column `at` (N,) of peak, act and other (per rank or per
-    class), with params, grads and optimizer of class `cls` (N,) (st holds them per class)."""
-    rows = np.arange(len(at))
-
-    def of_class(x):
-        return np.broadcast_to(x, (len(at), np.shape(x)[-1]))[rows, cls]
-
-    return {"peak_bytes": peak[rows, at], "params_bytes": of_class(st["params"]),
-            "grads_bytes": of_class(st["grads"]), "optimizer_bytes": of_class(st["optimizer"]),
-            "activations_bytes": act[rows, at], "kv_cache_bytes": np.zeros(len(at)), "other_bytes": other[rows, at]}
-
-
-def _worst_stage(overheads, st, act, to_rank, rank_class, worst_of, **degrees) -> dict:
-    """`stage_memory_arrays(worst_of=...)` of training rows with rank classes, in fewer passes over the
-    (N, P) rank arrays: params + grads + optimizer summed per class, then gathered (the gather commutes
-    with the sums, so every value is the same to the last bit), the peak by `_peak`; the consumers at
-    the worst stage (the first on ties) read from their class."""
-    pgo = to_rank(st["params"] + st["grads"] + st["optimizer"]).reshape(act.shape)
-    gather = to_rank(st["gather"]).reshape(act.shape) if np.any(st["gather"]) else None
-    peak, other = _peak(overheads, pgo, act, gather, **degrees)
-    w = np.argmax(np.where(worst_of, peak, -np.inf), axis=-1)
-    return {"worst_stage": w, **_at_worst(st, w, rank_class[np.arange(len(w)), w], peak, act, other)}
-
-
-def _worst_by_class(overheads, st, per_mb, head, ws, loss_m, inflight, key, rank_class, worst_of, **degrees):
-    """The worst stage per rank class (None where this shortcut would not be exact).
-
-    Within a class every rank holds the same contents, so its peak (`_peak`) differs only through its
-    in-flight microbatches i: activations = i·per_mb + min(loss_m, max(i, 1))·head (+ the full-
-    recompute working set `ws`; formulas.md §3.4-3.5), and overhead_bytes grows with the tensor bytes.
-    With per_mb > 0 the peak rises strictly with i, so the class's worst rank is its first with the
-    most microbatches in flight; those ranks depend only on `key` (found once per distinct key), and
-    each class's terms are evaluated there with the same operations as the per-rank arrays (the same
-    values to the last bit). The worst stage is the class peaks' maximum, the lowest rank on ties (as
-    the per-rank argmax)."""
-    n, q = len(rank_class), np.shape(per_mb)[-1]
-    if np.shape(key) != (n,) or np.asarray(key).dtype.kind not in "iu":
-        raise InputError(f"inflight_key must be {n} integers, one per layout, got shape {np.shape(key)} "
-                         f"of {np.asarray(key).dtype}")
-    rows = np.arange(n)
-    first, inv = distinct_rows(key)
-    infl_u, cls_u, ok_u = (np.asarray(x)[first] for x in (inflight, rank_class, worst_of))
-    rep_u = np.zeros((len(first), q), dtype=np.int64)  # each class's first rank with the most in flight
-    has_u = np.zeros((len(first), q), dtype=bool)
-    for c in range(q):
-        mine = ok_u & (cls_u == c)
-        rep_u[:, c], has_u[:, c] = np.argmax(np.where(mine, infl_u, -np.inf), axis=1), mine.any(axis=1)
-    rep, has = gather_rows(rep_u, inv), gather_rows(has_u, inv)
-    per_mb = np.broadcast_to(per_mb, (n, q))
-    if not (np.where(has, per_mb, 1.0) > 0).all():  # a class with nothing in flight: ranks tie, take the long way
-        return None
-    i = np.asarray(inflight)[rows[:, None], rep]
-    act = i * per_mb
-    act = act + np.minimum(loss_m, np.maximum(i, 1.0)) * head
-    if ws is not None:
-        act = act + ws
-    pgo = st["params"] + st["grads"] + st["optimizer"]
-    gather = np.broadcast_to(st["gather"], act.shape) if np.any(st["gather"]) else None
-    peak, other = _peak(overheads, pgo, act, gather, **degrees)
-    best = np.max(np.where(has, peak, -np.inf), axis=1)
-    c = np.argmin(np.where(has & (peak == best[:, None]), rep, np.iinfo(np.int64).max), axis=1)  # lowest rank wins
-    return {"worst_stage": rep[rows, c], **_at_worst(st, c, c, peak, act, other)}
-
-
-# ---- one layout ---------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class MemoryBreakdown:
-    """Memory of one GPU of one pipeline stage, bytes. peak = the six consumers above `peak_bytes`.
-
-    other_bytes = overhead_bytes (CUDA context, NCCL, allocator reserve) + transient_bytes (ZeRO-3
-    gather buffers). host_bytes: CPU memory per GPU for offloaded states (not part of peak).
-    """
-
-    stage: int
-    layers: int
-    params: float  # parameters resident on the GPU before ZeRO sharding (count)
-    inflight_microbatches: float
-    params_bytes: float
-    grads_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    kv_cache_bytes: float
-    other_bytes: float
-    peak_bytes: float
-    host_bytes: float
-    overhead_bytes: float
-    transient_bytes: float
-
-    def biggest_consumer(self) -> tuple[str, float]:
-        """(name, bytes) of the largest of params, grads, optimizer, activations, kv_cache, other."""
-        vals = [(getattr(self, f"{c}_bytes"), c) for c in CONSUMERS]
-        b, name = max(vals)
-        return name, b
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-_COMPONENT_LABEL = {"params_bytes": "params", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
-                    "activations_bytes": "activations", "kv_cache_bytes": "kv cache", "other_bytes": "other"}
-
-
-def infeasibility_reasons(out: dict, feasible: np.ndarray, worst_stage: np.ndarray, hbm_bytes: float) -> np.ndarray:
-    """The one reason text of a layout that does not fit: '' where it fits; else '<biggest consumer>: X GiB
-    of Y GiB peak > Z GiB HBM (stage i)' on the worst stage. `out`: the worst stage's `<consumer>_bytes`
-    and `peak_bytes`, (N,) arrays; formatted once per distinct message."""
-    reason = np.full(len(feasible), "", dtype=object)
-    bad = np.flatnonzero(~feasible)
-    if bad.size == 0:
-        return reason
-    comps = [k for k in _COMPONENT_LABEL if k in out]
-    stack = np.stack([np.asarray(out[k], dtype=float)[bad] for k in comps], axis=1)
-    big = np.argmax(stack, axis=1)
-    gib = 2.0**30
-    big_d = np.round(stack[np.arange(bad.size), big] / gib * 10).astype(np.int64)  # tenths of GiB
-    peak_d = np.round(np.asarray(out["peak_bytes"], dtype=float)[bad] / gib * 10).astype(np.int64)
-    stage = worst_stage[bad]
-    first, inv = distinct_rows(big, big_d, peak_d, stage)  # many rows share a message: format each once
-    hbm = f"{hbm_bytes / gib:.1f}"
-    names = [_COMPONENT_LABEL[c] for c in comps]
-    text = np.empty(len(first), dtype=object)
-    text[:] = [f"{names[b]}: {x // 10}.{x % 10} GiB of {y // 10}.{y % 10} GiB peak > {hbm} GiB HBM (stage {j})"
-               for b, x, y, j in zip(*(a[first].tolist() for a in (big, big_d, peak_d, stage)))]
-    reason[bad] = text[inv]
-    return reason
-
-
-@dataclass(frozen=True, kw_only=True)
-class MemoryResult:
-    """Per-stage breakdowns of one layout, the worst stage, and the verdict against HBM."""
-
-    per_stage: tuple[MemoryBreakdown, ...]
-    hbm_bytes: float | None
-    feasible: bool
-    reason: str
-    inference: bool
-    model: ModelSpec = field(repr=False)
-    training: Training = field(repr=False)
-    layout: Layout = field(repr=False)
-
-    @property
-    def worst(self) -> MemoryBreakdown:
-        """The stage with the highest peak (first one on ties)."""
-        return max(self.per_stage, key=lambda s: (s.peak_bytes, -s.stage))
-
-    @property
-    def peak_bytes(self) -> float:
-        return self.worst.peak_bytes
-
-    def to_frame(self):
-        """One row per stage; columns are the MemoryBreakdown field names."""
-        import pandas as pd
-
-        return pd.DataFrame([s.to_dict() for s in self.per_stage])
-
-    def to_dict(self) -> dict:
-        """The JSON contract of DESIGN.md: model, layout, memory (worst-stage values + per_stage),
-        feasible, reason; plus `hbm_bytes` and `inference`."""
-        lay, tr, m = self.layout, self.training, self.model
-        keys = [f"{c}_bytes" for c in CONSUMERS] + ["peak_bytes"]
-        w = self.worst
-        memory = {"peak_bytes": w.peak_bytes}
-        memory.update({k: getattr(w, k) for k in keys if k != "peak_bytes"})
-        memory.update({"host_bytes": w.host_bytes, "worst_stage": w.stage, "hbm_bytes": self.hbm_bytes,
-                       "per_stage": [s.to_dict() for s in self.per_stage]})
-        return {
-            "model": {"name": m.name, "params": m.total_params(), "active_params": m.active_params()},
-            "layout": {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
-                       "zero": lay.zero, "recompute": lay.recompute, "micro_batch_size": lay.micro_batch_size,
-                       "global_batch_size": tr.global_batch_size,
-                       "num_microbatches": lay.num_microbatches(tr.global_batch_size),
-                       "schedule": lay.schedule, "sequence_parallel": lay.sequence_parallel,
-                       "shard_group_size": lay.shard_group_size, "label": lay.label},
-            "memory": memory,
-            "inference": self.inference,
-            "feasible": self.feasible,
-            "reason": self.reason,
-        }
-
 
 def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardware=None, *,
                      inference: bool = False, inflight_per_stage=None,
@@ -456,33 +249,3 @@ def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardw
         layers_per_stage=layout.layers_per_stage, inference=inference, inflight_per_stage=inflight_per_stage,
         overheads=overheads)
     return memory_result(arrays, model, training, layout, hardware, inference=inference)
-
-
-def memory_result(arrays: dict, model: ModelSpec, training: Training, layout: Layout, hardware=None, *,
-                  inference: bool = False) -> MemoryResult:
-    """The MemoryResult of one layout from its per-stage arrays (stage_memory_arrays' names, at least
-    layout.pp entries each: a row of the kernel's per-stage output, or one layout's arrays), with the
-    verdict against `hardware.hbm_bytes` (None: no verdict, feasible=True, reason 'no hardware given')."""
-    names = [f.name for f in fields(MemoryBreakdown) if f.name != "stage"]
-    stages = []
-    for i in range(layout.pp):
-        vals = {k: float(arrays[k][i]) for k in names}
-        vals["layers"] = int(round(vals["layers"]))
-        stages.append(MemoryBreakdown(stage=i, **vals))
-    stages = tuple(stages)
-    hbm = getattr(hardware, "hbm_bytes", None) if hardware is not None else None
-    if hbm is None:
-        feasible, reason = True, "no hardware given"
-    else:
-        worst = max(stages, key=lambda s: (s.peak_bytes, -s.stage))
-        feasible = worst.peak_bytes <= float(hbm)
-        row = {f"{c}_bytes": np.array([getattr(worst, f"{c}_bytes")]) for c in CONSUMERS}
-        reason = str(infeasibility_reasons({**row, "peak_bytes": np.array([worst.peak_bytes])}, np.array([feasible]),
-                                           np.array([worst.stage]), float(hbm))[0])
-    return MemoryResult(per_stage=stages, hbm_bytes=None if hbm is None else float(hbm), feasible=feasible,
-                        reason=reason, inference=inference, model=model, training=training, layout=layout)
-
-
-def feasible_mask(arrays: dict[str, np.ndarray], hbm_bytes: float) -> np.ndarray:
-    """Vectorised verdict for sweeps: True where every stage's peak fits in `hbm_bytes`; shape (N,) or ()."""
-    return np.all(arrays["peak_bytes"] <= hbm_bytes, axis=-1)
