@@ -177,7 +177,7 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
     tp, dp, cp, ep, mbs, ppa, vppa = batch.tp, batch.dp, batch.cp, batch.ep, batch.micro_batch_size, batch.pp, batch.vpp
     sched, rec, spa = batch.schedule, batch.recompute, batch.sequence_parallel
     n = len(batch)
-    B, s = training.global_batch_size, training.seq_length
+    B = training.global_batch_size
     m = batch.num_microbatches(B)
     rec_c = factorize(rec)[0]  # integer codes: grouping by them is much faster than by strings
     chunks = np.where(family_column(sched, "takes_vpp"), vppa, 1)  # the builders' vpp
@@ -211,24 +211,26 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
         for k in TIME_FIELDS:
             t[k][r] = got[k]
     step = t["step_s"]
-
-    model_flops, hw_flops = np.zeros(n), np.zeros(n)
-    for _, idx in categories(rec_c):
-        model_flops[idx], hw_flops[idx] = step_flops(model, training, recompute=rec[idx[0]])
-    peak_flops = mfu_peak_flops(hardware, training)
-    tokens, num_gpus = B * s, batch.num_gpus
     return Evaluation(rows=pd.DataFrame({
         "tp": tp, "pp": ppa, "dp": dp, "cp": cp, "ep": ep, "vpp": vppa, "micro_batch_size": mbs,
         "num_microbatches": m, "zero": zz, "recompute": text_column(rec), "sequence_parallel": spa,
-        "schedule": text_column(sched),
-        **t,
-        "tokens_per_s": tokens / step,
-        "model_tflops_per_gpu": model_flops / (step * num_gpus) / 1e12,
-        "hardware_tflops_per_gpu": hw_flops / (step * num_gpus) / 1e12,
-        "mfu": model_flops / (step * num_gpus * peak_flops),
-        "hfu": hw_flops / (step * num_gpus * peak_flops),
+        "schedule": text_column(sched), **t, **_throughput(model, training, hardware, batch.num_gpus, rec, rec_c, step),
         **out, "worst_stage": worst, "feasible": feasible, "reason": text_column(reason),
     }), stages=stages)
+
+
+def _throughput(model, training, hardware, num_gpus, rec, rec_c, step) -> dict:
+    """tokens/s, model and hardware TFLOP/s per GPU, MFU and HFU of rows with step times `step`: PaLM
+    App. B, model FLOPs (no recompute) or executed FLOPs per step / (step × GPUs × dense peak)."""
+    model_flops, hw_flops = np.zeros(len(step)), np.zeros(len(step))
+    for _, idx in categories(rec_c):
+        model_flops[idx], hw_flops[idx] = step_flops(model, training, recompute=rec[idx[0]])
+    peak_flops = mfu_peak_flops(hardware, training)
+    return {"tokens_per_s": training.global_batch_size * training.seq_length / step,
+            "model_tflops_per_gpu": model_flops / (step * num_gpus) / 1e12,
+            "hardware_tflops_per_gpu": hw_flops / (step * num_gpus) / 1e12,
+            "mfu": model_flops / (step * num_gpus * peak_flops),
+            "hfu": hw_flops / (step * num_gpus * peak_flops)}
 
 
 def _per_zero_stage(model, training, hardware, batch, opt, inference, time_infeasible, per_stage) -> Evaluation:
@@ -275,12 +277,64 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
 evaluate_layouts.array_fields = True  # sweep.evaluate_candidates: every layout field may be an array
 
 
+def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_inv, cols3, r3, n):
+    """The ZeRO-3/FSDP per-microbatch parameter gathers of the rows `r3` (their columns `cols3`): each
+    chunk's share of its rank's parameters is gathered around that chunk's compute, prefetched under it
+    (`zero3_prefetch`: only the excess is exposed). The gather times once per distinct (tp, cp, ep, dp,
+    pipeline shape), the exposure per distinct (base row of `st`, shape). Returns (z3, z3_id): the
+    exposed and hidden times `f`, `b`, `hid_f`, `hid_b` per exposure row, and each of the n rows' exposure
+    row, −1 where its gathers hide entirely and slow nothing (it then times like the other ZeRO stages)."""
+    z3_id = np.full(n, -1)
+    if not len(r3):
+        return None, z3_id
+    (gf, gb), g_inv = once_per_distinct(_zero3_gather_times, cols3, model=model, training=training,
+                                        hardware=hardware, opt=opt, pt=pt, shard_group_size=shard_group_size)
+    pf, p_inv = distinct_rows(b_inv[r3], pt.shape_index[r3])
+    zf, zb, bb = gf[g_inv[pf]], gb[g_inv[pf]], b_inv[r3[pf]]
+    ef, eb = zf, zb
+    if opt.zero3_prefetch:  # prefetched under the chunk's compute: only the excess is exposed
+        f_b, b_b, w_b = (gather_rows(st[k], bb) for k in ("F", "B", "W"))
+        ef, eb = np.maximum(0.0, zf - f_b), np.maximum(0.0, zb - (b_b + w_b))
+    z3 = dict(f=ef, b=eb, hid_f=zf - ef, hid_b=zb - eb)
+    seen = (z3["f"] + z3["b"]).any(axis=1) | (opt.comm_slowdown > 0)
+    z3_id[r3] = np.where(seen[p_inv], p_inv, -1)
+    return z3, z3_id
+
+
+def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last_bwd, t_inv, cols, m) -> np.ndarray:
+    """(K, P) the data-parallel tail per rank (its non-expert params over dp·cp, expert params over the
+    EDP group): DDP all-reduce / ZeRO reduce-scatter (+ parameter all-gather), the reduce-scatter hidden
+    under the last microbatch's backward (`last_bwd` of time row t_inv) with `grad_reduce_overlap`;
+    asynchronous DP waits for nothing; single-process DataParallel scatters and gathers serially."""
+    tp, ep, dp, mbs, zz = cols["tp"], cols["ep"], cols["dp"], cols["mbs"], cols["zero"]
+    s, ab = training.seq_length, training.activation_bytes
+    n = len(tp)
+    P = pt.padded_ranks
+    if dp_mode == "dataparallel":
+        ne_rank, ex_rank = (pt.of_class(x) for x in params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep))
+        d = comm.data_parallel_single_process_comm(hardware, n_gpus=dp[:, None], params=ne_rank + ex_rank,
+                                                   param_bytes_per_element=training.param_bytes,
+                                                   grad_bytes_per_element=training.grad_bytes,
+                                                   input_bytes=8.0 * mbs[:, None] * s * m[:, None],
+                                                   output_bytes=ab * mbs[:, None] * s * m[:, None] * model.hidden_size)
+        dp_tail = np.broadcast_to(d.forward_s + d.backward_s, (n, P))
+    else:
+        traffic, g_inv = once_per_distinct(_dp_tail_traffic, cols, model=model, training=training,
+                                           hardware=hardware, opt=opt, pt=pt, shard_group_size=shard_group_size,
+                                           span_shard_group=shard_group_size if (zz >= 1).any() else None)
+        rs, ag = (pt.of_class(gather_rows(x, g_inv)) for x in traffic)
+        if opt.grad_reduce_overlap:
+            exposed_rs = np.maximum(0.0, rs - gather_rows(last_bwd, t_inv))
+            rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
+        dp_tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
+    return dp_tail
+
+
 def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_group_size, pt, *, tp, dp, cp, ep, mbs,
                 zz, pp, sched, rec, rec_c, sp, chunks, m) -> dict:
     """Steps 1-5 of the module docstring for K rows with pipeline table `pt`: the step time and its
     breakdown on the busiest rank, (K,) arrays named TIME_FIELDS."""
     n = len(tp)
-    s, ab = training.seq_length, training.activation_bytes
     rows = np.arange(n)
     ep_ov = np.zeros(n)
     if model.is_moe and (ep > 1).any():
@@ -298,26 +352,8 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
                                   training=training, hardware=hardware, opt=opt, cp_algorithm=cp_algorithm, pt=pt,
                                   comm_table=c)
 
-    # ZeRO-3/FSDP per-microbatch parameter gathers, for each distinct (base row, shape) of the ZeRO-3 rows;
-    # rows whose gathers hide entirely (and slow nothing) time like the other ZeRO stages
-    z3_id = np.full(n, -1)
-    z3 = None
-    r3 = np.flatnonzero(zz == 3)
-    if len(r3):
-        # each chunk's share of its rank's parameters is gathered around that chunk's compute; the gather
-        # times once per distinct (tp, cp, ep, dp, pipeline shape), the exposure per (base row, shape)
-        (gf, gb), g_inv = once_per_distinct(_zero3_gather_times, {k: v[r3] for k, v in cols.items()}, model=model,
-                                            training=training, hardware=hardware, opt=opt, pt=pt,
-                                            shard_group_size=shard_group_size)
-        pf, p_inv = distinct_rows(b_inv[r3], pt.shape_index[r3])
-        zf, zb, bb = gf[g_inv[pf]], gb[g_inv[pf]], b_inv[r3[pf]]
-        ef, eb = zf, zb
-        if opt.zero3_prefetch:  # prefetched under the chunk's compute: only the excess is exposed
-            f_b, b_b, w_b = (gather_rows(st[k], bb) for k in ("F", "B", "W"))
-            ef, eb = np.maximum(0.0, zf - f_b), np.maximum(0.0, zb - (b_b + w_b))
-        z3 = dict(f=ef, b=eb, hid_f=zf - ef, hid_b=zb - eb)
-        seen = (z3["f"] + z3["b"]).any(axis=1) | (opt.comm_slowdown > 0)
-        z3_id[r3] = np.where(seen[p_inv], p_inv, -1)
+    z3, z3_id = _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_inv,
+                                {k: v[zz == 3] for k, v in cols.items()}, np.flatnonzero(zz == 3), n)
 
     # 3. the pipeline, once per distinct set of what it reads: the stage times (b_inv), the shape (schedule,
     # pp, chunks), the ZeRO-3 exposure, the p2p time (c_inv) and the microbatch count
@@ -326,25 +362,9 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
                          pp=pp[T], chunks=chunks[T], m=m[T], p2p=c["p2p"][c_inv[T]])
     makespan, busy_sum = tl["makespan"][t_inv], tl["busy_sum"][t_inv]
 
-    # 4. data-parallel tail (per rank: its non-expert params over dp·cp, expert params over the EDP group)
-    P = pt.padded_ranks
-    if dp_mode == "dataparallel":
-        ne_rank, ex_rank = (pt.of_class(x) for x in params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep))
-        d = comm.data_parallel_single_process_comm(hardware, n_gpus=dp[:, None], params=ne_rank + ex_rank,
-                                                   param_bytes_per_element=training.param_bytes,
-                                                   grad_bytes_per_element=training.grad_bytes,
-                                                   input_bytes=8.0 * mbs[:, None] * s * m[:, None],
-                                                   output_bytes=ab * mbs[:, None] * s * m[:, None] * model.hidden_size)
-        dp_tail = np.broadcast_to(d.forward_s + d.backward_s, (n, P))
-    else:
-        traffic, g_inv = once_per_distinct(_dp_tail_traffic, {**cols, "zero": zz}, model=model, training=training,
-                                           hardware=hardware, opt=opt, pt=pt, shard_group_size=shard_group_size,
-                                           span_shard_group=shard_group_size if (zz >= 1).any() else None)
-        rs, ag = (pt.of_class(gather_rows(x, g_inv)) for x in traffic)
-        if opt.grad_reduce_overlap:
-            exposed_rs = np.maximum(0.0, rs - gather_rows(tl["last_bwd"], t_inv))
-            rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
-        dp_tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
+    # 4. data-parallel tail
+    dp_tail = _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, tl["last_bwd"], t_inv,
+                       {**cols, "zero": zz}, m)
     # 5. the optimizer step
     opt_g, g_inv = once_per_distinct(_optimizer_times, {**cols, "sharded": zz >= 1}, model=model, training=training,
                                      hardware=hardware, pt=pt, shard_group_size=shard_group_size)

@@ -71,34 +71,11 @@ def _sum_terms(first, *terms):
     return first.copy() if out is None else out
 
 
-def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dict:
-    """Step 3 for K rows with table `pt`; row i has the stage times of base row g[i] of `st` (_stage_times
-    of the base rows; each sum below is formed there once and gathered, so per-row work is a gather),
-    and `z3`: the ZeRO-3 gather exposures, row i using z3[...][z3_id[i]] when z3_id[i] >= 0: the makespan
-    with and without p2p (replayed, analytic, or PipeDream's steady state), busy time per rank, one
-    microbatch's backward per rank (`last_bwd`, for the DP overlap), and the compute and exposed
-    communication on the busiest rank (`pure`, `exposed_<category>`)."""
-    n = len(sched)
-    P = pt.padded_ranks
-    has = np.flatnonzero(z3_id >= 0)  # rows with a ZeRO-3 gather exposed
-    zk = z3_id[has]
-    # Overlapped communication occupies SMs and slows the compute it hides under (Calculon's
-    # `processor_usage`; formulas.md §7.1): that compute takes comm_slowdown × the hidden time longer.
-    # F_eff = F + tp_f + cp_f + ep_f + zf + comm_slowdown · (hid_f + zhf), likewise B_eff
-    F_eff = gather_rows(_sum_terms(st["F"], st["tp_f"], st["cp_f"], st["ep_f"]), g)
-    B_eff = gather_rows(_sum_terms(st["B"], st["tp_b"], st["cp_b"], st["ep_b"]), g)
-    for eff, d in ((F_eff, "f"), (B_eff, "b")):
-        if len(has):
-            eff[has] += z3[d][zk]
-        if opt.comm_slowdown != 0:
-            h = gather_rows(st["hid_" + d], g)
-            if len(has):
-                h[has] += z3["hid_" + d][zk]
-            eff += opt.comm_slowdown * h
-    W = gather_rows(st["W"], g)
-    split_bw = family_column(sched, "split_backward")[:, None]
-    B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
-
+def _makespans(opt, pt, F_eff, B_eff, W_eff, *, sched, pp, chunks, m, p2p):
+    """(makespan, makespan without p2p, busy time per rank (K, P)) of K rows from their per-stage
+    F, B, W with the communication they expose: replayed (one compiled pass over every shape), the
+    family's closed form (`pipeline="analytic"`), or PipeDream's steady state."""
+    n, P = len(sched), pt.padded_ranks
     makespan, makespan0 = np.zeros(n), np.zeros(n)
     busy = np.zeros((n, P))
     pdm = ~family_column(sched, "synchronous")  # asynchronous (PipeDream): steady state
@@ -127,6 +104,38 @@ def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> d
             mk, mk0, bz = makespan_multi(tables, sid, F_eff[rows], B_eff[rows], W_eff[rows], p2p[rows])
             makespan[idx], makespan0[idx] = mk, mk0
             busy[idx, :bz.shape[1]] = bz
+    return makespan, makespan0, busy
+
+
+def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> dict:
+    """Step 3 for K rows with table `pt`; row i has the stage times of base row g[i] of `st` (_stage_times
+    of the base rows; each sum below is formed there once and gathered, so per-row work is a gather),
+    and `z3`: the ZeRO-3 gather exposures, row i using z3[...][z3_id[i]] when z3_id[i] >= 0: the makespan
+    with and without p2p (replayed, analytic, or PipeDream's steady state), busy time per rank, one
+    microbatch's backward per rank (`last_bwd`, for the DP overlap), and the compute and exposed
+    communication on the busiest rank (`pure`, `exposed_<category>`)."""
+    n = len(sched)
+    has = np.flatnonzero(z3_id >= 0)  # rows with a ZeRO-3 gather exposed
+    zk = z3_id[has]
+    # Overlapped communication occupies SMs and slows the compute it hides under (Calculon's
+    # `processor_usage`; formulas.md §7.1): that compute takes comm_slowdown × the hidden time longer.
+    # F_eff = F + tp_f + cp_f + ep_f + zf + comm_slowdown · (hid_f + zhf), likewise B_eff
+    F_eff = gather_rows(_sum_terms(st["F"], st["tp_f"], st["cp_f"], st["ep_f"]), g)
+    B_eff = gather_rows(_sum_terms(st["B"], st["tp_b"], st["cp_b"], st["ep_b"]), g)
+    for eff, d in ((F_eff, "f"), (B_eff, "b")):
+        if len(has):
+            eff[has] += z3[d][zk]
+        if opt.comm_slowdown != 0:
+            h = gather_rows(st["hid_" + d], g)
+            if len(has):
+                h[has] += z3["hid_" + d][zk]
+            eff += opt.comm_slowdown * h
+    W = gather_rows(st["W"], g)
+    split_bw = family_column(sched, "split_backward")[:, None]
+    B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
+
+    makespan, makespan0, busy = _makespans(opt, pt, F_eff, B_eff, W_eff, sched=sched, pp=pp, chunks=chunks, m=m,
+                                           p2p=p2p)
 
     # breakdown on the busiest rank r*: microbatches each virtual stage runs on a rank that holds it: all
     # m, except DualPipe, whose ranks hold stage r and stage p-1-r and run each for the m/2 microbatches
