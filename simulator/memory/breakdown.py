@@ -113,6 +113,55 @@ def stage_activation_split(model: ModelSpec, training: Training, *, tp, pp: int,
     w = np.minimum(w, fwd)
     return {"forward_bytes": fwd, "backward_free_bytes": fwd - w, "weight_free_bytes": w}
 
+def _rank_gather(rank_class, nq: int):
+    """(to_rank, width): with rank classes (N, P), terms of a rank's contents are computed per class
+    (nq columns) and `to_rank` gathers them to the P ranks; without, the columns are the stages."""
+    if rank_class is None:
+        return (lambda x: x), nq
+    flat = []  # the flat gather index, made on first use (the worst-by-class path needs none)
+
+    def to_rank(x):
+        if not flat:
+            flat.append(rank_class + (np.arange(len(rank_class)) * nq)[:, None])
+        return np.ascontiguousarray(np.broadcast_to(x, (len(rank_class), nq))).ravel()[flat[0]]
+
+    return to_rank, rank_class.shape[-1]
+
+
+def _inference_terms(model, training, pl, working_set, to_rank, zeros, *, tp, dp, cp, micro_batch_size):
+    """(activations, KV cache) per stage in inference: one layer's forward working set plus last-token
+    fp32 logits on the head rank, and the KV cache of the stage's layers for global_batch_size/dp
+    sequences of seq_length tokens (module docstring)."""
+    t = np.asarray(tp, dtype=float)[..., None]
+    last_logits = 4.0 * model.vocab_size * np.asarray(micro_batch_size, dtype=float)[..., None] / t
+    act = zeros + to_rank(working_set + pl.head * last_logits)
+    batch = training.global_batch_size / np.asarray(dp, dtype=float)
+    kv = zeros + to_rank(kv_cache_bytes(model, layers=pl.layers, batch=batch, context=training.seq_length,
+                                        tp=tp, cp=cp, dtype_bytes=training.activation_bytes))
+    return act, kv
+
+
+def _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of, *, tp, pp, dp, cp, ep) -> dict:
+    """The per-stage arrays (or, with `worst_of`, the consumers at each layout's worst stage) from the
+    model states `st` (per class), activations, KV cache and in-flight counts: peak = params + grads +
+    optimizer + activations + KV cache + other, other = gather buffers + overheads (module docstring)."""
+    params, grads, opt, transient = (np.broadcast_to(to_rank(st[k]), zeros.shape)
+                                     for k in ("params", "grads", "optimizer", "gather"))
+    tensor = params + grads + opt + act + kv + transient
+    over = overhead_bytes(overheads, tensor_bytes=tensor, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+    other = transient + over
+    peak = params + grads + opt + act + kv + other
+    if worst_of is not None:  # the consumers at each layout's worst stage only
+        return at_worst_stage({"peak_bytes": peak, "params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt,
+                               "activations_bytes": act, "kv_cache_bytes": kv, "other_bytes": other}, worst_of)
+    st = {k: to_rank(v) for k, v in st.items() if k not in ("params", "grads", "optimizer", "gather")}
+    params, grads, opt, transient = (zeros + x for x in (params, grads, opt, transient))
+    return {"params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt, "activations_bytes": act,
+            "kv_cache_bytes": kv, "other_bytes": other, "peak_bytes": peak, "host_bytes": zeros + st["host"],
+            "overhead_bytes": over, "transient_bytes": transient, "inflight_microbatches": inflight,
+            "layers": zeros + to_rank(pl.layers), "params": zeros + st["params_count"]}
+
+
 def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp, cp=1, ep=1, vpp: int = 1,
                         micro_batch_size=1, num_microbatches=1, zero: int = 0,
                         shard_group_size: int | None = None, recompute: str = "none",
@@ -137,6 +186,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     `worst_of`, `inflight_per_stage` and `inflight_key` ((N,) integers; rows with equal keys have equal
     in-flight, rank-class and `worst_of` rows, e.g. one key per schedule shape and microbatch count),
     the worst stage is found per class (`worst_stage_by_class`), never building (N, P) arrays.
+    (Longer than most: that shortcut takes the training terms per class, between computing them and
+    gathering them to the ranks, so they stay in one scope.)
     """
     overheads = Overheads() if overheads is None else overheads
     _check_categorical(recompute=recompute, schedule=schedule, zero=zero)
@@ -144,20 +195,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                                                                  layers_per_stage=layers_per_stage)
     st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero,
                            shard_group_size=shard_group_size, inference=inference)
-    if rank_class is not None:  # terms of a rank's contents are computed per class, then gathered to the ranks
-        nq = np.shape(pl.layers)[-1]
-        width = rank_class.shape[-1]
-        flat = []  # the flat gather index, made on first use (the worst-by-class path needs none)
-
-        def to_rank(x):
-            if not flat:
-                flat.append(rank_class + (np.arange(len(rank_class)) * nq)[:, None])
-            return np.ascontiguousarray(np.broadcast_to(x, (len(rank_class), nq))).ravel()[flat[0]]
-    else:
-        width = int(np.shape(pl.layers)[-1])
-
-        def to_rank(x):
-            return x
+    to_rank, width = _rank_gather(rank_class, int(np.shape(pl.layers)[-1]))
     shape = np.broadcast_shapes(*(np.shape(x) for x in (tp, dp, cp, ep, micro_batch_size, num_microbatches)))
     shape = shape + (width,)
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
@@ -175,13 +213,9 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         return np.maximum(wd * has_dense, wm * has_moe)
 
     if inference:
-        t = np.asarray(tp, dtype=float)[..., None]
-        last_logits = 4.0 * model.vocab_size * np.asarray(micro_batch_size, dtype=float)[..., None] / t
         zeros = np.zeros(shape)
-        act = zeros + to_rank(working_set() + pl.head * last_logits)
-        batch = training.global_batch_size / np.asarray(dp, dtype=float)
-        kv = zeros + to_rank(kv_cache_bytes(model, layers=pl.layers, batch=batch, context=training.seq_length,
-                                            tp=tp, cp=cp, dtype_bytes=training.activation_bytes))
+        act, kv = _inference_terms(model, training, pl, working_set(), to_rank, zeros, tp=tp, dp=dp, cp=cp,
+                                   micro_batch_size=micro_batch_size)
         inflight = zeros + 1.0
     else:
         # (a read-only view of the given counts: the per-class path below reads them, never copies them)
@@ -206,7 +240,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
             if loss is not None:
                 ws = pl.head * loss if ws is None else np.maximum(ws, pl.head * loss)
             got = worst_stage_by_class(overheads, st, per_mb, pl.head * head, ws, loss_m, inflight, inflight_key,
-                                  rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+                                       rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
             if got is not None:
                 return got
         act = inflight * to_rank(per_mb)
@@ -219,22 +253,11 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         zeros = np.zeros(shape)
         kv, inflight = zeros, zeros + inflight
     if worst_of is not None and rank_class is not None and not inference:
-        return worst_stage_of_ranks(overheads, st, act, to_rank, rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
-    params, grads, opt, transient = (np.broadcast_to(to_rank(st[k]), zeros.shape)
-                                     for k in ("params", "grads", "optimizer", "gather"))
-    tensor = params + grads + opt + act + kv + transient
-    over = overhead_bytes(overheads, tensor_bytes=tensor, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
-    other = transient + over
-    peak = params + grads + opt + act + kv + other
-    if worst_of is not None:  # the consumers at each layout's worst stage only
-        return at_worst_stage({"peak_bytes": peak, "params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt,
-                               "activations_bytes": act, "kv_cache_bytes": kv, "other_bytes": other}, worst_of)
-    st = {k: to_rank(v) for k, v in st.items() if k not in ("params", "grads", "optimizer", "gather")}
-    params, grads, opt, transient = (zeros + x for x in (params, grads, opt, transient))
-    return {"params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt, "activations_bytes": act,
-            "kv_cache_bytes": kv, "other_bytes": other, "peak_bytes": peak, "host_bytes": zeros + st["host"],
-            "overhead_bytes": over, "transient_bytes": transient, "inflight_microbatches": inflight,
-            "layers": zeros + to_rank(pl.layers), "params": zeros + st["params_count"]}
+        return worst_stage_of_ranks(overheads, st, act, to_rank, rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp,
+                                    ep=ep)
+    return _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of,
+                         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+
 
 def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardware=None, *,
                      inference: bool = False, inflight_per_stage=None,
