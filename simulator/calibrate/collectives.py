@@ -30,8 +30,10 @@ def _free_port() -> int:
 
 
 def _worker(rank, world_size, port, backend, collectives, sizes, warmup, iters, out_path):
+    """One spawned rank: join the process group, time every (collective, size), and on rank 0 write
+    the rows as JSON to `out_path`. A collective the backend refuses gets one `error` row and its
+    larger sizes are skipped."""
     import statistics
-    import time
 
     import torch
     import torch.distributed as dist
@@ -51,34 +53,9 @@ def _worker(rank, world_size, port, backend, collectives, sizes, warmup, iters, 
             for size in sizes:
                 n = world_size
                 numel = max(n, int(size) // 4 // n * n)  # float32 elements, divisible by n
-                buf = torch.ones(numel, dtype=torch.float32, device=dev)
-                part = torch.ones(numel // n, dtype=torch.float32, device=dev)
-                full = torch.empty(numel, dtype=torch.float32, device=dev)
-                if coll == "all_reduce":
-                    fn = lambda: dist.all_reduce(buf)  # noqa: E731
-                elif coll == "all_gather":
-                    fn = lambda: ag(full, part)  # noqa: E731
-                elif coll == "reduce_scatter":
-                    fn = lambda: rs(part, buf)  # noqa: E731
-                elif coll == "alltoall":
-                    fn = lambda: dist.all_to_all_single(full, buf)  # noqa: E731
-                else:  # sendrecv: ring shift, every rank sends `buf` to rank+1 and receives from rank-1
-                    def fn():
-                        reqs = [dist.isend(buf, (rank + 1) % n), dist.irecv(full, (rank - 1) % n)]
-                        for r in reqs:
-                            r.wait()
+                fn = _collective_call(coll, numel, rank, n, dev, ag, rs)
                 try:
-                    for _ in range(warmup):
-                        fn()
-                    times = []
-                    for _ in range(iters):
-                        if cuda:
-                            torch.cuda.synchronize()
-                        t0 = time.perf_counter()
-                        fn()
-                        if cuda:
-                            torch.cuda.synchronize()
-                        times.append(time.perf_counter() - t0)
+                    times = _time_calls(fn, warmup, iters, cuda)
                 except (RuntimeError, NotImplementedError, ValueError) as exc:
                     rows.append({"collective": coll, "size_bytes": float(numel * 4), "error": str(exc).splitlines()[0][:200]})
                     break
@@ -90,6 +67,53 @@ def _worker(rank, world_size, port, backend, collectives, sizes, warmup, iters, 
 
         with open(out_path, "w") as f:
             json.dump(rows, f)
+
+
+def _collective_call(coll: str, numel: int, rank: int, n: int, dev, ag, rs):
+    """A no-argument callable running collective `coll` once on fresh float32 buffers of `numel`
+    elements (the gathered / scattered part: numel / n) on device `dev` of rank `rank` among `n`;
+    `ag` / `rs` are this torch's all-gather / reduce-scatter into one tensor."""
+    import torch
+    import torch.distributed as dist
+
+    buf = torch.ones(numel, dtype=torch.float32, device=dev)
+    part = torch.ones(numel // n, dtype=torch.float32, device=dev)
+    full = torch.empty(numel, dtype=torch.float32, device=dev)
+    if coll == "all_reduce":
+        return lambda: dist.all_reduce(buf)
+    if coll == "all_gather":
+        return lambda: ag(full, part)
+    if coll == "reduce_scatter":
+        return lambda: rs(part, buf)
+    if coll == "alltoall":
+        return lambda: dist.all_to_all_single(full, buf)
+
+    def sendrecv():  # ring shift, every rank sends `buf` to rank+1 and receives from rank-1
+        reqs = [dist.isend(buf, (rank + 1) % n), dist.irecv(full, (rank - 1) % n)]
+        for r in reqs:
+            r.wait()
+    return sendrecv
+
+
+def _time_calls(fn, warmup: int, iters: int, cuda: bool) -> list[float]:
+    """`warmup` untimed calls of `fn`, then the wall time of each of `iters` calls (with a device
+    synchronisation before and after each on CUDA)."""
+    import time
+
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def bench_collectives(*, world_size: int = 2, sizes_bytes: Sequence[int] = (2**16, 2**20), device: str = "cpu",

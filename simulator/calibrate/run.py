@@ -185,29 +185,64 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
     torch = mb.import_torch()
 
     from ..spec.hardware import hardware_from_dict
-    from .collectives import bench_collectives
-    from .profile_writer import base_profile_dict, cpu_base_profile_dict, measured_profile_dict
+    from .profile_writer import measured_profile_dict
 
-    allowed = ("gemm", "attention", "memory", "optimizer", "collectives")
-    bad = [k for k in kinds if k not in allowed]
-    if bad or not kinds:
-        raise InputError(f"unknown calibration kind {bad[0] if bad else ''!r}; expected some of {', '.join(allowed)}")
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    on_gpu = device.startswith("cuda")
-    if on_gpu and not torch.cuda.is_available():
-        raise InputError(f"device {device!r} requested but torch sees no CUDA device")
+    _check_kinds(kinds)
+    device, on_gpu = _resolve_device(torch, device)
     g = GRIDS[grid or ("gpu" if on_gpu else "cpu")] if not isinstance(grid, Grid) else grid
     dtype = dtype or ("bf16" if on_gpu else "fp32")
     say = progress or (lambda msg: None)
     info = mb.device_info(device)
     notes = []
 
+    m = _measure_kernels(kinds, g, device=device, dtype=dtype, on_gpu=on_gpu, cpu_base=not on_gpu and base is None,
+                         say=say)
+    base_d = _base_profile(base, on_gpu, m, kinds, name=name, device_name=info["device"], dtype=dtype, notes=notes)
+    peak_flops, peak_bw = _base_peaks(base_d, dtype)
+    label = f"parasim calibrate on {info['device']} ({dtype}, {_dt.date.today().isoformat()})"
+    fits = fit_compute_tables(m, peak_flops_per_s=peak_flops, peak_bytes_per_s=peak_bw, label=label)
+
+    ws = world_size or (torch.cuda.device_count() if on_gpu else 2)
+    kinds = _measure_collectives(kinds, ws, g, device=device, base_d=base_d, label=label, m=m, fits=fits,
+                                 notes=notes, say=say)
+    _add_placeholders(base_d, fits, notes)
+    prov = provenance(device_info=info, kinds=kinds, grid=g, timer="cuda-events" if on_gpu else "perf_counter",
+                      notes="; ".join(notes))
+    prof = measured_profile_dict(base_d, fits, name=name, provenance=prov)
+    hardware_from_dict(prof, where=f"measured profile {name}")  # the result must load
+    return CalibrationResult(measurements=m, fits=fits, profile=prof, notes=tuple(notes))
+
+
+def _check_kinds(kinds: Sequence[str]) -> None:
+    """InputError unless `kinds` is a non-empty subset of the measurable kinds."""
+    allowed = ("gemm", "attention", "memory", "optimizer", "collectives")
+    bad = [k for k in kinds if k not in allowed]
+    if bad or not kinds:
+        raise InputError(f"unknown calibration kind {bad[0] if bad else ''!r}; expected some of {', '.join(allowed)}")
+
+
+def _resolve_device(torch, device: str) -> tuple[str, bool]:
+    """(device, on_gpu): 'auto' becomes cuda when torch sees one, else cpu; a cuda device torch cannot
+    see is an InputError."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    on_gpu = device.startswith("cuda")
+    if on_gpu and not torch.cuda.is_available():
+        raise InputError(f"device {device!r} requested but torch sees no CUDA device")
+    return device, on_gpu
+
+
+def _measure_kernels(kinds: Sequence[str], g: Grid, *, device: str, dtype: str, on_gpu: bool, cpu_base: bool,
+                     say) -> dict[str, object]:
+    """The kernel benchmarks (gemm, attention, memory, optimizer) asked for, kind -> DataFrame.
+
+    With `cpu_base` (a CPU run without --base) gemm and memory are measured even when not asked for:
+    their best rates become the CPU base profile's peaks (`_base_profile`)."""
     m: dict[str, object] = {}
     if on_gpu and any(k != "collectives" for k in kinds):
         say("warm-up (2 s)")
         mb.warm_up(device=device, dtype=dtype)
-    if "gemm" in kinds or (not on_gpu and base is None):
+    if "gemm" in kinds or cpu_base:
         say("gemm")
         shapes = mb.transformer_gemm_shapes(hidden_sizes=g.hidden_sizes, tokens=g.tokens, tp_degrees=g.tp_degrees,
                                             kv_fraction=g.kv_fraction)
@@ -216,7 +251,7 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
         say("attention")
         m["attention"] = mb.bench_attention(seq_lengths=g.seq_lengths, head_dims=g.head_dims, heads=g.attention_heads,
                                             dtype=dtype, device=device, warmup=g.warmup, iters=g.iters)
-    if "memory" in kinds or (not on_gpu and base is None):
+    if "memory" in kinds or cpu_base:
         say("memory")
         m["memory"] = mb.bench_memory(sizes_bytes=g.memory_sizes_bytes, dtype=dtype, device=device,
                                       warmup=g.warmup, iters=g.iters)
@@ -225,35 +260,48 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
         say("optimizer")
         m["optimizer"] = mb.bench_optimizer(param_counts=g.optimizer_params, dtype=dtype, device=device,
                                             warmup=g.warmup, iters=g.iters)
+    return m
+
+
+def _base_profile(base: str | None, on_gpu: bool, m: dict, kinds: Sequence[str], *, name: str, device_name: str,
+                  dtype: str, notes: list[str]) -> dict:
+    """The base profile dict whose peaks define efficiency: the preset `base`, or on the CPU without one
+    a base built from the best measured rates (the gemm / memory runs made only for it are then
+    dropped from `m`). A GPU without `base` is an InputError."""
+    from .profile_writer import base_profile_dict, cpu_base_profile_dict
 
     if base is not None:
-        base_d = base_profile_dict(base)
-    elif on_gpu:
+        return base_profile_dict(base)
+    if on_gpu:
         raise InputError("calibrating a GPU needs --base PRESET (the datasheet peaks efficiency is measured against)")
-    else:
-        peak = float(m["gemm"]["flops_per_s"].max())
-        bw = float(m["memory"]["bytes_per_s"].max())
-        base_d = cpu_base_profile_dict(name=name, device=info["device"], peak_flops_per_s={dtype: peak},
-                                       memory_bytes=_host_memory_bytes(), memory_bytes_per_s=bw)
-        notes.append("CPU base profile: peaks are the best rates measured in this run")
-        if "gemm" not in kinds:
-            m.pop("gemm")
-        if "memory" not in kinds:
-            m.pop("memory")
-    base_prof_d = dict(base_d)
-    if not base_prof_d.get("efficiency"):
-        base_prof_d = {**base_prof_d, "efficiency": {}}
+    peak = float(m["gemm"]["flops_per_s"].max())
+    bw = float(m["memory"]["bytes_per_s"].max())
+    base_d = cpu_base_profile_dict(name=name, device=device_name, peak_flops_per_s={dtype: peak},
+                                   memory_bytes=_host_memory_bytes(), memory_bytes_per_s=bw)
+    notes.append("CPU base profile: peaks are the best rates measured in this run")
+    if "gemm" not in kinds:
+        m.pop("gemm")
+    if "memory" not in kinds:
+        m.pop("memory")
+    return base_d
+
+
+def _base_peaks(base_d: dict, dtype: str) -> tuple[float, float]:
+    """(peak FLOP/s for `dtype`, HBM bytes/s) of the base profile; InputError if it has no peak for dtype."""
     peak_flops = base_d["gpu"]["peak_tflops"].get(dtype)
     if peak_flops is None:
         raise InputError(f"base profile {base_d.get('name')!r} has no peak for dtype {dtype!r}")
-    peak_flops = float(peak_flops) * 1e12
-    peak_bw = float(base_d["gpu"]["hbm_gb_per_s"]) * 1e9
-    label = f"parasim calibrate on {info['device']} ({dtype}, {_dt.date.today().isoformat()})"
-    fits = fit_compute_tables(m, peak_flops_per_s=peak_flops, peak_bytes_per_s=peak_bw, label=label)
+    return float(peak_flops) * 1e12, float(base_d["gpu"]["hbm_gb_per_s"]) * 1e9
 
-    ws = world_size or (torch.cuda.device_count() if on_gpu else 2)
+
+def _measure_collectives(kinds: Sequence[str], ws: int, g: Grid, *, device: str, base_d: dict, label: str,
+                         m: dict, fits: dict, notes: list[str], say) -> Sequence[str]:
+    """Benchmark and fit the collectives when asked for (into `m` and `fits`); returns `kinds`, without
+    collectives when fewer than 2 ranks are visible and other kinds were asked for too (`calibrate all`
+    on a one-GPU machine: the base's collective tables are kept, with a note)."""
+    from .collectives import bench_collectives
+
     if "collectives" in kinds and ws < 2 and len(kinds) > 1:
-        # `all` on a one-GPU machine: the kernels are measured, the base's collective tables are kept
         kinds = tuple(k for k in kinds if k != "collectives")
         notes.append(f"collectives not measured: {ws} rank visible (they need 2); the base profile's tables are kept")
     if "collectives" in kinds:
@@ -268,22 +316,21 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
         hw_for_bw = _hardware_for_bandwidth(base_d, fits)
         cf, _ = fit_collective_tables(ok, hw_for_bw, label=f"{label}: torch.distributed on {ws} local ranks")
         fits.update(cf)
+    return kinds
 
+
+def _add_placeholders(base_d: dict, fits: dict, notes: list[str]) -> None:
+    """Neutral 1.0 tables in `fits` for the required tables neither the base nor this run has (only the
+    CPU base lacks tables): marked as not measured instead of inventing numbers."""
     eff = dict(base_d.get("efficiency", {}))
     missing = [t for t in ("gemm", "attention", "memory", "nvlink_ring", "network") if t not in eff and t not in fits]
     if missing:
-        # only the CPU base lacks tables: mark what was not measured instead of inventing numbers
         for t in missing:
             src = ("not measured in this run: neutral placeholder 1.0 so the profile loads; "
                    "re-run with this kind to measure it")
             fits[t] = CurveFit(name=t, x=(1.0,), efficiency=(1.0,), x_unit="not measured", source=src, n_points=0,
                                rms_relative_error=float("nan"), max_relative_error=float("nan"), residuals=())
         notes.append("tables not measured (placeholder 1.0): " + ", ".join(missing))
-    prov = provenance(device_info=info, kinds=kinds, grid=g, timer="cuda-events" if on_gpu else "perf_counter",
-                      notes="; ".join(notes))
-    prof = measured_profile_dict(base_d, fits, name=name, provenance=prov)
-    hardware_from_dict(prof, where=f"measured profile {name}")  # the result must load
-    return CalibrationResult(measurements=m, fits=fits, profile=prof, notes=tuple(notes))
 
 
 def _hardware_for_bandwidth(base_d: dict, fits):
