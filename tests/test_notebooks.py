@@ -37,9 +37,6 @@ def test_notebooks_exist():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes_without_errors(path, kernel_manager_factory):
-    est = pytest.importorskip("simulator.estimate", reason="the notebooks need simulator/estimate.py")
-    if not hasattr(est, "evaluate_layouts"):
-        pytest.skip("the notebooks need simulator.estimate.evaluate_layouts")
     import nbformat
     from nbclient import NotebookClient
 
