@@ -73,30 +73,57 @@ def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where
     carries many irrelevant keys (rope_theta, eps, ...) and is read with strict=False.
     """
     if strict:
-        unknown = sorted(set(cfg) - HF_KEYS - PARASIM_KEYS)
-        if unknown:
-            import difflib
+        _check_known_keys(cfg, where)
+    mt = _model_type(cfg, where)
+    if mt == "gpt2":
+        return _gpt2_model(cfg, name, where)
 
-            close = difflib.get_close_matches(unknown[0], sorted(HF_KEYS | PARASIM_KEYS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InputError(f"unknown key {unknown[0]!r} in {where}{hint}")
+    kw, attention_bias, mlp_bias, ffn = _common_kw(cfg, mt, where)
+    _architecture_kw(cfg, mt, kw, attention_bias, mlp_bias, ffn, where)
+    _hf_moe_kw(cfg, mt, kw, where)
+    if mt == "llama" and "model_type" not in cfg:
+        _inline_kw(cfg, kw, ffn, where)
+    kw["ffn_hidden_size"] = _ffn_hidden_size(mt, kw, ffn, where)
+    return ModelSpec(name=str(cfg.get("name", name)), source=str(cfg.get("source", "")), **kw)
+
+
+def _check_known_keys(cfg: dict, where: str) -> None:
+    """InputError naming the first key parasim does not know, with the closest known one."""
+    unknown = sorted(set(cfg) - HF_KEYS - PARASIM_KEYS)
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], sorted(HF_KEYS | PARASIM_KEYS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InputError(f"unknown key {unknown[0]!r} in {where}{hint}")
+
+
+def _model_type(cfg: dict, where: str) -> str:
+    """The config's model_type (llama when absent); InputError if it is not SUPPORTED."""
     mt = cfg.get("model_type")
     if mt is not None and mt not in SUPPORTED:
         raise InputError(f"unsupported model_type {mt!r} in {where}; supported: {', '.join(SUPPORTED)}")
-    mt = mt or "llama"
-    if mt == "gpt2":
-        h = _int(cfg, "n_embd", where, cfg.get("hidden_size"))
-        kw = dict(hidden_size=h, num_layers=_int(cfg, "n_layer", where, cfg.get("num_hidden_layers")),
-                  num_heads=_int(cfg, "n_head", where, cfg.get("num_attention_heads")),
-                  ffn_hidden_size=_int(cfg, "n_inner", where, 4 * h), vocab_size=_int(cfg, "vocab_size", where),
-                  mlp="gelu", norm="layernorm", qkv_bias=True, out_bias=True, mlp_bias=True,
-                  tie_word_embeddings=_bool(cfg, "tie_word_embeddings", where, True),
-                  learned_position_embeddings=_int(cfg, "n_positions", where, 1024))
-        return ModelSpec(name=cfg.get("name", name), source=cfg.get("source", ""), **kw)
+    return mt or "llama"
 
-    h = _int(cfg, "hidden_size", where)
+
+def _gpt2_model(cfg: dict, name: str, where: str) -> ModelSpec:
+    """GPT-2: its own key names (n_embd, n_layer, ...), GELU MLP, LayerNorm, biases everywhere,
+    learned position embeddings, tied embeddings by default."""
+    h = _int(cfg, "n_embd", where, cfg.get("hidden_size"))
+    kw = dict(hidden_size=h, num_layers=_int(cfg, "n_layer", where, cfg.get("num_hidden_layers")),
+              num_heads=_int(cfg, "n_head", where, cfg.get("num_attention_heads")),
+              ffn_hidden_size=_int(cfg, "n_inner", where, 4 * h), vocab_size=_int(cfg, "vocab_size", where),
+              mlp="gelu", norm="layernorm", qkv_bias=True, out_bias=True, mlp_bias=True,
+              tie_word_embeddings=_bool(cfg, "tie_word_embeddings", where, True),
+              learned_position_embeddings=_int(cfg, "n_positions", where, 1024))
+    return ModelSpec(name=cfg.get("name", name), source=cfg.get("source", ""), **kw)
+
+
+def _common_kw(cfg: dict, mt: str, where: str) -> tuple[dict, bool, bool, int]:
+    """(ModelSpec keywords every non-GPT-2 architecture shares, attention_bias, mlp_bias,
+    intermediate_size or 0), the keys read in this order."""
     kw = dict(
-        hidden_size=h,
+        hidden_size=_int(cfg, "hidden_size", where),
         num_layers=_int(cfg, "num_hidden_layers", where),
         num_heads=_int(cfg, "num_attention_heads", where),
         num_kv_heads=_int(cfg, "num_key_value_heads", where, 0) or None,
@@ -108,7 +135,14 @@ def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where
     defaults_tied = {"gemma": True, "gemma2": True}
     kw["tie_word_embeddings"] = _bool(cfg, "tie_word_embeddings", where, defaults_tied.get(mt, False))
     ffn = _int(cfg, "intermediate_size", where, 0)
+    return kw, attention_bias, mlp_bias, ffn
 
+
+def _architecture_kw(cfg: dict, mt: str, kw: dict, attention_bias: bool, mlp_bias: bool, ffn: int,
+                     where: str) -> None:
+    """Add to `kw` the model_type's fixed choices (biases, norms, MLP) and its own keys (Mixtral
+    experts, DeepSeek MLA ranks and MoE layout), as the HF modelling code has them."""
+    h = kw["hidden_size"]
     if mt in ("llama", "mistral"):
         kw.update(qkv_bias=attention_bias, out_bias=attention_bias, mlp_bias=mlp_bias)
     elif mt == "mixtral":
@@ -135,6 +169,10 @@ def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where
                       moe_ffn_hidden_size=fe, shared_expert_ffn_hidden_size=_int(cfg, "n_shared_experts", where, 0) * fe,
                       first_k_dense=_int(cfg, "first_k_dense_replace", where, 0), moe_layer_freq=_int(cfg, "moe_layer_freq", where, 1))
 
+
+def _hf_moe_kw(cfg: dict, mt: str, kw: dict, where: str) -> None:
+    """Add to `kw` the experts of a Qwen MoE (or a llama config with num_experts): num_experts,
+    decoder_sparse_step, mlp_only_layers, and Qwen2-MoE's gated shared expert."""
     if mt in ("qwen2_moe", "qwen3_moe") or (mt == "llama" and cfg.get("num_experts")):
         n_exp = _int(cfg, "num_experts", where, 0)
         if n_exp:
@@ -146,33 +184,39 @@ def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where
                 kw.update(shared_expert_ffn_hidden_size=_int(cfg, "shared_expert_intermediate_size", where, 0),
                           shared_expert_gate=bool(cfg.get("shared_expert_intermediate_size")))
 
-    # parasim keys on inline tables (and generic MoE keys on a model_type-less table)
-    if mt == "llama" and "model_type" not in cfg:
-        bias = cfg.get("bias")
-        if bias is not None:
-            if not isinstance(bias, bool):
-                raise InputError(f"bias in {where} must be true or false, got {bias!r}")
-            kw.update(qkv_bias=bias, out_bias=bias, mlp_bias=bias)
-        if "qkv_bias" in cfg:
-            kw["qkv_bias"] = _bool(cfg, "qkv_bias", where, False)
-        if "qk_norm" in cfg:
-            kw["qk_norm"] = _bool(cfg, "qk_norm", where, False)
-        for key in ("mlp", "norm"):
-            if key in cfg:
-                kw[key] = cfg[key]
-        n_exp = _int(cfg, "num_local_experts", where, 0) or _int(cfg, "n_routed_experts", where, 0)
-        if n_exp and not kw.get("num_experts"):
-            fe = _int(cfg, "moe_intermediate_size", where, ffn)
-            kw.update(num_experts=n_exp, experts_per_token=_int(cfg, "num_experts_per_tok", where), moe_ffn_hidden_size=fe,
-                      shared_expert_ffn_hidden_size=_int(cfg, "shared_expert_intermediate_size", where,
-                                                         _int(cfg, "n_shared_experts", where, 0) * fe),
-                      first_k_dense=_int(cfg, "first_k_dense_replace", where, 0),
-                      moe_layer_freq=_int(cfg, "moe_layer_freq", where, _int(cfg, "decoder_sparse_step", where, 1)))
+
+def _inline_kw(cfg: dict, kw: dict, ffn: int, where: str) -> None:
+    """Add to `kw` the parasim keys of an inline table without model_type (bias, qkv_bias, qk_norm,
+    mlp, norm) and the generic MoE keys (Mixtral or DeepSeek names) when no expert count is set yet."""
+    bias = cfg.get("bias")
+    if bias is not None:
+        if not isinstance(bias, bool):
+            raise InputError(f"bias in {where} must be true or false, got {bias!r}")
+        kw.update(qkv_bias=bias, out_bias=bias, mlp_bias=bias)
+    if "qkv_bias" in cfg:
+        kw["qkv_bias"] = _bool(cfg, "qkv_bias", where, False)
+    if "qk_norm" in cfg:
+        kw["qk_norm"] = _bool(cfg, "qk_norm", where, False)
+    for key in ("mlp", "norm"):
+        if key in cfg:
+            kw[key] = cfg[key]
+    n_exp = _int(cfg, "num_local_experts", where, 0) or _int(cfg, "n_routed_experts", where, 0)
+    if n_exp and not kw.get("num_experts"):
+        fe = _int(cfg, "moe_intermediate_size", where, ffn)
+        kw.update(num_experts=n_exp, experts_per_token=_int(cfg, "num_experts_per_tok", where), moe_ffn_hidden_size=fe,
+                  shared_expert_ffn_hidden_size=_int(cfg, "shared_expert_intermediate_size", where,
+                                                     _int(cfg, "n_shared_experts", where, 0) * fe),
+                  first_k_dense=_int(cfg, "first_k_dense_replace", where, 0),
+                  moe_layer_freq=_int(cfg, "moe_layer_freq", where, _int(cfg, "decoder_sparse_step", where, 1)))
+
+
+def _ffn_hidden_size(mt: str, kw: dict, ffn: int, where: str) -> int:
+    """intermediate_size, or when it is absent on an all-MoE model (Mixtral, or experts on every layer)
+    the expert FFN size (4·h without one); InputError when a dense layer needs it."""
     if ffn == 0:
         if mt == "mixtral" or (kw.get("num_experts") and not kw.get("first_k_dense") and kw.get("moe_layer_freq", 1) == 1
                                and not kw.get("dense_layers")):
-            ffn = kw.get("moe_ffn_hidden_size") or 4 * h
+            ffn = kw.get("moe_ffn_hidden_size") or 4 * kw["hidden_size"]
         else:
             raise InputError(f"missing key 'intermediate_size' in {where}")
-    kw["ffn_hidden_size"] = ffn
-    return ModelSpec(name=str(cfg.get("name", name)), source=str(cfg.get("source", "")), **kw)
+    return ffn

@@ -80,30 +80,47 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
     """
     require_layout = overrides.pop("require_layout", True)
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    doc: dict = {}
-    base = None
-    where = "flags"
-    if path is not None:
-        p = resolve("scenarios", str(path))
-        doc = read_toml(p)
-        base = p.parent
-        where = str(p)
-        unknown = [k for k in doc if k not in SECTIONS]
-        if unknown:
-            raise InputError(f"unknown section [{unknown[0]}] in {where}; expected {', '.join(SECTIONS[:5])}")
-        for sec in ("model", "hardware", "training", "layout", "sweep"):
-            if sec in doc and not isinstance(doc[sec], dict):
-                raise InputError(f"{sec} in {where} must be a table [{sec}]")
+    doc, base, where = _read_scenario_file(path)
+    model = _scenario_model(doc, base, where, overrides)
+    hardware, num_gpus = _scenario_hardware(doc, base, where, overrides)
+    tr, lay = _training_and_layout_tables(doc, where, overrides)
+    training = _scenario_training(tr, where)
+    sweep = dict(doc.get("sweep", {}))
+    layout = _scenario_layout(doc, lay, num_gpus, model, training, where, require_layout)
+    return Scenario(name=str(doc.get("name", Path(str(path)).stem if path else model.name)), model=model,
+                    hardware=hardware, training=training, layout=layout, num_gpus=int(num_gpus),
+                    micro_batch_size=int(lay.get("micro_batch_size", 1)), sweep=sweep)
 
-    # model
+
+def _read_scenario_file(path: str | None) -> tuple[dict, Path | None, str]:
+    """(document, folder relative paths are read from, name used in messages) of the scenario file,
+    with its sections checked; ({}, None, "flags") without one."""
+    if path is None:
+        return {}, None, "flags"
+    p = resolve("scenarios", str(path))
+    doc = read_toml(p)
+    where = str(p)
+    unknown = [k for k in doc if k not in SECTIONS]
+    if unknown:
+        raise InputError(f"unknown section [{unknown[0]}] in {where}; expected {', '.join(SECTIONS[:5])}")
+    for sec in ("model", "hardware", "training", "layout", "sweep"):
+        if sec in doc and not isinstance(doc[sec], dict):
+            raise InputError(f"{sec} in {where} must be a table [{sec}]")
+    return doc, p.parent, where
+
+
+def _scenario_model(doc: dict, base: Path | None, where: str, overrides: dict) -> ModelSpec:
+    """The model of --model (taken out of `overrides`), else of the [model] section."""
     if "model" in overrides:
-        model = load_model(str(overrides.pop("model")))
-    elif "model" in doc:
-        model = _load_model_table(doc["model"], base, f"[model] of {where}")
-    else:
-        raise InputError(f"no model: give --model or a [model] section in {where}")
+        return load_model(str(overrides.pop("model")))
+    if "model" in doc:
+        return _load_model_table(doc["model"], base, f"[model] of {where}")
+    raise InputError(f"no model: give --model or a [model] section in {where}")
 
-    # hardware
+
+def _scenario_hardware(doc: dict, base: Path | None, where: str, overrides: dict):
+    """(hardware profile, num_gpus): --hardware and --gpus (taken out of `overrides`) over the
+    [hardware] section."""
     hw_table = dict(doc.get("hardware", {}))
     if "hardware" in overrides:
         hardware = _load_hardware({"preset": overrides.pop("hardware")}, None, "--hardware")
@@ -114,8 +131,12 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
     num_gpus = overrides.pop("num_gpus", hw_table.get("num_gpus"))
     if num_gpus is None:
         raise InputError(f"missing num_gpus: give --gpus or num_gpus in [hardware] of {where}")
+    return hardware, num_gpus
 
-    # training
+
+def _training_and_layout_tables(doc: dict, where: str, overrides: dict) -> tuple[dict, dict]:
+    """The [training] and [layout] keyword tables with the remaining flag overrides merged in
+    (micro_batch_size from [training] moves to the layout); InputError for a flag that is neither."""
     tr = dict(doc.get("training", {}))
     check_keys(tr, where=f"[training] of {where}", optional=TRAINING_KEYS + ("micro_batch_size",))
     lay = dict(doc.get("layout", {}))
@@ -129,23 +150,29 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
             lay[k] = overrides.pop(k)
     if overrides:
         raise InputError(f"unknown setting {sorted(overrides)[0]!r}")
+    return tr, lay
+
+
+def _scenario_training(tr: dict, where: str) -> Training:
+    """Training from its table; seq_length and global_batch_size are required."""
     for key in ("seq_length", "global_batch_size"):
         if key not in tr:
             raise InputError(f"missing key {key!r} in [training] of {where} (or give the flag)")
     try:
-        training = Training(**tr)
+        return Training(**tr)
     except TypeError as exc:
         raise InputError(f"[training] of {where}: {exc}") from None
 
-    sweep = dict(doc.get("sweep", {}))
+
+def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training: Training, where: str,
+                     require_layout: bool) -> Layout | None:
+    """The validated Layout, or None when the scenario gives no layout fields and none is required."""
     has_layout = bool(doc.get("layout")) or any(k in lay for k in ("tp", "pp", "dp", "cp", "ep"))
-    layout = None
-    if has_layout or require_layout:
-        try:
-            layout = Layout(num_gpus=num_gpus, **lay)
-        except TypeError as exc:
-            raise InputError(f"[layout] of {where}: {exc}") from None
-        validate(model, training, layout)
-    return Scenario(name=str(doc.get("name", Path(str(path)).stem if path else model.name)), model=model,
-                    hardware=hardware, training=training, layout=layout, num_gpus=int(num_gpus),
-                    micro_batch_size=int(lay.get("micro_batch_size", 1)), sweep=sweep)
+    if not (has_layout or require_layout):
+        return None
+    try:
+        layout = Layout(num_gpus=num_gpus, **lay)
+    except TypeError as exc:
+        raise InputError(f"[layout] of {where}: {exc}") from None
+    validate(model, training, layout)
+    return layout
