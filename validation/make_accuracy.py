@@ -172,7 +172,7 @@ def errors_paragraph(results) -> list[str]:
             "(nvidia-smi counts it). These are framework specifics, not tuned in (docs/memory.md).")
     lines.append(
         "- Nothing here was fitted to these runs: every row setting comes from the row, its source or a stated "
-        "framework default (`simulator/validate.py`), and no constant was changed to reduce these errors.")
+        "framework default (`simulator/validate/sources.py`), and no constant was changed to reduce these errors.")
     return lines + [""]
 
 
@@ -187,7 +187,7 @@ def render(results, skipped, sources, df=None) -> str:
            "*derived* step time (computed from reported TFLOP/s, not measured; marked † below). Comparing time "
            "or tokens/s avoids the sources' differing FLOP conventions (table below). Memory is "
            "`mem_gb_per_gpu` read as GiB against the predicted peak of the stages the row's `mem_basis` covers. "
-           "Row mapping and every assumption: `simulator/validate.py` (`map_run`, `SOURCE_RULES`); the same "
+           "Row mapping and every assumption: `simulator/validate/` (`mapping.map_run`, `sources.SOURCE_RULES`); the same "
            "predictions are printed by `parasim validate validation/published_runs.csv` and used by "
            "`validation/memory_published.py` (docs/memory.md). Calibration never used these runs (DESIGN.md); "
            "no GPU calibration has been run, so the hardware profiles hold their shipped defaults.", "",

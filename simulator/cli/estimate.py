@@ -55,7 +55,7 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gathe
     step = compute + exposed communication (by group) + pipeline bubble.
 
     \b
-    The pipeline part replays the schedule on the discrete-event engine's fast path.
+    The pipeline part replays the schedule's op order (--pipeline analytic: closed forms).
     Data-parallel modes (--dp-mode): ddp = DistributedDataParallel, gradients all-reduced in buckets,
     overlapped with the last backward; dataparallel = single-process torch DataParallel, parameters
     broadcast, inputs scattered and gradients reduced through one master GPU, nothing overlapped;

@@ -157,7 +157,7 @@ def object_ids(values: np.ndarray):
 
 
 def replay_multi(tables: tuple, sid, F, B, W, P, out_mk, out_mk0, out_busy) -> None:
-    """Rows of many shapes (`pipeline.replay.makespan_multi`'s packed `tables`); fills the three outputs, which
+    """Rows of many shapes (`pipeline.multi.makespan_multi`'s packed `tables`); fills the three outputs, which
     may be row slices of larger C-contiguous arrays."""
     N, S = F.shape
     if LIB.parasim_replay_multi(N, S, out_busy.shape[1], sid, *tables, F, B, W, P, out_mk, out_mk0, out_busy):
@@ -185,7 +185,7 @@ def flush_columns(warm: np.ndarray, kinds: np.ndarray, offsets: np.ndarray, tail
 
 
 def shape_tables(columns: tuple, num_stages: int, num_microbatches: int):
-    """`pipeline.replay.ShapeTables` fields from a builder's op columns (kind, stage, microbatch, includes W,
+    """`pipeline.multi.ShapeTables` fields from a builder's op columns (kind, stage, microbatch, includes W,
     paired, ops per rank): (packed (5 int32 arrays in level order), busy (rank (E,), stage (E,), op
     counts (E, 4)), in-flight peaks (R,) int64), or None if the columns break a rule or deadlock (the
     numpy path then raises with the message)."""

@@ -2,14 +2,12 @@
 
 A sweep replays tens to hundreds of schedule shapes (schedule, pp, microbatches, chunks). A shape
 whose op lists are built in Python (interleaved, ZB-V, DualPipe, DualPipeV: the builder's op order,
-then its dependency and level tables in C) costs ~15x more to build than to read back, so those
+then its dependency and level tables in C) costs much more to build than to read back, so those
 tables are kept on disk and read by later commands, sweep workers and notebooks. The flushed
 one-stage-per-rank schedules (GPipe, 1F1B, ZB-H1/H2: most shapes of a sweep) are made from their
-description in one C call instead (`multi.flush_shape_tables`, ~40 ns per op on a quiet VM) and
-not kept: writing their tables cost a first sweep more than making them (the 405B sweep's 191
-shape files, 159 of them these: ~40-200 ms of writes on the benchmark VM's ext4 disk, against ~17 ms
-of C for the 159), and reading them back would save a later sweep only ~6-13 ms of CPU
-(docs/sweep.md, Speed).
+description in one C call instead (`multi.flush_shape_tables`) and not kept: writing their tables
+cost a first sweep more than making them, and reading them back would save a later one little
+(measurements: docs/sweep.md, Speed).
 
 - Where: `$PARASIM_CACHE_DIR`, else `$XDG_CACHE_HOME/parasim`, else `~/.cache/parasim`, in a folder
   named after a hash of the code that makes the tables (the schedule builders, the replay and the

@@ -17,7 +17,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum")
 STATE_DTYPES = ("fp32", "bf16", "fp16")  # of the gradient buffer and the optimizer states
 ATTENTION_FLOP_CONVENTIONS = ("causal", "full")
 # How the loss is computed over the logits (memory/activations.py `logits_bytes`, `loss_backward_bytes`;
-# cost/compute.py `_head_memory_ops`):
+# cost/memory_ops.py `_head_memory_ops`):
 #   vocab-parallel: Megatron-LM's vocab-parallel cross-entropy, in place on an fp32 copy of the logits
 #   torch-fp32:     torch.nn.functional.cross_entropy(logits.float()) (torchtitan, Hugging Face Trainer)
 #   fused:          a fused / chunked kernel that never materialises fp32 logits
