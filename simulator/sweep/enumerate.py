@@ -142,15 +142,28 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     sps = (False, True) if space.sequence_parallel == AUTO else space.sequence_parallel
     choices = _schedule_choices(model, space)
     if not any(s == "1f1b" for s, _ in choices):
-        choices = [("1f1b", 1)] + choices  # pp = 1 rows (no pipeline) carry 1f1b; see below
-    user_has_1f1b = space.schedule == AUTO or "1f1b" in space.schedule
-    blocks = []
-    tp, cp, pp, dp, ep, mb = (base[k] for k in ("tp", "cp", "pp", "dp", "ep", "micro_batch_size"))
-    L = model.num_layers
+        choices = [("1f1b", 1)] + choices  # pp = 1 rows (no pipeline) carry 1f1b; see _blocks
+    pps, splittable, split_text = _pipeline_splits(model.num_layers, base["pp"])
+    valid, col = _valid_masks(model, training, base, choices, sps, space)
+    blocks = _blocks(base, choices, sps, valid, col, splittable, zeros, recs, space)
+    if not blocks:
+        return empty_candidates()
+    return _candidate_frame(base, blocks, pps, split_text, training)
+
+
+def _pipeline_splits(L: int, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
+    """(distinct pp values, those that split L layers evenly or by `uneven_split`, pp -> the uneven
+    split as text, "" for an even one)."""
     pps = np.unique(pp)
     splittable = pps[(L % pps == 0) | np.array([uneven_split(L, int(p)) is not None for p in pps], dtype=bool)]
     split_text = {int(p): ",".join(map(str, uneven_split(L, int(p)) or ())) for p in pps}
-    # the rules once per (schedule, sp) for all of its vpp values (a column each: the rules broadcast)
+    return pps, splittable, split_text
+
+
+def _valid_masks(model, training, base: dict, choices, sps, space: SweepSpace) -> tuple[dict, dict]:
+    """The divisibility rules (`layout_valid_mask`) once per (schedule, sp) for all of its vpp values
+    (a column each: the rules broadcast): ({(schedule, sp): (rows, vpps) mask}, {(schedule, vpp): column})."""
+    tp, cp, pp, dp, ep, mb = (base[k] for k in ("tp", "cp", "pp", "dp", "ep", "micro_batch_size"))
     vpps = {}
     for sched, vpp in choices:
         vpps.setdefault(sched, []).append(vpp)
@@ -160,6 +173,18 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
                                             micro_batch_size=mb[:, None], sequence_parallel=sp, schedule=sched,
                                             uneven_layers=space.uneven_layers and family(sched).pp_stages)
              for sched, vs in vpps.items() for sp in sps}
+    return valid, col
+
+
+def _blocks(base: dict, choices, sps, valid: dict, col: dict, splittable: np.ndarray, zeros, recs,
+            space: SweepSpace) -> list[tuple]:
+    """(schedule, vpp, sp, zero, recompute, base rows) blocks in sweep order, each the base rows that
+    combination keeps: the divisibility rules, then the sweep's own (sp needs tp > 1; pp = 1 rows carry
+    1f1b only unless the user asked for 1f1b; other schedules need pp > 1, some an even pp; ZeRO > 0
+    needs dp·cp > 1)."""
+    tp, cp, pp, dp = base["tp"], base["cp"], base["pp"], base["dp"]
+    user_has_1f1b = space.schedule == AUTO or "1f1b" in space.schedule
+    blocks = []
     for sched, vpp in choices:
         for sp in sps:
             uneven = space.uneven_layers and family(sched).pp_stages
@@ -185,8 +210,13 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
                     if not len(zidx):
                         continue
                     blocks.append((sched, vpp, sp, z, r, zidx))
-    if not blocks:
-        return empty_candidates()
+    return blocks
+
+
+def _candidate_frame(base: dict, blocks: list[tuple], pps: np.ndarray, split_text: dict[int, str],
+                     training) -> pd.DataFrame:
+    """The candidate table of `blocks` (CANDIDATE_COLUMNS), rows in sweep order."""
+    tp, cp, pp, dp, ep, mb = (base[k] for k in ("tp", "cp", "pp", "dp", "ep", "micro_batch_size"))
     sizes = np.array([len(b[5]) for b in blocks])
     rows = np.concatenate([b[5] for b in blocks])
     block_id = np.repeat(np.arange(len(blocks)), sizes)

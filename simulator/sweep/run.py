@@ -1,7 +1,7 @@
 """Run a sweep: evaluate the candidates in chunks (resumable), in this process or on Dask, and rank.
 
 Chunk k is candidate rows [k·size, (k+1)·size). Each chunk is one call of the vectorised kernel
-(`evaluate.evaluate_layouts`, every layout field an array); with `out`, each finished chunk is written
+(`kernel.evaluate_layouts`, every layout field an array); with `out`, each finished chunk is written
 atomically (temp file + os.replace) into `<out>.parts/`, so an interrupted sweep resumes without losing
 or duplicating rows. The kernel works row by row, so a row's numbers do not depend on the chunk it is
 evaluated in (tests/test_sweep.py checks it to the bit). Parallelism beyond this process is Dask's:
@@ -114,7 +114,7 @@ def evaluate_candidates(model, training, hardware, num_gpus: int, cands: pd.Data
 
 
 def _timing(evaluator: Callable, time_infeasible: bool) -> Callable:
-    """`evaluator` with its `time_infeasible` keyword set, when it has one (evaluate.evaluate_layouts)."""
+    """`evaluator` with its `time_infeasible` keyword set, when it has one (kernel.evaluate_layouts)."""
     fn = getattr(evaluator, "func", evaluator)
     try:
         takes = "time_infeasible" in inspect.signature(fn).parameters
@@ -193,14 +193,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
       time and throughput columns are NaN; memory is evaluated first and the time only where it fits).
     Returns the ranked DataFrame (`rank.rank_results`), one row per layout.
     """
-    if executor not in ("local", "dask"):
-        raise InputError(f"executor must be local or dask, got {executor!r}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise InputError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise InputError(f"workers must be an integer >= 1, got {workers!r}")
-    if out is not None:
-        check_suffix(out)
+    _check_run_args(executor, chunk_size, workers, out)
     space = space if space is not None else SweepSpace.from_table(getattr(scenario, "sweep", {}))
     model, training, hardware, N = scenario.model, scenario.training, scenario.hardware, scenario.num_gpus
     evaluator = _timing(evaluator or _default_evaluator(), bool(time_infeasible))
@@ -215,16 +208,52 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
                                      resume)
     todo = [k for k in range(nchunks) if k not in results]
     budget = len(todo) if stop_after_chunks is None else stop_after_chunks
-    bar = tick = None
+    bar, tick = _progress(progress, n, sum(len(r) for r in results.values()))
+    try:
+        _run_chunks(todo[:budget], cands, chunk_size, results, parts, tick, (model, training, hardware, N, evaluator),
+                    executor, scheduler, workers)
+        if budget < len(todo):
+            raise KeyboardInterrupt(f"stopped after {budget} chunks")
+    finally:
+        if bar is not None:
+            bar.close()
+    df = _ranked(results, nchunks, n)
+    if out is not None:
+        write_results(df, out)
+        if not keep_parts:
+            shutil.rmtree(parts, ignore_errors=True)
+    return df
+
+
+def _check_run_args(executor, chunk_size, workers, out) -> None:
+    """InputError for an unknown executor, a chunk_size or workers that is not an integer >= 1, or an
+    `out` whose suffix write_results cannot write (checked before any work)."""
+    if executor not in ("local", "dask"):
+        raise InputError(f"executor must be local or dask, got {executor!r}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise InputError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise InputError(f"workers must be an integer >= 1, got {workers!r}")
+    if out is not None:
+        check_suffix(out)
+
+
+def _progress(progress, total: int, initial: int) -> tuple:
+    """(tqdm bar or None, tick(rows) or None) for run_sweep's `progress` argument."""
     if progress is True:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=n, initial=sum(len(r) for r in results.values()), unit="layout", unit_scale=True,
-                   desc="sweep", leave=False)
-        tick = bar.update
-    elif callable(progress):
-        tick = progress
+        bar = tqdm(total=total, initial=initial, unit="layout", unit_scale=True, desc="sweep", leave=False)
+        return bar, bar.update
+    if callable(progress):
+        return None, progress
+    return None, None
 
+
+def _run_chunks(chunks: list[int], cands: pd.DataFrame, chunk_size: int, results: dict, parts: Path | None, tick,
+                ctx: tuple, executor: str, scheduler, workers: int | None) -> None:
+    """Evaluate candidate chunks `chunks` here or on Dask; each finished chunk goes into `results`, its
+    parts file (when `parts`) and `tick`. ctx: (model, training, hardware, num_gpus, evaluator)."""
     def finish(k, df):
         results[k] = df
         if parts is not None:
@@ -235,31 +264,25 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     def chunk(k):
         return cands.iloc[k * chunk_size:(k + 1) * chunk_size]
 
-    try:
-        ctx = (model, training, hardware, N, evaluator)
-        if executor == "dask" or (workers or 1) > 1:
-            _run_dask(todo[:budget], chunk, finish, ctx, scheduler, workers)
-        else:
-            for k in todo[:budget]:
-                finish(k, evaluate_candidates(model, training, hardware, N, chunk(k), evaluator=evaluator))
-        if budget < len(todo):
-            raise KeyboardInterrupt(f"stopped after {budget} chunks")
-    finally:
-        if bar is not None:
-            bar.close()
+    if executor == "dask" or (workers or 1) > 1:
+        _run_dask(chunks, chunk, finish, ctx, scheduler, workers)
+    else:
+        model, training, hardware, N, evaluator = ctx
+        for k in chunks:
+            finish(k, evaluate_candidates(model, training, hardware, N, chunk(k), evaluator=evaluator))
+
+
+def _ranked(results: dict[int, pd.DataFrame], nchunks: int, n: int) -> pd.DataFrame:
+    """The chunks' rows in order (an empty table of the result columns when there are none), ranked,
+    with the text columns as text."""
     if n == 0:
         df = empty_candidates().assign(feasible=pd.Series([], dtype=bool), reason=pd.Series([], dtype=object),
                                        tokens_per_s=pd.Series([], dtype=float))
     else:
         df = pd.concat([results[k] for k in range(nchunks)], ignore_index=True)
     df = rank_results(df)
-    df = df.assign(**{c: text_column(df[c].to_numpy(dtype=object)) for c in TEXT_COLUMNS
-                      if c in df and df[c].dtype != object})
-    if out is not None:
-        write_results(df, out)
-        if not keep_parts:
-            shutil.rmtree(parts, ignore_errors=True)
-    return df
+    return df.assign(**{c: text_column(df[c].to_numpy(dtype=object)) for c in TEXT_COLUMNS
+                        if c in df and df[c].dtype != object})
 
 
 # ---- Dask ------------------------------------------------------------------------------------------
