@@ -153,67 +153,101 @@ class Schedule:
         rank different from the one its stage's other ops of the same microbatch use.
         """
         S, M = self.num_stages, self.num_microbatches
-        if self.columns is not None:
-            kind, stage, mb, incw, paired, counts = (np.asarray(x, dtype=np.int64) for x in self.columns)
-            incw, paired = incw.astype(bool), paired.astype(bool)
-            n = len(kind)
-            rank = np.repeat(np.arange(len(counts)), counts)
-            ops = None
-        else:
-            ops = [op for r in self.ranks for op in r]
-            n = len(ops)
-            # one pass over the records (ops are tuples: kind, stage, microbatch, rank, includes_weight, paired)
-            table = np.array([(KIND_INDEX[o[0]],) + o[1:] for o in ops], dtype=np.int64).reshape(n, 6)
-            kind, stage, mb, rank = (np.ascontiguousarray(table[:, j]) for j in range(4))
-            incw = table[:, 4].astype(bool)
-            paired = table[:, 5].astype(bool)
-            counts = np.array([len(r) for r in self.ranks], dtype=np.int64)
+        kind, stage, mb, rank, incw, paired, counts = self._flat_columns()
+        n = len(kind)
         offsets = np.concatenate([[0], np.cumsum(counts)])
-        if n and ((stage < 0).any() or (stage >= S).any() or (mb < 0).any() or (mb >= M).any()):
-            raise InputError(f"schedule {self.name}: an op's stage or microbatch is out of range")
-        expect_rank = np.repeat(np.arange(self.num_ranks), counts)
-        if not np.array_equal(rank, expect_rank):
-            raise InputError(f"schedule {self.name}: an op's rank differs from the list holding it")
-        key = (kind * S + stage) * M + mb
-        table = np.full(3 * S * M, -1, dtype=np.int64)
-        table[key] = np.arange(n)
-        if (np.bincount(key, minlength=3 * S * M) > 1).any():
-            dup = int(np.flatnonzero(np.bincount(key, minlength=3 * S * M)[key] > 1)[0])
-            label = Op(KINDS[kind[dup]], int(stage[dup]), int(mb[dup]), int(rank[dup]), bool(incw[dup])).label
-            raise InputError(f"schedule {self.name}: op {label} appears more than once")
-        # every (stage, microbatch) needs F and B; W exactly when its B does not include the weight
-        need_w = np.zeros(S * M, dtype=bool)
-        is_b = kind == 1
-        need_w[(stage * M + mb)[is_b & ~incw]] = True
-        for k, need in ((0, np.ones(S * M, bool)), (1, np.ones(S * M, bool)), (2, need_w)):
-            have = table[k * S * M:(k + 1) * S * M] >= 0
-            if not np.array_equal(have, need):
-                bad = int(np.flatnonzero(have != need)[0])
-                s, j = divmod(bad, M)
-                what = "missing" if need[bad] else "unexpected"
-                raise InputError(f"schedule {self.name}: {what} op {s}{'FBW'[k] if k != 1 else 'B'}{j}")
-        # the one dependency rule, vectorised
-        dkind = np.where(kind == 0, 0, np.where(kind == 1, np.where(stage == S - 1, 0, 1), 1))
-        dstage = np.where(kind == 0, stage - 1, np.where(kind == 1, np.where(stage == S - 1, stage, stage + 1), stage))
-        has_dep = ~((kind == 0) & (stage == 0))
-        dkey = (dkind * S + np.clip(dstage, 0, S - 1)) * M + mb
-        dep = np.where(has_dep, table[dkey], -1)
-        cross = has_dep & (rank[np.maximum(dep, 0)] != rank)
-        bnd = np.where(kind == 0, stage - 1, stage)  # F crosses s-1|s, B crosses s|s+1
-        boundary = np.where(cross & (kind != 2), bnd, -1)
+        _check_placement(self.name, stage, mb, rank, counts, S, M, self.num_ranks)
+        table = _op_index_table(self.name, kind, stage, mb, rank, incw, S, M)
+        _check_complete(self.name, table, kind, stage, mb, incw, S, M)
+        dep, boundary = _dependencies(table, kind, stage, mb, rank, S, M)
         rank_prev = np.arange(n) - 1
         rank_prev[offsets[:-1][counts > 0]] = -1
-        # paired (overlapped) ops start only when the partner's input is there too
-        dep2 = np.full(n, -1, dtype=np.int64)
-        boundary2 = np.full(n, -1, dtype=np.int64)
-        if paired.any():
-            idx = np.flatnonzero(paired)
-            nxt = idx + 1
-            if (nxt >= n).any() or (rank[np.minimum(nxt, n - 1)] != rank[idx]).any():
-                raise InputError(f"schedule {self.name}: a paired op is the last op of its rank")
-            dep2[idx] = dep[nxt]
-            boundary2[idx] = boundary[nxt]
+        dep2, boundary2 = _paired_dependencies(self.name, paired, rank, dep, boundary)
         return OpArrays(kind, stage, mb, rank, incw, dep, boundary, rank_prev, offsets, dep2, boundary2)
+
+    def _flat_columns(self) -> tuple:
+        """(kind index, stage, microbatch, rank, includes_weight, paired, ops per rank) as arrays in rank
+        order, from `columns` or from the Op records."""
+        if self.columns is not None:
+            kind, stage, mb, incw, paired, counts = (np.asarray(x, dtype=np.int64) for x in self.columns)
+            rank = np.repeat(np.arange(len(counts)), counts)
+            return kind, stage, mb, rank, incw.astype(bool), paired.astype(bool), counts
+        ops = [op for r in self.ranks for op in r]
+        n = len(ops)
+        # one pass over the records (ops are tuples: kind, stage, microbatch, rank, includes_weight, paired)
+        table = np.array([(KIND_INDEX[o[0]],) + o[1:] for o in ops], dtype=np.int64).reshape(n, 6)
+        kind, stage, mb, rank = (np.ascontiguousarray(table[:, j]) for j in range(4))
+        incw = table[:, 4].astype(bool)
+        paired = table[:, 5].astype(bool)
+        counts = np.array([len(r) for r in self.ranks], dtype=np.int64)
+        return kind, stage, mb, rank, incw, paired, counts
+
+
+def _check_placement(name: str, stage, mb, rank, counts, S: int, M: int, num_ranks: int) -> None:
+    """InputError if an op's stage or microbatch is out of range, or its rank is not the list holding it."""
+    if len(stage) and ((stage < 0).any() or (stage >= S).any() or (mb < 0).any() or (mb >= M).any()):
+        raise InputError(f"schedule {name}: an op's stage or microbatch is out of range")
+    expect_rank = np.repeat(np.arange(num_ranks), counts)
+    if not np.array_equal(rank, expect_rank):
+        raise InputError(f"schedule {name}: an op's rank differs from the list holding it")
+
+
+def _op_index_table(name: str, kind, stage, mb, rank, incw, S: int, M: int) -> np.ndarray:
+    """(kind, stage, microbatch) -> op index (-1: absent), flat of length 3·S·M; InputError naming the
+    first op that appears more than once."""
+    n = len(kind)
+    key = (kind * S + stage) * M + mb
+    table = np.full(3 * S * M, -1, dtype=np.int64)
+    table[key] = np.arange(n)
+    if (np.bincount(key, minlength=3 * S * M) > 1).any():
+        dup = int(np.flatnonzero(np.bincount(key, minlength=3 * S * M)[key] > 1)[0])
+        label = Op(KINDS[kind[dup]], int(stage[dup]), int(mb[dup]), int(rank[dup]), bool(incw[dup])).label
+        raise InputError(f"schedule {name}: op {label} appears more than once")
+    return table
+
+
+def _check_complete(name: str, table: np.ndarray, kind, stage, mb, incw, S: int, M: int) -> None:
+    """Every (stage, microbatch) needs F and B; W exactly when its B does not include the weight
+    (InputError naming the first missing or unexpected op, F's before B's before W's)."""
+    need_w = np.zeros(S * M, dtype=bool)
+    is_b = kind == 1
+    need_w[(stage * M + mb)[is_b & ~incw]] = True
+    for k, need in ((0, np.ones(S * M, bool)), (1, np.ones(S * M, bool)), (2, need_w)):
+        have = table[k * S * M:(k + 1) * S * M] >= 0
+        if not np.array_equal(have, need):
+            bad = int(np.flatnonzero(have != need)[0])
+            s, j = divmod(bad, M)
+            what = "missing" if need[bad] else "unexpected"
+            raise InputError(f"schedule {name}: {what} op {s}{'FBW'[k] if k != 1 else 'B'}{j}")
+
+
+def _dependencies(table: np.ndarray, kind, stage, mb, rank, S: int, M: int) -> tuple[np.ndarray, np.ndarray]:
+    """(dep, boundary) of every op: the one dependency rule (`dependency`), vectorised."""
+    dkind = np.where(kind == 0, 0, np.where(kind == 1, np.where(stage == S - 1, 0, 1), 1))
+    dstage = np.where(kind == 0, stage - 1, np.where(kind == 1, np.where(stage == S - 1, stage, stage + 1), stage))
+    has_dep = ~((kind == 0) & (stage == 0))
+    dkey = (dkind * S + np.clip(dstage, 0, S - 1)) * M + mb
+    dep = np.where(has_dep, table[dkey], -1)
+    cross = has_dep & (rank[np.maximum(dep, 0)] != rank)
+    bnd = np.where(kind == 0, stage - 1, stage)  # F crosses s-1|s, B crosses s|s+1
+    boundary = np.where(cross & (kind != 2), bnd, -1)
+    return dep, boundary
+
+
+def _paired_dependencies(name: str, paired, rank, dep, boundary) -> tuple[np.ndarray, np.ndarray]:
+    """(dep2, boundary2): paired (overlapped) ops start only when the partner's (the next op on the
+    rank) input is there too; -1 elsewhere. InputError if a paired op is the last op of its rank."""
+    n = len(paired)
+    dep2 = np.full(n, -1, dtype=np.int64)
+    boundary2 = np.full(n, -1, dtype=np.int64)
+    if paired.any():
+        idx = np.flatnonzero(paired)
+        nxt = idx + 1
+        if (nxt >= n).any() or (rank[np.minimum(nxt, n - 1)] != rank[idx]).any():
+            raise InputError(f"schedule {name}: a paired op is the last op of its rank")
+        dep2[idx] = dep[nxt]
+        boundary2[idx] = boundary[nxt]
+    return dep2, boundary2
 
 
 def make_schedule(name: str, per_rank: list[list[Op]] | None = None, *, num_stages: int, num_microbatches: int,
