@@ -197,9 +197,6 @@ def map_run(row: Mapping, *, hardware: str | None = None) -> MappedRun:
     Per-source rules (SOURCE_RULES) fill what the row leaves out; every rule applied is recorded in
     `assumptions`. Unmappable rows come back with `skip_reason` (one line) instead of an exception.
     """
-    from ..spec.layout import Layout
-    from ..spec.model import ModelSpec
-    from ..spec.training import Training
     from ..spec.validate import validate
 
     run_id = _text(row.get("run_id")) or "?"
@@ -208,48 +205,75 @@ def map_run(row: Mapping, *, hardware: str | None = None) -> MappedRun:
     try:
         seq = _int(row.get("seq_len"), "seq_len")
         name = _text(row.get("model"))
-        rules = SOURCE_RULES.get(source_id)
-        if rules is None:
-            rules = _generic_rules(_family(name))
-            notes.append(f"source {source_id or '?'!s} has no rules: generic {rules.family} family defaults")
-        else:
-            notes.extend(f"{rules.source_id}: {s}" for s in rules.statements)
+        rules = _row_rules(source_id, name, notes)
         if not _blank(row.get("moe_experts")):
             raise InputError("MoE rows are not mapped yet (no MoE run in the data set)")
         tp = _int(row.get("tp"), "tp")
-        kv = None if _blank(row.get("kv_heads")) else _int(row.get("kv_heads"), "kv_heads")
-        model = ModelSpec(name=name, hidden_size=_int(row.get("hidden"), "hidden"),
-                          num_layers=_int(row.get("layers"), "layers"), num_heads=_int(row.get("heads"), "heads"),
-                          num_kv_heads=kv, ffn_hidden_size=_int(row.get("ffn_hidden"), "ffn_hidden"),
-                          vocab_size=_vocab(row.get("vocab"), rules if rules.source_id != "generic" else None, tp,
-                                            notes),
-                          tie_word_embeddings=rules.tie_word_embeddings,
-                          learned_position_embeddings=seq if rules.learned_positions else 0,
-                          **FAMILIES[rules.family])
-        prec = _precision(row.get("precision"), notes, rules.precision_unstated)
-        training = Training(seq_length=seq, global_batch_size=_int(row.get("global_batch_seqs"), "global_batch_seqs"),
-                            precision=prec, grad_dtype=_grad_dtype(rules, row.get("precision"), prec, notes),
-                            flash_attention=rules.flash_attention, dropout=rules.dropout)
-        pp = _int(row.get("pp"), "pp")
-        sched, vpp = _schedule(row.get("pipeline_schedule"), pp, row.get("vpp"), notes)
-        if _blank(row.get("micro_batch")):
-            notes.append(f"micro_batch not stated: {DEFAULT_MICRO_BATCH}")
-            mbs = DEFAULT_MICRO_BATCH
-        else:
-            mbs = _int(row.get("micro_batch"), "micro_batch")
-        chunks = 2 if sched in ("zb-v", "dualpipev") else vpp
-        lps = _layers_per_stage(model.num_layers, pp, chunks, _text(row.get("notes")), notes)
-        layout = Layout(num_gpus=_int(row.get("n_gpus"), "n_gpus"), tp=tp, pp=pp,
-                        dp=_int(row.get("dp"), "dp"),
-                        cp=1 if _blank(row.get("cp")) else _int(row.get("cp"), "cp"),
-                        ep=1 if _blank(row.get("ep")) else _int(row.get("ep"), "ep"), vpp=vpp,
-                        micro_batch_size=mbs, zero=_zero(row.get("zero_fsdp")),
-                        recompute=_recompute(row.get("recompute"), notes),
-                        sequence_parallel=_sp(row.get("sequence_parallel")), schedule=sched,
-                        layers_per_stage=lps)
+        model = _row_model(row, name, seq, tp, rules, notes)
+        training = _row_training(row, seq, rules, notes)
+        layout = _row_layout(row, model.num_layers, tp, notes)
         validate(model, training, layout)
         hw = hardware or hardware_for_gpu(_text(row.get("gpu_type")))
     except InputError as exc:
         return MappedRun(run_id=run_id, assumptions=tuple(notes), skip_reason=str(exc).splitlines()[0])
     return MappedRun(run_id=run_id, model=model, training=training, layout=layout, hardware_name=hw,
                      assumptions=tuple(notes))
+
+
+def _row_rules(source_id: str, name: str, notes: list[str]) -> SourceRules:
+    """The source's rules (their statements noted), or the generic rules of the model's family."""
+    rules = SOURCE_RULES.get(source_id)
+    if rules is None:
+        rules = _generic_rules(_family(name))
+        notes.append(f"source {source_id or '?'!s} has no rules: generic {rules.family} family defaults")
+    else:
+        notes.extend(f"{rules.source_id}: {s}" for s in rules.statements)
+    return rules
+
+
+def _row_model(row: Mapping, name: str, seq: int, tp: int, rules: SourceRules, notes: list[str]):
+    """The row's ModelSpec: its shape cells, the vocabulary per `_vocab`, the family's architecture."""
+    from ..spec.model import ModelSpec
+
+    kv = None if _blank(row.get("kv_heads")) else _int(row.get("kv_heads"), "kv_heads")
+    return ModelSpec(name=name, hidden_size=_int(row.get("hidden"), "hidden"),
+                     num_layers=_int(row.get("layers"), "layers"), num_heads=_int(row.get("heads"), "heads"),
+                     num_kv_heads=kv, ffn_hidden_size=_int(row.get("ffn_hidden"), "ffn_hidden"),
+                     vocab_size=_vocab(row.get("vocab"), rules if rules.source_id != "generic" else None, tp, notes),
+                     tie_word_embeddings=rules.tie_word_embeddings,
+                     learned_position_embeddings=seq if rules.learned_positions else 0,
+                     **FAMILIES[rules.family])
+
+
+def _row_training(row: Mapping, seq: int, rules: SourceRules, notes: list[str]):
+    """The row's Training: sequence, batch, precision and gradient dtype, the source's attention and dropout."""
+    from ..spec.training import Training
+
+    prec = _precision(row.get("precision"), notes, rules.precision_unstated)
+    return Training(seq_length=seq, global_batch_size=_int(row.get("global_batch_seqs"), "global_batch_seqs"),
+                    precision=prec, grad_dtype=_grad_dtype(rules, row.get("precision"), prec, notes),
+                    flash_attention=rules.flash_attention, dropout=rules.dropout)
+
+
+def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str]):
+    """The row's Layout: parallel degrees, schedule and vpp, micro-batch, layers per stage, ZeRO,
+    recompute and sequence parallelism (blank cells per the generic rules)."""
+    from ..spec.layout import Layout
+
+    pp = _int(row.get("pp"), "pp")
+    sched, vpp = _schedule(row.get("pipeline_schedule"), pp, row.get("vpp"), notes)
+    if _blank(row.get("micro_batch")):
+        notes.append(f"micro_batch not stated: {DEFAULT_MICRO_BATCH}")
+        mbs = DEFAULT_MICRO_BATCH
+    else:
+        mbs = _int(row.get("micro_batch"), "micro_batch")
+    chunks = 2 if sched in ("zb-v", "dualpipev") else vpp
+    lps = _layers_per_stage(num_layers, pp, chunks, _text(row.get("notes")), notes)
+    return Layout(num_gpus=_int(row.get("n_gpus"), "n_gpus"), tp=tp, pp=pp,
+                  dp=_int(row.get("dp"), "dp"),
+                  cp=1 if _blank(row.get("cp")) else _int(row.get("cp"), "cp"),
+                  ep=1 if _blank(row.get("ep")) else _int(row.get("ep"), "ep"), vpp=vpp,
+                  micro_batch_size=mbs, zero=_zero(row.get("zero_fsdp")),
+                  recompute=_recompute(row.get("recompute"), notes),
+                  sequence_parallel=_sp(row.get("sequence_parallel")), schedule=sched,
+                  layers_per_stage=lps)
