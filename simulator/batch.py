@@ -32,7 +32,9 @@ def _objects(items) -> np.ndarray:
 def _splits(layers_per_stage, n) -> np.ndarray:
     """(N,) per-row uneven splits from None, one tuple for every row, or (N,) tuples / "a,b,..." / None."""
     if layers_per_stage is None:
-        return _objects([None] * n)
+        return np.full(n, None, dtype=object)
+    if isinstance(layers_per_stage, np.ndarray) and layers_per_stage.dtype == object and layers_per_stage.shape == (n,):
+        return layers_per_stage
     if isinstance(layers_per_stage, np.ndarray) or (isinstance(layers_per_stage, (list, tuple)) and len(layers_per_stage)
                                                     and not isinstance(layers_per_stage[0], (int, np.integer))):
         if len(layers_per_stage) != n:

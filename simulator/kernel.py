@@ -181,7 +181,7 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
     m = batch.num_microbatches(B)
     rec_c = factorize(rec)[0]  # integer codes: grouping by them is much faster than by strings
     chunks = np.where(family_column(sched, "takes_vpp"), vppa, 1)  # the builders' vpp
-    pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=list(batch.layers_per_stage))
+    pt = pipeline_table(model, schedule=sched, pp=ppa, chunks=chunks, layers_per_stage=batch.layers_per_stage)
 
     # memory first, with the in-flight microbatches of the replayed schedule order (known from the shape)
     inflight = inflight_per_rank(opt, pt, sched=sched, pp=ppa, chunks=chunks, m=m)

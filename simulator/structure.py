@@ -179,7 +179,9 @@ def pipeline_table(model, *, schedule, pp, chunks, layers_per_stage=None) -> Pip
     if layers_per_stage is None:
         l_code, l_vals = np.zeros(n, dtype=np.int64), [None]
     else:
-        l_code, l_vals = factorize(np.fromiter(layers_per_stage, dtype=object, count=n), missing_as_value=True)
+        splits = (layers_per_stage if isinstance(layers_per_stage, np.ndarray) and layers_per_stage.dtype == object
+                  else np.fromiter(layers_per_stage, dtype=object, count=n))
+        l_code, l_vals = factorize(splits, missing_as_value=True)
     first, inv = distinct_rows(s_code, pp, chunks, l_code)
     shapes = tuple((str(s_names[s_code[i]]), int(pp[i]), int(chunks[i]), _split_key(l_vals[l_code[i]])) for i in first)
     P = max(p for _, p, _, _ in shapes)
