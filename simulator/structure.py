@@ -14,7 +14,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from .cost.compute import stage_layer_split
+from .spec.placement import stage_layer_split
 from .schedules import family
 from .dedup import distinct_rows, factorize, gather_rows
 from .spec.placement import StagePlacement, stage_placement

@@ -18,6 +18,7 @@ from simulator.cost import optimizer as O
 from simulator.errors import InputError
 from simulator.kernel import evaluate_layouts
 from simulator.spec.hardware import hardware_from_dict, load_hardware
+from simulator.spec.placement import stage_layer_split
 from simulator.spec.layout import Layout
 from simulator.spec.load import load_model
 from simulator.spec.model import ModelSpec
@@ -63,7 +64,7 @@ def stage_times(model, training, hardware, *, pp=1, vpp=1, schedule="1f1b", laye
     formed as simulator/kernel.py forms them: the per-block basis times (dense layer, MoE layer, embedding,
     head) times each stage's block counts (layers from `stage_layer_split`, the embedding on the first and
     the head on the last virtual stage)."""
-    dense, moe = C.stage_layer_split(model, pp=pp, vpp=vpp, schedule=schedule, layers_per_stage=layers_per_stage)
+    dense, moe = stage_layer_split(model, pp=pp, vpp=vpp, schedule=schedule, layers_per_stage=layers_per_stage)
     S = len(dense)
     blocks = dict(dense_layer=dense, moe_layer=moe, embedding=np.arange(S) == 0, head=np.arange(S) == S - 1)
     counts = np.stack([blocks[b] for b in C.BASIS]).astype(float)  # (4, S)
@@ -211,14 +212,14 @@ def test_uneven_layers_scale_stage_time():
     st = stage_times(LLAMA, tr, flat_profile(), tp=1, pp=4, layers_per_stage=(7, 9, 10, 6))
     assert st["forward_s"][2] / st["forward_s"][1] == pytest.approx(10 / 9)
     with pytest.raises(InputError, match="layers_per_stage"):
-        C.stage_layer_split(LLAMA, pp=4, layers_per_stage=(16, 16))
+        stage_layer_split(LLAMA, pp=4, layers_per_stage=(16, 16))
 
 
 def test_moe_layer_pattern_places_dense_layers_first():
     m = load_model("deepseek-v3")  # first_k_dense_replace = 3
-    dense, moe = C.stage_layer_split(m, pp=2, layers_per_stage=(30, 31))
+    dense, moe = stage_layer_split(m, pp=2, layers_per_stage=(30, 31))
     assert list(dense) == [3, 0] and list(moe) == [27, 31]
-    dense, moe = C.stage_layer_split(load_model("qwen3-30b-a3b"), pp=4)
+    dense, moe = stage_layer_split(load_model("qwen3-30b-a3b"), pp=4)
     assert list(dense + moe) == [12, 12, 12, 12]
 
 

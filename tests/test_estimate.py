@@ -63,7 +63,8 @@ def test_pipeline_part_equals_an_independent_replay():
     # Per-stage F, B, W: the per-block basis times (dense layer, embedding, head) times each stage's counts.
     m, t = _small()
     df = evaluate_layouts(m, t, H100, num_gpus=8, pp=4, schedule="1f1b", tp=1, dp=2)
-    from simulator.cost.compute import BASIS_KEYS, layer_basis_times_by_mode, stage_layer_split
+    from simulator.cost.compute import BASIS_KEYS, layer_basis_times_by_mode
+    from simulator.spec.placement import stage_layer_split
 
     dense, moe = stage_layer_split(m, pp=4)
     counts = np.stack([dense, moe, np.arange(4) == 0, np.arange(4) == 3]).astype(float)  # BASIS order

@@ -24,7 +24,7 @@ The byte counts of the memory-bound ops are in memory_ops.py (`memory_ops`), the
 optimizer.py; this module times the ops of a layer and of a stage's building blocks.
 
 Stages (the schedule family's geometry, simulator/schedules/family.py): pp·vpp (interleaved), 2·pp
-(zb-v, dualpipev: V shape), else pp. `stage_layer_split` splits the layers over the virtual stages in
+(zb-v, dualpipev: V shape), else pp. `spec.placement.stage_layer_split` splits the layers over the virtual stages in
 layer order (evenly, or `layers_per_stage`), following `ModelSpec.moe_layer_mask`; the embedding is on the
 first virtual stage, the final norm, LM head and loss on the last. `layer_basis_times_by_mode` times the
 four building blocks (dense layer, MoE layer, embedding, head; `BASIS`) once per distinct (tp, cp, ep,
@@ -42,8 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..schedules import family
-from ..spec.model import ModelSpec, stage_layer_counts
+from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
 from .memory_ops import _embedding_memory_op, _head_memory_ops, _memory_time, memory_ops
@@ -56,7 +55,6 @@ __all__ = [
     "BASIS_KEYS",
     "gemm_dtype",
     "mfu_peak_flops",
-    "stage_layer_split",
     "layer_op_times",
     "layer_basis_times_by_mode",
     "optimizer_params_step_s",  # re-export (optimizer.py)
@@ -89,35 +87,6 @@ def _combine(t_math, t_mem, roofline: bool):
 
 
 # ---- stages ----------------------------------------------------------------------------------------
-def stage_layer_split(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = "1f1b",
-                      layers_per_stage=None) -> tuple[np.ndarray, np.ndarray]:
-    """(dense layers, MoE layers) per virtual stage, in layer order, following `moe_layer_mask`.
-
-    `layers_per_stage` (uneven split) has one entry per virtual stage, or one per pipeline rank (the
-    Layout convention, as in the memory model): a rank's layers are then spread as evenly as possible
-    over its chunks, earlier chunks taking the remainder (dualpipe: one entry per model stage).
-    """
-    fam = family(schedule)
-    S = fam.num_stages(pp, vpp)
-    if layers_per_stage is not None and len(layers_per_stage) == pp and S != pp:
-        ranks = fam.stage_rank(pp, vpp)
-        per_vs = np.zeros(S, dtype=np.int64)
-        for r in range(pp):
-            idx = np.flatnonzero(ranks == r)
-            base, rem = divmod(int(layers_per_stage[r]), len(idx))
-            per_vs[idx] = base + (np.arange(len(idx)) < rem)
-        layers_per_stage = tuple(int(x) for x in per_vs)
-    if layers_per_stage is not None and len(layers_per_stage) != S:
-        raise InputError(f"layers_per_stage has {len(layers_per_stage)} entries, expected one per pipeline rank "
-                         f"({pp}) or per virtual stage ({S} for pp={pp}, vpp={vpp}, schedule={schedule!r})")
-    counts = stage_layer_counts(model.num_layers, S, tuple(layers_per_stage) if layers_per_stage else None)
-    ends = np.cumsum(counts)
-    starts = ends - counts
-    c = np.concatenate([[0], np.cumsum(model.moe_layer_mask.astype(np.int64))])
-    n_moe = c[ends] - c[starts]
-    return (counts - n_moe).astype(float), n_moe.astype(float)
-
-
 # ---- op tables -------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class OpTime:
@@ -375,7 +344,7 @@ def layer_basis_times_by_mode(model: ModelSpec, training: Training, hardware, *,
     their FLOPs, recompute forward and its FLOPs), columns `BASIS` (one dense layer, one MoE layer, the
     input embedding, final norm + LM head + loss).
 
-    A virtual stage with d dense and e MoE layers (`stage_layer_split`), holding the embedding (first)
+    A virtual stage with d dense and e MoE layers (`spec.placement.stage_layer_split`), holding the embedding (first)
     and/or the head (last), takes  d·t_dense + e·t_moe + first·t_embedding + last·t_head  — every op
     time is linear in those counts (`_stage_op_groups`), so any pipeline split is a product with this
     table (the kernel's per-stage times). Only the recompute rows differ between modes, so the op times

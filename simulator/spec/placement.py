@@ -98,6 +98,35 @@ def stage_placement(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = 
                           embedding=embedding, head=head, tied_copy=tied)
 
 
+def stage_layer_split(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = "1f1b",
+                      layers_per_stage=None) -> tuple[np.ndarray, np.ndarray]:
+    """(dense layers, MoE layers) per virtual stage, in layer order, following `moe_layer_mask`.
+
+    `layers_per_stage` (uneven split) has one entry per virtual stage, or one per pipeline rank (the
+    Layout convention, as in the memory model): a rank's layers are then spread as evenly as possible
+    over its chunks, earlier chunks taking the remainder (dualpipe: one entry per model stage).
+    """
+    fam = family(schedule)
+    S = fam.num_stages(pp, vpp)
+    if layers_per_stage is not None and len(layers_per_stage) == pp and S != pp:
+        ranks = fam.stage_rank(pp, vpp)
+        per_vs = np.zeros(S, dtype=np.int64)
+        for r in range(pp):
+            idx = np.flatnonzero(ranks == r)
+            base, rem = divmod(int(layers_per_stage[r]), len(idx))
+            per_vs[idx] = base + (np.arange(len(idx)) < rem)
+        layers_per_stage = tuple(int(x) for x in per_vs)
+    if layers_per_stage is not None and len(layers_per_stage) != S:
+        raise InputError(f"layers_per_stage has {len(layers_per_stage)} entries, expected one per pipeline rank "
+                         f"({pp}) or per virtual stage ({S} for pp={pp}, vpp={vpp}, schedule={schedule!r})")
+    counts = stage_layer_counts(model.num_layers, S, tuple(layers_per_stage) if layers_per_stage else None)
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    c = np.concatenate([[0], np.cumsum(model.moe_layer_mask.astype(np.int64))])
+    n_moe = c[ends] - c[starts]
+    return (counts - n_moe).astype(float), n_moe.astype(float)
+
+
 # ---- parameter categories ---------------------------------------------------------------------
 def attention_param_split(model: ModelSpec) -> tuple[int, int]:
     """(TP-sharded, replicated) parameters of one attention block (sum = model.attention_params()).
