@@ -144,3 +144,32 @@ def test_grids_cover_the_documented_ranges():
     g = GRIDS["gpu"]
     assert min(g.hidden_sizes) == 1024 and max(g.hidden_sizes) == 8192 and max(g.tp_degrees) == 8
     assert max(g.seq_lengths) == 32768
+
+
+def test_attention_backward_round_trip_calibrated_time_comes_back():
+    """One convention for the attention backward: a backward time measured by `bench_attention`, turned
+    into an efficiency table by the calibration, must come back as the cost model's backward time for
+    the same kernel (with the 2 × forward convention on one side and 2.5 × on the other it came back 25 %
+    slow)."""
+    import pandas as pd
+
+    from simulator.calibrate.run import attention_points
+    from simulator.cost import compute as C
+    from simulator.spec.model import ModelSpec
+    from simulator.spec.training import Training
+    from tests.test_compute import flat_profile
+
+    b, h, s, d, t_fwd, t_bwd, peak = 2, 32, 4096, 128, 1.0e-3, 2.0e-3, 1000e12
+    rows = [{"pass": "fwd", "seq": s, "flops": mb.attention_forward_flops(b, h, s, d), "time_s": t_fwd},
+            {"pass": "bwd", "seq": s, "flops": mb.attention_backward_executed_flops(b, h, s, d), "time_s": t_bwd}]
+    df = pd.DataFrame(rows)
+    df["flops_per_s"] = df["flops"] / df["time_s"]
+    (_, e_f), (_, e_b) = (attention_points(df, peak, p) for p in ("fwd", "bwd"))
+    hw = flat_profile(attention=float(e_f[0]), attention_bwd=float(e_b[0]), peaks={"bf16": 1000, "fp8": 2000,
+                                                                                     "fp32": 60})
+    model = ModelSpec(name="attn", hidden_size=h * d, num_layers=1, num_heads=h, num_kv_heads=h,
+                      ffn_hidden_size=4 * h * d, vocab_size=1000)
+    att = {o.name: o for o in C.layer_op_times(model, Training(seq_length=s, global_batch_size=b), hw,
+                                               micro_batch_size=b)}["attention"]
+    assert att.forward_s == pytest.approx(t_fwd, rel=1e-9)
+    assert att.backward_s == pytest.approx(t_bwd, rel=1e-9)

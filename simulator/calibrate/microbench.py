@@ -34,6 +34,7 @@ __all__ = [
     "gemm_flops",
     "attention_forward_flops",
     "attention_backward_flops",
+    "attention_backward_executed_flops",
     "bench_gemm",
     "bench_attention",
     "bench_memory",
@@ -172,11 +173,18 @@ def attention_forward_flops(batch, heads, seq, head_dim, *, causal: bool = True)
 
 def attention_backward_flops(batch, heads, seq, head_dim, *, causal: bool = True):
     """Model FLOPs of the attention backward: 2 × forward (dQ, dK from dS; dV, dP from dO: four
-    s²·d products per head against two in the forward). The FlashAttention benchmark counts 2.5×
-    because its backward recomputes Q·Kᵀ; that recompute is a hardware FLOP, not a model FLOP
-    (formulas.md §2.4), so the efficiency table `attention_bwd` absorbs it.
-    """
+    s²·d products per head against two in the forward), what torch's FLOP counter counts for the
+    unfused form (tests/test_calibrate.py)."""
     return 2 * attention_forward_flops(batch, heads, seq, head_dim, causal=causal)
+
+
+def attention_backward_executed_flops(batch, heads, seq, head_dim, *, causal: bool = True):
+    """FLOPs a FlashAttention backward executes: 2.5 × forward (the four products of
+    `attention_backward_flops` plus recomputing S = Q·Kᵀ), the convention of the FlashAttention
+    benchmark `flops()` (Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py) and of
+    published backward TFLOP/s, and what cost/flops.py's attention backward executes (dgrad +
+    backward_recompute). The `attention_bwd` efficiency table is written and read in this convention."""
+    return 2.5 * attention_forward_flops(batch, heads, seq, head_dim, causal=causal)
 
 
 # ---- benchmarks ---------------------------------------------------------------------------------
@@ -228,8 +236,9 @@ def bench_attention(*, seq_lengths: Sequence[int], head_dims: Sequence[int], bat
     """Time `scaled_dot_product_attention` forward and forward+backward.
 
     Backward time = median(forward+backward) − median(forward). Returns one row per
-    (seq, head_dim, pass) with flops (model FLOPs, causal-halved; see attention_*_flops), time_s
-    and flops_per_s. The kernel is whatever torch dispatches to (FlashAttention on recent GPUs).
+    (seq, head_dim, pass) with flops (causal-halved; forward: model FLOPs, backward: the executed
+    FLOPs of FlashAttention, 2.5 × forward: attention_backward_executed_flops), time_s and flops_per_s.
+    The kernel is whatever torch dispatches to (FlashAttention on recent GPUs).
     """
     torch = import_torch()
     import pandas as pd
@@ -257,7 +266,7 @@ def bench_attention(*, seq_lengths: Sequence[int], head_dims: Sequence[int], bat
             tfb = time_callable(fwd_bwd, device=device, warmup=warmup, iters=iters)
             tb = max(tfb.median_s - tf.median_s, 1e-12)
             ff = attention_forward_flops(batch, heads, s, d, causal=causal)
-            fb = attention_backward_flops(batch, heads, s, d, causal=causal)
+            fb = attention_backward_executed_flops(batch, heads, s, d, causal=causal)
             for pas, f, t in (("fwd", ff, tf.median_s), ("bwd", fb, tb)):
                 rows.append({"kernel": "sdpa", "pass": pas, "batch": batch, "heads": heads, "seq": s, "head_dim": d,
                              "causal": causal, "dtype": dtype, "flops": float(f), "time_s": t,

@@ -8,7 +8,8 @@
 Tables (x and efficiency as in spec/hardware.py):
 - gemm:          x = FLOPs of one GEMM; efficiency = achieved FLOP/s / peak_flops(dtype)
 - attention:     x = sequence length; forward model FLOP/s (causal-halved) / peak
-- attention_bwd: x = sequence length; backward model FLOP/s (2× forward) / peak
+- attention_bwd: x = sequence length; backward executed FLOP/s (2.5× forward: FlashAttention recomputes
+                 QKᵀ; the convention the cost model reads it in) / peak
 - memory:        x = bytes moved by one kernel; achieved bytes/s / HBM peak bandwidth
 - optimizer:     x = bytes one fused AdamW step moves (optimizer_bytes_per_param); achieved bytes/s / HBM peak
 - nvlink_ring, nvls, nvlink_p2p, network: see nccl_tests.py
@@ -102,8 +103,8 @@ def fit_compute_tables(measurements: Mapping[str, object], *, peak_flops_per_s: 
             x, e = attention_points(measurements["attention"], peak_flops_per_s, pas)
             fits[tname] = fit_efficiency_curve(
                 x, e, name=tname, x_unit="sequence length (tokens)",
-                source=f"{label}: scaled_dot_product_attention {pas}, causal, model FLOPs "
-                       f"({'4·b·a·s²·d/2' if pas == 'fwd' else '2 × forward'})")
+                source=f"{label}: scaled_dot_product_attention {pas}, causal, "
+                       f"{'model FLOPs (4·b·a·s²·d/2)' if pas == 'fwd' else 'executed FLOPs (2.5 × forward)'}")
     if "memory" in measurements:
         x, e = memory_points(measurements["memory"], peak_bytes_per_s)
         kinds = ", ".join(sorted(measurements["memory"]["kernel"].unique()))
