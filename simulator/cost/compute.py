@@ -191,8 +191,8 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
         return _table(t, 2.0 * t, 0.0 * t, fl, bwd_fl, 0.0 * fl)
     fwd, bwd = fl.sum(axis=0, keepdims=True), bwd_fl.sum(axis=0, keepdims=True)
     x = np.maximum(float(training.seq_length) / (F._f(cp) if cp_algorithm == "ring" else 1.0), 1.0)
-    eff_f = hardware.interp_efficiency("attention", x)
-    eff_b = hardware.interp_efficiency("attention_bwd" if hardware.has_efficiency("attention_bwd") else "attention", x)
+    f_table, b_table = attention_tables(hardware, training.stack.attention_kernel)
+    eff_f, eff_b = hardware.interp_efficiency(f_table, x), hardware.interp_efficiency(b_table, x)
     tp_, cp_, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
     s = float(training.seq_length)
     if model.is_mla:
@@ -206,6 +206,16 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
     t_f = _combine(fwd / (peak * eff_f), t_mem[0], roofline)
     t_b = _combine(bwd / (peak * eff_b), t_mem[1], roofline)
     return _table(t_f, t_b, 0.0 * t_f, fwd, bwd, 0.0 * fwd)
+
+
+def attention_tables(hardware, kernel: str) -> tuple[str, str]:
+    """(forward, backward) efficiency tables of attention kernel `kernel` (spec/stack.py) on `hardware`:
+    `attention_<kernel>` / `attention_bwd_<kernel>` where the profile has them (published per-kernel
+    benchmarks), else the generic `attention` / `attention_bwd`; a backward without its own table reads
+    the generic backward table, then the forward one."""
+    fwd = f"attention_{kernel}" if hardware.has_efficiency(f"attention_{kernel}") else "attention"
+    bwd = next((t for t in (f"attention_bwd_{kernel}", "attention_bwd") if hardware.has_efficiency(t)), "attention")
+    return fwd, bwd
 
 
 def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool = False, tp=1, cp=1, ep=1,
@@ -391,4 +401,30 @@ def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, se
                 common = np.broadcast_shapes(rows.shape[1:], rc.shape[1:])
                 both, rc = np.broadcast_to(rows, (6,) + common), np.broadcast_to(rc, (2,) + common)
             acc[r] = acc[r] + np.concatenate([both, rc])
-    return {r: np.asarray(a, dtype=float) for r, a in acc.items()}
+    return {r: launch_bound(np.asarray(a, dtype=float), training.stack, r) for r, a in acc.items()}
+
+
+def launch_bound(table: np.ndarray, stack, recompute: str) -> np.ndarray:
+    """A basis table with each layer pass no shorter than the host takes to issue its kernels.
+
+    The host issues a layer's k_f forward and k_b backward kernels one after another, h seconds each
+    (`Stack.layer_kernels`, `Stack.host_s_per_kernel`); the GPU cannot finish a pass before its last
+    kernel is issued, so (the CPU-bound vs GPU-bound bound of an eager framework):
+        F' = max(F, k_f·h),   B' = B + max(0, k_b·h − (B + W)),   R' = max(R, k_f·h) (full recompute),
+    for the dense and the MoE layer columns (the embedding and head are one-off kernels). A GPU-bound
+    layer (F ≥ k_f·h) is unchanged."""
+    kf, kb = stack.layer_kernels
+    h = stack.host_s_per_kernel
+    if h <= 0.0 or (kf == 0 and kb == 0):
+        return table
+    out = table.copy()
+    f, b, w, rc = (BASIS_KEYS.index(k) for k in ("forward_s", "backward_s", "weight_s", "recompute_s"))
+    layers = [BASIS.index("dense_layer"), BASIS.index("moe_layer")]
+    lay = out[..., layers]
+    present = lay[f] > 0.0  # (a dense model's MoE column is empty)
+    lay[b] = lay[b] + np.where(present, np.maximum(0.0, kb * h - (lay[b] + lay[w])), 0.0)
+    lay[f] = np.where(present, np.maximum(lay[f], kf * h), lay[f])
+    if recompute == "full":
+        lay[rc] = np.where(lay[rc] > 0.0, np.maximum(lay[rc], kf * h), lay[rc])
+    out[..., layers] = lay
+    return out

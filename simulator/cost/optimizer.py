@@ -13,7 +13,7 @@ import numpy as np
 from ..spec.training import Training
 from .memory_ops import _memory_time
 
-__all__ = ["optimizer_bytes_per_param", "optimizer_params_step_s"]
+__all__ = ["optimizer_bytes_per_param", "foreach_adam_bytes_per_param", "optimizer_params_step_s"]
 
 
 def optimizer_bytes_per_param(training: Training) -> float:
@@ -32,6 +32,37 @@ def optimizer_bytes_per_param(training: Training) -> float:
     return float(training.grad_bytes + master + states + param)
 
 
+# torch.optim.Adam/AdamW(foreach=True) step, one multi-tensor op per line (torch/optim/adam.py
+# `_multi_tensor_adam`, decoupled weight decay as AdamW; amsgrad, maximize, capturable off): the tensors each
+# op reads and writes, as (reads, writes) over p = the parameter the optimizer steps (its master copy
+# when there is one), m, v = the moments, g = the gradient, d = the denominator temporary
+FOREACH_ADAMW_OPS = (
+    ("_foreach_mul_(params, 1 - lr*wd)", ("p",), ("p",)),
+    ("_foreach_lerp_(exp_avgs, grads, 1 - beta1)", ("m", "g"), ("m",)),
+    ("_foreach_mul_(exp_avg_sqs, beta2)", ("v",), ("v",)),
+    ("_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)", ("v", "g", "g"), ("v",)),
+    ("_foreach_sqrt(exp_avg_sqs)", ("v",), ("d",)),
+    ("_foreach_div_(denom, bias_correction2_sqrt)", ("d",), ("d",)),
+    ("_foreach_add_(denom, eps)", ("d",), ("d",)),
+    ("_foreach_addcdiv_(params, exp_avgs, denom, -step_size)", ("p", "m", "d"), ("p",)),
+)
+
+
+def foreach_adam_bytes_per_param(training: Training) -> float:
+    """HBM bytes per parameter of torch's foreach Adam/AdamW step: each op of FOREACH_ADAMW_OPS reads and
+    writes whole tensors (no fusion across ops), p in the stepped dtype (the fp32 master when present),
+    m, v, d in the optimizer dtype, g in the gradient dtype; plus the working copy written from the
+    master (param_bytes) when there is one. Pure bf16: 4·2 + 14·2 + 3·2 = 42 bytes, 3× the fused
+    kernel's 14."""
+    from ..units import DTYPE_BYTES
+
+    size = {"p": training.master_bytes or training.param_bytes, "m": DTYPE_BYTES[training.optimizer_dtype],
+            "v": DTYPE_BYTES[training.optimizer_dtype], "d": DTYPE_BYTES[training.optimizer_dtype],
+            "g": training.grad_bytes}
+    total = sum(size[t] for _, reads, writes in FOREACH_ADAMW_OPS for t in reads + writes)
+    return float(total + (training.param_bytes if training.master_bytes else 0))
+
+
 def optimizer_params_step_s(training: Training, hardware, *, non_expert, expert, shard_degree=1.0,
                             expert_shard_degree=1.0) -> np.ndarray:
     """Optimizer-step time of a rank holding `non_expert` and `expert` parameters whose state is
@@ -41,11 +72,15 @@ def optimizer_params_step_s(training: Training, hardware, *, non_expert, expert,
 
     η_optimizer is the profile's `optimizer` table (`parasim calibrate optimizer`: torch's fused AdamW
     timed over parameter counts) and η_memory where the profile has none. 0 with `offload_optimizer`
-    (the step runs on the host)."""
+    (the step runs on the host). With the stack's `optimizer_impl = "foreach"` (Adam/AdamW): torch's
+    foreach step, `foreach_adam_bytes_per_param` in len(FOREACH_ADAMW_OPS) passes at η_memory."""
     params = non_expert / shard_degree + expert / expert_shard_degree
-    bytes_ = params * optimizer_bytes_per_param(training)
     if training.offload_optimizer:
-        return np.zeros_like(bytes_)
+        return np.zeros_like(params * 1.0)
+    if training.stack.optimizer_impl == "foreach" and training.optimizer in ("adam", "adamw"):
+        bytes_ = params * foreach_adam_bytes_per_param(training)  # one pass per op: η_memory per pass
+        return _memory_time(bytes_, float(len(FOREACH_ADAMW_OPS)), hardware)
+    bytes_ = params * optimizer_bytes_per_param(training)
     if hardware.has_efficiency("optimizer"):
         return bytes_ / (hardware.hbm_bytes_per_s * hardware.interp_efficiency("optimizer", np.maximum(bytes_, 1.0)))
     return _memory_time(bytes_, 1.0, hardware)

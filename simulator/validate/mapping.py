@@ -228,6 +228,7 @@ def _row_rules(source_id: str, name: str, notes: list[str]) -> SourceRules:
         notes.append(f"source {source_id or '?'!s} has no rules: generic {rules.family} family defaults")
     else:
         notes.extend(f"{rules.source_id}: {s}" for s in rules.statements)
+    notes.append(f"stack: {rules.stack} (stacks/{rules.stack}.toml)")
     return rules
 
 
@@ -250,9 +251,11 @@ def _row_training(row: Mapping, seq: int, rules: SourceRules, notes: list[str]):
     from ..spec.training import Training
 
     prec = _precision(row.get("precision"), notes, rules.precision_unstated)
+    from ..spec.stack import load_stack
+
     return Training(seq_length=seq, global_batch_size=_int(row.get("global_batch_seqs"), "global_batch_seqs"),
                     precision=prec, grad_dtype=_grad_dtype(rules, row.get("precision"), prec, notes),
-                    flash_attention=rules.flash_attention, dropout=rules.dropout)
+                    flash_attention=rules.flash_attention, dropout=rules.dropout, stack=load_stack(rules.stack))
 
 
 def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str]):

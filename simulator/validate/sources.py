@@ -130,6 +130,7 @@ class SourceRules:
     dropout: bool = False
     grad_dtype: tuple[tuple[str, str], ...] = ((r".", "fp32"),)
     precision_unstated: str | None = None  # precision when the cell names none ('mixed (not stated)')
+    stack: str = "megatron"  # the software stack preset (stacks/) the source ran
     statements: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -140,7 +141,7 @@ class SourceRules:
 SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="NARAYANAN21", family="gpt", tie_word_embeddings=True, learned_positions=True,
-        vocab_pad_per_tp=128, flash_attention=False, dropout=True,
+        vocab_pad_per_tp=128, flash_attention=False, dropout=True, stack="megatron",
         grad_dtype=((r"fp16", "fp16"), (r".", "fp32")),
         statements=(
             "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
@@ -151,7 +152,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         )),
     SourceRules(
         source_id="ZB24", family="gpt", tie_word_embeddings=True, learned_positions=True,
-        vocab_base=32000, vocab_pad_per_tp=128, flash_attention=False, dropout=True,
+        vocab_base=32000, vocab_pad_per_tp=128, flash_attention=False, dropout=True, stack="megatron",
         grad_dtype=((r"fp16", "fp16"), (r".", "fp32")), precision_unstated="fp16",
         statements=(
             "GPT-like (Megatron fork): LayerNorm, GeLU, biases, learned positions, tied embeddings "
@@ -162,7 +163,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         )),
     SourceRules(
         source_id="BLOOM_PREQUEL", family="bloom", tie_word_embeddings=True, learned_positions=False,
-        vocab_base=250680, vocab_pad_per_tp=128, flash_attention=False, dropout=False,
+        vocab_base=250680, vocab_pad_per_tp=128, flash_attention=False, dropout=False, stack="deepspeed",
         grad_dtype=((r"fp16", "fp16"), (r".", "fp32")),
         statements=(
             "BLOOM: LayerNorm, GeLU, biases, ALiBi (no position table), tied embeddings",
@@ -173,7 +174,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         )),
     SourceRules(
         source_id="LLMFOUNDRY", family="mpt", tie_word_embeddings=True, learned_positions=True,
-        flash_attention=True, dropout=False,
+        flash_attention=True, dropout=False, stack="fsdp",
         grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
         statements=(
             "MPT benchmark config (MPTConfig defaults): LayerNorm with bias, GeLU f=4h, biases, "
@@ -184,7 +185,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         )),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
-        flash_attention=True, dropout=False, grad_dtype=((r".", "fp32"),),
+        flash_attention=True, dropout=False, grad_dtype=((r".", "fp32"),), stack="torchtitan",
         statements=(
             "Llama: SwiGLU, RMSNorm, no biases, RoPE, untied output layer",
             "FlashAttention (torchtitan SDPA flash backend)",

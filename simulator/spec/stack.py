@@ -1,0 +1,139 @@
+"""Software stack: the framework and kernels a job runs with, beside the model, the hardware and the layout.
+
+The same model, GPU and layout train 15-50 % apart under different software (eager vs compiled,
+attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics needs to know of it:
+
+- `attention_kernel`: which attention kernel runs (its efficiency tables are the hardware profile's
+  `attention_<kernel>` / `attention_bwd_<kernel>`, falling back to `attention` / `attention_bwd`);
+  "unfused" is attention written out as matmuls and a softmax (no FlashAttention);
+- `cross_entropy`: how the loss is computed (Training.cross_entropy's choices);
+- `optimizer_impl`: "fused" (one multi-tensor kernel pass: Megatron FusedAdam, torch fused AdamW) or
+  "foreach" (torch's default multi-tensor AdamW: one pass per elementwise op, cost/optimizer.py);
+- `compiled`: torch.compile (or CUDA graphs) fuses the elementwise ops;
+- `kernels_per_layer` (eager) and `compiled_kernels_per_layer`: kernels one transformer layer launches
+  in its forward and backward, and `host_s_per_kernel`, the host time to issue one: a layer pass can
+  not finish before its kernels are issued (cost/compute.py `launch_bound_s`).
+
+Presets are TOML files in `stacks/` (every number with its source in the file's `[source]` table);
+`load_stack(name_or_path, **overrides)` reads one, `DEFAULT_STACK` is used when none is given.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+
+from ..errors import InputError
+from .presets import check_keys, preset_names, read_toml, resolve
+
+ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "xformers", "unfused")
+OPTIMIZER_IMPLS = ("fused", "foreach")
+# How the loss is computed over the logits (memory/activations.py `logits_bytes`, `loss_backward_bytes`;
+# cost/memory_ops.py `_head_memory_ops`):
+#   vocab-parallel: Megatron-LM's vocab-parallel cross-entropy, in place on an fp32 copy of the logits
+#   torch-fp32:     torch.nn.functional.cross_entropy(logits.float()) (torchtitan, Hugging Face Trainer)
+#   fused:          a fused / chunked kernel that never materialises fp32 logits
+CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused")
+DEFAULT_STACK = "megatron"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stack:
+    """What the framework runs: attention kernel, loss, optimizer implementation, eager or compiled, and
+    the kernels a layer launches with the host time to issue each (module docstring)."""
+
+    name: str
+    framework: str
+    attention_kernel: str = "cudnn"
+    cross_entropy: str = "vocab-parallel"
+    optimizer_impl: str = "fused"
+    compiled: bool = False
+    kernels_per_layer: tuple[int, int] = (0, 0)  # (forward, backward), eager; (0, 0): not launch-bound
+    compiled_kernels_per_layer: tuple[int, int] = (0, 0)
+    host_s_per_kernel: float = 0.0
+    source: tuple = field(default=(), compare=False, repr=False)  # ((key, where its value comes from), ...)
+
+    def __post_init__(self):
+        for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("cross_entropy", CROSS_ENTROPY),
+                              ("optimizer_impl", OPTIMIZER_IMPLS)):
+            if getattr(self, name) not in allowed:
+                raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
+                                 f"got {getattr(self, name)!r}")
+        if not isinstance(self.compiled, bool):
+            raise InputError(f"stack {self.name!r}: compiled must be true or false, got {self.compiled!r}")
+        for name in ("kernels_per_layer", "compiled_kernels_per_layer"):
+            v = getattr(self, name)
+            if (not isinstance(v, (tuple, list)) or len(v) != 2
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 10**5 for x in v)):
+                raise InputError(f"stack {self.name!r}: {name} must be [forward, backward] kernel counts "
+                                 f"(integers 0..100000), got {v!r}")
+            object.__setattr__(self, name, tuple(v))
+        h = self.host_s_per_kernel
+        if not isinstance(h, (int, float)) or isinstance(h, bool) or not 0.0 <= h < 1e-2:
+            raise InputError(f"stack {self.name!r}: host_us_per_kernel must be in [0, 10000) microseconds, "
+                             f"got {h * 1e6 if isinstance(h, (int, float)) else h!r}")
+
+    @property
+    def layer_kernels(self) -> tuple[int, int]:
+        """(forward, backward) kernels one layer launches, compiled or eager."""
+        return self.compiled_kernels_per_layer if self.compiled else self.kernels_per_layer
+
+    @property
+    def flash_attention(self) -> bool:
+        """A fused attention kernel (every kernel but "unfused")."""
+        return self.attention_kernel != "unfused"
+
+
+_KEYS = {f.name for f in fields(Stack)} - {"host_s_per_kernel", "source"} | {"host_us_per_kernel"}
+
+
+def stack_from_dict(d: dict, *, where: str) -> Stack:
+    """A Stack from a preset's table (`host_us_per_kernel` in microseconds, `[source]` per key)."""
+    check_keys(d, where=where, required=("name", "framework"), optional=tuple(_KEYS | {"source"}))
+    src = d.get("source", {})
+    if not isinstance(src, dict):
+        raise InputError(f"[source] in {where} must be a table of key = \"source\" lines")
+    kw = {k: v for k, v in d.items() if k not in ("source", "host_us_per_kernel")}
+    for k in ("kernels_per_layer", "compiled_kernels_per_layer"):
+        if k in kw and isinstance(kw[k], list):
+            kw[k] = tuple(kw[k])
+    us = d.get("host_us_per_kernel", 0.0)
+    if not isinstance(us, (int, float)) or isinstance(us, bool):
+        raise InputError(f"host_us_per_kernel in {where} must be a number of microseconds, got {us!r}")
+    return Stack(**kw, host_s_per_kernel=float(us) * 1e-6, source=tuple((str(k), str(v)) for k, v in src.items()))
+
+
+def load_stack(name_or_path: str | None = None, **overrides) -> Stack:
+    """The stack preset `name_or_path` (a name in stacks/ or a TOML path; None: DEFAULT_STACK) with
+    `overrides` (Stack fields; None values are ignored), e.g. load_stack("hf", compiled=True)."""
+    name = DEFAULT_STACK if name_or_path in (None, "") else str(name_or_path)
+    path = resolve("stacks", name)
+    st = stack_from_dict(read_toml(path), where=str(path))
+    given = {k: v for k, v in overrides.items() if v is not None}
+    unknown = sorted(set(given) - {f.name for f in fields(Stack)})
+    if unknown:
+        raise InputError(f"unknown stack key {unknown[0]!r}")
+    return replace(st, **given) if given else st
+
+
+@lru_cache(maxsize=1)
+def default_stack() -> Stack:
+    """The DEFAULT_STACK preset (read once)."""
+    return load_stack(DEFAULT_STACK)
+
+
+def stack_names() -> list[str]:
+    return preset_names("stacks")
+
+
+def list_stacks():
+    """One row per stack preset: name, framework, attention kernel, loss, optimizer, compiled, kernels."""
+    import pandas as pd
+
+    rows = []
+    for n in stack_names():
+        s = load_stack(n)
+        rows.append({"name": n, "framework": s.framework, "attention_kernel": s.attention_kernel,
+                     "cross_entropy": s.cross_entropy, "optimizer_impl": s.optimizer_impl, "compiled": s.compiled,
+                     "kernels_fwd_bwd": "/".join(map(str, s.kernels_per_layer)),
+                     "host_us_per_kernel": s.host_s_per_kernel * 1e6})
+    return pd.DataFrame(rows)

@@ -1,0 +1,164 @@
+"""Software-stack profiles (spec/stack.py, stacks/*.toml) and the physics they switch."""
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.cost import compute as C
+from simulator.cost import optimizer as O
+from simulator.errors import InputError
+from simulator.spec.model import ModelSpec
+from simulator.spec.stack import ATTENTION_KERNELS, Stack, list_stacks, load_stack, stack_names
+from simulator.spec.training import Training
+from tests.test_compute import LLAMA, flat_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIRED_STACKS = {"megatron", "torchtitan", "fsdp", "deepspeed", "hf"}
+
+
+def test_the_presets_exist_and_every_value_names_its_source():
+    assert REQUIRED_STACKS <= set(stack_names())
+    for name in stack_names():
+        st = load_stack(name)
+        sourced = dict(st.source)
+        for key in ("attention_kernel", "cross_entropy", "optimizer_impl", "kernels_per_layer",
+                    "compiled_kernels_per_layer", "host_us_per_kernel"):
+            assert sourced.get(key, "").strip(), (name, key)
+    assert list(list_stacks()["name"]) == stack_names()
+
+
+def test_training_takes_the_stacks_defaults_unless_given():
+    hf = load_stack("hf")
+    t = Training(seq_length=128, global_batch_size=1, stack=hf)
+    assert (t.cross_entropy, t.flash_attention) == ("torch-fp32", True)
+    t = Training(seq_length=128, global_batch_size=1, stack=hf, cross_entropy="fused", flash_attention=False)
+    assert (t.cross_entropy, t.flash_attention) == ("fused", False)
+    t = Training(seq_length=128, global_batch_size=1, stack=load_stack("hf", attention_kernel="unfused"))
+    assert t.flash_attention is False
+    assert Training(seq_length=128, global_batch_size=1).cross_entropy == "vocab-parallel"  # megatron default
+
+
+@pytest.mark.parametrize("over, msg", [
+    ({"attention_kernel": "flash9"}, "attention_kernel must be one of"),
+    ({"optimizer_impl": "loop"}, "optimizer_impl must be one of"),
+    ({"kernels_per_layer": (1,)}, "kernels_per_layer must be [forward, backward]"),
+    ({"kernels_per_layer": (-1, 2)}, "kernels_per_layer must be [forward, backward]"),
+    ({"host_s_per_kernel": -1e-6}, "host_us_per_kernel must be in"),
+    ({"compiled": "yes"}, "compiled must be true or false"),
+    ({"nonsense": 1}, "unknown stack key 'nonsense'"),
+])
+def test_bad_stack_values_are_one_line_errors(over, msg):
+    with pytest.raises(InputError, match=msg.replace("[", r"\[")):
+        load_stack("megatron", **over)
+    with pytest.raises(InputError, match="unknown stack preset"):
+        load_stack("megatorn")
+
+
+def _attention(training, hw, **kw):
+    return {o.name: o for o in C.layer_op_times(LLAMA, training, hw, **kw)}["attention"]
+
+
+def test_the_stacks_attention_kernel_picks_its_tables_and_falls_back_to_the_generic_ones():
+    hw = flat_profile(attention=0.5, attention_bwd=0.4)
+    eff = dict(hw.efficiency)
+    from simulator.spec.hardware import EfficiencyCurve
+    eff["attention_flash2"] = EfficiencyCurve(x=(1.0,), efficiency=(0.25,), x_unit="any", source="test")
+    eff["attention_bwd_flash2"] = EfficiencyCurve(x=(1.0,), efficiency=(0.2,), x_unit="any", source="test")
+    eff["attention_cudnn"] = EfficiencyCurve(x=(1.0,), efficiency=(0.3,), x_unit="any", source="test")
+    from dataclasses import replace
+    hw = replace(hw, efficiency=eff)
+    fwd = 2 * 2 * 32 * 4096 * 4096 * 128 / 2  # causal QKᵀ + A·V FLOPs, one sequence
+    for kernel, (ef, eb) in {"flash2": (0.25, 0.2), "cudnn": (0.3, 0.4), "flash3": (0.5, 0.4)}.items():
+        tr = Training(seq_length=4096, global_batch_size=1, stack=load_stack("megatron", attention_kernel=kernel,
+                                                                             host_s_per_kernel=0.0))
+        att = _attention(tr, hw)
+        assert att.forward_s == pytest.approx(fwd / (1000e12 * ef), rel=1e-12), kernel
+        assert att.backward_s == pytest.approx(2.5 * fwd / (1000e12 * eb), rel=1e-12), kernel
+
+
+def test_shipped_h100_attention_tables_are_causal_and_per_kernel():
+    from simulator.spec.hardware import load_hardware
+
+    hw = load_hardware("dgx-h100")
+    for k in ("flash3", "flash2", "cudnn", "triton"):
+        assert hw.has_efficiency(f"attention_{k}")
+        assert "causal" in hw.efficiency[f"attention_{k}"].x_unit
+    # causal FlashAttention-3 at 512 tokens runs 292 TFLOP/s, not the non-causal 467 (kernel_benchmarks.csv)
+    assert float(hw.interp_efficiency("attention", 512)) == pytest.approx(292 / 989.4, abs=5e-4)
+    named = {k.removeprefix("attention_bwd_").removeprefix("attention_") for k in hw.efficiency
+             if k.startswith("attention_") and k != "attention_bwd"}
+    assert named <= set(ATTENTION_KERNELS)
+
+
+def test_launch_bound_sets_a_floor_per_layer_pass_and_leaves_gpu_bound_layers_alone():
+    tiny = ModelSpec(name="tiny", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4, ffn_hidden_size=128,
+                     vocab_size=100)
+    hw = flat_profile()
+    free = load_stack("hf", host_s_per_kernel=0.0)
+    slow = load_stack("hf", host_s_per_kernel=20e-6)
+    kf, kb = slow.kernels_per_layer
+    base = C.layer_basis_times_by_mode(tiny, Training(seq_length=16, global_batch_size=1, stack=free), hw,
+                                       modes=("none",))["none"]
+    bound = C.layer_basis_times_by_mode(tiny, Training(seq_length=16, global_batch_size=1, stack=slow), hw,
+                                        modes=("none",))["none"]
+    f, b, w = (C.BASIS_KEYS.index(k) for k in ("forward_s", "backward_s", "weight_s"))
+    dense = C.BASIS.index("dense_layer")
+    assert base[f, dense] < kf * 20e-6  # this tiny layer is host-bound
+    assert bound[f, dense] == pytest.approx(kf * 20e-6)
+    assert bound[b, dense] + bound[w, dense] == pytest.approx(kb * 20e-6)
+    head = C.BASIS.index("head")
+    assert bound[f, head] == base[f, head]  # one-off kernels are not bounded
+    big = C.layer_basis_times_by_mode(LLAMA, Training(seq_length=8192, global_batch_size=1, stack=slow), hw,
+                                      micro_batch_size=4, modes=("none",))["none"]
+    big0 = C.layer_basis_times_by_mode(LLAMA, Training(seq_length=8192, global_batch_size=1, stack=free), hw,
+                                       micro_batch_size=4, modes=("none",))["none"]
+    np.testing.assert_array_equal(big, big0)  # GPU-bound: unchanged
+
+
+def test_foreach_adamw_op_list_is_torchs():
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    ps = [torch.nn.Parameter(torch.randn(16, 16)) for _ in range(3)]
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.1, foreach=True)
+    opt.step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        opt.step()
+    top = [e.name.removeprefix("aten::") for e in prof.events() if e.name.startswith("aten::_foreach")
+           and not (e.cpu_parent and e.cpu_parent.name.startswith("aten::_foreach"))]
+    assert top[0] == "_foreach_add_"  # the step counters (scalars)
+    assert top[1:] == [op.split("(")[0] for op, _, _ in O.FOREACH_ADAMW_OPS]
+
+
+def test_foreach_adamw_moves_three_times_the_fused_bytes_in_pure_bf16():
+    pure = dict(seq_length=8, global_batch_size=1, master_weights=False, grad_dtype="bf16", optimizer_dtype="bf16")
+    t = Training(**pure)
+    assert O.optimizer_bytes_per_param(t) == 14  # g + 2 (m, v read + write) + p read + write, 2 bytes each
+    assert O.foreach_adam_bytes_per_param(t) == 42  # 4 p + 14 state + 3 g passes, 2 bytes each
+    hw = flat_profile(memory=0.8)
+    fused = O.optimizer_params_step_s(Training(**pure), hw, non_expert=1e9, expert=0.0)
+    foreach = O.optimizer_params_step_s(Training(**pure, stack=load_stack("hf")), hw, non_expert=1e9, expert=0.0)
+    assert float(foreach) == pytest.approx(3 * float(fused))  # flat memory table: time follows bytes
+
+
+def test_eager_kernel_counts_match_a_cpu_profiler_count_of_the_same_layers():
+    """The presets' eager kernels per layer are the counts of validation/count_layer_kernels.py; recounted
+    here live when torch and transformers are installed (the count on CPU: leaf aten ops that do work)."""
+    rows = {r["layer"]: r for r in csv.DictReader(open(ROOT / "validation" / "cpu" / "layer_kernels.csv"))}
+    assert load_stack("hf").kernels_per_layer == (int(rows["hf-sdpa"]["forward_kernels"]),
+                                                  int(rows["hf-sdpa"]["backward_kernels"]))
+    assert load_stack("torchtitan").kernels_per_layer == (int(rows["plain-torch-sdpa"]["forward_kernels"]),
+                                                          int(rows["plain-torch-sdpa"]["backward_kernels"]))
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import sys
+    sys.path.insert(0, str(ROOT / "validation"))
+    import count_layer_kernels as ck
+
+    torch.manual_seed(0)
+    for name, _, run in ck.layers(torch, 256, 8, 2, 704, 64):
+        f, b = ck.count(torch, run, 256, 64)
+        assert (len(f), len(b)) == (int(rows[name]["forward_kernels"]), int(rows[name]["backward_kernels"])), name

@@ -1,0 +1,80 @@
+"""Per-kernel attention efficiency tables for the hardware profiles, from published kernel benchmarks.
+
+    python validation/attention_tables.py [../shared/data/kernel_benchmarks.csv]
+
+Reads the published attention microbenchmarks (FlashAttention-2/3 papers' and README charts: TFLOP/s
+by kernel, GPU, causal or not, head dim 128, sequence length, at full occupancy: batch x sequence =
+16k tokens, heads x head dim = 2048) and prints `[efficiency.attention_<kernel>]` and
+`[efficiency.attention_bwd_<kernel>]` TOML sections for causal work (training attention is causal),
+efficiency = TFLOP/s / the GPU's dense fp16/bf16 peak, in the FlashAttention FLOP convention that
+cost/compute.py reads (forward 4·b·h·s²·d halved for causal; backward 2.5 x forward):
+- forward: the causal forward rows;
+- backward, where the source gives forward+backward (3.5 x forward FLOPs over the total time) and
+  forward: bwd TFLOP/s = 2.5 / (3.5 / fwd_bwd − 1 / fwd);
+- FlashAttention-3's backward (published without a causal mask only): its non-causal backward x the
+  causal / non-causal ratio of its own forward at the same length (stated in the table's source).
+No end-to-end run is used. The printed sections are pasted into hardware_profiles/*.toml.
+"""
+from __future__ import annotations
+
+import csv
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+PEAK = {"H100-SXM5-80GB": 989.4, "A100-SXM4-80GB": 312.0}  # dense fp16/bf16 TFLOP/s (NVIDIA datasheets)
+FA3_BWD_NONCAUSAL = {512: 316, 1024: 424, 2048: 501, 4096: 542, 8192: 559, 16384: 561}  # Shah et al. 2024 Fig. 6
+FA3_SRC = "FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608) Fig. 6, hdim 128, no causal mask"
+
+
+def read(path):
+    t = defaultdict(dict)
+    src = {}
+    for r in csv.DictReader(open(path)):
+        if r["kind"] != "attention" or r["head_dim"] != "128" or not r["seq_len"]:
+            continue
+        key = (r["gpu"], r["kernel"], r["causal"], r["direction"])
+        t[key][int(r["seq_len"])] = float(r["tflops"])
+        src[key] = f"{r['source']}; {r['locator']}"
+    return t, src
+
+
+def sections(path):
+    t, src = read(path)
+    out = []
+    for gpu, peak in PEAK.items():
+        kernels = sorted({k for (g, k, _, _) in t if g == gpu and k != "sdpa-math"})
+        for k in kernels:
+            fwd, fb = t.get((gpu, k, "true", "fwd")), t.get((gpu, k, "true", "fwd+bwd"))
+            tables = []
+            if fwd:
+                tables.append(("attention", fwd, f"{k} causal forward, hdim 128, {src[(gpu, k, 'true', 'fwd')]}"))
+            if fwd and fb:
+                common = sorted(set(fwd) & set(fb))
+                bwd = {s: 2.5 / (3.5 / fb[s] - 1.0 / fwd[s]) for s in common}
+                tables.append(("attention_bwd", bwd, f"{k} causal backward = 2.5 / (3.5 / fwd+bwd - 1 / fwd) from "
+                                                     f"{src[(gpu, k, 'true', 'fwd+bwd')]}"))
+            elif fb and not fwd:  # only fwd+bwd published: both passes at the combined rate
+                tables.append(("attention", fb, f"{k} causal fwd+bwd rate (3.5 x fwd FLOPs / total time) for both "
+                                                f"passes (no split published), {src[(gpu, k, 'true', 'fwd+bwd')]}"))
+                tables.append(("attention_bwd", fb, f"{k} causal fwd+bwd rate for both passes (no split published), "
+                                                    f"{src[(gpu, k, 'true', 'fwd+bwd')]}"))
+            if k == "flash3" and gpu.startswith("H100") and fwd:
+                nc = t[(gpu, k, "false", "fwd")]
+                bwd = {s: FA3_BWD_NONCAUSAL[s] * fwd[s] / nc[s] for s in sorted(fwd) if s in nc and s in FA3_BWD_NONCAUSAL}
+                tables.append(("attention_bwd", bwd, f"flash3 causal backward = non-causal backward ({FA3_SRC}) x "
+                                                     f"causal/non-causal forward ratio at the same length"))
+            for name, vals, s in tables:
+                xs = sorted(vals)
+                out.append((gpu, f"[efficiency.{name}_{k}]\nx = {xs}\nefficiency = "
+                                 f"[{', '.join(f'{vals[x] / peak:.3f}' for x in xs)}]\n"
+                                 f"x_unit = \"sequence length (keys per query), head dim 128, causal\"\n"
+                                 f"source = \"{s.replace(chr(34), chr(39))}; / {peak} TFLOP/s dense peak; "
+                                 f"fp16 benchmarks used for bf16\"\n"))
+    return out
+
+
+if __name__ == "__main__":
+    path = sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "kernel_benchmarks.csv")
+    for gpu, text in sections(path):
+        print(f"# {gpu}\n{text}")
