@@ -37,7 +37,7 @@ def test_a100_has_no_fp8_peak():
 
 def test_gemm_top_end_is_the_published_mamf_fraction():
     # formulas.md §6.3: A100 271.2/312, H100 794.5/989, B200 1745/2250, MI300X 781.9/1300
-    for name, mamf in [("dgx-a100-80g", 271.2 / 312), ("dgx-h100", 794.5 / 989), ("dgx-b200", 1745 / 2250),
+    for name, mamf in [("dgx-a100-80g", 271.2 / 312), ("dgx-h100-datasheet", 794.5 / 989), ("dgx-b200", 1745 / 2250),
                        ("mi300x", 781.9 / 1300)]:
         assert load_hardware(name).interp_efficiency("gemm", 1e13) == pytest.approx(mamf, abs=0.002)
 
@@ -85,7 +85,7 @@ def test_bad_values_raise_input_error():
     with pytest.raises(InputError, match="nvlink"):
         hardware_from_dict(d, where="x.toml")
     d = _raw()
-    d["efficiency"]["gemm"]["x"] = [3, 2, 1, 0.5]
+    d["efficiency"]["gemm"]["x"] = sorted(d["efficiency"]["gemm"]["x"], reverse=True)
     with pytest.raises(InputError, match="increase"):
         hardware_from_dict(d, where="x.toml")
 
@@ -115,3 +115,21 @@ def test_list_hardware_has_one_row_per_preset():
 def test_usable_capacity_is_optional_and_falls_back_to_the_datasheet():
     p = load_hardware("dgx-b200")  # no hbm_usable_mib in its profile
     assert p.hbm_bytes == pytest.approx(180e9, rel=0.1)
+
+
+def test_the_h100_preset_ships_measured_tables_and_the_datasheet_ones_are_an_opt_in():
+    """dgx-h100's GEMM, memory and optimizer tables are the faster of the two H100 calibrations at each
+    point (validation/h100/lent-opt.toml, lent2.toml), not datasheet figures."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "validation" / "h100"
+    a, b = (tomllib.load(open(root / f, "rb"))["efficiency"] for f in ("lent-opt.toml", "lent2.toml"))
+    hw, ds = load_hardware("dgx-h100"), load_hardware("dgx-h100-datasheet")
+    for name in ("gemm", "memory", "optimizer"):
+        x, e = hw.efficiency_curve(name)
+        assert list(x) == a[name]["x"]
+        want = [max(p, q) for p, q in zip(a[name]["efficiency"], b[name]["efficiency"])]
+        assert list(e) == pytest.approx(want, rel=1e-3)
+        assert "measured" in hw.efficiency[name].source
+    assert "MAMF" in ds.efficiency["gemm"].source

@@ -4,7 +4,9 @@ Each row maps to parasim inputs exactly as the harness trained it:
 ModelSpec(SwiGLU, RMSNorm, no biases, untied embeddings) with the row's shape fields;
 Training(seq_length=seq, global_batch_size=micro_batch, precision=dtype, grad_dtype=dtype,
 master_weights=False, optimizer='adamw', optimizer_dtype=dtype, flash_attention=(attention == 'sdpa'),
-cross_entropy='torch-fp32' (the harness's loss is F.cross_entropy(logits.float()));
+cross_entropy='torch-fp32' (the harness's loss is F.cross_entropy(logits.float())), stack = torchtitan's
+(the same plain-torch layer: its kernel counts were taken from this harness's layer) with the row's AdamW
+implementation and its attention (SDPA: cuDNN's kernels on the H100, as profiled; eager: unfused);
 Layout(num_gpus=1, micro_batch_size=micro_batch, recompute). The hardware is the calibrated profile
 (`--hardware hardware_profiles/measured/NAME.toml`); calibrate on the same device first.
 
@@ -32,15 +34,18 @@ def specs_for_row(row, *, cross_entropy: str = "torch-fp32"):
     harness's own torch-fp32 shows what another loss model would predict (docs/validation-h100.md)."""
     from simulator.spec.layout import Layout
     from simulator.spec.model import ModelSpec
+    from simulator.spec.stack import load_stack
     from simulator.spec.training import Training
 
     dt = PRECISION[str(row["dtype"])]
     model = ModelSpec(name=str(row["run_id"]), hidden_size=int(row["hidden"]), num_layers=int(row["layers"]),
                       num_heads=int(row["heads"]), num_kv_heads=int(row["kv_heads"]), ffn_hidden_size=int(row["ffn_hidden"]),
                       vocab_size=int(row["vocab"]), mlp="swiglu", norm="rmsnorm", tie_word_embeddings=False)
+    stack = load_stack("torchtitan", attention_kernel="cudnn" if str(row["attention"]) == "sdpa" else "unfused",
+                       optimizer_impl=str(row.get("optimizer_impl", "foreach")))
     training = Training(seq_length=int(row["seq_len"]), global_batch_size=int(row["micro_batch"]), precision=dt,
                         grad_dtype=dt, master_weights=False, optimizer="adamw", optimizer_dtype=dt,
-                        flash_attention=str(row["attention"]) == "sdpa", cross_entropy=cross_entropy)
+                        flash_attention=str(row["attention"]) == "sdpa", cross_entropy=cross_entropy, stack=stack)
     layout = Layout(num_gpus=1, micro_batch_size=int(row["micro_batch"]), recompute=str(row["recompute"]))
     return model, training, layout
 

@@ -6,7 +6,7 @@
 Inputs are the files under validation/h100/ (README.md there: hardware, versions, protocol, which
 commit measured what). Every row is predicted by `compare_train_steps.compare`, the one mapping of a
 harness row to parasim's inputs, against the profile calibrated in the same session (`lent.toml`) and
-against the uncalibrated `dgx-h100` preset. The text depends only on those files and the simulator
+against the shipped `dgx-h100` preset (measured tables) and `dgx-h100-datasheet`. The text depends only on those files and the simulator
 (no dates, no timings), so regenerating it gives identical bytes (tests/test_validate_accuracy.py).
 """
 from __future__ import annotations
@@ -33,7 +33,9 @@ SETS = (
 )
 BEST = "lent-opt.toml"  # the per-run tables and the loss-model table use it
 PROFILES = (("lent.toml", "calibrated (lent.toml)"), ("lent-opt.toml", "calibrated + optimizer table (lent-opt.toml)"),
-            ("lent2.toml", "second calibration, another lease (lent2.toml)"), ("dgx-h100", "datasheet preset (dgx-h100)"))
+            ("lent2.toml", "second calibration, another lease (lent2.toml)"),
+            ("dgx-h100", "shipped preset (dgx-h100: measured tables, published attention)"),
+            ("dgx-h100-datasheet", "datasheet preset (dgx-h100-datasheet)"))
 
 
 def _err(p, m):
