@@ -4,6 +4,9 @@ Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3
 deepseek_v3 (and deepseek_v2), gpt2, gpt_neox. An inline table without `model_type` is read as a
 Llama-style model whose FFN, norm and biases can be set with the parasim keys `mlp`, `norm`, `bias`.
 Each architecture's fixed choices (biases, norms, tied embeddings) follow the HF modelling code.
+Key spellings, the keys that change the parameter count, and the dropout keys: spec/hf_keys.py (every
+spelling transformers reads is one setting; a count-changing key the model_type does not use is an
+InputError; the largest dropout probability becomes ModelSpec.config_dropout).
 """
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ import json
 from pathlib import Path
 
 from ..errors import InputError
-from .model import ModelSpec
+from .hf_keys import CANONICAL, DROPOUT_KEYS, Keys, canonical_keys, check_unread, config_dropout, show
+from .model import MAX_FIELD, ModelSpec
 
 # Keys parasim understands in an inline [model] table (HF names) or a config.json.
 HF_KEYS = {
@@ -46,54 +50,84 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     return model_from_hf(cfg, name=name or path.parent.name or path.stem, strict=False, where=str(path))
 
 
-def _int(cfg: dict, key: str, where: str, default=None):
-    v = cfg.get(key, default)
+def _int(cfg: Keys, key: str, where: str, default=None, *, positive: bool = False):
+    """The integer at `key` (`default` when absent or null; InputError naming the key as written when
+    it is missing without a default, not a whole number, negative (or 0 when `positive`), or above
+    ModelSpec's MAX_FIELD)."""
+    v = cfg.get(key)
+    name = cfg.name(key)
     if v is None:
         if default is None:
-            raise InputError(f"missing key {key!r} in {where}")
+            raise InputError(f"missing key {name!r} in {where}")
         return default
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
-        raise InputError(f"{key} in {where} must be an integer, got {v!r}")
+        raise InputError(f"{name} in {where} must be an integer, got {v!r}")
+    if v < 0 or (positive and v == 0):
+        raise InputError(f"{name} in {where} must be {'> 0' if positive else '>= 0'}, got {v!r}")
+    if v > MAX_FIELD:
+        raise InputError(f"{name} in {where} must be <= {MAX_FIELD} (2**24), got {v!r}")
     return int(v)
 
 
-def _bool(cfg: dict, key: str, where: str, default: bool) -> bool:
+def _bool(cfg: Keys, key: str, where: str, default: bool) -> bool:
     v = cfg.get(key, default)
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise InputError(f"{key} in {where} must be true or false, got {v!r}")
+        raise InputError(f"{cfg.name(key)} in {where} must be true or false, got {v!r}")
     return v
+
+
+def _layer_list(cfg: Keys, key: str, where: str, num_layers: int) -> tuple[int, ...]:
+    """A list of layer indices (Qwen mlp_only_layers): whole numbers from 0 to num_layers - 1."""
+    v = cfg.get(key)
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        raise InputError(f"{cfg.name(key)} in {where} must be a list of layer indices, got {show(v)}")
+    for i in v:
+        if isinstance(i, bool) or not isinstance(i, (int, float)) or (isinstance(i, float) and not i.is_integer()) \
+                or not 0 <= i < num_layers:
+            raise InputError(f"{cfg.name(key)} in {where} must hold layer indices from 0 to {num_layers - 1}, "
+                             f"got {show(i)} in {show(v)}")
+    return tuple(sorted({int(i) for i in v}))
 
 
 def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where: str = "[model]") -> ModelSpec:
     """Build a ModelSpec from HF config keys.
 
     strict=True (inline scenario tables) rejects keys parasim does not know; a real config.json
-    carries many irrelevant keys (rope_theta, eps, ...) and is read with strict=False.
+    carries many irrelevant keys (rope_theta, eps, ...) and is read with strict=False. Either way a key
+    that would change the parameter count and that the model_type does not use is an InputError
+    (hf_keys.check_unread), and two spellings of one setting must agree (hf_keys.canonical_keys).
     """
     if strict:
         _check_known_keys(cfg, where)
     mt = _model_type(cfg, where)
+    keys = canonical_keys(cfg, mt, where)
     if mt == "gpt2":
-        return _gpt2_model(cfg, name, where)
-
-    kw, attention_bias, mlp_bias, ffn = _common_kw(cfg, mt, where)
-    _architecture_kw(cfg, mt, kw, attention_bias, mlp_bias, ffn, where)
-    _hf_moe_kw(cfg, mt, kw, where)
-    if mt == "llama" and "model_type" not in cfg:
-        _inline_kw(cfg, kw, ffn, where)
-    kw["ffn_hidden_size"] = _ffn_hidden_size(mt, kw, ffn, where)
-    return ModelSpec(name=str(cfg.get("name", name)), source=str(cfg.get("source", "")), **kw)
+        kw = _gpt2_kw(keys, where)
+    else:
+        kw, ffn = _common_kw(keys, mt, where)
+        _architecture_kw(keys, mt, kw, where)
+        _moe_kw(keys, mt, kw, ffn, where)
+        if "model_type" not in cfg:
+            _inline_kw(keys, kw, ffn, where)
+        kw["ffn_hidden_size"] = _ffn_hidden_size(mt, kw, ffn, where)
+    kw["config_dropout"] = config_dropout(keys, where)
+    spec = ModelSpec(name=str(cfg.get("name", name)), source=str(cfg.get("source", "")), **kw)
+    check_unread(keys, cfg.get("model_type"), spec, where)
+    return spec
 
 
 def _check_known_keys(cfg: dict, where: str) -> None:
     """InputError naming the first key parasim does not know, with the closest known one."""
-    unknown = sorted(set(cfg) - HF_KEYS - PARASIM_KEYS)
+    known = HF_KEYS | PARASIM_KEYS | set(CANONICAL) | set(DROPOUT_KEYS)
+    unknown = sorted(set(cfg) - known)
     if unknown:
         import difflib
 
-        close = difflib.get_close_matches(unknown[0], sorted(HF_KEYS | PARASIM_KEYS), n=1)
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise InputError(f"unknown key {unknown[0]!r} in {where}{hint}")
 
@@ -106,88 +140,95 @@ def _model_type(cfg: dict, where: str) -> str:
     return mt or "llama"
 
 
-def _gpt2_model(cfg: dict, name: str, where: str) -> ModelSpec:
-    """GPT-2: its own key names (n_embd, n_layer, ...), GELU MLP, LayerNorm, biases everywhere,
-    learned position embeddings, tied embeddings by default."""
-    h = _int(cfg, "n_embd", where, cfg.get("hidden_size"))
-    kw = dict(hidden_size=h, num_layers=_int(cfg, "n_layer", where, cfg.get("num_hidden_layers")),
-              num_heads=_int(cfg, "n_head", where, cfg.get("num_attention_heads")),
-              ffn_hidden_size=_int(cfg, "n_inner", where, 4 * h), vocab_size=_int(cfg, "vocab_size", where),
-              mlp="gelu", norm="layernorm", qkv_bias=True, out_bias=True, mlp_bias=True,
-              tie_word_embeddings=_bool(cfg, "tie_word_embeddings", where, True),
-              learned_position_embeddings=_int(cfg, "n_positions", where, 1024))
-    return ModelSpec(name=cfg.get("name", name), source=cfg.get("source", ""), **kw)
+def _gpt2_kw(cfg: Keys, where: str) -> dict:
+    """GPT-2: its own key names (n_embd, n_layer, ...; either spelling), GELU MLP, LayerNorm, biases
+    everywhere, learned position embeddings, tied embeddings by default."""
+    h = _int(cfg, "hidden_size", where, positive=True)
+    return dict(hidden_size=h, num_layers=_int(cfg, "num_hidden_layers", where, positive=True),
+                num_heads=_int(cfg, "num_attention_heads", where, positive=True),
+                ffn_hidden_size=_int(cfg, "intermediate_size", where, 4 * h),
+                vocab_size=_int(cfg, "vocab_size", where, positive=True),
+                mlp="gelu", norm="layernorm", qkv_bias=True, out_bias=True, mlp_bias=True,
+                tie_word_embeddings=_bool(cfg, "tie_word_embeddings", where, True),
+                learned_position_embeddings=_int(cfg, "max_position_embeddings", where, 1024))
 
 
-def _common_kw(cfg: dict, mt: str, where: str) -> tuple[dict, bool, bool, int]:
-    """(ModelSpec keywords every non-GPT-2 architecture shares, attention_bias, mlp_bias,
-    intermediate_size or 0), the keys read in this order."""
+def _common_kw(cfg: Keys, mt: str, where: str) -> tuple[dict, int]:
+    """(ModelSpec keywords every non-GPT-2 architecture shares, intermediate_size or 0), the keys read
+    in this order. GPT-NeoX has neither KV heads nor a head_dim key in transformers: not read."""
     kw = dict(
-        hidden_size=_int(cfg, "hidden_size", where),
-        num_layers=_int(cfg, "num_hidden_layers", where),
-        num_heads=_int(cfg, "num_attention_heads", where),
-        num_kv_heads=_int(cfg, "num_key_value_heads", where, 0) or None,
-        head_dim=_int(cfg, "head_dim", where, 0) or None,
-        vocab_size=_int(cfg, "vocab_size", where),
+        hidden_size=_int(cfg, "hidden_size", where, positive=True),
+        num_layers=_int(cfg, "num_hidden_layers", where, positive=True),
+        num_heads=_int(cfg, "num_attention_heads", where, positive=True),
     )
-    attention_bias = _bool(cfg, "attention_bias", where, False)
-    mlp_bias = _bool(cfg, "mlp_bias", where, False)
+    if mt != "gpt_neox":
+        kw["num_kv_heads"] = _int(cfg, "num_key_value_heads", where, 0, positive=True) or None
+        kw["head_dim"] = _int(cfg, "head_dim", where, 0, positive=True) or None
+    kw["vocab_size"] = _int(cfg, "vocab_size", where, positive=True)
     defaults_tied = {"gemma": True, "gemma2": True}
     kw["tie_word_embeddings"] = _bool(cfg, "tie_word_embeddings", where, defaults_tied.get(mt, False))
-    ffn = _int(cfg, "intermediate_size", where, 0)
-    return kw, attention_bias, mlp_bias, ffn
+    return kw, _int(cfg, "intermediate_size", where, 0)
 
 
-def _architecture_kw(cfg: dict, mt: str, kw: dict, attention_bias: bool, mlp_bias: bool, ffn: int,
-                     where: str) -> None:
-    """Add to `kw` the model_type's fixed choices (biases, norms, MLP) and its own keys (Mixtral
-    experts, DeepSeek MLA ranks and MoE layout), as the HF modelling code has them."""
-    h = kw["hidden_size"]
-    if mt in ("llama", "mistral"):
-        kw.update(qkv_bias=attention_bias, out_bias=attention_bias, mlp_bias=mlp_bias)
-    elif mt == "mixtral":
-        kw.update(num_experts=_int(cfg, "num_local_experts", where), experts_per_token=_int(cfg, "num_experts_per_tok", where),
-                  moe_ffn_hidden_size=ffn)
+def _architecture_kw(cfg: Keys, mt: str, kw: dict, where: str) -> None:
+    """Add to `kw` the model_type's fixed choices (biases, norms, MLP) and DeepSeek's MLA ranks, as the
+    HF modelling code has them (Mistral and Mixtral have no biases; Qwen2 its QKV bias)."""
+    if mt == "llama":
+        ab = _bool(cfg, "attention_bias", where, False)
+        kw.update(qkv_bias=ab, out_bias=ab, mlp_bias=_bool(cfg, "mlp_bias", where, False))
     elif mt in ("qwen2", "qwen2_moe"):
         kw.update(qkv_bias=_bool(cfg, "qkv_bias", where, True))
-    elif mt in ("qwen3", "qwen3_moe"):
-        kw.update(qkv_bias=attention_bias, out_bias=attention_bias, qk_norm=True)
+    elif mt in ("qwen3", "qwen3_moe", "gemma", "gemma2", "deepseek_v2", "deepseek_v3"):
+        ab = _bool(cfg, "attention_bias", where, False)
+        kw.update(qkv_bias=ab, out_bias=ab)
+    if mt in ("qwen3", "qwen3_moe"):
+        kw.update(qk_norm=True)
     elif mt in ("gemma", "gemma2"):
-        kw.update(mlp="geglu", qkv_bias=attention_bias, out_bias=attention_bias, norms_per_layer=4 if mt == "gemma2" else 2)
+        kw.update(mlp="geglu", norms_per_layer=4 if mt == "gemma2" else 2)
     elif mt == "gpt_neox":
-        kw.update(mlp="gelu", norm="layernorm", qkv_bias=_bool(cfg, "attention_bias", where, True),
-                  out_bias=_bool(cfg, "attention_bias", where, True), mlp_bias=True)
+        ab = _bool(cfg, "attention_bias", where, True)
+        kw.update(mlp="gelu", norm="layernorm", qkv_bias=ab, out_bias=ab, mlp_bias=True)
     elif mt in ("deepseek_v2", "deepseek_v3"):
-        kw.update(qkv_bias=attention_bias, out_bias=attention_bias,
-                  q_lora_rank=_int(cfg, "q_lora_rank", where, 0), kv_lora_rank=_int(cfg, "kv_lora_rank", where),
-                  qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where), qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where),
-                  v_head_dim=_int(cfg, "v_head_dim", where))
-        kw["head_dim"] = None if kw["num_heads"] and h % kw["num_heads"] == 0 else kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
-        if "n_routed_experts" in cfg and cfg["n_routed_experts"]:
-            fe = _int(cfg, "moe_intermediate_size", where)
-            kw.update(num_experts=_int(cfg, "n_routed_experts", where), experts_per_token=_int(cfg, "num_experts_per_tok", where),
-                      moe_ffn_hidden_size=fe, shared_expert_ffn_hidden_size=_int(cfg, "n_shared_experts", where, 0) * fe,
-                      first_k_dense=_int(cfg, "first_k_dense_replace", where, 0), moe_layer_freq=_int(cfg, "moe_layer_freq", where, 1))
+        kw.update(q_lora_rank=_int(cfg, "q_lora_rank", where, 0), kv_lora_rank=_int(cfg, "kv_lora_rank", where),
+                  qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where),
+                  qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where), v_head_dim=_int(cfg, "v_head_dim", where))
+        h, nh = kw["hidden_size"], kw["num_heads"]
+        kw["head_dim"] = None if h % nh == 0 else kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
 
 
-def _hf_moe_kw(cfg: dict, mt: str, kw: dict, where: str) -> None:
-    """Add to `kw` the experts of a Qwen MoE (or a llama config with num_experts): num_experts,
-    decoder_sparse_step, mlp_only_layers, and Qwen2-MoE's gated shared expert."""
-    if mt in ("qwen2_moe", "qwen3_moe") or (mt == "llama" and cfg.get("num_experts")):
-        n_exp = _int(cfg, "num_experts", where, 0)
-        if n_exp:
-            kw.update(num_experts=n_exp, experts_per_token=_int(cfg, "num_experts_per_tok", where),
-                      moe_ffn_hidden_size=_int(cfg, "moe_intermediate_size", where),
-                      moe_layer_freq=_int(cfg, "decoder_sparse_step", where, 1),
-                      dense_layers=tuple(int(i) for i in (cfg.get("mlp_only_layers") or ())))
-            if mt == "qwen2_moe":
-                kw.update(shared_expert_ffn_hidden_size=_int(cfg, "shared_expert_intermediate_size", where, 0),
-                          shared_expert_gate=bool(cfg.get("shared_expert_intermediate_size")))
+def _moe_kw(cfg: Keys, mt: str, kw: dict, ffn: int, where: str) -> None:
+    """Add to `kw` the routed experts of Mixtral (expert FFN = intermediate_size), of Qwen2/3-MoE
+    (num_experts, decoder_sparse_step, mlp_only_layers, and Qwen2-MoE's gated shared expert) and of
+    DeepSeek (n_routed_experts, n_shared_experts, first_k_dense_replace)."""
+    if mt == "mixtral":
+        kw.update(num_experts=_int(cfg, "num_experts", where, positive=True),
+                  experts_per_token=_int(cfg, "num_experts_per_tok", where), moe_ffn_hidden_size=ffn)
+    elif mt in ("qwen2_moe", "qwen3_moe") and _int(cfg, "num_experts", where):
+        kw.update(num_experts=_int(cfg, "num_experts", where),
+                  experts_per_token=_int(cfg, "num_experts_per_tok", where),
+                  moe_ffn_hidden_size=_int(cfg, "moe_intermediate_size", where),
+                  moe_layer_freq=_int(cfg, "decoder_sparse_step", where, 1, positive=True),
+                  dense_layers=_layer_list(cfg, "mlp_only_layers", where, kw["num_layers"]))
+        if mt == "qwen2_moe":
+            kw.update(shared_expert_ffn_hidden_size=_int(cfg, "shared_expert_intermediate_size", where, 0),
+                      shared_expert_gate=bool(cfg.get("shared_expert_intermediate_size")))
+    elif mt in ("deepseek_v2", "deepseek_v3") and cfg.get("num_experts"):
+        fe = _int(cfg, "moe_intermediate_size", where)
+        kw.update(num_experts=_int(cfg, "num_experts", where),
+                  experts_per_token=_int(cfg, "num_experts_per_tok", where),
+                  moe_ffn_hidden_size=fe, shared_expert_ffn_hidden_size=_int(cfg, "n_shared_experts", where, 0) * fe,
+                  first_k_dense=_int(cfg, "first_k_dense_replace", where, 0))
+        freq = _int(cfg, "moe_layer_freq", where, 1, positive=True)
+        if freq != 1:  # DeepSeek's own code: MoE iff i % freq == 0; transformers ignores the key
+            raise InputError(f"{cfg.name('moe_layer_freq')} = {freq} in {where} is not modelled for model_type "
+                             f"{mt!r} (transformers builds every layer from first_k_dense_replace on as MoE); use 1")
 
 
-def _inline_kw(cfg: dict, kw: dict, ffn: int, where: str) -> None:
+def _inline_kw(cfg: Keys, kw: dict, ffn: int, where: str) -> None:
     """Add to `kw` the parasim keys of an inline table without model_type (bias, qkv_bias, qk_norm,
-    mlp, norm) and the generic MoE keys (Mixtral or DeepSeek names) when no expert count is set yet."""
+    mlp, norm) and its experts under any name (num_experts, num_local_experts, n_routed_experts):
+    expert FFN moe_intermediate_size (default intermediate_size), shared experts, first_k_dense_replace,
+    moe_layer_freq (or decoder_sparse_step) and mlp_only_layers."""
     bias = cfg.get("bias")
     if bias is not None:
         if not isinstance(bias, bool):
@@ -200,14 +241,18 @@ def _inline_kw(cfg: dict, kw: dict, ffn: int, where: str) -> None:
     for key in ("mlp", "norm"):
         if key in cfg:
             kw[key] = cfg[key]
-    n_exp = _int(cfg, "num_local_experts", where, 0) or _int(cfg, "n_routed_experts", where, 0)
-    if n_exp and not kw.get("num_experts"):
+    n_exp = _int(cfg, "num_experts", where, 0)
+    if n_exp:
         fe = _int(cfg, "moe_intermediate_size", where, ffn)
+        step, freq = _int(cfg, "decoder_sparse_step", where, 0), _int(cfg, "moe_layer_freq", where, 0)
+        if step and freq and step != freq:
+            raise InputError(f"{cfg.name('moe_layer_freq')} = {freq} and {cfg.name('decoder_sparse_step')} = {step} "
+                             f"in {where} are two spellings of one setting with different values; keep one")
         kw.update(num_experts=n_exp, experts_per_token=_int(cfg, "num_experts_per_tok", where), moe_ffn_hidden_size=fe,
                   shared_expert_ffn_hidden_size=_int(cfg, "shared_expert_intermediate_size", where,
                                                      _int(cfg, "n_shared_experts", where, 0) * fe),
-                  first_k_dense=_int(cfg, "first_k_dense_replace", where, 0),
-                  moe_layer_freq=_int(cfg, "moe_layer_freq", where, _int(cfg, "decoder_sparse_step", where, 1)))
+                  first_k_dense=_int(cfg, "first_k_dense_replace", where, 0), moe_layer_freq=freq or step or 1,
+                  dense_layers=_layer_list(cfg, "mlp_only_layers", where, kw["num_layers"]))
 
 
 def _ffn_hidden_size(mt: str, kw: dict, ffn: int, where: str) -> int:

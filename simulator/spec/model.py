@@ -17,6 +17,12 @@ from ..errors import InputError
 
 MLP_KINDS = ("swiglu", "geglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
+# The largest accepted value of any integer field (a size, a count of layers, heads or experts) and of
+# the total parameter count: far beyond any real model (vocabularies ~2**18, hidden sizes ~2**14,
+# 10**12 parameters), yet low enough that every count stays exact in int64 and float64 (issue 24:
+# hidden_size = 1e30 raised OverflowError, num_hidden_layers = 2**63 gave 128128 parameters).
+MAX_FIELD = 2**24
+MAX_PARAMS = 2**53
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,11 +62,15 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     source: str = ""
+    # The largest dropout probability of the config it was read from (spec/hf.py); the scenario's
+    # default for Training.dropout (spec/scenario.py). Not part of the architecture: no count uses it.
+    config_dropout: float = 0.0
 
     def __post_init__(self):
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("name", "source", "mlp", "norm", "dense_layers") or isinstance(v, bool) or v is None:
+            if f.name in ("name", "source", "mlp", "norm", "dense_layers", "config_dropout") or isinstance(v, bool) \
+                    or v is None:
                 continue
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
                 raise InputError(f"model {f.name} must be an integer, got {v!r}")
@@ -68,6 +78,11 @@ class ModelSpec:
                                           "vocab_size", "norms_per_layer", "moe_layer_freq")
             if v < 0 or (must_be_positive and v == 0):
                 raise InputError(f"model {f.name} must be {'> 0' if must_be_positive else '>= 0'}, got {v!r}")
+            if v > MAX_FIELD:
+                raise InputError(f"model {f.name} must be <= {MAX_FIELD} (2**24), got {v!r}")
+        p = self.config_dropout
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise InputError(f"model config_dropout must be a probability from 0 to 1, got {p!r}")
         if self.num_kv_heads is None:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         if self.head_dim is None:
@@ -92,6 +107,16 @@ class ModelSpec:
                 raise InputError(f"first_k_dense_replace({self.first_k_dense}) > num_hidden_layers({self.num_layers})")
         if self.kv_lora_rank and not (self.qk_nope_head_dim + self.qk_rope_head_dim and self.v_head_dim):
             raise InputError("an MLA model (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim, v_head_dim")
+        self._check_size()
+
+    def _check_size(self) -> None:
+        """InputError when the parameter count (in exact integers, before any int64 array) passes MAX_PARAMS."""
+        common = self.attention_params() + self.norms_per_layer * self.norm_params
+        ffn = max(self.ffn_params(), self.moe_ffn_params() if self.is_moe else 0)
+        n = int(self.num_layers) * int(common + ffn) + self.embedding_params() + self.head_params()
+        if n > MAX_PARAMS:
+            raise InputError(f"model {self.name!r} has {n:.3g} parameters, more than parasim counts exactly "
+                             f"(2**53); check its sizes")
 
     # ---- derived sizes -------------------------------------------------------------------------
     @property
@@ -150,7 +175,8 @@ class ModelSpec:
         MHA/GQA (formulas.md §1.2): 2·h·d_h·(n_h + n_kv) (+ q + 2kv QKV bias, + h output bias).
         MLA (formulas.md §1.4, HF DeepseekV3Attention): r_q·(h + n_h(d_n + d_r) + 1)
         + (h + η... ) → with RMSNorm latent norms: q_a (h·r_q) + q_a_norm (r_q) + q_b (r_q·n_h(d_n+d_r))
-        + kv_a (h·(r_kv + d_r)) + kv_a_norm (r_kv) + kv_b (r_kv·n_h(d_n + d_v)) + o (n_h·d_v·h).
+        + kv_a (h·(r_kv + d_r)) + kv_a_norm (r_kv) + kv_b (r_kv·n_h(d_n + d_v)) + o (n_h·d_v·h);
+        attention_bias puts biases on the down projections q_a (r_q) and kv_a (r_kv + d_r) and on o (h).
         """
         h = self.hidden_size
         if self.is_mla:
@@ -163,7 +189,7 @@ class ModelSpec:
             kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank \
                 + self.kv_lora_rank * nh * (self.qk_nope_head_dim + self.v_head_dim)
             o = nh * self.v_head_dim * h
-            bias = (self.q_size + self.kv_lora_rank + self.qk_rope_head_dim if self.qkv_bias else 0) \
+            bias = (self.q_lora_rank + self.kv_lora_rank + self.qk_rope_head_dim if self.qkv_bias else 0) \
                 + (h if self.out_bias else 0)
             return q + kv + o + bias
         q, kv = self.q_size, self.kv_size

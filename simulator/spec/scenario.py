@@ -84,7 +84,7 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
     model = _scenario_model(doc, base, where, overrides)
     hardware, num_gpus = _scenario_hardware(doc, base, where, overrides)
     tr, lay = _training_and_layout_tables(doc, where, overrides)
-    training = _scenario_training(tr, where)
+    training = _scenario_training(tr, where, model)
     sweep = dict(doc.get("sweep", {}))
     layout = _scenario_layout(doc, lay, num_gpus, model, training, where, require_layout)
     return Scenario(name=str(doc.get("name", Path(str(path)).stem if path else model.name)), model=model,
@@ -153,11 +153,14 @@ def _training_and_layout_tables(doc: dict, where: str, overrides: dict) -> tuple
     return tr, lay
 
 
-def _scenario_training(tr: dict, where: str) -> Training:
-    """Training from its table; seq_length and global_batch_size are required."""
+def _scenario_training(tr: dict, where: str, model: ModelSpec) -> Training:
+    """Training from its table; seq_length and global_batch_size are required. `dropout` left out
+    follows the model's config: on when its config.json sets a dropout probability > 0."""
     for key in ("seq_length", "global_batch_size"):
         if key not in tr:
             raise InputError(f"missing key {key!r} in [training] of {where} (or give the flag)")
+    if "dropout" not in tr and model.config_dropout > 0:
+        tr = {**tr, "dropout": True}
     try:
         return Training(**tr)
     except TypeError as exc:
