@@ -21,7 +21,7 @@ def check_positive(name: str, value, *, integer: bool = False, allow_zero: bool 
         raise InputError(f"{name} must be a number, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"{name} must be finite, got {value!r}")
-    if integer and (not float(value).is_integer()):
+    if integer and isinstance(value, float) and not value.is_integer():  # an int of any size is whole
         raise InputError(f"{name} must be an integer, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         raise InputError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")

@@ -28,6 +28,7 @@ class Estimate:
     training: Training
     layout: Layout
     hardware_name: str
+    hardware: object = None  # HardwareProfile (where its efficiencies come from)
     row: dict  # the kernel's row (kernel.evaluate's columns), for tables
     memory: object  # MemoryResult (per stage)
     pipeline: str = "replayed"  # how the pipeline part was obtained
@@ -111,8 +112,32 @@ class Estimate:
                            "mfu_formula": "PaLM App. B: model FLOPs per step (no recompute, attention "
                                           f"'{self.training.attention_flops}' convention) / (step_s x GPUs x dense "
                                           f"{self.training.precision} peak)"},
+            "stack": stack_summary(self.training.stack),
+            "efficiency_sources": efficiency_sources(self.training, self.hardware),
             "feasible": self.feasible, "reason": self.reason,
         }
+
+
+def stack_summary(stack) -> dict:
+    """The software stack an estimate assumed (spec/stack.py), for its JSON and table."""
+    return {"name": stack.name, "framework": stack.framework, "attention_kernel": stack.attention_kernel,
+            "compiled": stack.compiled, "optimizer_impl": stack.optimizer_impl, "cross_entropy": stack.cross_entropy,
+            "kernels_per_layer": list(stack.layer_kernels), "host_us_per_kernel": stack.host_s_per_kernel * 1e6}
+
+
+def efficiency_sources(training: Training, hardware) -> dict:
+    """{role: (table name, its source)} of the efficiency tables this estimate read: GEMMs, attention
+    forward and backward (the stack's kernel), memory-bound kernels, the optimizer step."""
+    if hardware is None or not hasattr(hardware, "efficiency"):
+        return {}
+    from .cost.compute import attention_tables
+
+    fwd, bwd = attention_tables(hardware, training.stack.attention_kernel)
+    fused = training.stack.optimizer_impl == "fused" or training.optimizer not in ("adam", "adamw")
+    opt = "optimizer" if fused and hardware.has_efficiency("optimizer") else "memory"  # (cost/optimizer.py)
+    roles = {"gemm": "gemm", "attention": fwd, "attention_bwd": bwd, "memory": "memory", "optimizer": opt}
+    return {role: {"table": t, "source": hardware.efficiency[t].source} for role, t in roles.items()
+            if hardware.has_efficiency(t)}
 
 
 def estimate(model: ModelSpec, training: Training, layout: Layout, hardware, *,
@@ -125,7 +150,7 @@ def estimate(model: ModelSpec, training: Training, layout: Layout, hardware, *,
     how = "replayed schedule (engine fast path)" if opt.pipeline == "replay" \
         else "analytic closed form (formulas.md §5.2)"
     return Estimate(model=model, training=training, layout=layout, hardware_name=getattr(hardware, "name", ""),
-                    row=got.rows.iloc[0].to_dict(), memory=mem, pipeline=how)
+                    hardware=hardware, row=got.rows.iloc[0].to_dict(), memory=mem, pipeline=how)
 
 
 def estimate_scenario(scenario, *, options: EstimateOptions | None = None) -> Estimate:

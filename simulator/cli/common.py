@@ -19,6 +19,8 @@ CROSS_ENTROPY_FLAG = (
 _FLAGS = [
     ("--model", "model", str, "model preset name or path to a Hugging Face config.json"),
     ("--hardware", "hardware", str, "hardware preset name or profile TOML path"),
+    ("--stack", "stack", str, "software stack preset (parasim stacks: megatron, torchtitan, fsdp, deepspeed, hf) "
+                              "or a stack TOML path; default megatron"),
     ("--gpus", "num_gpus", int, "number of GPUs"),
     ("--seq", "seq_length", int, "sequence length (tokens)"),
     ("--global-batch", "global_batch_size", int, "global batch size (sequences)"),
@@ -63,6 +65,8 @@ def scenario_options(fn):
                   help="FlashAttention (no a·s² tensors stored)")
     @click.option("--offload-optimizer/--no-offload-optimizer", "offload_optimizer", default=None,
                   help="ZeRO-Offload: optimizer states in host memory")
+    @click.option("--compile/--no-compile", "compiled", default=None,
+                  help="torch.compile / CUDA graphs: fused elementwise kernels, fewer launches (the stack's default)")
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         return fn(*args, **kwargs)

@@ -32,8 +32,23 @@ def _table(e) -> str:
         f"MFU / HFU           {100 * th['mfu']:.1f} % / {100 * th['hfu']:.1f} %  ({th['mfu_formula']})",
         f"peak memory         {d['memory']['peak_bytes'] / GiB:.2f} GiB per GPU "
         f"({'fits' if d['feasible'] else 'does NOT fit: ' + d['reason']})",
+        _stack_line(d["stack"]),
     ]
+    for role, e in d["efficiency_sources"].items():
+        lines.append(f"  {role:<17} [efficiency.{e['table']}]: {_short(e['source'])}")
     return "\n".join(lines)
+
+
+def _stack_line(st: dict) -> str:
+    kf, kb = st["kernels_per_layer"]
+    return (f"stack               {st['name']} ({'compiled' if st['compiled'] else 'eager'}; attention "
+            f"{st['attention_kernel']}, optimizer {st['optimizer_impl']}, loss {st['cross_entropy']}, "
+            f"{kf}/{kb} kernels per layer at {st['host_us_per_kernel']:.1f} us); efficiencies from:")
+
+
+def _short(source: str, width: int = 110) -> str:
+    """A source text cut at a word boundary (the JSON output has it whole)."""
+    return source if len(source) <= width else source[:width].rsplit(" ", 1)[0] + " ..."
 
 
 @click.command("estimate")

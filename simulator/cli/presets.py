@@ -1,4 +1,4 @@
-"""`parasim models` and `parasim hardware`: list the presets."""
+"""`parasim models`, `parasim hardware` and `parasim stacks`: list the presets."""
 import click
 
 
@@ -43,4 +43,23 @@ def hardware(fmt):
     _emit(df, fmt, df)
 
 
-COMMANDS = [models, hardware]
+@click.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
+def stacks(fmt):
+    """List software-stack presets (stacks/*.toml): framework, attention kernel, loss, optimizer
+    implementation, eager or compiled, kernels per layer (forward/backward) and the host time per kernel.
+    Use one with --stack NAME (and --compile) on estimate, memory and sweep; every value's source is in
+    its file.
+
+    \b
+    Example:
+      parasim stacks
+      parasim estimate scenarios/llama3-8b-8xh100.toml --stack torchtitan --compile
+    """
+    from ..spec.stack import list_stacks
+
+    df = list_stacks()
+    _emit(df, fmt, df.drop(columns="framework"))
+
+
+COMMANDS = [models, hardware, stacks]

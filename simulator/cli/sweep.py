@@ -12,8 +12,8 @@ from ..errors import InputError
 from .common import flags
 
 # scenario flags passed through to load_scenario (not layout fields: those are lists here)
-_SCENARIO_FLAGS = flags("model", "hardware", "num_gpus", "seq_length", "global_batch_size", "precision", "optimizer",
-                        "grad_dtype", "cross_entropy")
+_SCENARIO_FLAGS = flags("model", "hardware", "stack", "num_gpus", "seq_length", "global_batch_size", "precision",
+                        "optimizer", "grad_dtype", "cross_entropy")
 # sweep axes: comma lists or "auto"
 _LIST_FLAGS = [
     ("--tp", "tp", "tensor-parallel degrees, e.g. 1,2,4,8"),
@@ -46,6 +46,8 @@ def _options(fn):
         fn = click.option(flag, dest, type=str, default=None, metavar="LIST|auto", help=hlp)(fn)
     fn = click.option("--flash-attention/--no-flash-attention", "flash_attention", default=None,
                       help="FlashAttention (no a·s² tensors stored)")(fn)
+    fn = click.option("--compile/--no-compile", "compiled", default=None,
+                      help="torch.compile / CUDA graphs: fused elementwise kernels, fewer launches (the stack's default)")(fn)
     for flag, dest, typ, hlp in reversed(_SCENARIO_FLAGS):
         fn = click.option(flag, dest, type=typ, default=None, help=hlp)(fn)
     return click.argument("scenario", required=False)(fn)
@@ -126,6 +128,7 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
         raise InputError(f"--top must be >= 0, got {top}")
     over = {dest: kwargs.pop(dest) for _, dest, _, _ in _SCENARIO_FLAGS}
     over["flash_attention"] = kwargs.pop("flash_attention")
+    over["compiled"] = kwargs.pop("compiled")
     sc = load_scenario(scenario, require_layout=False, **over)
     space = SweepSpace.from_table(sc.sweep, where=f"[sweep] of {scenario}" if scenario else "[sweep]")
     changes = {k: kwargs.pop(k) for k in list(kwargs) if k in LIST_FIELDS or k.startswith(("max_", "min_"))}

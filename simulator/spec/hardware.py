@@ -14,9 +14,11 @@ beyond its ends. Names used by the cost model:
 | name            | x                              | efficiency means                                  |
 |-----------------|--------------------------------|---------------------------------------------------|
 | gemm            | FLOPs of one GEMM              | achieved / dense peak                              |
+| gemm_fp8        | FLOPs of one FP8 GEMM          | achieved / FP8 dense peak (optional)               |
 | attention       | sequence length (tokens)       | FlashAttention forward achieved / dense peak       |
 | attention_bwd   | sequence length (tokens)       | FlashAttention backward achieved / dense peak      |
 | memory          | bytes moved by one kernel      | achieved / HBM peak bandwidth                      |
+| optimizer       | bytes moved by one kernel      | optimizer step achieved / HBM peak (optional)      |
 | nvlink_ring     | collective buffer bytes        | ring busbw / `nvlink_bytes_per_s`                  |
 | nvls            | all-reduce buffer bytes        | NVLS algbw / `nvlink_bytes_per_s`                  |
 | nvlink_p2p      | message bytes                  | point-to-point rate / `nvlink_bytes_per_s`         |
@@ -24,7 +26,10 @@ beyond its ends. Names used by the cost model:
 """
 from __future__ import annotations
 
+import difflib
 import math
+import numbers
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -34,22 +39,51 @@ import numpy as np
 
 from ..errors import InputError
 from .presets import check_keys, preset_names, read_toml, resolve
+from .rules import check_count
 
-__all__ = [
-    "EfficiencyCurve",
-    "HardwareProfile",
-    "load_hardware",
-    "hardware_from_dict",
-    "list_hardware",
-    "efficiency_curve",
-    "interp_efficiency",
-    "DTYPES",
-    "NVLINK_TOPOLOGIES",
-]
+__all__ = ["EfficiencyCurve", "HardwareProfile", "load_hardware", "hardware_from_dict", "list_hardware",
+           "efficiency_curve", "interp_efficiency", "DTYPES", "NVLINK_TOPOLOGIES"]
 
 DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32")
 NVLINK_TOPOLOGIES = ("switch", "mesh")
 REQUIRED_EFFICIENCY = ("gemm", "attention", "memory", "nvlink_ring", "network")
+# Every efficiency table a profile may hold (the table above), besides those of `_EFFICIENCY_PATTERN`:
+# calibration's `nccl_<collective>_<intra|inter>` and a software stack's `attention_<kernel>` /
+# `attention_bwd_<kernel>` (spec/stack.py names the kernels; a kernel name does not start with `bw`, so
+# `attention_bw` is the typo it looks like). Any other name is a typo and is refused.
+EFFICIENCY_TABLES = ("gemm", "gemm_fp8", "attention", "attention_bwd", "memory", "optimizer", "nvlink_ring", "nvls",
+                     "nvlink_p2p", "network")
+_EFFICIENCY_PATTERN = r"nccl_[a-z0-9]+(_[a-z0-9]+)*_(intra|inter)|attention_(?!bw)[a-z0-9]+|attention_bwd_[a-z0-9]+"
+
+
+def _finite(v) -> bool:
+    """True for a number whose float is finite (not nan, inf, or an int beyond the float range)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def curve_problem(x, efficiency) -> str:
+    """What is wrong with an efficiency table's `x` and `efficiency` lists as written ('' if nothing): the
+    one statement of its rules (equally long, non-empty; x finite, > 0, strictly increasing; efficiency in
+    (0, 2]), naming the first bad element."""
+    for key, vals in (("x", x), ("efficiency", efficiency)):
+        if not isinstance(vals, (list, tuple)):
+            return f"{key} must be a list of numbers, got {vals!r}"
+        if not vals:
+            return f"{key} must not be empty, got {vals!r}"
+    if len(x) != len(efficiency):
+        return f"x and efficiency must be equally long, got {len(x)} and {len(efficiency)} values"
+    for i, v in enumerate(x):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (_finite(v) and v > 0):
+            return f"x[{i}] must be a finite number > 0, got {v!r}"
+        if i and v <= x[i - 1]:
+            return f"x values must increase strictly, got x[{i}] = {v!r} after x[{i - 1}] = {x[i - 1]!r}"
+    for i, v in enumerate(efficiency):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v <= 2.0:
+            return f"efficiency[{i}] must lie in (0, 2], got {v!r}"
+    return ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,14 +96,9 @@ class EfficiencyCurve:
     source: str
 
     def __post_init__(self):
-        if len(self.x) != len(self.efficiency) or len(self.x) == 0:
-            raise InputError(f"efficiency curve needs equally long non-empty x and efficiency, got {len(self.x)} and {len(self.efficiency)}")
-        if any(not (v > 0 and math.isfinite(v)) for v in self.x):
-            raise InputError(f"efficiency curve x values must be finite and > 0, got {list(self.x)}")
-        if any(b <= a for a, b in zip(self.x, self.x[1:])):
-            raise InputError(f"efficiency curve x values must increase strictly, got {list(self.x)}")
-        if any(not (0 < e <= 2.0) for e in self.efficiency):
-            raise InputError(f"efficiency values must lie in (0, 2], got {list(self.efficiency)}")
+        problem = curve_problem(self.x, self.efficiency)
+        if problem:
+            raise InputError(f"efficiency curve: {problem}")
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(x, efficiency) as float arrays."""
@@ -120,37 +149,18 @@ class HardwareProfile:
     provenance: Mapping[str, object] | None = None
 
     def __post_init__(self):
-        for k in ("hbm_bytes", "hbm_bytes_per_s", "nvlink_bytes_per_s", "nvlink_link_bytes_per_s",
-                  "nic_bytes_per_s", "leaf_oversubscription"):
-            v = getattr(self, k)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise InputError(f"{self.name}: {k} must be a finite number > 0, got {v!r}")
-        for k in ("nvlink_latency_s", "ib_latency_s", "nvls_latency_s"):
-            v = getattr(self, k)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise InputError(f"{self.name}: {k} must be a finite number >= 0, got {v!r}")
-        for k in ("gpus_per_node", "nvlink_domain_gpus", "nics_per_node", "nodes_per_leaf"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"{self.name}: {k} must be an integer >= 1, got {v!r}")
-        if self.nvlink_domain_gpus % self.gpus_per_node:
-            raise InputError(f"{self.name}: nvlink_domain_gpus ({self.nvlink_domain_gpus}) must be a multiple of gpus_per_node ({self.gpus_per_node})")
-        if self.nvlink_topology not in NVLINK_TOPOLOGIES:
-            raise InputError(f"{self.name}: nvlink_topology must be one of {', '.join(NVLINK_TOPOLOGIES)}, got {self.nvlink_topology!r}")
-        if self.nvlink_link_bytes_per_s > self.nvlink_bytes_per_s:
-            raise InputError(f"{self.name}: nvlink_link_gb_per_s exceeds nvlink_gb_per_s")
-        if not self.peak_flops_per_s:
-            raise InputError(f"{self.name}: peak_tflops needs at least one dtype")
+        """The rules of `_NUMBERS`, `_COUNTS` and `_rules_between` on the SI attributes (a profile built in
+        Python; `hardware_from_dict` applies the same rules to the values as written, first)."""
+        for attr, _, _, _, rule in _NUMBERS:
+            check_number(getattr(self, attr), f"{self.name}: {attr}", rule)
+        for attr, _ in _COUNTS:
+            _count(getattr(self, attr), attr, f"{self.name}: {attr}")
         for d, v in self.peak_flops_per_s.items():
-            if d not in DTYPES:
-                raise InputError(f"{self.name}: unknown dtype {d!r} in peak_tflops; expected one of {', '.join(DTYPES)}")
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise InputError(f"{self.name}: peak_tflops.{d} must be > 0, got {v!r}")
-        missing = [n for n in REQUIRED_EFFICIENCY if n not in self.efficiency]
-        if missing:
-            raise InputError(f"{self.name}: missing efficiency table [efficiency.{missing[0]}]")
-        if self.nvls and "nvls" not in self.efficiency:
-            raise InputError(f"{self.name}: nvls = true needs an [efficiency.nvls] table")
+            check_number(v, f"{self.name}: peak_flops_per_s[{d!r}]")
+        _rules_between(self.name, si=True, gpus_per_node=self.gpus_per_node,
+                       nvlink_domain_gpus=self.nvlink_domain_gpus, nvlink_topology=self.nvlink_topology,
+                       link=self.nvlink_link_bytes_per_s, aggregate=self.nvlink_bytes_per_s,
+                       dtypes=tuple(self.peak_flops_per_s), tables=tuple(self.efficiency), nvls=self.nvls)
         # read-only views: a frozen dataclass should not hand out mutable dicts
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
         object.__setattr__(self, "efficiency", MappingProxyType(dict(self.efficiency)))
@@ -205,7 +215,26 @@ def interp_efficiency(profile: HardwareProfile, name: str, x) -> np.ndarray:
     return profile.interp_efficiency(name, x)
 
 
-# ---- loading ----------------------------------------------------------------------------------
+# ---- rules and loading ------------------------------------------------------------------------------
+POSITIVE, NONNEGATIVE = "a finite number > 0", "a finite number >= 0"
+# Every number of a profile: (attribute, [section], TOML key, factor from the file's unit to SI, rule).
+# `hardware_from_dict` checks each value as written, naming file and key; `HardwareProfile.__post_init__`
+# checks the SI attribute of a profile built in Python against the same rule.
+_NUMBERS = (
+    ("hbm_bytes", "gpu", "hbm_gb", 1e9, POSITIVE),
+    ("hbm_bytes_per_s", "gpu", "hbm_gb_per_s", 1e9, POSITIVE),
+    ("nvlink_bytes_per_s", "node", "nvlink_gb_per_s", 1e9, POSITIVE),
+    ("nvlink_link_bytes_per_s", "node", "nvlink_link_gb_per_s", 1e9, POSITIVE),  # default: nvlink_gb_per_s
+    ("nvlink_latency_s", "node", "nvlink_latency_us", 1e-6, NONNEGATIVE),
+    ("nvls_latency_s", "node", "nvls_latency_us", 1e-6, NONNEGATIVE),  # default 0; needed with nvls = true
+    ("nic_bytes_per_s", "network", "nic_gbit_per_s", 1e9 / 8, POSITIVE),
+    ("ib_latency_s", "network", "ib_latency_us", 1e-6, NONNEGATIVE),
+    ("leaf_oversubscription", "network", "leaf_oversubscription", 1.0, POSITIVE),
+)
+_KEY = {attr: key for attr, _, key, _, _ in _NUMBERS}
+# Every count: (attribute = TOML key, [section]); whole numbers from 1 to their bound in spec/rules.py BOUNDS.
+_COUNTS = (("gpus_per_node", "node"), ("nvlink_domain_gpus", "node"), ("nics_per_node", "network"),
+           ("nodes_per_leaf", "network"))
 _TOP_REQ = ("name", "gpu", "node", "network", "efficiency")
 _TOP_OPT = ("description", "provenance")
 _GPU_REQ = ("model", "hbm_gb", "hbm_gb_per_s", "peak_tflops", "source")
@@ -218,16 +247,53 @@ _EFF_REQ = ("x", "efficiency", "x_unit", "source")
 _PROV_OPT = ("device", "versions", "date", "protocol", "source", "notes", "host")
 
 
-def _num(v, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise InputError(f"{what} must be a number, got {v!r}")
-    return float(v)
-
-
-def _int(v, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise InputError(f"{what} must be an integer, got {v!r}")
+def check_number(value, what: str, rule: str = POSITIVE, factor: float = 1.0) -> float:
+    """`value` times `factor` (its unit in SI) if `value` meets `rule` (POSITIVE or NONNEGATIVE) and the
+    product is finite, else InputError naming `what` and the value as written."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not _finite(value) \
+            or not (value > 0 if rule == POSITIVE else value >= 0):
+        raise InputError(f"{what} must be {rule}, got {value!r}")
+    if not math.isfinite(v := float(value) * factor):
+        raise InputError(f"{what} is too large, got {value!r}")
     return v
+
+
+def _count(value, name: str, what: str) -> int:
+    """An integer (not 8.0: counts are written as integers) from 1 to BOUNDS[name], named `what`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{what} must be an integer >= 1, got {value!r}")
+    return check_count(name, value, label=what)
+
+
+def _rules_between(where: str, *, si: bool, gpus_per_node, nvlink_domain_gpus, nvlink_topology, link, aggregate,
+                   dtypes, tables, nvls) -> None:
+    """The rules between keys of a profile, each stated once: for the values as written (`si` False: messages
+    name the TOML keys) and for the attributes of a profile built in Python (`si` True)."""
+    if nvlink_domain_gpus % gpus_per_node:
+        raise InputError(f"{where}: nvlink_domain_gpus ({nvlink_domain_gpus}) must be a multiple of "
+                         f"gpus_per_node ({gpus_per_node})")
+    if nvlink_topology not in NVLINK_TOPOLOGIES:
+        raise InputError(f"{where}: nvlink_topology must be one of {', '.join(NVLINK_TOPOLOGIES)}, "
+                         f"got {nvlink_topology!r}")
+    if link > aggregate:
+        name = (lambda a: a) if si else _KEY.get
+        raise InputError(f"{where}: {name('nvlink_link_bytes_per_s')} ({link!r}) exceeds "
+                         f"{name('nvlink_bytes_per_s')} ({aggregate!r})")
+    if not dtypes:
+        raise InputError(f"{where}: peak_tflops needs at least one dtype")
+    for d in dtypes:
+        if d not in DTYPES:
+            raise InputError(f"{where}: unknown dtype {d!r} in peak_tflops; expected one of {', '.join(DTYPES)}")
+    for t in tables:  # EFFICIENCY_TABLES, calibration's and a stack's names (_EFFICIENCY_PATTERN)
+        if t not in EFFICIENCY_TABLES and not re.fullmatch(_EFFICIENCY_PATTERN, t):
+            close = difflib.get_close_matches(t, EFFICIENCY_TABLES, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(EFFICIENCY_TABLES)}"
+            raise InputError(f"unknown efficiency table [efficiency.{t}] in {where}{hint}")
+    missing = [t for t in REQUIRED_EFFICIENCY if t not in tables]
+    if missing:
+        raise InputError(f"{where}: missing efficiency table [efficiency.{missing[0]}]")
+    if nvls and "nvls" not in tables:
+        raise InputError(f"{where}: nvls = true needs an [efficiency.nvls] table")
 
 
 def _table(d, what: str) -> dict:
@@ -238,72 +304,74 @@ def _table(d, what: str) -> dict:
 
 def _curve_from_dict(d: dict, *, where: str) -> EfficiencyCurve:
     check_keys(_table(d, where), where=where, required=_EFF_REQ)
-    x, e = d["x"], d["efficiency"]
-    if not isinstance(x, list) or not isinstance(e, list):
-        raise InputError(f"{where}: x and efficiency must be lists")
-    return EfficiencyCurve(
-        x=tuple(_num(v, f"{where}.x") for v in x),
-        efficiency=tuple(_num(v, f"{where}.efficiency") for v in e),
-        x_unit=str(d["x_unit"]),
-        source=str(d["source"]),
-    )
+    problem = curve_problem(d["x"], d["efficiency"])
+    if problem:
+        raise InputError(f"{where}: {problem}")
+    return EfficiencyCurve(x=tuple(float(v) for v in d["x"]), efficiency=tuple(float(v) for v in d["efficiency"]),
+                           x_unit=str(d["x_unit"]), source=str(d["source"]))
+
+
+def _sections(d: dict, where: str) -> dict:
+    """{section: table} of a profile, each with its keys checked (unknown and missing keys named)."""
+    check_keys(d, where=where, required=_TOP_REQ, optional=_TOP_OPT)
+    sec = {"gpu": _table(d["gpu"], f"{where} [gpu]")}
+    check_keys(sec["gpu"], where=f"{where} [gpu]", required=_GPU_REQ, optional=_GPU_OPT)
+    sec["peak"] = _table(sec["gpu"]["peak_tflops"], f"{where} [gpu.peak_tflops]")
+    check_keys(sec["peak"], where=f"{where} [gpu.peak_tflops]", optional=_PEAK_OPT)
+    for name, req, opt in (("node", _NODE_REQ, _NODE_OPT), ("network", _NET_REQ, ())):
+        sec[name] = _table(d[name], f"{where} [{name}]")
+        check_keys(sec[name], where=f"{where} [{name}]", required=req, optional=opt)
+    sec["efficiency"] = _table(d["efficiency"], f"{where} [efficiency]")
+    if d.get("provenance") is not None:
+        check_keys(_table(d["provenance"], f"{where} [provenance]"), where=f"{where} [provenance]", optional=_PROV_OPT)
+    return sec
+
+
+def _values(sec: dict, where: str) -> dict:
+    """The numbers and counts of a profile as HardwareProfile keywords: each checked as written, then in SI."""
+    n = sec["node"]
+    n = {"nvlink_link_gb_per_s": n["nvlink_gb_per_s"], "nvls_latency_us": 0.0, **n}  # defaults of optional keys
+    tables = {**sec, "node": n}
+    out = {attr: check_number(tables[s][key], f"{where} {s}.{key}", rule, factor)
+           for attr, s, key, factor, rule in _NUMBERS}
+    if "hbm_usable_mib" in sec["gpu"]:  # what CUDA sees, preferred for the fit verdict
+        out["hbm_bytes"] = check_number(sec["gpu"]["hbm_usable_mib"], f"{where} gpu.hbm_usable_mib", factor=2**20)
+    n.setdefault("nvlink_domain_gpus", n["gpus_per_node"])
+    for attr, s in _COUNTS:
+        out[attr] = _count(tables[s][attr], attr, f"{where} {s}.{attr}")
+    out["peak_flops_per_s"] = {k: check_number(v, f"{where} gpu.peak_tflops.{k}", factor=1e12)
+                               for k, v in sec["peak"].items() if k != "source"}
+    out["nvls"] = n["nvls"]
+    if not isinstance(out["nvls"], bool):
+        raise InputError(f"{where} node.nvls must be true or false, got {out['nvls']!r}")
+    if out["nvls"] and "nvls_latency_us" not in sec["node"]:
+        raise InputError(f"missing key 'nvls_latency_us' in {where} [node] (needed with nvls = true)")
+    out["nvlink_topology"] = n.get("nvlink_topology", "switch")
+    _rules_between(where, si=False, gpus_per_node=out["gpus_per_node"], nvlink_domain_gpus=out["nvlink_domain_gpus"],
+                   nvlink_topology=out["nvlink_topology"], link=n["nvlink_link_gb_per_s"],
+                   aggregate=n["nvlink_gb_per_s"], dtypes=tuple(out["peak_flops_per_s"]),
+                   tables=tuple(sec["efficiency"]), nvls=out["nvls"])
+    return out
 
 
 def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
     """Build a HardwareProfile from a parsed TOML table (vendor units -> SI).
 
     `where` names the origin (file or scenario section) in error messages. Unknown and missing
-    keys are rejected. Units: GB = 1e9 B, Gb/s = 1e9 bit/s, TFLOP/s = 1e12.
+    keys are rejected; every value is checked as written, its message naming `where`, the key and the
+    value. Units: GB = 1e9 B, Gb/s = 1e9 bit/s, TFLOP/s = 1e12.
     """
-    d = _table(d, where)
-    check_keys(d, where=where, required=_TOP_REQ, optional=_TOP_OPT)
-    g = _table(d["gpu"], f"{where} [gpu]")
-    check_keys(g, where=f"{where} [gpu]", required=_GPU_REQ, optional=_GPU_OPT)
-    pk = _table(g["peak_tflops"], f"{where} [gpu.peak_tflops]")
-    check_keys(pk, where=f"{where} [gpu.peak_tflops]", optional=_PEAK_OPT)
-    n = _table(d["node"], f"{where} [node]")
-    check_keys(n, where=f"{where} [node]", required=_NODE_REQ, optional=_NODE_OPT)
-    w = _table(d["network"], f"{where} [network]")
-    check_keys(w, where=f"{where} [network]", required=_NET_REQ)
-    effs = _table(d["efficiency"], f"{where} [efficiency]")
-    prov = d.get("provenance")
-    if prov is not None:
-        check_keys(_table(prov, f"{where} [provenance]"), where=f"{where} [provenance]", optional=_PROV_OPT)
-
-    gpus_per_node = _int(n["gpus_per_node"], f"{where} node.gpus_per_node")
-    nvlink = _num(n["nvlink_gb_per_s"], f"{where} node.nvlink_gb_per_s") * 1e9
-    nvls = n["nvls"]
-    if not isinstance(nvls, bool):
-        raise InputError(f"{where} node.nvls must be true or false, got {nvls!r}")
-    if nvls and "nvls_latency_us" not in n:
-        raise InputError(f"missing key 'nvls_latency_us' in {where} [node] (needed with nvls = true)")
+    sec = _sections(_table(d, where), where)
+    g, n, w = sec["gpu"], sec["node"], sec["network"]
     sources = {"gpu": str(g["source"]), "node": str(n["source"]), "network": str(w["source"])}
-    if "source" in pk:
-        sources["peak_tflops"] = str(pk["source"])
+    if "source" in sec["peak"]:
+        sources["peak_tflops"] = str(sec["peak"]["source"])
+    prov = d.get("provenance")
     return HardwareProfile(
-        name=str(d["name"]),
-        description=str(d.get("description", "")),
-        gpu=str(g["model"]),
-        hbm_bytes=(_num(g["hbm_usable_mib"], f"{where} gpu.hbm_usable_mib") * 2**20 if "hbm_usable_mib" in g
-                   else _num(g["hbm_gb"], f"{where} gpu.hbm_gb") * 1e9),
-        hbm_bytes_per_s=_num(g["hbm_gb_per_s"], f"{where} gpu.hbm_gb_per_s") * 1e9,
-        peak_flops_per_s={k: _num(v, f"{where} gpu.peak_tflops.{k}") * 1e12 for k, v in pk.items() if k != "source"},
-        gpus_per_node=gpus_per_node,
-        nvlink_domain_gpus=_int(n.get("nvlink_domain_gpus", gpus_per_node), f"{where} node.nvlink_domain_gpus"),
-        nvlink_topology=str(n.get("nvlink_topology", "switch")),
-        nvlink_bytes_per_s=nvlink,
-        nvlink_link_bytes_per_s=_num(n.get("nvlink_link_gb_per_s", n["nvlink_gb_per_s"]), f"{where} node.nvlink_link_gb_per_s") * 1e9,
-        nvls=nvls,
-        nvlink_latency_s=_num(n["nvlink_latency_us"], f"{where} node.nvlink_latency_us") * 1e-6,
-        nvls_latency_s=_num(n.get("nvls_latency_us", 0.0), f"{where} node.nvls_latency_us") * 1e-6,
-        nics_per_node=_int(w["nics_per_node"], f"{where} network.nics_per_node"),
-        nic_bytes_per_s=_num(w["nic_gbit_per_s"], f"{where} network.nic_gbit_per_s") * 1e9 / 8,
-        ib_latency_s=_num(w["ib_latency_us"], f"{where} network.ib_latency_us") * 1e-6,
-        nodes_per_leaf=_int(w["nodes_per_leaf"], f"{where} network.nodes_per_leaf"),
-        leaf_oversubscription=_num(w["leaf_oversubscription"], f"{where} network.leaf_oversubscription"),
-        efficiency={k: _curve_from_dict(v, where=f"{where} [efficiency.{k}]") for k, v in effs.items()},
-        sources=sources,
-        provenance=dict(prov) if prov is not None else None,
+        name=str(d["name"]), description=str(d.get("description", "")), gpu=str(g["model"]),
+        **_values(sec, where),
+        efficiency={k: _curve_from_dict(v, where=f"{where} [efficiency.{k}]") for k, v in sec["efficiency"].items()},
+        sources=sources, provenance=dict(prov) if prov is not None else None,
     )
 
 

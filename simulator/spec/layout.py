@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError, check_positive
+import numbers
+
+import numpy as np
+
+from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES as SCHEDULES
 from ..schedules import family
-from .rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE, check_choice, check_zero
+from .rules import BOUNDS, CP_ALGORITHMS, DP_MODES, RECOMPUTE, check_choice, check_count, check_zero
 
 
 def layout_label(tp, cp, pp, dp, ep=1, vpp=1) -> str:
@@ -28,6 +32,22 @@ def layout_label(tp, cp, pp, dp, ep=1, vpp=1) -> str:
     if vpp > 1:
         s += f"-V{vpp}"
     return s
+
+
+def stage_layers(value, pp: int) -> tuple[int, ...]:
+    """`layers_per_stage` as a tuple of ints: pp whole numbers from 1 to BOUNDS' limit (a stage holds at least
+    one layer; 16.0 is whole, 16.5 is not), else InputError naming the list as written."""
+    limit = BOUNDS["layers_per_stage"][0]
+
+    def whole(v) -> bool:
+        return not isinstance(v, bool) and (isinstance(v, numbers.Integral)
+                                            or (isinstance(v, float) and v.is_integer())) and 1 <= v <= limit
+    if not (isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim == 1)) \
+            or not all(whole(v) for v in value):
+        raise InputError(f"layers_per_stage must be a list of whole numbers from 1 to {limit}, got {value!r}")
+    if len(value) != pp:
+        raise InputError(f"layers_per_stage has {len(value)} entries, expected pp({pp}), got {value!r}")
+    return tuple(int(v) for v in value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,16 +72,15 @@ class Layout:
     layers_per_stage: tuple[int, ...] | None = None  # uneven pipeline split
 
     def __post_init__(self):
-        check_positive("num_gpus", self.num_gpus, integer=True)
-        for name in ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):
-            check_positive(name, getattr(self, name), integer=True)
+        for name in ("num_gpus", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):  # whole, within BOUNDS
+            object.__setattr__(self, name, check_count(name, getattr(self, name)))
         tcp = self.tp * self.cp * self.pp
         if self.dp is None:
             if self.num_gpus % tcp:
                 raise InputError(f"num_gpus({self.num_gpus}) is not divisible by tp({self.tp}) * cp({self.cp}) * "
                                  f"pp({self.pp}) = {tcp}, so dp cannot be derived")
             object.__setattr__(self, "dp", self.num_gpus // tcp)
-        check_positive("dp", self.dp, integer=True)
+        object.__setattr__(self, "dp", check_count("dp", self.dp))
         if tcp * self.dp != self.num_gpus:
             raise InputError(f"tp({self.tp}) * cp({self.cp}) * pp({self.pp}) * dp({self.dp}) = {tcp * self.dp} "
                              f"!= num_gpus({self.num_gpus})")
@@ -69,7 +88,7 @@ class Layout:
             raise InputError(f"ep({self.ep}) must divide dp({self.dp}) * cp({self.cp}) = {self.dp * self.cp}")
         check_zero(self.zero)
         if self.shard_group_size is not None:
-            check_positive("shard_group_size", self.shard_group_size, integer=True)
+            object.__setattr__(self, "shard_group_size", check_count("shard_group_size", self.shard_group_size))
             if self.zero == 0:
                 raise InputError("shard_group_size needs zero >= 1")
             if self.dp % self.shard_group_size:
@@ -85,9 +104,7 @@ class Layout:
         if family(self.schedule).takes_vpp and self.pp == 1:
             raise InputError(f"schedule {self.schedule!r} needs pp > 1")
         if self.layers_per_stage is not None:
-            object.__setattr__(self, "layers_per_stage", tuple(int(x) for x in self.layers_per_stage))
-            if len(self.layers_per_stage) != self.pp:
-                raise InputError(f"layers_per_stage has {len(self.layers_per_stage)} entries, expected pp({self.pp})")
+            object.__setattr__(self, "layers_per_stage", stage_layers(self.layers_per_stage, self.pp))
 
     @property
     def label(self) -> str:

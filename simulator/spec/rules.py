@@ -1,5 +1,6 @@
-"""Layout rules written once: the allowed values of each categorical field and the ZeRO/FSDP
-sharding degrees. Every module that checks a choice or shards a state calls these.
+"""Layout rules written once: the allowed values of each categorical field, the upper bound of each
+count (`BOUNDS`) and the ZeRO/FSDP sharding degrees. Every module that checks a choice or a count, or
+shards a state, calls these.
 
 The divisibility rules between model, training and layout live in `spec/validate.py` (vectorised over
 sweep candidates); the rules of each pipeline schedule in its `ScheduleFamily` (simulator/schedules).
@@ -8,17 +9,52 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, check_positive
 
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 CP_ALGORITHMS = ("ring", "ulysses")
 DP_MODES = ("ddp", "dataparallel", "async")  # DDP (default), single-process DataParallel, asynchronous DP
 
+# The largest accepted value of each count: (limit, what it counts). Far beyond any real job (the largest
+# runs: ~1e5 GPUs, 1e6-token contexts, 1e4-way DP), yet low enough that every product the simulator forms
+# (tokens per step x hidden size x bytes, ranks x degrees) stays exact in float64 and int64: past them a
+# value silently wrapped or overflowed (issue 24: seq_length = 1e30 printed negative GiB). Checked where the
+# value is read (spec/training.py, spec/layout.py, spec/hardware.py) by `check_count`, whose message names
+# the key, the value as written and the limit.
+BOUNDS = {
+    "seq_length": (2**24, "tokens"),
+    "global_batch_size": (2**31, "sequences"),
+    "micro_batch_size": (2**31, "sequences"),
+    "num_gpus": (2**20, "GPUs"),
+    "dp": (2**20, "data-parallel replicas"),
+    "shard_group_size": (2**20, "data-parallel replicas"),
+    "tp": (2**16, "ranks"),
+    "pp": (2**16, "pipeline stages"),
+    "cp": (2**16, "ranks"),
+    "ep": (2**16, "ranks"),
+    "vpp": (2**16, "chunks per pipeline rank"),
+    "layers_per_stage": (2**20, "layers"),
+    "gpus_per_node": (2**20, "GPUs"),
+    "nvlink_domain_gpus": (2**20, "GPUs"),
+    "nics_per_node": (2**16, "NICs"),
+    "nodes_per_leaf": (2**20, "nodes"),
+}
+
 
 def choice_error(name: str, value, allowed) -> InputError:
     """The one message for a value outside its choices: `name must be one of a, b, c, got 'x'`."""
     return InputError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+
+
+def check_count(name: str, value, *, label: str | None = None) -> int:
+    """`value` as an int if it is a whole number from 1 to the bound of `name` in BOUNDS, else InputError
+    naming `label` (default `name`), the value as written and the limit."""
+    n = check_positive(label or name, value, integer=True)
+    limit, unit = BOUNDS[name]
+    if n > limit:
+        raise InputError(f"{label or name} must be <= {limit} (2**{limit.bit_length() - 1} {unit}), got {value!r}")
+    return n
 
 
 def check_choice(name: str, value, allowed) -> None:

@@ -1,8 +1,10 @@
 """Scenario = ModelSpec + HardwareProfile + Training + Layout (+ a sweep space), from TOML and/or flags.
 
 File format (DESIGN.md): sections [model] (preset, hf_config, or inline Hugging Face keys), [hardware]
-(preset or path, num_gpus), [training], [layout] (dp may be omitted), optional [sweep]. Flags override
-the file. Unknown keys are rejected with the closest known name.
+(preset or path, num_gpus), [training], [layout] (dp may be omitted), optional [sweep] and [stack]
+(preset = "megatron" | "torchtitan" | ..., plus any Stack field to override: spec/stack.py; carried
+by Training.stack). Flags override the file (--stack, --compile). Unknown keys are rejected with the
+closest known name.
 """
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ from .layout import Layout
 from .load import load_model
 from .model import ModelSpec
 from .presets import check_keys, read_toml, resolve
+from .stack import Stack, load_stack
 from .training import Training
 from .validate import validate
 
-SECTIONS = ("model", "hardware", "training", "layout", "sweep", "name", "description")
-TRAINING_KEYS = tuple(f.name for f in fields(Training))
+SECTIONS = ("model", "hardware", "training", "layout", "sweep", "stack", "name", "description")
+TRAINING_KEYS = tuple(f.name for f in fields(Training) if f.name != "stack")  # the stack: [stack] / --stack
+STACK_FIELDS = tuple(f.name for f in fields(Stack) if f.name not in ("name", "source"))
 LAYOUT_KEYS = tuple(f.name for f in fields(Layout) if f.name != "num_gpus")
 
 
@@ -83,8 +87,9 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
     doc, base, where = _read_scenario_file(path)
     model = _scenario_model(doc, base, where, overrides)
     hardware, num_gpus = _scenario_hardware(doc, base, where, overrides)
+    stack = _scenario_stack(doc, where, overrides)
     tr, lay = _training_and_layout_tables(doc, where, overrides)
-    training = _scenario_training(tr, where, model)
+    training = _scenario_training(tr, where, model, stack)
     sweep = dict(doc.get("sweep", {}))
     layout = _scenario_layout(doc, lay, num_gpus, model, training, where, require_layout)
     return Scenario(name=str(doc.get("name", Path(str(path)).stem if path else model.name)), model=model,
@@ -153,7 +158,32 @@ def _training_and_layout_tables(doc: dict, where: str, overrides: dict) -> tuple
     return tr, lay
 
 
-def _scenario_training(tr: dict, where: str, model: ModelSpec) -> Training:
+def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
+    """The software stack: `--stack NAME` (taken out of `overrides`), else [stack] preset = "NAME" (default
+    DEFAULT_STACK), with the [stack] table's other keys and `--compile` (overrides' `compiled`) on top."""
+    table = dict(doc.get("stack", {}))
+    if "stack" in doc and not isinstance(doc["stack"], dict):
+        raise InputError(f"stack in {where} must be a table [stack] (preset = \"megatron\", ...)")
+    name = overrides.pop("stack", None) or table.pop("preset", None)
+    table.pop("preset", None)
+    if "host_us_per_kernel" in table:
+        us = table.pop("host_us_per_kernel")
+        if not isinstance(us, (int, float)) or isinstance(us, bool):
+            raise InputError(f"host_us_per_kernel in [stack] of {where} must be a number, got {us!r}")
+        table["host_s_per_kernel"] = float(us) * 1e-6
+    for k in ("kernels_per_layer", "compiled_kernels_per_layer"):
+        if isinstance(table.get(k), list):
+            table[k] = tuple(table[k])
+    compiled = overrides.pop("compiled", None)
+    if compiled is not None:
+        table["compiled"] = compiled
+    bad = sorted(set(table) - set(STACK_FIELDS))
+    if bad:
+        raise InputError(f"unknown key {bad[0]!r} in [stack] of {where}")
+    return load_stack(name, **table)
+
+
+def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack) -> Training:
     """Training from its table; seq_length and global_batch_size are required. `dropout` left out
     follows the model's config: on when its config.json sets a dropout probability > 0."""
     for key in ("seq_length", "global_batch_size"):
@@ -162,7 +192,7 @@ def _scenario_training(tr: dict, where: str, model: ModelSpec) -> Training:
     if "dropout" not in tr and model.config_dropout > 0:
         tr = {**tr, "dropout": True}
     try:
-        return Training(**tr)
+        return Training(**tr, stack=stack)
     except TypeError as exc:
         raise InputError(f"[training] of {where}: {exc}") from None
 

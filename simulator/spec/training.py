@@ -7,21 +7,17 @@ ZeRO-paper / DeepSpeed accounting (2-byte gradients, 16 bytes/param).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import InputError, check_positive
 from ..units import DTYPE_BYTES
+from .rules import check_count
+from .stack import CROSS_ENTROPY, Stack, default_stack  # noqa: F401 (CROSS_ENTROPY re-exported)
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum")
 STATE_DTYPES = ("fp32", "bf16", "fp16")  # of the gradient buffer and the optimizer states
 ATTENTION_FLOP_CONVENTIONS = ("causal", "full")
-# How the loss is computed over the logits (memory/activations.py `logits_bytes`, `loss_backward_bytes`;
-# cost/memory_ops.py `_head_memory_ops`):
-#   vocab-parallel: Megatron-LM's vocab-parallel cross-entropy, in place on an fp32 copy of the logits
-#   torch-fp32:     torch.nn.functional.cross_entropy(logits.float()) (torchtitan, Hugging Face Trainer)
-#   fused:          a fused / chunked kernel that never materialises fp32 logits
-CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,17 +31,24 @@ class Training:
     grad_dtype: str = "fp32"  # dtype of the accumulated and reduced gradient buffer
     master_weights: bool = True  # fp32 master copy when parameters are not fp32
     optimizer_dtype: str = "fp32"  # dtype of optimizer moments
-    flash_attention: bool = True  # False: the a·s² score/softmax tensors are stored (Korthikanti)
+    stack: Stack = field(default_factory=default_stack)  # the software stack (spec/stack.py)
+    flash_attention: bool | None = None  # None: the stack's; False: the a·s² score/softmax tensors are stored
     dropout: bool = False  # True: dropout masks are stored (Korthikanti's counts)
     offload_optimizer: bool = False  # ZeRO-Offload: optimizer states (and master copy) in host memory
     offload_params: bool = False  # ZeRO-Infinity-style parameter offload (ZeRO-3 only)
     moe_capacity_factor: float = 0.0  # 0: dropless (tokens routed as chosen); else C·k·T/E slots per expert
-    cross_entropy: str = "vocab-parallel"  # CROSS_ENTROPY: how the loss is computed over the logits
+    cross_entropy: str | None = None  # CROSS_ENTROPY (spec/stack.py): how the loss is computed; None: the stack's
     attention_flops: str = "causal"  # "causal" (Megatron-current) or "full" (PaLM / Narayanan) count
 
     def __post_init__(self):
-        check_positive("seq_length", self.seq_length, integer=True)
-        check_positive("global_batch_size", self.global_batch_size, integer=True)
+        if not isinstance(self.stack, Stack):
+            raise InputError(f"stack must be a Stack (spec/stack.py load_stack), got {self.stack!r}")
+        if self.cross_entropy is None:  # the stack's defaults for what the user left out
+            object.__setattr__(self, "cross_entropy", self.stack.cross_entropy)
+        if self.flash_attention is None:
+            object.__setattr__(self, "flash_attention", self.stack.flash_attention)
+        for name in ("seq_length", "global_batch_size"):  # whole numbers within BOUNDS (spec/rules.py)
+            object.__setattr__(self, name, check_count(name, getattr(self, name)))
         for name, allowed in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS),
                               ("attention_flops", ATTENTION_FLOP_CONVENTIONS), ("cross_entropy", CROSS_ENTROPY)):
             v = getattr(self, name)

@@ -17,7 +17,7 @@ from .training import Training
 
 def layout_violations(model: ModelSpec, training: Training, *, tp, pp, dp, cp, ep, vpp, micro_batch_size,
                       sequence_parallel: bool = False, schedule: str = "1f1b", uneven_layers: bool = False,
-                      messages: bool = True) -> np.ndarray:
+                      cp_algorithm: str = "ring", messages: bool = True) -> np.ndarray:
     """First violated divisibility rule per candidate ('' if none). Rules (Megatron-LM arguments.py):
 
     - num_attention_heads % tp == 0 and num_key_value_heads % tp == 0 (TP shards whole heads);
@@ -25,8 +25,9 @@ def layout_violations(model: ModelSpec, training: Training, *, tp, pp, dp, cp, e
       family's stages per rank: vpp, or 2 for zb-v/dualpipev; dualpipe holds 2 copies of L/pp layers);
     - global_batch_size % (dp·micro_batch_size) == 0;
     - num_experts % ep == 0 (MoE), ep == 1 for dense models;
-    - seq_length % (2·cp) == 0 when cp > 1 (load-balanced causal split, Megatron CP docs), and
-      num_attention_heads % cp for Ulysses is checked by the cost model;
+    - seq_length % (2·cp) == 0 when cp > 1 (load-balanced causal split, Megatron CP docs);
+    - num_attention_heads % (tp·cp) == 0 with cp_algorithm = "ulysses": its all-to-all hands each CP rank
+      whole heads of its TP rank's h/tp (Jacobs et al. 2023, DeepSpeed-Ulysses: heads % sp degree);
     - seq_length % tp == 0 with sequence parallelism.
     """
     tp, pp, dp, cp, ep, vpp, mbs = (np.asarray(x) for x in (tp, pp, dp, cp, ep, vpp, micro_batch_size))
@@ -65,6 +66,9 @@ def layout_violations(model: ModelSpec, training: Training, *, tp, pp, dp, cp, e
         rule(ep != 1, lambda i: f"ep({at(ep, i)}) > 1 needs an MoE model")
     s = training.seq_length
     rule((cp > 1) & (s % (2 * cp) != 0), lambda i: f"seq_length({s}) is not divisible by 2 * cp({at(cp, i)})")
+    if cp_algorithm == "ulysses":
+        rule(h % (tp * cp) != 0, lambda i: f"num_attention_heads({h}) is not divisible by tp({at(tp, i)}) * "
+                                           f"cp({at(cp, i)}) (cp_algorithm = 'ulysses' splits heads over CP ranks)")
     if sequence_parallel:
         rule(s % tp != 0, lambda i: f"seq_length({s}) is not divisible by tp({at(tp, i)}) (sequence parallel)")
     if not messages:
@@ -82,7 +86,7 @@ def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
     msg = layout_violations(model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp,
                             ep=layout.ep, vpp=layout.vpp, micro_batch_size=layout.micro_batch_size,
                             sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,
-                            uneven_layers=layout.layers_per_stage is not None)
+                            uneven_layers=layout.layers_per_stage is not None, cp_algorithm=layout.cp_algorithm)
     msg = str(msg)
     if msg:
         raise InputError(msg)
