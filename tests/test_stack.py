@@ -162,3 +162,53 @@ def test_eager_kernel_counts_match_a_cpu_profiler_count_of_the_same_layers():
     for name, _, run in ck.layers(torch, 256, 8, 2, 704, 64):
         f, b = ck.count(torch, run, 256, 64)
         assert (len(f), len(b)) == (int(rows[name]["forward_kernels"]), int(rows[name]["backward_kernels"])), name
+
+
+def _cli(args, capsys):
+    from simulator.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_stack_flag_scenario_section_and_compile(tmp_path, capsys):
+    import json
+
+    base = ["estimate", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8", "--seq", "4096",
+            "--global-batch", "64", "--tp", "1", "--pp", "1", "--micro-batch", "1", "--zero", "1", "--format", "json"]
+    code, out, err = _cli(base, capsys)
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["stack"]["name"] == "megatron" and d["stack"]["cross_entropy"] == "vocab-parallel"
+    assert {"gemm", "attention", "attention_bwd", "memory"} <= set(d["efficiency_sources"])
+    code, out, err = _cli(base + ["--stack", "hf"], capsys)
+    hf = json.loads(out)
+    assert (hf["stack"]["name"], hf["stack"]["optimizer_impl"], hf["stack"]["compiled"]) == ("hf", "foreach", False)
+    assert hf["efficiency_sources"]["optimizer"]["table"] == "memory"  # foreach runs at η_memory
+    assert hf["time"]["optimizer_s"] > d["time"]["optimizer_s"]  # 86 bytes/param against 30
+    code, out, err = _cli(base + ["--stack", "hf", "--compile"], capsys)
+    assert json.loads(out)["stack"]["compiled"] is True
+    sc = tmp_path / "s.toml"
+    sc.write_text('[model]\npreset = "llama3-8b"\n[hardware]\npreset = "dgx-h100"\nnum_gpus = 8\n'
+                  '[training]\nseq_length = 4096\nglobal_batch_size = 64\n[layout]\ntp = 1\nzero = 1\n'
+                  '[stack]\npreset = "torchtitan"\noptimizer_impl = "foreach"\nhost_us_per_kernel = 20\n')
+    code, out, err = _cli(["estimate", str(sc), "--format", "json"], capsys)
+    assert code == 0, err
+    st = json.loads(out)["stack"]
+    assert (st["name"], st["optimizer_impl"], st["host_us_per_kernel"]) == ("torchtitan", "foreach", pytest.approx(20))
+    sc.write_text(sc.read_text().replace('optimizer_impl = "foreach"', 'optimiser = "foreach"'))
+    code, out, err = _cli(["estimate", str(sc)], capsys)
+    assert code == 2 and err.strip().count("\n") == 0 and "optimiser" in err and "[stack]" in err
+    code, out, err = _cli(base + ["--stack", "megatorn"], capsys)
+    assert code == 2 and "unknown stack preset 'megatorn'" in err and "megatron" in err
+
+
+def test_cli_lists_the_stacks(capsys):
+    code, out, err = _cli(["stacks"], capsys)
+    assert code == 0, err
+    for name in REQUIRED_STACKS:
+        assert name in out

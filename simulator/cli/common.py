@@ -76,7 +76,7 @@ def scenario_options(fn):
     return wrapper
 
 
-SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + ["sequence_parallel", "flash_attention", "offload_optimizer"]
+SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + ["sequence_parallel", "flash_attention", "offload_optimizer", "compiled"]
 
 
 def scenario_from_options(kwargs: dict, *, require_layout: bool = True):
