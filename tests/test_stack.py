@@ -212,3 +212,35 @@ def test_cli_lists_the_stacks(capsys):
     assert code == 0, err
     for name in REQUIRED_STACKS:
         assert name in out
+
+
+@pytest.mark.parametrize("recipe, extra", [("delayed", 0.0), ("current", 2.0), ("mxfp8", 2.0 / 32.0)])
+def test_fp8_casts_of_one_linear_by_recipe(recipe, extra):
+    from simulator.cost import flops as F
+    from simulator.cost.memory_ops import fp8_cast_op
+
+    tr = Training(seq_length=4096, global_batch_size=1, precision="fp8", stack=load_stack("megatron", fp8_recipe=recipe))
+    qkv = next(o for o in F.projection_ops(LLAMA, seq_length=4096) if o.name == "qkv_proj")
+    op = fp8_cast_op(qkv, tr)
+    # input 4096 tokens x 4096, output 4096 x (4096 + 2·1024): read bf16 (2), write fp8 + its transpose (1 + 1)
+    assert op.forward_bytes == pytest.approx(4096 * 4096 * (4 + extra))
+    assert op.backward_bytes == pytest.approx(4096 * 6144 * (4 + extra))
+
+
+def test_fp8_cast_bytes_per_element_are_torchs_float8_tensor_sizes():
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("no float8 dtype in this torch")
+    x = torch.randn(64, 48, dtype=torch.bfloat16)
+    x8 = x.to(torch.float8_e4m3fn)
+    moved = x.nbytes + x8.nbytes + x8.t().contiguous().nbytes  # read bf16, write fp8 and its transpose
+    assert moved / x.numel() == Training(seq_length=8, global_batch_size=1).activation_bytes + 2
+
+
+def test_fp8_training_adds_casts_only_to_fp8_gemms():
+    hw = flat_profile()
+    ops = {o.name for o in C.layer_op_times(LLAMA, Training(seq_length=1024, global_batch_size=1, precision="fp8"), hw)}
+    assert {"fp8_cast_qkv_proj", "fp8_cast_out_proj"} <= ops
+    assert not any(n.startswith("fp8_cast_lm_head") for n in ops)  # the LM head stays bf16
+    bf = {o.name for o in C.layer_op_times(LLAMA, Training(seq_length=1024, global_batch_size=1), hw)}
+    assert not any(n.startswith("fp8_cast") for n in bf)

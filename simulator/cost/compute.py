@@ -45,7 +45,7 @@ from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
-from .memory_ops import _embedding_memory_op, _head_memory_ops, _memory_time, memory_ops
+from .memory_ops import _embedding_memory_op, _head_memory_ops, _memory_time, fp8_cast_op, memory_ops
 # re-exported: simulator/kernel_comm.py imports the optimizer step from here (its home is optimizer.py)
 from .optimizer import optimizer_params_step_s
 
@@ -277,6 +277,8 @@ def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_
                                                   capacity_factor=training.moe_capacity_factor, **kw)]
     for op, w in ffn:
         g_ops.append(op); g_w.append(w); g_r.append(w if full else zero)  # noqa: E702
+    casts = [(fp8_cast_op(op, training), w, r) for op, w, r in zip(g_ops, g_w, g_r)
+             if op.fp8 and training.precision == "fp8"]  # the FP8 GEMMs' casts (memory-bound, below)
     for op in F.head_ops(model, training, **mkw):
         g_ops.append(op); g_w.append(last); g_r.append(zero)  # noqa: E702
 
@@ -296,6 +298,8 @@ def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_
         for op in memory_ops(model, training, moe=True, ep=ep, sequence_parallel=sequence_parallel, **mkw):
             if op.ffn:
                 m_ops.append(op); m_w.append(n_moe); m_r.append(n_moe if full else zero)  # noqa: E702
+    for op, w, r in casts:
+        m_ops.append(op); m_w.append(w); m_r.append(r)  # noqa: E702
     m_ops.append(_embedding_memory_op(model, training, sequence_parallel=sequence_parallel, **mkw))
     m_w.append(first); m_r.append(zero)  # noqa: E702
     for op in _head_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):

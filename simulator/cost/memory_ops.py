@@ -25,7 +25,7 @@ from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
 
-__all__ = ["MemoryOp", "memory_ops"]
+__all__ = ["MemoryOp", "memory_ops", "fp8_cast_op"]
 
 
 def _memory_time(bytes_, kernels, hardware):
@@ -165,3 +165,21 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
     return (MemoryOp(name="final_norm", forward_bytes=2 * T_sp * model.hidden_size * e,
                      backward_bytes=3 * T_sp * model.hidden_size * e),
             MemoryOp(name="loss", forward_bytes=lf, backward_bytes=lb, kernels=2.0))
+
+
+def fp8_cast_op(gemm, training: Training) -> MemoryOp:
+    """The FP8 casts around one FP8 GEMM (`flops.LayerOp` with m tokens, k inputs, n outputs, `calls`):
+    forward, its input activation (m·k elements); backward, its output gradient (m·n). Each cast is one
+    Transformer Engine cast-transpose kernel (transformer_engine/common/transpose/cast_transpose.cu):
+    read the e-byte tensor, write the FP8 tensor and its FP8 transpose (the wgrad GEMM's layout),
+    e + 2 bytes per element, with the amax taken in the same pass. The stack's `fp8_recipe`:
+    "delayed" (scale from the amax history) adds nothing; "current" (torchao tensorwise, TE
+    Float8CurrentScaling) reads the tensor once more for its amax first (+ e); "mxfp8" writes one 1-byte
+    scale per 32 elements for each of the two layouts (+ 2/32). The weights' casts are made once per
+    step and reused by every microbatch (TE `is_first_microbatch`), so they are not per-microbatch bytes."""
+    e = float(training.activation_bytes)
+    per = e + 2.0 + {"delayed": 0.0, "current": e, "mxfp8": 2.0 / 32.0}[training.stack.fp8_recipe]
+    fwd = F._f(gemm.m) * F._f(gemm.k) * F._f(gemm.calls)
+    bwd = F._f(gemm.m) * F._f(gemm.n) * F._f(gemm.calls)
+    return MemoryOp(name=f"fp8_cast_{gemm.name}", forward_bytes=per * fwd, backward_bytes=per * bwd,
+                    ffn=False)

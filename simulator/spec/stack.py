@@ -9,6 +9,7 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
 - `cross_entropy`: how the loss is computed (Training.cross_entropy's choices);
 - `optimizer_impl`: "fused" (one multi-tensor kernel pass: Megatron FusedAdam, torch fused AdamW) or
   "foreach" (torch's default multi-tensor AdamW: one pass per elementwise op, cost/optimizer.py);
+- `fp8_recipe`: how FP8 training scales its casts (cost/memory_ops.py `fp8_cast_op`);
 - `compiled`: torch.compile (or CUDA graphs) fuses the elementwise ops;
 - `kernels_per_layer` (eager) and `compiled_kernels_per_layer`: kernels one transformer layer launches
   in its forward and backward, and `host_s_per_kernel`, the host time to issue one: a layer pass can
@@ -27,6 +28,10 @@ from .presets import check_keys, preset_names, read_toml, resolve
 
 ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "xformers", "unfused")
 OPTIMIZER_IMPLS = ("fused", "foreach")
+# FP8 scaling recipes (Transformer Engine recipes; torchao's tensorwise dynamic scaling is "current"):
+#   delayed: scale from the amax history, amax taken inside the cast kernel; current: an amax pass over
+#   the tensor before the cast; mxfp8: one 1-byte scale per 32 elements (block scaling)
+FP8_RECIPES = ("delayed", "current", "mxfp8")
 # How the loss is computed over the logits (memory/activations.py `logits_bytes`, `loss_backward_bytes`;
 # cost/memory_ops.py `_head_memory_ops`):
 #   vocab-parallel: Megatron-LM's vocab-parallel cross-entropy, in place on an fp32 copy of the logits
@@ -46,6 +51,7 @@ class Stack:
     attention_kernel: str = "cudnn"
     cross_entropy: str = "vocab-parallel"
     optimizer_impl: str = "fused"
+    fp8_recipe: str = "delayed"
     compiled: bool = False
     kernels_per_layer: tuple[int, int] = (0, 0)  # (forward, backward), eager; (0, 0): not launch-bound
     compiled_kernels_per_layer: tuple[int, int] = (0, 0)
@@ -54,7 +60,7 @@ class Stack:
 
     def __post_init__(self):
         for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("cross_entropy", CROSS_ENTROPY),
-                              ("optimizer_impl", OPTIMIZER_IMPLS)):
+                              ("optimizer_impl", OPTIMIZER_IMPLS), ("fp8_recipe", FP8_RECIPES)):
             if getattr(self, name) not in allowed:
                 raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
