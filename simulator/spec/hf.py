@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import InputError
 from .hf_keys import CANONICAL, DROPOUT_KEYS, Keys, canonical_keys, check_unread, config_dropout, show
 from .model import MAX_FIELD, ModelSpec
+from .presets import read_text
 
 # Keys parasim understands in an inline [model] table (HF names) or a config.json.
 HF_KEYS = {
@@ -37,14 +38,13 @@ SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """Read a Hugging Face config.json file into a ModelSpec (malformed JSON: InputError with line)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"file not found: {path}") from None
+    text = read_text(path)  # one wording of every file problem (spec/presets.py)
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON in {path}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:  # json recurses once per nesting level
+        raise InputError(f"{path}: JSON nested too deeply (a config.json holds flat keys)") from None
     if not isinstance(cfg, dict):
         raise InputError(f"{path}: a config.json must hold a JSON object")
     return model_from_hf(cfg, name=name or path.parent.name or path.stem, strict=False, where=str(path))

@@ -17,6 +17,7 @@ from .layout import Layout
 from .load import load_model
 from .model import ModelSpec
 from .presets import check_keys, read_toml, resolve
+from .rules import check_count
 from .stack import Stack, load_stack
 from .training import Training
 from .validate import validate
@@ -53,7 +54,9 @@ def _load_model_table(table: dict, base: Path | None, where: str) -> ModelSpec:
             raise InputError(f"give either preset or hf_config in {where}, not both")
         if "preset" in table:
             return load_model(str(table["preset"]))
-        p = Path(str(table["hf_config"]))
+        if not isinstance(table["hf_config"], str) or not table["hf_config"].strip():
+            raise InputError(f"hf_config in {where} must be a path to a config.json, got {table['hf_config']!r}")
+        p = Path(table["hf_config"])
         if base is not None and not p.is_absolute():
             p = base / p
         return load_hf_config(p, name=table.get("name"))
@@ -66,7 +69,9 @@ def _load_hardware(table: dict, base: Path | None, where: str):
     table = {k: v for k, v in table.items() if k != "num_gpus"}
     if "preset" in table or "path" in table:
         check_keys(table, where=where, optional=("preset", "path"))
-        ref = str(table.get("preset") or table.get("path"))
+        ref = table["preset"] if "preset" in table else table["path"]
+        if not isinstance(ref, str) or not ref.strip():
+            raise InputError(f"{where}: the hardware preset or path must be a non-empty name, got {ref!r}")
         if "path" in table and base is not None and not Path(ref).is_absolute():
             ref = str(base / ref)
         return load_hardware(ref)
@@ -136,7 +141,7 @@ def _scenario_hardware(doc: dict, base: Path | None, where: str, overrides: dict
     num_gpus = overrides.pop("num_gpus", hw_table.get("num_gpus"))
     if num_gpus is None:
         raise InputError(f"missing num_gpus: give --gpus or num_gpus in [hardware] of {where}")
-    return hardware, num_gpus
+    return hardware, check_count("num_gpus", num_gpus)  # (a swept layout never reaches Layout's check)
 
 
 def _training_and_layout_tables(doc: dict, where: str, overrides: dict) -> tuple[dict, dict]:
