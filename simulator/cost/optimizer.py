@@ -13,7 +13,8 @@ import numpy as np
 from ..spec.training import Training
 from .memory_ops import _memory_time
 
-__all__ = ["optimizer_bytes_per_param", "foreach_adam_bytes_per_param", "optimizer_params_step_s"]
+__all__ = ["optimizer_bytes_per_param", "foreach_adam_bytes_per_param", "optimizer_params_step_s",
+           "cpu_adam_bytes_per_param", "offload_step_s"]
 
 
 def optimizer_bytes_per_param(training: Training) -> float:
@@ -63,6 +64,34 @@ def foreach_adam_bytes_per_param(training: Training) -> float:
     return float(total + (training.param_bytes if training.master_bytes else 0))
 
 
+def cpu_adam_bytes_per_param(training: Training) -> float:
+    """Host-memory bytes per parameter of ZeRO-Offload's CPU Adam step (DeepSpeedCPUAdam): the fused pass
+    of `optimizer_bytes_per_param` over the host's copies (Ren et al. 2021, USENIX ATC §4.1: fp32
+    gradient partition, fp32 master, fp32 moments on the CPU), the gradient read in fp32 (4 B) whatever
+    the GPU gradient dtype: bf16 mixed precision, Adam: 4 + 8 + 16 + 2 = 30 bytes."""
+    return float(optimizer_bytes_per_param(training) - training.grad_bytes + 4)
+
+
+def offload_step_s(params, *, grad_bytes: float, param_bytes: float, cpu_bytes_per_param: float,
+                   pcie_bytes_per_s: float, host_mem_bytes_per_s: float, gpus_per_node: int) -> np.ndarray:
+    """The optimizer step of ZeRO-Offload for a GPU whose optimizer partition has `params` parameters:
+
+        t = Ψ·G / B_pcie  +  Ψ·K_cpu / (B_host / g)  +  Ψ·P / B_pcie
+
+    gradients GPU→host over the GPU's PCIe link (Ψ·G bytes), the CPU Adam pass over host memory (K_cpu
+    bytes per parameter, `cpu_adam_bytes_per_param`), whose bandwidth B_host the node's g GPUs share
+    (each GPU's CPU Adam runs at the same time), then the updated parameters host→GPU (Ψ·P bytes).
+    Ren et al. 2021 (ZeRO-Offload, USENIX ATC) §4.1: gradients are offloaded and parameters swapped in
+    every step. [assumption] The three run one after another after the data-parallel tail (no overlap
+    with the backward and no one-step delayed update, DPU §4.3): ZeRO-Offload overlaps the gradient copy
+    with the backward of the last microbatch, which this step does not see, so t is an upper bound by at
+    most the gradient copy; B_host a peak, so the CPU part is a lower bound. PCIe bandwidths per direction
+    (B_pcie: the profile's [host] pcie_gb_per_s; H100 SXM Gen5 x16 ~64 GB/s, A100 Gen4 x16 ~32 GB/s)."""
+    psi = np.asarray(params, dtype=float)
+    pcie = psi * (grad_bytes + param_bytes) / pcie_bytes_per_s
+    return pcie + psi * cpu_bytes_per_param / (host_mem_bytes_per_s / gpus_per_node)
+
+
 def optimizer_params_step_s(training: Training, hardware, *, non_expert, expert, shard_degree=1.0,
                             expert_shard_degree=1.0) -> np.ndarray:
     """Optimizer-step time of a rank holding `non_expert` and `expert` parameters whose state is
@@ -71,12 +100,20 @@ def optimizer_params_step_s(training: Training, hardware, *, non_expert, expert,
         t = (Ψ / Z + Ψ_exp / Z_e) · optimizer_bytes_per_param / (HBM bytes/s · η_optimizer(bytes));
 
     η_optimizer is the profile's `optimizer` table (`parasim calibrate optimizer`: torch's fused AdamW
-    timed over parameter counts) and η_memory where the profile has none. 0 with `offload_optimizer`
-    (the step runs on the host). With the stack's `optimizer_impl = "foreach"` (Adam/AdamW): torch's
-    foreach step, `foreach_adam_bytes_per_param` in len(FOREACH_ADAMW_OPS) passes at η_memory."""
+    timed over parameter counts) and η_memory where the profile has none. With `offload_optimizer` the step
+    runs on the host: `offload_step_s` (PCIe transfers and the CPU Adam pass; the profile's host fields,
+    spec/hardware.py HOST_DEFAULTS where absent). With the stack's `optimizer_impl = "foreach"` (Adam/AdamW):
+    torch's foreach step, `foreach_adam_bytes_per_param` in len(FOREACH_ADAMW_OPS) passes at η_memory."""
     params = non_expert / shard_degree + expert / expert_shard_degree
     if training.offload_optimizer:
-        return np.zeros_like(params * 1.0)
+        from ..spec.hardware import HOST_DEFAULTS
+
+        host = {attr: getattr(hardware, attr, default) for attr, _, _, default in HOST_DEFAULTS}
+        return offload_step_s(params * 1.0, grad_bytes=training.grad_bytes, param_bytes=training.param_bytes,
+                              cpu_bytes_per_param=cpu_adam_bytes_per_param(training),
+                              pcie_bytes_per_s=host["host_pcie_bytes_per_s"],
+                              host_mem_bytes_per_s=host["host_mem_bytes_per_s"],
+                              gpus_per_node=getattr(hardware, "gpus_per_node", 1))
     if training.stack.optimizer_impl == "foreach" and training.optimizer in ("adam", "adamw"):
         bytes_ = params * foreach_adam_bytes_per_param(training)  # one pass per op: η_memory per pass
         return _memory_time(bytes_, float(len(FOREACH_ADAMW_OPS)), hardware)

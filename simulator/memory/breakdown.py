@@ -1,6 +1,7 @@
 """Compose the per-GPU, per-stage memory breakdown (no formulas of its own).
 
     peak = params + grads + optimizer + activations + kv_cache + other
+    params = P·Ψ_rank (+ PipeDream's stashed weight versions, P·Ψ_rank·(in_flight − 1): stashed_weight_bytes)
     other = runtime overheads (overheads.py) + transient ZeRO-3/FSDP gather buffers (states.py)
     activations = in_flight · (per-micro-batch bytes of the rank's layers + embedding extras)
                   + loss_in_flight · (head + logits)
@@ -19,10 +20,13 @@ layers), one layer's forward working set for a micro-batch, and last-token logit
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..dedup import distinct_rows, factorize
 from ..errors import InputError
+from ..schedules import family
 from ..spec.layout import SCHEDULES, Layout
 from ..spec.model import ModelSpec
 from ..spec.placement import stage_placement
@@ -34,7 +38,7 @@ from .inflight import inflight_microbatches, loss_inflight_microbatches
 from .kv_cache import kv_cache_bytes
 from .overheads import Overheads, overhead_bytes
 from .result import MemoryResult, memory_result
-from .states import model_state_bytes
+from .states import host_memory_reason, model_state_bytes
 from .worst import at_worst_stage, worst_stage_by_class, worst_stage_of_ranks
 
 
@@ -141,11 +145,45 @@ def _inference_terms(model, training, pl, working_set, to_rank, zeros, *, tp, dp
     return act, kv
 
 
-def _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of, *, tp, pp, dp, cp, ep) -> dict:
+def asynchronous_rows(schedule) -> np.ndarray:
+    """True where the schedule has no flush (`simulator.schedules.family(name).synchronous` False:
+    PipeDream); `schedule` a name or an array of names, result of its shape."""
+    names = np.asarray(schedule, dtype=object)
+    codes, distinct = factorize(names.ravel())
+    flags = np.array([not family(str(x)).synchronous for x in distinct], dtype=bool)
+    return flags[codes].reshape(names.shape)
+
+
+def stashed_weight_bytes(params_bytes, inflight_microbatches) -> np.ndarray:
+    """Extra GPU bytes of PipeDream's weight stashing on a rank (Narayanan et al. 2019, SOSP §3.3):
+
+        stash = P·Ψ_rank · max(n − 1, 0)
+
+    with n the microbatches in flight on the rank (the memory model's `inflight_microbatches`, p − r on
+    stage r of p when m ≥ p): "the number of weight versions stashed is at most the number of in-flight
+    microbatches", one of them the current weights already counted in params_bytes = P·Ψ_rank (the
+    weights the rank keeps on the GPU, in the parameter dtype, after any ZeRO-3 sharding). Only the
+    weights are versioned: PipeDream stashes weights for the backward of each in-flight microbatch;
+    gradients and optimizer state are kept once (§3.3, "weight stashing"). Shapes broadcast."""
+    return np.asarray(params_bytes, dtype=float) * np.maximum(np.asarray(inflight_microbatches, dtype=float) - 1.0, 0.0)
+
+
+def _with_stash(st, to_rank, stash, shape) -> dict:
+    """The model states gathered to the ranks (shape (N, P)), the stashed weight versions added to
+    'params' (params + stash, once: both memory paths read these same values)."""
+    out = {k: np.broadcast_to(to_rank(v), shape) for k, v in st.items()}
+    out["params"] = out["params"] + stash
+    return out
+
+
+def _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of, *, tp, pp, dp, cp, ep,
+                  to_rank_state=None) -> dict:
     """The per-stage arrays (or, with `worst_of`, the consumers at each layout's worst stage) from the
-    model states `st` (per class), activations, KV cache and in-flight counts: peak = params + grads +
-    optimizer + activations + KV cache + other, other = gather buffers + overheads (module docstring)."""
-    params, grads, opt, transient = (np.broadcast_to(to_rank(st[k]), zeros.shape)
+    model states `st` (per class; per rank with `to_rank_state` the identity), activations, KV cache and
+    in-flight counts: peak = params + grads + optimizer + activations + KV cache + other, other = gather
+    buffers + overheads (module docstring)."""
+    to_rank_state = to_rank if to_rank_state is None else to_rank_state
+    params, grads, opt, transient = (np.broadcast_to(to_rank_state(st[k]), zeros.shape)
                                      for k in ("params", "grads", "optimizer", "gather"))
     tensor = params + grads + opt + act + kv + transient
     over = overhead_bytes(overheads, tensor_bytes=tensor, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
@@ -154,7 +192,7 @@ def _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of
     if worst_of is not None:  # the consumers at each layout's worst stage only
         return at_worst_stage({"peak_bytes": peak, "params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt,
                                "activations_bytes": act, "kv_cache_bytes": kv, "other_bytes": other}, worst_of)
-    st = {k: to_rank(v) for k, v in st.items() if k not in ("params", "grads", "optimizer", "gather")}
+    st = {k: to_rank_state(v) for k, v in st.items() if k not in ("params", "grads", "optimizer", "gather")}
     params, grads, opt, transient = (zeros + x for x in (params, grads, opt, transient))
     return {"params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt, "activations_bytes": act,
             "kv_cache_bytes": kv, "other_bytes": other, "peak_bytes": peak, "host_bytes": zeros + st["host"],
@@ -201,6 +239,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     has_dense = (pl.dense_layers > 0)
     has_moe = (pl.moe_layers > 0)
+    to_rank_state = None  # the identity once the states are per rank (PipeDream's stashed weights)
 
     modes = _ModeRows(recompute, sequence_parallel, kw)
 
@@ -234,8 +273,12 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         loss = None
         if training.cross_entropy == "torch-fp32":
             loss = loss_backward_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size)[..., None]
+        stashing = asynchronous_rows(schedule)
+        if stashing.any():  # PipeDream: weight versions per rank, so the states are per rank, not per class
+            stash = stashed_weight_bytes(to_rank(st["params"]), inflight) * stashing[..., None]
+            st, to_rank_state = _with_stash(st, to_rank, stash, shape), (lambda x: x)
         if (worst_of is not None and rank_class is not None and inflight_key is not None
-                and inflight_per_stage is not None):
+                and inflight_per_stage is not None and to_rank_state is None):
             ws = working_set() * (full[..., None] if full.ndim else 1.0) if full.any() else None
             if loss is not None:
                 ws = pl.head * loss if ws is None else np.maximum(ws, pl.head * loss)
@@ -253,10 +296,13 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         zeros = np.zeros(shape)
         kv, inflight = zeros, zeros + inflight
     if worst_of is not None and rank_class is not None and not inference:
+        if to_rank_state is not None:  # states per rank: each rank its own class
+            return worst_stage_of_ranks(overheads, st, act, to_rank_state, np.broadcast_to(np.arange(width), shape),
+                                        worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
         return worst_stage_of_ranks(overheads, st, act, to_rank, rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp,
                                     ep=ep)
     return _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of,
-                         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+                         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, to_rank_state=to_rank_state)
 
 
 def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardware=None, *,
@@ -271,4 +317,21 @@ def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardw
         sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,
         layers_per_stage=layout.layers_per_stage, inference=inference, inflight_per_stage=inflight_per_stage,
         overheads=overheads)
-    return memory_result(arrays, model, training, layout, hardware, inference=inference)
+    result = memory_result(arrays, model, training, layout, hardware, inference=inference)
+    return _host_verdict(result, hardware)
+
+
+def _host_verdict(result: MemoryResult, hardware) -> MemoryResult:
+    """`result`, infeasible with the host-memory reason (states.host_memory_reason) when a stage's offloaded
+    bytes exceed its GPU's share of the node's host RAM (the HBM reason, if any, comes first)."""
+    if hardware is None or not hasattr(hardware, "gpus_per_node"):
+        return result
+    from ..spec.hardware import HOST_DEFAULTS
+
+    host_mem = getattr(hardware, "host_mem_bytes", dict((a, d) for a, _, _, d in HOST_DEFAULTS)["host_mem_bytes"])
+    worst = max(result.per_stage, key=lambda s: (s.host_bytes, -s.stage))
+    why = host_memory_reason(worst.host_bytes, host_mem_bytes=host_mem, gpus_per_node=hardware.gpus_per_node,
+                             stage=worst.stage)
+    if not why:
+        return result
+    return replace(result, feasible=False, reason=f"{result.reason}; {why}" if not result.feasible else why)

@@ -96,3 +96,24 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
         out["gather"] = zeros
     out["params_count"] = dense + expert
     return out
+
+
+def host_bytes_per_gpu_limit(*, host_mem_bytes: float, gpus_per_node: int) -> float:
+    """Host RAM one GPU may fill with offloaded states: the node's RAM shared by its GPUs,
+
+        limit = host_mem_bytes / gpus_per_node
+
+    (every GPU of a node offloads the same share: ZeRO-Offload partitions the states over the data-parallel
+    ranks, Ren et al. 2021 §4.2). host_mem_bytes: the profile's [host] host_mem_gb (NVIDIA DGX datasheets)."""
+    return float(host_mem_bytes) / float(gpus_per_node)
+
+
+def host_memory_reason(host_bytes: float, *, host_mem_bytes: float, gpus_per_node: int, stage: int = 0) -> str:
+    """'' when `host_bytes` (a GPU's offloaded states, memory's `host_bytes`) fit its share of the node's host
+    RAM (`host_bytes_per_gpu_limit`), else the reason naming host memory."""
+    limit = host_bytes_per_gpu_limit(host_mem_bytes=host_mem_bytes, gpus_per_node=gpus_per_node)
+    if host_bytes <= limit:
+        return ""
+    gib = 2.0**30
+    return (f"host memory: {host_bytes / gib:.1f} GiB offloaded per GPU > {limit / gib:.1f} GiB host RAM per GPU "
+            f"({host_mem_bytes / gib:.1f} GiB per node / {gpus_per_node} GPUs) (stage {stage})")

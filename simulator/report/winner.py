@@ -63,8 +63,34 @@ def _describe(row) -> str:
             f"recompute {row['recompute']}, {sp})")
 
 
-def explain_winner(df: pd.DataFrame) -> str:
-    """A short text: the winner, the runner-up, and the step-time components where they differ most."""
+def is_asynchronous(row) -> bool:
+    """The row's `asynchronous` column, else whether its schedule has no flush (schedule family's
+    `synchronous` False: PipeDream, Narayanan et al. 2019 SOSP §3.2-3.3)."""
+    if "asynchronous" in row and not pd.isna(row["asynchronous"]):
+        return bool(row["asynchronous"])
+    from ..schedules import family
+
+    return not family(str(row["schedule"])).synchronous
+
+
+def asynchronous_note(winner, runner_up) -> str:
+    """A warning line when the winner or the runner-up is asynchronous ('' when neither is): its backward
+    uses stashed, stale weight versions and there is no flush, so it does not train the same thing as a
+    flushed (synchronous) schedule and the comparison is not like for like."""
+    which = [name for name, row in (("winner", winner), ("runner-up", runner_up)) if is_asynchronous(row)]
+    if not which:
+        return ""
+    return (f"Note: the {' and the '.join(which)} {'is' if len(which) == 1 else 'are'} asynchronous "
+            f"(PipeDream: no flush, stale stashed weights): not the same training as a flushed schedule; "
+            f"compare convergence, not only tokens/s.")
+
+
+def explain_winner(df: pd.DataFrame, *, empty_reason: str = "") -> str:
+    """A short text: the winner, the runner-up, and the step-time components where they differ most.
+    An empty table (no layout in the space) says so, with `empty_reason` when given
+    (`sweep.enumerate.empty_space_reason`: the constraint that emptied the space)."""
+    if not len(df):
+        return "No layout in the space" + (f": {empty_reason}." if empty_reason else ".")
     t = winner_comparison(df)
     if t is None:
         nfeas = int(df["feasible"].astype(bool).sum()) if len(df) else 0
@@ -83,7 +109,8 @@ def explain_winner(df: pd.DataFrame) -> str:
     for _, row in t.head(4).iterrows():
         lines.append(f"  {row['component']:<28} {round(row['winner_s'], 4) + 0.0:9.4f} vs {round(row['runner_up_s'], 4) + 0.0:9.4f} "
                      f"({round(row['difference_s'], 4) + 0.0:+.4f})")
-    return "\n".join(lines)
+    note = asynchronous_note(w, r)
+    return "\n".join(lines + ([note] if note else []))
 
 
 def best_per(df: pd.DataFrame, by: Iterable[str], value: str = "mfu") -> pd.DataFrame:

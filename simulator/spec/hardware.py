@@ -147,6 +147,11 @@ class HardwareProfile:
     efficiency: Mapping[str, EfficiencyCurve]
     sources: Mapping[str, str] = field(default_factory=dict)
     provenance: Mapping[str, object] | None = None
+    # the host of a GPU (ZeRO-Offload's PCIe transfers, CPU Adam step, host-RAM verdict): optional `[host]`
+    # keys, defaults HOST_DEFAULTS (their sources there)
+    host_pcie_bytes_per_s: float = 32e9
+    host_mem_bytes_per_s: float = 409.6e9
+    host_mem_bytes: float = 1024e9
 
     def __post_init__(self):
         """The rules of `_NUMBERS`, `_COUNTS` and `_rules_between` on the SI attributes (a profile built in
@@ -236,7 +241,15 @@ _KEY = {attr: key for attr, _, key, _, _ in _NUMBERS}
 _COUNTS = (("gpus_per_node", "node"), ("nvlink_domain_gpus", "node"), ("nics_per_node", "network"),
            ("nodes_per_leaf", "network"))
 _TOP_REQ = ("name", "gpu", "node", "network", "efficiency")
-_TOP_OPT = ("description", "provenance")
+_TOP_OPT = ("description", "provenance", "host")
+# Optional `[host]` keys: (attribute, TOML key, factor to SI, default in SI). Defaults, when a profile has no
+# [host]: PCIe Gen4 x16 = 16 GT/s x 16 lanes x 128/130 / 8 = 31.5 GB/s per direction, ~32 GB/s (PCI-SIG
+# PCIe 4.0 specification; NVIDIA A100 datasheet "PCIe Gen4: 64 GB/s" bidirectional); host memory of a DGX
+# A100: 2x AMD EPYC 7742, 8 DDR4-3200 channels each, 2 x 8 x 25.6 = 409.6 GB/s [derived: AMD EPYC 7742
+# product page], 1 TB (NVIDIA DGX A100 datasheet, 320 GB system: "System Memory 1TB").
+HOST_DEFAULTS = (("host_pcie_bytes_per_s", "pcie_gb_per_s", 1e9, 32e9),
+                 ("host_mem_bytes_per_s", "host_mem_gb_per_s", 1e9, 409.6e9),
+                 ("host_mem_bytes", "host_mem_gb", 1e9, 1024e9))
 _GPU_REQ = ("model", "hbm_gb", "hbm_gb_per_s", "peak_tflops", "source")
 _GPU_OPT = ("hbm_usable_mib",)  # capacity visible to CUDA (nvidia-smi "Total", MiB); preferred over hbm_gb
 _PEAK_OPT = DTYPES + ("source",)
@@ -354,6 +367,18 @@ def _values(sec: dict, where: str) -> dict:
     return out
 
 
+def _host_values(h, where: str) -> dict:
+    """The optional `[host]` section as HardwareProfile keywords (SI) plus its 'source'; {} without one
+    (HOST_DEFAULTS then apply). Each number checked as written (> 0)."""
+    if h is None:
+        return {}
+    keys = tuple(key for _, key, _, _ in HOST_DEFAULTS)
+    check_keys(_table(h, f"{where} [host]"), where=f"{where} [host]", required=("source",), optional=keys)
+    out = {attr: check_number(h[key], f"{where} host.{key}", POSITIVE, factor)
+           for attr, key, factor, _ in HOST_DEFAULTS if key in h}
+    return {**out, "source": str(h["source"])}
+
+
 def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
     """Build a HardwareProfile from a parsed TOML table (vendor units -> SI).
 
@@ -367,9 +392,12 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
     if "source" in sec["peak"]:
         sources["peak_tflops"] = str(sec["peak"]["source"])
     prov = d.get("provenance")
+    host = _host_values(d.get("host"), where)
+    if "source" in host:
+        sources["host"] = host.pop("source")
     return HardwareProfile(
         name=str(d["name"]), description=str(d.get("description", "")), gpu=str(g["model"]),
-        **_values(sec, where),
+        **_values(sec, where), **host,
         efficiency={k: _curve_from_dict(v, where=f"{where} [efficiency.{k}]") for k, v in sec["efficiency"].items()},
         sources=sources, provenance=dict(prov) if prov is not None else None,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import InputError
@@ -12,6 +13,27 @@ from ..frames import text_column as _text
 # columns of strings, held as object dtype (frames.text_column)
 TEXT_COLUMNS = ("label", "recompute", "schedule", "layers_per_stage", "reason")
 SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+def asynchronous_column(schedule) -> np.ndarray:
+    """The `asynchronous` column: True where the row's schedule has no pipeline flush
+    (`simulator.schedules.family(name).synchronous` False: PipeDream, Narayanan et al. 2019 SOSP §3.2-3.3,
+    whose backward of a microbatch uses a stashed, older weight version: stale weights, not the same
+    training as a flushed schedule's). Ranked with the others, such a row is a different algorithm."""
+    from ..schedules import family
+
+    names = np.asarray(schedule, dtype=object)
+    distinct = {x: not family(str(x)).synchronous for x in set(names.tolist())}
+    return np.array([distinct[x] for x in names.tolist()], dtype=bool)
+
+
+def with_asynchronous(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with the boolean `asynchronous` column last (`asynchronous_column` of its `schedule`); every
+    other column and its order kept."""
+    if "schedule" not in df:
+        return df
+    out = df.drop(columns=["asynchronous"]) if "asynchronous" in df else df
+    return out.assign(asynchronous=asynchronous_column(out["schedule"].to_numpy(dtype=object)))
 
 
 def check_suffix(out) -> None:
@@ -48,6 +70,8 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
         for c in TEXT_COLUMNS:  # as the sweep returns them: object strings, "" where empty
             if c in df:
                 df[c] = _text(df[c].astype(object).where(df[c].notna(), "").to_numpy(dtype=object))
+        if "asynchronous" in df and df["asynchronous"].dtype != bool:  # written True/False, read as text if empty
+            df["asynchronous"] = df["asynchronous"].astype(str).str.lower().eq("true")
         counts = ("rank", "tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
                   "worst_stage")
         for c in df.columns:  # a float column of whole numbers (all 0, say) reads back as int: restore it

@@ -30,7 +30,7 @@ from ..errors import InputError
 from ..frames import text_column
 from .enumerate import CANDIDATE_COLUMNS, empty_candidates, enumerate_layouts
 from .rank import rank_results
-from .results import TEXT_COLUMNS, check_suffix, write_results
+from .results import TEXT_COLUMNS, check_suffix, with_asynchronous, write_results
 from .space import SweepSpace
 
 
@@ -280,7 +280,7 @@ def _ranked(results: dict[int, pd.DataFrame], nchunks: int, n: int) -> pd.DataFr
                                        tokens_per_s=pd.Series([], dtype=float))
     else:
         df = pd.concat([results[k] for k in range(nchunks)], ignore_index=True)
-    df = rank_results(df)
+    df = with_asynchronous(rank_results(df))
     return df.assign(**{c: text_column(df[c].to_numpy(dtype=object)) for c in TEXT_COLUMNS
                         if c in df and df[c].dtype != object})
 
