@@ -91,13 +91,21 @@ def memory_points(df, peak_bytes_per_s: float):
 
 
 def fit_compute_tables(measurements: Mapping[str, object], *, peak_flops_per_s: float, peak_bytes_per_s: float,
-                       label: str) -> dict[str, CurveFit]:
-    """Fit gemm / attention / attention_bwd / memory tables from the benchmark DataFrames present."""
+                       label: str, peak_fp8_flops_per_s: float | None = None) -> dict[str, CurveFit]:
+    """Fit gemm / gemm_fp8 / attention / attention_bwd / memory / optimizer tables from the benchmark
+    DataFrames present (gemm_fp8 against the FP8 dense peak)."""
     fits = {}
     if "gemm" in measurements:
         x, e = gemm_points(measurements["gemm"], peak_flops_per_s)
         fits["gemm"] = fit_efficiency_curve(x, e, name="gemm", x_unit="FLOPs per GEMM",
                                             source=f"{label}: torch.matmul over transformer-layer GEMM shapes")
+    if "gemm_fp8" in measurements:
+        if not peak_fp8_flops_per_s:
+            raise InputError("the base profile has no fp8 peak to measure gemm_fp8 against")
+        x, e = gemm_points(measurements["gemm_fp8"], peak_fp8_flops_per_s)
+        fits["gemm_fp8"] = fit_efficiency_curve(
+            x, e, name="gemm_fp8", x_unit="FLOPs per GEMM",
+            source=f"{label}: torch._scaled_mm (e4m3, per-tensor scales, bf16 out) over transformer-layer GEMM shapes")
     if "attention" in measurements:
         for pas, tname in (("fwd", "attention"), ("bwd", "attention_bwd")):
             x, e = attention_points(measurements["attention"], peak_flops_per_s, pas)
@@ -201,7 +209,9 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
     base_d = _base_profile(base, on_gpu, m, kinds, name=name, device_name=info["device"], dtype=dtype, notes=notes)
     peak_flops, peak_bw = _base_peaks(base_d, dtype)
     label = f"parasim calibrate on {info['device']} ({dtype}, {_dt.date.today().isoformat()})"
-    fits = fit_compute_tables(m, peak_flops_per_s=peak_flops, peak_bytes_per_s=peak_bw, label=label)
+    fp8 = base_d["gpu"]["peak_tflops"].get("fp8")
+    fits = fit_compute_tables(m, peak_flops_per_s=peak_flops, peak_bytes_per_s=peak_bw, label=label,
+                              peak_fp8_flops_per_s=float(fp8) * 1e12 if fp8 else None)
 
     ws = world_size or (torch.cuda.device_count() if on_gpu else 2)
     kinds = _measure_collectives(kinds, ws, g, device=device, base_d=base_d, label=label, m=m, fits=fits,
@@ -216,7 +226,7 @@ def run_calibration(kinds: Sequence[str], *, device: str = "auto", dtype: str | 
 
 def _check_kinds(kinds: Sequence[str]) -> None:
     """InputError unless `kinds` is a non-empty subset of the measurable kinds."""
-    allowed = ("gemm", "attention", "memory", "optimizer", "collectives")
+    allowed = ("gemm", "gemm_fp8", "attention", "memory", "optimizer", "collectives")
     bad = [k for k in kinds if k not in allowed]
     if bad or not kinds:
         raise InputError(f"unknown calibration kind {bad[0] if bad else ''!r}; expected some of {', '.join(allowed)}")
@@ -248,6 +258,11 @@ def _measure_kernels(kinds: Sequence[str], g: Grid, *, device: str, dtype: str, 
         shapes = mb.transformer_gemm_shapes(hidden_sizes=g.hidden_sizes, tokens=g.tokens, tp_degrees=g.tp_degrees,
                                             kv_fraction=g.kv_fraction)
         m["gemm"] = mb.bench_gemm(shapes, dtype=dtype, device=device, warmup=g.warmup, iters=g.iters)
+    if "gemm_fp8" in kinds:
+        say("gemm_fp8")
+        shapes = mb.transformer_gemm_shapes(hidden_sizes=g.hidden_sizes, tokens=g.tokens, tp_degrees=g.tp_degrees,
+                                            kv_fraction=g.kv_fraction)
+        m["gemm_fp8"] = mb.bench_gemm_fp8(shapes, device=device, warmup=g.warmup, iters=g.iters)
     if "attention" in kinds:
         say("attention")
         m["attention"] = mb.bench_attention(seq_lengths=g.seq_lengths, head_dims=g.head_dims, heads=g.attention_heads,

@@ -1,11 +1,13 @@
 """`parasim calibrate`: measure kernels and collectives, fit efficiency tables, write a profile."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 
 from ..errors import InputError
+from . import check_output
 
 _KINDS = ("gemm", "attention", "memory", "optimizer", "collectives")
 
@@ -27,12 +29,24 @@ def _common(fn):
     return fn
 
 
-def _names(out, name):
+def _names(out, name, residuals=None):
+    """(profile path, profile name); InputError for a path that cannot be written (checked before measuring)."""
     if name is None:
         name = Path(out).stem if out else "measured"
     if out is None:
         out = str(Path("hardware_profiles") / "measured" / f"{name}.toml")
+    check_output("--out", out, (".toml",), makes_folders=True)  # write_profile makes the folders
+    if residuals:
+        check_output("--residuals", residuals, (".csv",))
     return out, name
+
+
+def _check_device(device: str, world_size) -> None:
+    """InputError unless --device is auto, cpu, cuda or cuda:N and --world-size (when given) is >= 1."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(device).strip()):
+        raise InputError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    if world_size is not None and world_size < 1:
+        raise InputError(f"--world-size must be >= 1, got {world_size}")
 
 
 def _report(fits, out, notes=()):
@@ -46,11 +60,13 @@ def _report(fits, out, notes=()):
 
 
 def _run(kinds, *, device, dtype, base, name, out, grid, world_size, residuals):
+    _check_device(device, world_size)
+    out, name = _names(out, name, residuals)
     _need_torch()
     from ..calibrate.profile_writer import write_profile
     from ..calibrate.run import run_calibration
 
-    out, name = _names(out, name)
+    device = str(device).strip()
     res = run_calibration(kinds, device=device, dtype=dtype, base=base, name=name, grid=grid, world_size=world_size,
                           progress=lambda m: click.echo(f"measuring {m} ...", err=True))
     write_profile(out, res.profile)
@@ -92,6 +108,7 @@ def _bench_command(kind_name, kinds, help_text):
 
 
 _bench_command("gemm", ("gemm",), "Time transformer-layer GEMMs (fwd, dgrad, wgrad over hidden × tokens × TP) and fit [efficiency.gemm].")
+_bench_command("gemm-fp8", ("gemm_fp8",), "Time FP8 GEMMs (torch._scaled_mm, e4m3, sm89+ GPUs) over transformer-layer shapes and fit [efficiency.gemm_fp8] against the FP8 peak.")
 _bench_command("attention", ("attention",), "Time causal scaled_dot_product_attention fwd/bwd over sequence lengths and head dims; fit attention, attention_bwd.")
 _bench_command("memory", ("memory",), "Time copy/add/RMSNorm/SiLU over buffer sizes and fit [efficiency.memory].")
 _bench_command("optimizer", ("optimizer",), "Time torch's fused AdamW step over parameter counts and fit [efficiency.optimizer] (the optimizer step's HBM efficiency; without it the memory table is used).")
@@ -124,7 +141,7 @@ def nccl_tests_cmd(logs, out, name, base, residuals, all_reduce_algorithm, place
 
     if base is None:
         raise InputError("nccl-tests needs --base PRESET: the link bandwidths efficiency is measured against")
-    out, name = _names(out, name)
+    out, name = _names(out, name, residuals)
     df = pd.concat([nt.read_nccl_tests(p) for p in logs], ignore_index=True)
     base_d = base_profile_dict(base)
     hw = hardware_from_dict(base_d, where=base)
