@@ -61,7 +61,8 @@ from .frames import text_column
 from .kernel_comm import _dp_tail_traffic, _layer_comm, _optimizer_times, _zero3_gather_times
 from .kernel_pipeline import family_column, inflight_per_rank, pipeline_times
 from .memory.breakdown import stage_memory_arrays
-from .memory.result import infeasibility_reasons
+from .memory.result import host_verdict, infeasibility_reasons
+from .memory.states import model_state_bytes
 from .memory.worst import CONSUMER_FIELDS, at_worst_stage
 from .spec.model import ModelSpec
 from .spec.placement import params_per_rank, stage_param_split
@@ -199,6 +200,8 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
     out = {k: mem[k] for k in MEMORY_FIELDS}
     feasible = out["peak_bytes"] <= hardware.hbm_bytes
     reason = infeasibility_reasons(out, feasible, worst, hardware.hbm_bytes)
+    if training.offload_optimizer or training.offload_params:  # offloaded states against the host's RAM
+        feasible, reason = _host_check(model, training, hardware, batch, pt, feasible, reason)
 
     # then the time, of every row or (time_infeasible=False) of the rows that fit
     every = time_infeasible or feasible.all()
@@ -217,6 +220,17 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
         "schedule": text_column(sched), **t, **_throughput(model, training, hardware, batch.num_gpus, rec, rec_c, step),
         **out, "worst_stage": worst, "feasible": feasible, "reason": text_column(reason),
     }), stages=stages)
+
+
+def _host_check(model, training, hardware, batch, pt, feasible, reason):
+    """(feasible, reason) with memory.result.host_verdict applied: each row's largest offloaded bytes per
+    GPU over its ranks (memory.states.model_state_bytes per rank class) against its share of host RAM."""
+    st = model_state_bytes(model, training, pt.classes, tp=batch.tp, dp=batch.dp, cp=batch.cp, ep=batch.ep,
+                           zero=batch.zero, shard_group_size=batch.shard_group_size)
+    host = pt.of_class(st["host"])
+    host = np.where(pt.rank_valid, host, -np.inf)
+    stage = np.argmax(host, axis=1)
+    return host_verdict(feasible, reason, host[np.arange(len(stage)), stage], stage, hardware)
 
 
 def _throughput(model, training, hardware, num_gpus, rec, rec_c, step) -> dict:

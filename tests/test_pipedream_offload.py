@@ -151,3 +151,22 @@ def test_offloaded_states_beyond_the_nodes_host_ram_are_infeasible():
     assert not bad.feasible and bad.reason.startswith("host memory:") and "8 GPUs" in bad.reason
     assert host_memory_reason(8e9, host_mem_bytes=64e9, gpus_per_node=8) == ""  # exactly the share fits
     assert host_memory_reason(8e9 + 1, host_mem_bytes=64e9, gpus_per_node=8) != ""
+
+
+def test_host_ram_verdict_is_the_same_in_estimate_and_the_sweep_kernel():
+    """The host-RAM check is one rule (memory.result.host_verdict) for memory, estimate and the kernel rows."""
+    from dataclasses import replace
+
+    from simulator.estimate import estimate
+    from simulator.kernel import evaluate_layouts
+    from simulator.spec.hardware import load_hardware
+
+    model = load_model("llama3-8b")
+    tr = Training(seq_length=1024, global_batch_size=16, offload_optimizer=True)
+    lay = Layout(num_gpus=8, tp=1, pp=1, dp=8, zero=2, micro_batch_size=1)
+    small = replace(load_hardware("dgx-a100-80g"), host_mem_bytes=64e9)
+    e = estimate(model, tr, lay, small)
+    m = memory_breakdown(model, tr, lay, small)
+    assert not e.feasible and e.reason == m.reason and e.memory.reason == m.reason
+    rows = evaluate_layouts(model, tr, small, num_gpus=8, tp=1, pp=1, dp=np.array([8, 8]), zero=np.array([2, 2]))
+    assert list(rows["feasible"]) == [False, False] and rows["reason"][0] == m.reason

@@ -20,8 +20,6 @@ layers), one layer's forward working set for a micro-batch, and last-token logit
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from ..dedup import distinct_rows, factorize
@@ -38,7 +36,7 @@ from .inflight import inflight_microbatches, loss_inflight_microbatches
 from .kv_cache import kv_cache_bytes
 from .overheads import Overheads, overhead_bytes
 from .result import MemoryResult, memory_result
-from .states import host_memory_reason, model_state_bytes
+from .states import model_state_bytes
 from .worst import at_worst_stage, worst_stage_by_class, worst_stage_of_ranks
 
 
@@ -317,21 +315,4 @@ def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardw
         sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,
         layers_per_stage=layout.layers_per_stage, inference=inference, inflight_per_stage=inflight_per_stage,
         overheads=overheads)
-    result = memory_result(arrays, model, training, layout, hardware, inference=inference)
-    return _host_verdict(result, hardware)
-
-
-def _host_verdict(result: MemoryResult, hardware) -> MemoryResult:
-    """`result`, infeasible with the host-memory reason (states.host_memory_reason) when a stage's offloaded
-    bytes exceed its GPU's share of the node's host RAM (the HBM reason, if any, comes first)."""
-    if hardware is None or not hasattr(hardware, "gpus_per_node"):
-        return result
-    from ..spec.hardware import HOST_DEFAULTS
-
-    host_mem = getattr(hardware, "host_mem_bytes", dict((a, d) for a, _, _, d in HOST_DEFAULTS)["host_mem_bytes"])
-    worst = max(result.per_stage, key=lambda s: (s.host_bytes, -s.stage))
-    why = host_memory_reason(worst.host_bytes, host_mem_bytes=host_mem, gpus_per_node=hardware.gpus_per_node,
-                             stage=worst.stage)
-    if not why:
-        return result
-    return replace(result, feasible=False, reason=f"{result.reason}; {why}" if not result.feasible else why)
+    return memory_result(arrays, model, training, layout, hardware, inference=inference)

@@ -148,8 +148,32 @@ def memory_result(arrays: dict, model: ModelSpec, training: Training, layout: La
         row = {f"{c}_bytes": np.array([getattr(worst, f"{c}_bytes")]) for c in CONSUMERS}
         reason = str(infeasibility_reasons({**row, "peak_bytes": np.array([worst.peak_bytes])}, np.array([feasible]),
                                            np.array([worst.stage]), float(hbm))[0])
+    if hbm is not None and hasattr(hardware, "host_mem_bytes"):  # offloaded states against the host's RAM
+        worst_host = max(stages, key=lambda s: (s.host_bytes, -s.stage))
+        feasible, reason = host_verdict(np.array([feasible]), np.array([reason], dtype=object),
+                                        np.array([worst_host.host_bytes]), np.array([worst_host.stage]), hardware)
+        feasible, reason = bool(feasible[0]), str(reason[0])
     return MemoryResult(per_stage=stages, hbm_bytes=None if hbm is None else float(hbm), feasible=feasible,
                         reason=reason, inference=inference, model=model, training=training, layout=layout)
+
+
+def host_verdict(feasible: np.ndarray, reason: np.ndarray, host_bytes: np.ndarray, stage: np.ndarray, hardware):
+    """(feasible, reason) of N layouts with the host-RAM check added: a layout whose offloaded bytes per
+    GPU (`host_bytes`, its worst stage `stage`) exceed the GPU's share of the node's host RAM
+    (states.host_memory_reason) does not fit either; its reason follows the HBM one, if any."""
+    from .states import host_memory_reason
+
+    over = np.flatnonzero(np.asarray(host_bytes) > 0)
+    if over.size == 0:
+        return feasible, reason
+    feasible, reason = np.array(feasible, dtype=bool), np.array(reason, dtype=object)
+    for i in over:
+        why = host_memory_reason(float(host_bytes[i]), host_mem_bytes=hardware.host_mem_bytes,
+                                 gpus_per_node=hardware.gpus_per_node, stage=int(stage[i]))
+        if why:
+            reason[i] = f"{reason[i]}; {why}" if not feasible[i] else why
+            feasible[i] = False
+    return feasible, reason
 
 def feasible_mask(arrays: dict[str, np.ndarray], hbm_bytes: float) -> np.ndarray:
     """Vectorised verdict for sweeps: True where every stage's peak fits in `hbm_bytes`; shape (N,) or ()."""
