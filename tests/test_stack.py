@@ -244,3 +244,27 @@ def test_fp8_training_adds_casts_only_to_fp8_gemms():
     assert not any(n.startswith("fp8_cast_lm_head") for n in ops)  # the LM head stays bf16
     bf = {o.name for o in C.layer_op_times(LLAMA, Training(seq_length=1024, global_batch_size=1), hw)}
     assert not any(n.startswith("fp8_cast") for n in bf)
+
+
+def test_attention_occupancy_is_wave_quantization_against_the_benchmarks_grid():
+    # H100: 132 SMs; the benchmarks' 2048 blocks run in 16 waves (0.970 busy)
+    ref = 2048 / (132 * 16)
+    assert float(C.attention_occupancy(2048, 132)) == pytest.approx(1.0)
+    assert float(C.attention_occupancy(132 * 40, 132)) == pytest.approx(1.0)  # full waves: capped at 1
+    assert float(C.attention_occupancy(33, 132)) == pytest.approx((33 / 132) / ref)  # a quarter-full single wave
+    assert float(C.attention_occupancy(133, 132)) == pytest.approx((133 / 264) / ref)
+    assert float(C.attention_occupancy(33, 0)) == 1.0  # no SM count: not modelled
+
+
+def test_a_small_per_gpu_attention_runs_at_its_occupancy():
+    """tp 8 x ring cp 8 on a 32-head model at 4096 tokens: 4 heads x 4 query tiles = 16 blocks on 132 SMs."""
+    from dataclasses import replace
+
+    hw = replace(flat_profile(attention=0.5, attention_bwd=0.5), sm_count=132)
+    tr = Training(seq_length=4096, global_batch_size=1, stack=load_stack("megatron", host_s_per_kernel=0.0))
+    small = _attention(tr, hw, tp=8, cp=8)
+    free = _attention(tr, replace(hw, sm_count=0), tp=8, cp=8)
+    occ = (16 / 132) / (2048 / (132 * 16))
+    assert small.forward_s == pytest.approx(free.forward_s / occ)
+    big = _attention(tr, hw, micro_batch_size=8)  # 8 x 32 heads x 32 tiles = 8192 blocks: full waves
+    assert big.forward_s == pytest.approx(_attention(tr, replace(hw, sm_count=0), micro_batch_size=8).forward_s)

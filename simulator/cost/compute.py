@@ -171,9 +171,10 @@ def _memory_times(ops, hardware) -> np.ndarray:
 def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size, cp_algorithm, roofline) -> np.ndarray:
     """Core attention (QKᵀ and A·V) as a `_table` (one column with FlashAttention, two without).
 
-    FlashAttention (one fused kernel per pass): forward t = FLOPs_fwd / (peak · η_attention(x)),
-    backward t = (2·FLOPs_fwd + QKᵀ recompute) / (peak · η_attention_bwd(x)) (η_attention when the
-    profile has no backward table), x = s/c (ring CP: each kernel sees s/c queries) or s (Ulysses);
+    FlashAttention (one fused kernel per pass): forward t = FLOPs_fwd / (peak · η_attention(x) · occ),
+    backward t = (2·FLOPs_fwd + QKᵀ recompute) / (peak · η_attention_bwd(x) · occ) (η_attention when the
+    profile has no backward table), x = s/c (ring CP: each kernel sees s/c queries) or s (Ulysses),
+    occ = `attention_occupancy` of its b · heads-per-rank · ⌈queries/128⌉ thread blocks;
     memory: Q, K, V, O once in the forward, twice in the backward. Peak: bf16 (fp16/fp32 when training
     in those), also under fp8 training.
     Without FlashAttention: QKᵀ and A·V are batched GEMMs (b·n_h/t heads) timed with η_gemm(FLOPs of
@@ -195,6 +196,10 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
     eff_f, eff_b = hardware.interp_efficiency(f_table, x), hardware.interp_efficiency(b_table, x)
     tp_, cp_, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
     s = float(training.seq_length)
+    ring = cp_algorithm == "ring"
+    tiles = b * model.num_heads / (tp_ if ring else tp_ * cp_) * np.ceil((s / cp_ if ring else s) / Q_TILE)
+    occ = attention_occupancy(tiles, hardware.sm_count)
+    eff_f, eff_b = eff_f * occ, eff_b * occ
     if model.is_mla:
         qk_w = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
         v_w = model.num_heads * model.v_head_dim
@@ -206,6 +211,28 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
     t_f = _combine(fwd / (peak * eff_f), t_mem[0], roofline)
     t_b = _combine(bwd / (peak * eff_b), t_mem[1], roofline)
     return _table(t_f, t_b, 0.0 * t_f, fwd, bwd, 0.0 * fwd)
+
+
+Q_TILE = 128  # query rows per FlashAttention thread block on Hopper/Ampere (FA2/FA3, cuDNN fprop kernel_m=128)
+REFERENCE_TILES = 2048  # the published benchmarks' grid: 16k tokens x 16 heads (hdim 128) / 128-row tiles
+
+
+def attention_occupancy(tiles, sm_count: int):
+    """How much of the GPU an attention kernel of `tiles` thread blocks (batch x heads x query tiles of
+    Q_TILE rows) keeps busy, relative to the benchmarks the efficiency tables come from (REFERENCE_TILES
+    blocks: 16k tokens x 2048 = heads x head dim, the FlashAttention papers' grid), by wave quantization:
+
+        occ(n) = n / (SMs · ceil(n / SMs)),   factor = occ(tiles) / occ(REFERENCE_TILES)
+
+    (one block per SM per wave, the last wave partly idle: the CUDA occupancy model for kernels whose
+    blocks fill an SM; Dao 2023, FlashAttention-2 §3.2, parallelises over batch, heads and query blocks so
+    that small batches fill the GPU). 1 when the profile gives no sm_count."""
+    if not sm_count:
+        return np.ones_like(np.asarray(tiles, dtype=float))
+    n = np.maximum(np.asarray(tiles, dtype=float), 1.0)
+    occ = n / (sm_count * np.ceil(n / sm_count))
+    ref = REFERENCE_TILES / (sm_count * np.ceil(REFERENCE_TILES / sm_count))
+    return np.minimum(occ / ref, 1.0)
 
 
 def attention_tables(hardware, kernel: str) -> tuple[str, str]:

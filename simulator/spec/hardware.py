@@ -152,6 +152,7 @@ class HardwareProfile:
     host_pcie_bytes_per_s: float = 32e9
     host_mem_bytes_per_s: float = 409.6e9
     host_mem_bytes: float = 1024e9
+    sm_count: int = 0  # streaming multiprocessors; 0: unknown (attention's occupancy is not modelled)
 
     def __post_init__(self):
         """The rules of `_NUMBERS`, `_COUNTS` and `_rules_between` on the SI attributes (a profile built in
@@ -251,7 +252,8 @@ HOST_DEFAULTS = (("host_pcie_bytes_per_s", "pcie_gb_per_s", 1e9, 32e9),
                  ("host_mem_bytes_per_s", "host_mem_gb_per_s", 1e9, 409.6e9),
                  ("host_mem_bytes", "host_mem_gb", 1e9, 1024e9))
 _GPU_REQ = ("model", "hbm_gb", "hbm_gb_per_s", "peak_tflops", "source")
-_GPU_OPT = ("hbm_usable_mib",)  # capacity visible to CUDA (nvidia-smi "Total", MiB); preferred over hbm_gb
+_GPU_OPT = ("hbm_usable_mib",  # capacity visible to CUDA (nvidia-smi "Total", MiB); preferred over hbm_gb
+            "sm_count")  # streaming multiprocessors (attention's wave quantization, cost/compute.py)
 _PEAK_OPT = DTYPES + ("source",)
 _NODE_REQ = ("gpus_per_node", "nvlink_gb_per_s", "nvls", "nvlink_latency_us", "source")
 _NODE_OPT = ("nvlink_domain_gpus", "nvlink_topology", "nvlink_link_gb_per_s", "nvls_latency_us")
@@ -349,6 +351,8 @@ def _values(sec: dict, where: str) -> dict:
            for attr, s, key, factor, rule in _NUMBERS}
     if "hbm_usable_mib" in sec["gpu"]:  # what CUDA sees, preferred for the fit verdict
         out["hbm_bytes"] = check_number(sec["gpu"]["hbm_usable_mib"], f"{where} gpu.hbm_usable_mib", factor=2**20)
+    if "sm_count" in sec["gpu"]:
+        out["sm_count"] = _count(sec["gpu"]["sm_count"], "sm_count", f"{where} gpu.sm_count")
     n.setdefault("nvlink_domain_gpus", n["gpus_per_node"])
     for attr, s in _COUNTS:
         out[attr] = _count(tables[s][attr], attr, f"{where} {s}.{attr}")

@@ -39,6 +39,7 @@ BOUNDS = {
     "nvlink_domain_gpus": (2**20, "GPUs"),
     "nics_per_node": (2**16, "NICs"),
     "nodes_per_leaf": (2**20, "nodes"),
+    "sm_count": (2**16, "streaming multiprocessors"),
 }
 
 
