@@ -432,30 +432,37 @@ def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, se
                 common = np.broadcast_shapes(rows.shape[1:], rc.shape[1:])
                 both, rc = np.broadcast_to(rows, (6,) + common), np.broadcast_to(rc, (2,) + common)
             acc[r] = acc[r] + np.concatenate([both, rc])
-    return {r: launch_bound(np.asarray(a, dtype=float), training.stack, r) for r, a in acc.items()}
+    g_ops, g_w = per_mode[modes[0]][0][1], per_mode[modes[0]][0][2]  # the GEMMs: one wgrad kernel per weight GEMM
+    weight_gemms = [sum(1 for o, w in zip(g_ops, g_w) if np.any(w[..., c] > 0) and np.any(F._f(o.wgrad_flops) > 0))
+                    for c in (BASIS.index("dense_layer"), BASIS.index("moe_layer"))]
+    return {r: launch_bound(np.asarray(a, dtype=float), training.stack, r, weight_gemms) for r, a in acc.items()}
 
 
-def launch_bound(table: np.ndarray, stack, recompute: str) -> np.ndarray:
+def launch_bound(table: np.ndarray, stack, recompute: str, weight_gemms=(0, 0)) -> np.ndarray:
     """A basis table with each layer pass no shorter than the host takes to issue its kernels.
 
     The host issues a layer's k_f forward and k_b backward kernels one after another, h seconds each
     (`Stack.layer_kernels`, `Stack.host_s_per_kernel`); the GPU cannot finish a pass before its last
-    kernel is issued, so (the CPU-bound vs GPU-bound bound of an eager framework):
-        F' = max(F, k_f·h),   B' = B + max(0, k_b·h − (B + W)),   R' = max(R, k_f·h) (full recompute),
-    for the dense and the MoE layer columns (the embedding and head are one-off kernels). A GPU-bound
-    layer (F ≥ k_f·h) is unchanged."""
+    kernel is issued (the CPU-bound vs GPU-bound bound of an eager framework). Of the backward's
+    kernels, k_w = the layer's weight GEMMs (`weight_gemms`: dense, MoE layer) are its weight-gradient
+    ones, which split-backward schedules run as W; the rest are the input-gradient pass B:
+        F' = max(F, k_f·h),  B' = max(B, (k_b − k_w)·h),  W' = max(W, k_w·h),  R' = max(R, k_f·h) (full recompute),
+    for the dense and the MoE layer columns that hold work (the embedding and head are one-off kernels).
+    A GPU-bound layer is unchanged, and a faster W or B never lengthens the other."""
     kf, kb = stack.layer_kernels
     h = stack.host_s_per_kernel
     if h <= 0.0 or (kf == 0 and kb == 0):
         return table
     out = table.copy()
     f, b, w, rc = (BASIS_KEYS.index(k) for k in ("forward_s", "backward_s", "weight_s", "recompute_s"))
-    layers = [BASIS.index("dense_layer"), BASIS.index("moe_layer")]
-    lay = out[..., layers]
-    present = lay[f] > 0.0  # (a dense model's MoE column is empty)
-    lay[b] = lay[b] + np.where(present, np.maximum(0.0, kb * h - (lay[b] + lay[w])), 0.0)
-    lay[f] = np.where(present, np.maximum(lay[f], kf * h), lay[f])
-    if recompute == "full":
-        lay[rc] = np.where(lay[rc] > 0.0, np.maximum(lay[rc], kf * h), lay[rc])
-    out[..., layers] = lay
+    for col, k_w in zip((BASIS.index("dense_layer"), BASIS.index("moe_layer")), weight_gemms):
+        lay = out[..., col]
+        present = lay[f] > 0.0  # (a dense model's MoE column is empty)
+        k_w = min(k_w, kb)
+        lay[b] = np.where(present, np.maximum(lay[b], (kb - k_w) * h), lay[b])
+        lay[w] = np.where(present, np.maximum(lay[w], k_w * h), lay[w])
+        lay[f] = np.where(present, np.maximum(lay[f], kf * h), lay[f])
+        if recompute == "full":
+            lay[rc] = np.where(lay[rc] > 0.0, np.maximum(lay[rc], kf * h), lay[rc])
+        out[..., col] = lay
     return out
