@@ -106,7 +106,7 @@ BAD = {
     "non-divisible heads": (lambda t: ["memory", "--model", "llama3-70b", "--hardware", "dgx-h100", "--gpus", "48",
                                        "--tp", "3", "--seq", "1024", "--global-batch", "16"], "tp(3)"),
     "non-divisible GPUs": (lambda t: ["memory", *FLAGS, "--gpus", "60"], "num_gpus"),
-    "uneven layers": (lambda t: ["memory", *FLAGS, "--pp", "3", "--gpus", "48"], "pp(3)"),
+    "uneven layers": (lambda t: ["memory", *FLAGS, "--pp", "6", "--gpus", "48"], "pp(6)"),  # 80 = 14·6 − 4: no split
     "bad plot suffix": (lambda t: ["memory", *FLAGS, "--plot", str(t / "m.txt")], "--plot"),
     "bad format": (lambda t: ["memory", *FLAGS, "--format", "xml"], "xml"),
     "bad cross-entropy flag": (lambda t: ["memory", *FLAGS, "--cross-entropy", "torch"], "'torch'"),

@@ -98,3 +98,22 @@ def test_malformed_toml_names_file_and_line(tmp_path):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(InputError, match="file not found"):
         load_scenario(str(tmp_path / "nope.toml"))
+
+
+def test_estimate_takes_the_sweeps_uneven_split_when_pp_does_not_divide_the_layers():
+    """126 layers on pp 16 (Llama 3.1 405B): estimate and memory run the sweep's split, first and last stage
+    one layer fewer, and say so; a pp with no such split names the split to pass."""
+    from simulator.estimate import estimate
+    from simulator.sweep import uneven_split
+
+    kw = dict(model="llama3.1-405b", hardware="dgx-h100", num_gpus=2048, tp=8, pp=16, seq_length=8192,
+              global_batch_size=2048, micro_batch_size=1)
+    sc = load_scenario(None, **kw)
+    assert sc.layout.layers_per_stage == uneven_split(126, 16) == (7,) + (8,) * 14 + (7,)
+    d = estimate(sc.model, sc.training, sc.layout, sc.hardware).to_dict()
+    assert d["layout"]["layers_per_stage"] == [7] + [8] * 14 + [7]
+    assert [s["layers"] for s in d["memory"]["per_stage"]] == [7] + [8] * 14 + [7]
+    with pytest.raises(InputError, match=r"not divisible by pp\(20\).*--layers-per-stage 7,7,...,6 \(20 numbers\)"):
+        load_scenario(None, **{**kw, "pp": 20, "num_gpus": 8 * 20 * 16})
+    given = load_scenario(None, **{**kw, "layers_per_stage": (8,) * 14 + (7, 7)})
+    assert given.layout.layers_per_stage == (8,) * 14 + (7, 7)

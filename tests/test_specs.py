@@ -76,7 +76,8 @@ def test_mixed_precision_adam_is_megatron_18_bytes_per_param():
 
 @pytest.mark.parametrize("kw,msg", [
     (dict(tp=3), "num_attention_heads(64) is not divisible by tp(3)"),
-    (dict(pp=3), "num_hidden_layers(80) is not divisible by pp(3) * chunks(1)"),
+    (dict(pp=3), "num_hidden_layers(80) is not divisible by pp(3) * chunks(1); give an uneven split: "
+                 "layers_per_stage / --layers-per-stage 27,27,26"),
     (dict(micro_batch_size=3), "global_batch_size(512) is not divisible by dp(16) * micro_batch_size(3)"),
     (dict(cp=3), "seq_length(8192) is not divisible by 2 * cp(3)"),
     (dict(ep=2), "ep(2) > 1 needs an MoE model"),

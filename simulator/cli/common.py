@@ -5,6 +5,7 @@ import functools
 
 import click
 
+from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES
 from ..spec.rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE
 from ..spec.scenario import load_scenario
@@ -31,6 +32,9 @@ _FLAGS = [
     ("--cp", "cp", int, "context-parallel degree"),
     ("--ep", "ep", int, "expert-parallel degree (MoE)"),
     ("--vpp", "vpp", int, "virtual pipeline chunks per rank (interleaved schedule)"),
+    ("--layers-per-stage", "layers_per_stage", str, "uneven pipeline split, e.g. 7,8,8,7 (default: even, or the "
+                                                    "first and last stage one layer fewer when pp does not divide "
+                                                    "the layers)"),
     ("--zero", "zero", int, "ZeRO stage 0-3 (3 = FSDP full shard)"),
     ("--shard-group", "shard_group_size", int, "ZeRO/FSDP shard group size (hybrid sharding)"),
     ("--recompute", "recompute", click.Choice(list(RECOMPUTE)), "activation recomputation"),
@@ -79,8 +83,18 @@ def scenario_options(fn):
 SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + ["sequence_parallel", "flash_attention", "offload_optimizer", "compiled"]
 
 
+def _int_list(flag: str, text: str) -> tuple[int, ...]:
+    """'7,8,8,7' -> (7, 8, 8, 7); InputError naming the flag and the text otherwise."""
+    try:
+        return tuple(int(x) for x in str(text).split(","))
+    except ValueError:
+        raise InputError(f"{flag} must be comma-separated whole numbers like 7,8,8,7, got {text!r}") from None
+
+
 def scenario_from_options(kwargs: dict, *, require_layout: bool = True):
     """Pop the scenario argument and flags from a command's kwargs and load the Scenario."""
     path = kwargs.pop("scenario", None)
     over = {k: kwargs.pop(k) for k in SCENARIO_KEYS if k in kwargs}
+    if over.get("layers_per_stage") is not None:
+        over["layers_per_stage"] = _int_list("--layers-per-stage", over["layers_per_stage"])
     return load_scenario(path, require_layout=require_layout, **over)

@@ -48,6 +48,25 @@ class StagePlacement:
     tied_copy: np.ndarray  # extra copy of a tied embedding on a head rank (0/1)
 
 
+def uneven_split(num_layers: int, pp: int) -> tuple[int, ...] | None:
+    """Layers per stage when pp does not divide num_layers: ceil(L/pp) everywhere, one fewer on the last
+    stage, then also on the first (deficit ceil(L/pp)·pp − L of 1 or 2: the stages that also hold the
+    LM head and the embedding, as Llama 3 405B's 126 layers ran on pp 16, Dubey et al. 2024 §3.3.2);
+    None when the deficit is larger (or when pp divides L). The sweep's split and estimate's default."""
+    L, pp = int(num_layers), int(pp)
+    if L % pp == 0 or pp > L:
+        return None
+    base = -(-L // pp)
+    deficit = base * pp - L
+    if deficit > 2 or pp < deficit:
+        return None
+    split = [base] * pp
+    split[-1] -= 1
+    if deficit == 2:
+        split[0] -= 1
+    return tuple(split)
+
+
 def stage_placement(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = "1f1b",
                     layers_per_stage: tuple[int, ...] | None = None) -> StagePlacement:
     """Layers (dense/MoE), embedding and head copies held by each of the `pp` ranks."""

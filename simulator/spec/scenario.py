@@ -208,9 +208,29 @@ def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training:
     has_layout = bool(doc.get("layout")) or any(k in lay for k in ("tp", "pp", "dp", "cp", "ep"))
     if not (has_layout or require_layout):
         return None
+    lay = _default_layer_split(model, lay)
     try:
         layout = Layout(num_gpus=num_gpus, **lay)
     except TypeError as exc:
         raise InputError(f"[layout] of {where}: {exc}") from None
     validate(model, training, layout)
     return layout
+
+
+def _default_layer_split(model: ModelSpec, lay: dict) -> dict:
+    """`lay` with the sweep's uneven split (spec.placement.uneven_split: the first and last stage one layer
+    fewer) when pp does not divide the layers, no split was given and the schedule has one stage per rank:
+    the layout the sweep ranks is the one estimate and memory then evaluate (the split used is part of
+    their output)."""
+    from ..schedules import family
+    from .placement import uneven_split
+
+    pp, sched = lay.get("pp", 1), lay.get("schedule", "1f1b")
+    if lay.get("layers_per_stage") is not None or not isinstance(pp, int) or isinstance(pp, bool) or pp < 2:
+        return lay
+    try:
+        fam = family(sched)
+    except InputError:
+        return lay  # (Layout names the bad schedule)
+    split = uneven_split(model.num_layers, pp) if fam.pp_stages and model.num_layers % pp else None
+    return {**lay, "layers_per_stage": split} if split else lay

@@ -55,7 +55,8 @@ def layout_violations(model: ModelSpec, training: Training, *, tp, pp, dp, cp, e
     if not uneven_layers:
         L = model.num_layers
         rule(L % (pp * chunks) != 0,
-             lambda i: f"num_hidden_layers({L}) is not divisible by pp({at(pp, i)}) * chunks({at(chunks, i)})")
+             lambda i: f"num_hidden_layers({L}) is not divisible by pp({at(pp, i)}) * chunks({at(chunks, i)})"
+                       + _split_hint(L, at(pp, i), fam.pp_stages))
     B = training.global_batch_size
     rule(B % (dp * mbs) != 0,
          lambda i: f"global_batch_size({B}) is not divisible by dp({at(dp, i)}) * micro_batch_size({at(mbs, i)})")
@@ -79,6 +80,21 @@ def layout_violations(model: ModelSpec, training: Training, *, tp, pp, dp, cp, e
 def layout_valid_mask(model: ModelSpec, training: Training, **layout) -> np.ndarray:
     """Boolean array: True where `layout_violations` finds no broken rule (fast, no messages)."""
     return layout_violations(model, training, messages=False, **layout)
+
+
+def _split_hint(num_layers: int, pp, pp_stages: bool) -> str:
+    """What to pass instead: an uneven split over the pp ranks (as even as it goes, the earlier stages one
+    layer more) where the schedule takes one (one stage per rank)."""
+    try:
+        p = int(pp)
+    except (TypeError, ValueError):
+        return ""
+    if not pp_stages or p < 2 or p > num_layers:
+        return ""
+    base, extra = divmod(num_layers, p)
+    split = [base + 1] * extra + [base] * (p - extra)
+    shown = ",".join(map(str, split)) if p <= 16 else f"{split[0]},{split[1]},...,{split[-1]} ({p} numbers)"
+    return f"; give an uneven split: layers_per_stage / --layers-per-stage {shown}"
 
 
 def validate(model: ModelSpec, training: Training, layout: Layout) -> None:

@@ -23,6 +23,7 @@ import pandas as pd
 from ..schedules import family
 from ..frames import text_column
 from ..spec.rules import RECOMPUTE
+from ..spec.placement import uneven_split
 from ..spec.validate import layout_valid_mask
 from .space import AUTO, DEFAULT_SCHEDULES, SweepSpace
 
@@ -42,24 +43,49 @@ def _pick(values, auto: np.ndarray) -> np.ndarray:
     return auto if values == AUTO else np.array(sorted(values), dtype=np.int64)
 
 
+def _tp_values(hardware, N: int, divs: np.ndarray, space: SweepSpace) -> tuple[np.ndarray, np.ndarray, str]:
+    """(tp values of the space, those within the cap, what sets the cap)."""
+    tp_cap = space.max_tp or int(getattr(hardware, "nvlink_domain_gpus", getattr(hardware, "gpus_per_node", N)))
+    why = f"max_tp {space.max_tp}" if space.max_tp else f"the NVLink domain of {tp_cap} GPUs"
+    if space.tp != AUTO and space.max_tp is None:
+        tp_cap, why = N, f"{N} GPUs"
+    if space.max_tp_within_node and int(hardware.gpus_per_node) < tp_cap:
+        tp_cap, why = int(hardware.gpus_per_node), f"max_tp_within_node: {int(hardware.gpus_per_node)} GPUs per node"
+    tp = _pick(space.tp, divs)
+    return tp, tp[tp <= tp_cap], why
+
+
+def _pp_values(model, divs: np.ndarray, space: SweepSpace) -> np.ndarray:
+    pp = _pick(space.pp, divs[divs <= model.num_layers])
+    return pp[pp <= space.max_pp] if space.max_pp else pp
+
+
+def _cp_values(training, divs: np.ndarray, space: SweepSpace) -> np.ndarray:
+    s = training.seq_length
+    cp = _pick(space.cp, divs[(divs == 1) | (s // divs >= space.min_tokens_per_cp_rank)])
+    return cp[cp <= space.max_cp] if space.max_cp else cp
+
+
+def _ep_values(model, space: SweepSpace) -> np.ndarray:
+    """ep values: carved out of dp·cp (Layout rule), only for MoE (1 for a dense model unless given)."""
+    if model.is_moe:
+        ep = _pick(space.ep, divisors(model.num_experts))
+        return ep[ep <= space.max_ep] if space.max_ep else ep
+    return np.array([1], dtype=np.int64) if space.ep == AUTO else np.array(sorted(space.ep), dtype=np.int64)
+
+
+def _mb_values(training, space: SweepSpace) -> np.ndarray:
+    mb = _pick(space.micro_batch_size, divisors(training.global_batch_size))
+    return mb[(mb >= space.min_micro_batch_size) & (mb <= space.max_micro_batch_size)]
+
+
 def _numeric_candidates(model, training, hardware, num_gpus: int, space: SweepSpace) -> dict:
     """tp, cp, pp, dp, ep, micro_batch_size arrays of every factorization before schedule choices."""
     N = int(num_gpus)
     divs = divisors(N)
-    tp_cap = space.max_tp or int(getattr(hardware, "nvlink_domain_gpus", getattr(hardware, "gpus_per_node", N)))
-    if space.tp != AUTO and space.max_tp is None:
-        tp_cap = N
-    if space.max_tp_within_node:
-        tp_cap = min(tp_cap, int(hardware.gpus_per_node))
-    tp = _pick(space.tp, divs)
-    tp = tp[tp <= tp_cap]
-    pp = _pick(space.pp, divs[divs <= model.num_layers])
-    if space.max_pp:
-        pp = pp[pp <= space.max_pp]
-    s = training.seq_length
-    cp = _pick(space.cp, divs[(divs == 1) | (s // divs >= space.min_tokens_per_cp_rank)])
-    if space.max_cp:
-        cp = cp[cp <= space.max_cp]
+    tp = _tp_values(hardware, N, divs, space)[1]
+    pp = _pp_values(model, divs, space)
+    cp = _cp_values(training, divs, space)
     T, C, P = np.meshgrid(tp, cp, pp, indexing="ij")
     T, C, P = T.ravel(), C.ravel(), P.ravel()
     prod = T * C * P
@@ -69,45 +95,17 @@ def _numeric_candidates(model, training, hardware, num_gpus: int, space: SweepSp
     if space.dp != AUTO:
         ok = np.isin(D, np.array(space.dp, dtype=np.int64))
         T, C, P, D = T[ok], C[ok], P[ok], D[ok]
-    # ep: carved out of dp·cp (Layout rule), only for MoE
-    if model.is_moe:
-        ep_auto = divisors(model.num_experts)
-        ep = _pick(space.ep, ep_auto)
-        if space.max_ep:
-            ep = ep[ep <= space.max_ep]
-    else:
-        ep = np.array([1], dtype=np.int64) if space.ep == AUTO else np.array(sorted(space.ep), dtype=np.int64)
+    ep = _ep_values(model, space)
     n, k = len(T), len(ep)
     T, C, P, D = (np.repeat(a, k) for a in (T, C, P, D))
     E = np.tile(ep, n)
     ok = (D * C) % E == 0
     T, C, P, D, E = T[ok], C[ok], P[ok], D[ok], E[ok]
-    # micro-batch sizes
-    B = training.global_batch_size
-    mb = _pick(space.micro_batch_size, divisors(B))
-    mb = mb[(mb >= space.min_micro_batch_size) & (mb <= space.max_micro_batch_size)]
+    mb = _mb_values(training, space)
     n, k = len(T), len(mb)
     T, C, P, D, E = (np.repeat(a, k) for a in (T, C, P, D, E))
     M = np.tile(mb, n)
     return {"tp": T, "cp": C, "pp": P, "dp": D, "ep": E, "micro_batch_size": M}
-
-
-def uneven_split(num_layers: int, pp: int) -> tuple[int, ...] | None:
-    """Layers per stage when pp does not divide num_layers: ceil(L/pp) everywhere, one fewer on the last
-    stage, then also on the first (deficit ceil(L/pp)·pp − L of 1 or 2); None when the deficit is larger
-    (or when pp divides L)."""
-    L, pp = int(num_layers), int(pp)
-    if L % pp == 0 or pp > L:
-        return None
-    base = -(-L // pp)
-    deficit = base * pp - L
-    if deficit > 2 or pp < deficit:
-        return None
-    split = [base] * pp
-    split[-1] -= 1
-    if deficit == 2:
-        split[0] -= 1
-    return tuple(split)
 
 
 def _schedule_choices(model, space: SweepSpace) -> list[tuple[str, int]]:
@@ -252,3 +250,110 @@ def empty_candidates() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=object if c in ("recompute", "schedule", "layers_per_stage") else
                                       (bool if c == "sequence_parallel" else np.int64)) for c in CANDIDATE_COLUMNS})
 
+
+
+# -- why a space is empty -----------------------------------------------------------------------
+def _vals(a) -> str:
+    v = sorted({int(x) for x in np.asarray(a).ravel()})
+    return "{" + ", ".join(map(str, v[:12])) + (", ..." if len(v) > 12 else "") + "}"
+
+
+def empty_space_reason(model, training, num_gpus: int, space: SweepSpace | None = None, *, hardware=None) -> str:
+    """Why `enumerate_layouts` finds no layout, in one line naming the constraint that left none (the
+    first step of the enumeration after which nothing is left); '' when it finds some. E.g.
+    "global_batch_size 2520 is not divisible by dp × micro_batch_size for any dp that divides 5128
+    GPUs (dp {1, 2, 4, 8, ...}, micro_batch_size {1, 2, ...})"."""
+    space = space or SweepSpace()
+    N = int(num_gpus)
+    if N < 1:
+        return f"num_gpus {num_gpus} leaves no layout: it must be >= 1"
+    if len(enumerate_layouts(model, training, N, space, hardware=hardware)):
+        return ""
+    hardware = hardware if hardware is not None else _NoHardware(N)
+    return _factor_reason(model, training, hardware, N, space) or _rule_reason(model, training, N, space, hardware)
+
+
+def _factor_reason(model, training, hardware, N: int, space: SweepSpace) -> str:
+    """The factorization step (tp, pp, cp, tp·cp·pp | N, dp, ep, micro-batch) that leaves nothing, else ''."""
+    divs = divisors(N)
+    tp_all, tp, why = _tp_values(hardware, N, divs, space)
+    pp, cp = _pp_values(model, divs, space), _cp_values(training, divs, space)
+    if not len(tp):
+        return f"no tp in {_vals(tp_all)} is <= {why}"
+    if not len(pp):
+        return f"no pp in {_vals(space.pp)} is <= max_pp {space.max_pp}"
+    if not len(cp):
+        return f"no cp is allowed: cp {_vals(_pick(space.cp, divs))} above max_cp {space.max_cp}"
+    prod = (tp[:, None, None] * cp[None, :, None] * pp[None, None, :]).ravel()
+    if not (N % prod == 0).any():
+        return f"no tp × cp × pp with tp in {_vals(tp)}, cp in {_vals(cp)}, pp in {_vals(pp)} divides {N} GPUs"
+    dp = N // prod[N % prod == 0]
+    if space.dp != AUTO and not np.isin(dp, space.dp).any():
+        return f"no dp in {_vals(space.dp)} is what {N} GPUs leave after tp × cp × pp (dp can be {_vals(dp)})"
+    ep = _ep_values(model, space)
+    if not len(ep):
+        return f"no ep in {_vals(space.ep)} is <= max_ep {space.max_ep}"
+    base = _numeric_candidates(model, training, hardware, N, space)
+    if not len(base["ep"]) and len(_mb_values(training, space)):
+        return f"no ep in {_vals(ep)} divides dp × cp of any split of {N} GPUs"
+    if not len(_mb_values(training, space)):
+        return (f"no micro_batch_size in {space.min_micro_batch_size}..{space.max_micro_batch_size} divides "
+                f"global_batch_size {training.global_batch_size}" if space.micro_batch_size == AUTO else
+                f"no micro_batch_size in {_vals(space.micro_batch_size)} lies in "
+                f"{space.min_micro_batch_size}..{space.max_micro_batch_size}")
+    return ""
+
+
+def _rule_reason(model, training, N: int, space: SweepSpace, hardware) -> str:
+    """The divisibility rule or sweep rule that no (tp, cp, pp, dp, ep, micro-batch) candidate passes."""
+    from ..spec.validate import layout_violations
+
+    base = _numeric_candidates(model, training, hardware, N, space)
+    tp, dp, mb = base["tp"], base["dp"], base["micro_batch_size"]
+    B, h = training.global_batch_size, model.num_heads
+    if not (B % (dp * mb) == 0).any():
+        return (f"global_batch_size {B} is not divisible by dp × micro_batch_size for any dp that divides {N} "
+                f"GPUs (dp {_vals(dp)}, micro_batch_size {_vals(mb)})")
+    if not ((h % tp == 0) & (model.num_kv_heads % tp == 0)).any():
+        return f"num_attention_heads {h} / num_key_value_heads {model.num_kv_heads} is not divisible by any tp in {_vals(tp)}"
+    choices = _schedule_choices(model, space)
+    sps = (False, True) if space.sequence_parallel == AUTO else space.sequence_parallel
+    valid, _ = _valid_masks(model, training, base, choices, sps, space)
+    out = []
+    for sched in dict(choices):
+        if any(valid[sched, sp].any() for sp in sps):  # the layout rules keep some rows: a sweep rule does not
+            out.append(f"{sched}: {_sweep_rule(model, sched, base, valid, sps, space)}")
+            continue
+        vpp = next(v for s, v in choices if s == sched)  # the rules fail at every vpp: the first one's reasons
+        msgs = layout_violations(model, training, tp=tp, pp=base["pp"], dp=dp, cp=base["cp"], ep=base["ep"],
+                                 vpp=vpp, micro_batch_size=mb, sequence_parallel=sps[0], schedule=sched,
+                                 uneven_layers=space.uneven_layers and family(sched).pp_stages)
+        broken = [m for m in np.atleast_1d(msgs) if m]
+        kinds = {}
+        for m in broken:  # one count per rule: the message up to its first value
+            kinds.setdefault(m.split("(")[0], []).append(m)
+        ranked = sorted(kinds.values(), key=len, reverse=True)
+        out.append(f"{sched}{f' vpp {vpp}' if family(sched).takes_vpp else ''}: "
+                   + ", ".join(f"{ms[0]} ({len(ms)} of {len(tp)} candidates)" for ms in ranked[:2]))
+    return "every candidate is ruled out: " + "; ".join(out[:4]) + ("; ..." if len(out) > 4 else "")
+
+
+def _sweep_rule(model, sched: str, base: dict, valid: dict, sps, space: SweepSpace) -> str:
+    """The sweep's own rule (`_blocks`) that removes the rows the layout rules leave for `sched`."""
+    tp, pp = base["tp"], base["pp"]
+    keep = np.zeros(len(tp), dtype=bool)
+    for sp in sps:
+        keep |= valid[sched, sp].any(axis=1) & ((tp > 1) if sp else True)
+    if not keep.any():
+        return f"sequence_parallel needs tp > 1, tp is {_vals(tp)}"
+    if space.uneven_layers and family(sched).pp_stages:
+        keep &= np.isin(pp, _pipeline_splits(model.num_layers, pp)[1])
+        if not keep.any():
+            return f"no pp in {_vals(pp)} splits {model.num_layers} layers (evenly, or 1-2 layers short)"
+    if sched == "1f1b" and not (space.schedule == AUTO or "1f1b" in space.schedule):
+        return "pp 1 only (1f1b was not asked for)"
+    if sched != "1f1b" and not (keep & (pp > 1)).any():
+        return f"needs pp > 1, pp is {_vals(pp[keep])}"
+    if family(sched).even_pp and not (keep & (pp % 2 == 0)).any():
+        return f"needs an even pp, pp is {_vals(pp[keep])}"
+    return "no candidate left"
