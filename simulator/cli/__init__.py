@@ -2,7 +2,8 @@
 
 Each command lives in its own module of this package and is registered here. Bad input anywhere
 below raises `InputError`; `main` turns it into a one-line `error: ...` on stderr and exit code 2,
-never a traceback.
+never a traceback (so do a file that cannot be read or written and running out of memory).
+`check_output` checks a path a command will write before the command does any work.
 """
 import sys
 
@@ -23,6 +24,28 @@ def cli():
       parasim memory --model llama3-70b --hardware dgx-h100 --gpus 64 --tp 8 --pp 2 --seq 8192
       parasim schedule --schedule 1f1b --pp 8 --microbatches 32
     """
+
+
+def check_output(flag: str, path, suffixes: tuple[str, ...] = (), *, makes_folders: bool = False) -> None:
+    """InputError (one line naming `flag` and `path` as given) unless `path` can be written as a file:
+    its suffix one of `suffixes` (when given; lower-case, with the dot), not a directory, not under a
+    regular file, and its folder an existing directory (unless the writer `makes_folders`). Called
+    before any work is done."""
+    from pathlib import Path
+
+    p = Path(path)
+    if suffixes and p.suffix.lower() not in suffixes:
+        listed = ", ".join(suffixes[:-1]) + (" or " if len(suffixes) > 1 else "") + suffixes[-1]
+        raise InputError(f"{flag} must end in {listed}, got {str(path)!r}")
+    if p.is_dir():
+        raise InputError(f"{flag} {str(path)!r} is a directory, not a file")
+    for folder in (p.parent, *p.parent.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise InputError(f"{flag} {str(path)!r}: {str(folder)!r} is a file, not a directory")
+            break
+    if not makes_folders and not p.parent.exists():
+        raise InputError(f"{flag} {str(path)!r}: directory {str(p.parent)!r} does not exist")
 
 
 def _register():
@@ -58,5 +81,12 @@ def main(argv=None):
         sys.exit(2)
     except FileNotFoundError as exc:
         click.echo(f"error: file not found: {exc.filename or exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:  # a path that cannot be written or read (not a directory, permission, disk full)
+        what = exc.strerror or type(exc).__name__
+        click.echo(f"error: {what}: {exc.filename}" if exc.filename else f"error: {what}", err=True)
+        sys.exit(2)
+    except MemoryError:
+        click.echo("error: out of memory (the problem is too large for this machine)", err=True)
         sys.exit(2)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,28 +1,33 @@
 """`parasim memory`: per-GPU memory breakdown per pipeline stage."""
 import json
-from pathlib import Path
 
 import click
 
-from ..errors import InputError
+from . import check_output
 from .common import scenario_from_options, scenario_options
 
-_COLS = (("params_bytes", "weights"), ("grads_bytes", "grads"), ("optimizer_bytes", "optim"),
+_COLS = (("params_bytes", "parameters"), ("grads_bytes", "grads"), ("optimizer_bytes", "optim"),
          ("activations_bytes", "activ"), ("kv_cache_bytes", "kv"), ("other_bytes", "other"),
          ("peak_bytes", "peak"), ("host_bytes", "host"))
 
 
+def _width(label: str) -> int:
+    return max(11, len(label) + 4)
+
+
 def _table(result) -> str:
+    from ..report.tables import nonnegative
     from ..units import GiB
 
     lay = result.layout
-    head = f"{'stage':>5} {'layers':>6} {'in-flight':>9} " + " ".join(f"{lbl + ' GiB':>11}" for _, lbl in _COLS)
+    head = f"{'stage':>5} {'layers':>6} {'in-flight':>9} " + " ".join(f"{lbl + ' GiB':>{_width(lbl)}}" for _, lbl in _COLS)
     lines = [f"{result.model.name}: {lay.label}, zero={lay.zero}, recompute={lay.recompute}, "
              f"schedule={lay.schedule}, micro-batch={lay.micro_batch_size}, "
              f"seq={result.training.seq_length}{', inference' if result.inference else ''}", head]
     for s in result.per_stage:
         lines.append(f"{s.stage:>5} {s.layers:>6} {s.inflight_microbatches:>9.2f} "
-                     + " ".join(f"{getattr(s, k) / GiB:>11.2f}" for k, _ in _COLS))
+                     + " ".join(f"{nonnegative(getattr(s, k), s.peak_bytes) / GiB:>{_width(lbl)}.2f}"
+                                for k, lbl in _COLS))
     hbm = result.hbm_bytes
     lines.append(f"HBM capacity: {hbm / GiB:.2f} GiB per GPU" if hbm else "HBM capacity: unknown")
     w = result.worst
@@ -36,11 +41,12 @@ def _table(result) -> str:
 @scenario_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @click.option("--inference", is_flag=True, default=False,
-              help="inference memory: weights + KV cache (batch global_batch/dp, context seq) + one layer")
+              help="inference memory: parameters + KV cache (batch global_batch/dp, context seq) + one layer")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="write stacked bars per stage with the HBM line (.png or .svg)")
 def memory(fmt, inference, plot, **kwargs):
-    """Per-GPU memory per pipeline stage: weights, gradients, optimizer, activations, KV cache, other.
+    """Per-GPU memory per pipeline stage: parameters, gradients, optimizer, activations, KV cache, other.
+    Byte counts print as integers (GiB in the table).
 
     \b
     Examples:
@@ -52,8 +58,8 @@ def memory(fmt, inference, plot, **kwargs):
     """
     from ..memory import memory_breakdown
 
-    if plot and Path(plot).suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise InputError(f"--plot must end in .png, .svg or .pdf, got {plot!r}")
+    if plot:
+        check_output("--plot", plot, (".png", ".svg", ".pdf"))
     sc = scenario_from_options(kwargs)
     inflight = None
     if not inference and sc.layout.pp > 1:  # in-flight microbatches from the replayed schedule order
@@ -62,15 +68,19 @@ def memory(fmt, inference, plot, **kwargs):
         inflight = replayed_inflight_per_rank(sc.layout, sc.training.global_batch_size)
     result = memory_breakdown(sc.model, sc.training, sc.layout, sc.hardware, inference=inference,
                               inflight_per_stage=inflight)
-    if plot:
-        from ..report.memory_plot import save_memory_plot
-        save_memory_plot(result, plot)
+    from ..report.tables import integer_bytes, integer_bytes_frame
+
     if fmt == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps(integer_bytes(result.to_dict()), indent=2))
     elif fmt == "csv":
-        click.echo(result.to_frame().to_csv(index=False), nl=False)
+        click.echo(integer_bytes_frame(result.to_frame()).to_csv(index=False), nl=False)
     else:
         click.echo(_table(result))
+    if plot:
+        from ..report.memory_plot import save_memory_plot
+
+        save_memory_plot(result, plot)
+        click.echo(f"wrote {plot}", err=fmt != "table")
 
 
 COMMANDS = [memory]

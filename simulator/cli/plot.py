@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from ..errors import InputError
+from . import check_output
 
 
 def _ints(name: str, text: str) -> list[int]:
@@ -25,10 +26,7 @@ def _title_option(fn):
 
 
 def _check_out(out):
-    from pathlib import Path
-
-    if Path(out).suffix.lower() not in (".png", ".svg"):
-        raise InputError(f"--out must end in .png or .svg, got {out!r}")
+    check_output("--out", out, (".png", ".svg"))
 
 
 @click.group("plot")
@@ -153,11 +151,13 @@ def plot_bubble(pp, microbatches, schedules, vpp, forward, backward, weight, p2p
 def plot_timeline(name, pp, microbatches, vpp, forward, backward, weight, p2p, out, title):
     """Gantt chart of one replayed schedule (the same replay as `parasim schedule --plot`)."""
     from ..report.bubble import replay_rank_share
-    from ..report.gantt import gantt_figure
+    from ..report.gantt import MAX_RANKS, gantt_figure
     from ..report.sweep_plots import save_figure
 
     _check_out(out)
     _check_times(forward=forward, backward=backward, weight=weight, p2p=p2p)
+    if pp > MAX_RANKS:
+        raise InputError(f"a Gantt chart draws at most {MAX_RANKS} ranks (half an inch each), got --pp {pp}")
     _, tl = replay_rank_share(name.strip().lower(), pp=pp, microbatches=microbatches, vpp=vpp, forward_s=forward,
                               backward_s=backward, weight_s=weight, p2p_s=p2p)
     save_figure(gantt_figure(tl, title=title), out)

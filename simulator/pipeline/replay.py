@@ -167,8 +167,17 @@ class Timeline:
     def idle_s_per_rank(self) -> tuple:
         return tuple(self.makespan_s - b for b in self.busy_s_per_rank)
 
+    def labels(self, idx=None) -> list[str]:
+        """Compact labels (``0F0``, ``3B1``, ``3I1``, ``3W1``; `Op.label`) of the ops at rank-order
+        indices `idx` (all when None), read from the schedule's op arrays: linear, no Op records."""
+        a = self.schedule.arrays
+        idx = np.arange(len(a.kind)) if idx is None else np.asarray(idx, dtype=np.int64)
+        letter = np.where((a.kind[idx] == 1) & ~a.includes_weight[idx], 3, a.kind[idx])  # I: split-off B
+        text = np.array(("F", "B", "W", "I"))[letter].tolist()
+        return [f"{s}{c}{m}" for s, c, m in zip(a.stage[idx].tolist(), text, a.microbatch[idx].tolist())]
+
     def to_dict(self) -> dict:
-        """JSON-ready summary (SI units)."""
+        """JSON-ready summary (SI units); linear in the op count."""
         d = {
             "schedule": self.schedule.name,
             "pp": self.schedule.num_ranks,
@@ -181,7 +190,7 @@ class Timeline:
             "busy_s_per_rank": list(self.busy_s_per_rank),
             "idle_s_per_rank": list(self.idle_s_per_rank),
             "peak_inflight_microbatches_per_rank": [int(x) for x in self.peak_inflight_microbatches_per_rank],
-            "critical_path": [self.ops[i].label for i in self.critical_path],
+            "critical_path": self.labels(self.critical_path),
         }
         if self.peak_activation_bytes_per_rank is not None:
             d["peak_activation_bytes_per_rank"] = list(self.peak_activation_bytes_per_rank)

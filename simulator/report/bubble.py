@@ -1,11 +1,51 @@
-"""Bubble fraction against the microbatch count, per schedule, from replays (not closed forms)."""
+"""Bubble fraction against the microbatch count, per schedule, from replays (not closed forms).
+
+Size bounds of one replay (`check_replay_size`, applied by `replay_rank_share`, hence by
+`parasim schedule` and `parasim plot timeline|bubble`):
+- pp × chunks per rank × microbatches <= MAX_STAGE_MICROBATCHES = 2**20 (1,048,576). Each such
+  (stage, microbatch) pair is 2 or 3 ops (F, B, W), so at the bound a replay has 2.1-3.1 M ops and
+  takes 2.6-4.8 s and 0.55-0.75 GiB of memory (2-core VM, 2026-11-26: 1f1b pp 8 × 131072
+  microbatches 2.6 s, 543 MiB; zb-h1 the same 4.8 s, 738 MiB), its trace 300-450 MB. Beyond it time
+  and memory grow in proportion (pp 8 × 10**7 microbatches: an out-of-memory error after minutes),
+  and no schedule question needs more: the bubble of m microbatches has converged long before.
+- pp <= MAX_PP = 4096. The replay also takes steps per rank and per dependency level: at 2**20 pairs
+  1f1b takes 1.5 s with pp 4096, 9 s with pp 16384 and over a minute with pp 65536. A pipeline stage
+  holds at least one layer, and models have hundreds of layers, not thousands.
+"""
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Iterable
 
 import pandas as pd
 
 from ..errors import InputError
+
+MAX_STAGE_MICROBATCHES = 2**20
+MAX_PP = 4096
+
+
+def check_replay_size(name: str, *, pp, microbatches, vpp=None) -> None:
+    """InputError when replaying schedule `name` would exceed the bounds of the module docstring.
+    Values that are not integers >= 1, or an unknown name, are left to the schedule builder to refuse."""
+    from ..schedules import FAMILIES
+
+    key = str(name).strip().lower()
+    vals = (pp, microbatches, 1 if vpp is None else vpp)
+    if key not in FAMILIES or any(isinstance(v, bool) or not isinstance(v, Integral) or v < 1 for v in vals):
+        return
+    pp, microbatches = int(pp), int(microbatches)
+    if pp > MAX_PP:
+        raise InputError(f"pp {pp} is above the limit of {MAX_PP} pipeline ranks a replay takes "
+                         f"(time grows with the ranks; a stage holds at least one layer)")
+    fam = FAMILIES[key]
+    chunks = int(fam.chunks_per_rank(fam.default_vpp if vpp is None else vpp))
+    pairs = pp * chunks * microbatches
+    if pairs > MAX_STAGE_MICROBATCHES:
+        per_rank = f"vpp {chunks} × " if fam.takes_vpp else (f"{chunks} chunks per rank × " if chunks > 1 else "")
+        raise InputError(f"pp {pp} × {per_rank}microbatches {microbatches} = {pairs:,} (stage, microbatch) pairs "
+                         f"is above the replay limit of {MAX_STAGE_MICROBATCHES:,} (2-3 ops each: seconds and "
+                         f"GiB of memory there)")
 
 
 def replay_rank_share(name: str, *, pp: int, microbatches: int, vpp: int | None = None, forward_s: float,
@@ -17,6 +57,7 @@ def replay_rank_share(name: str, *, pp: int, microbatches: int, vpp: int | None 
     from ..pipeline import replay
     from ..schedules import FAMILIES, build, family
 
+    check_replay_size(name, pp=pp, microbatches=microbatches, vpp=vpp)
     if vpp is None:
         vpp = family(name).default_vpp if name in FAMILIES else 1  # (an unknown name: build says so)
     sch = build(name, pp=pp, microbatches=microbatches, vpp=vpp)
@@ -33,11 +74,15 @@ def bubble_vs_microbatches(schedules: Iterable[str], *, pp: int, microbatches: I
     whole share of the model, split evenly over its chunks (as `parasim schedule` does); `vpp`
     applies to 'interleaved'. Combinations a schedule cannot run (e.g. dualpipe with m < 2·pp)
     are left out. Columns: schedule, pp, vpp, microbatches, bubble_fraction, makespan_s."""
-    from ..schedules import family
+    from ..schedules import FAMILIES, family
 
     rows = []
+    microbatches = list(microbatches)
     for name in schedules:
         key = str(name).strip().lower()
+        if microbatches:  # a point over the size bounds is an error, not a point left out
+            check_replay_size(key, pp=pp, microbatches=max(microbatches),
+                              vpp=vpp if key in FAMILIES and family(key).takes_vpp else None)
         for m in microbatches:
             try:
                 sch, tl = replay_rank_share(key, pp=int(pp), microbatches=int(m),

@@ -11,7 +11,7 @@ from ..units import GiB  # noqa: E402
 
 # (column, label, colour) in stacking order
 PARTS = (
-    ("params_bytes", "weights", "#1f77b4"),
+    ("params_bytes", "parameters", "#1f77b4"),
     ("grads_bytes", "gradients", "#ff7f0e"),
     ("optimizer_bytes", "optimizer", "#2ca02c"),
     ("activations_bytes", "activations", "#d62728"),

@@ -34,18 +34,84 @@ REQUIRED_COLUMNS = ("run_id", "model", "layers", "hidden", "heads", "ffn_hidden"
                     "n_gpus", "gpu_type", "tp", "pp", "dp")
 
 
+MEASURED_COLUMNS = ("step_time_s", "tokens_per_s", "derived_step_time_s", "mem_gb_per_gpu")
+
+
 def read_runs(path):
-    """Read a runs CSV; InputError naming the first missing required column."""
+    """Read a runs CSV. InputError (one line, naming the file and the line) for a file that is missing,
+    not UTF-8 text, empty or without rows, a row with more or fewer fields than the header, a missing
+    required column, or a measured value (MEASURED_COLUMNS) that is not a finite number > 0."""
+    import io
+
     import pandas as pd
 
-    try:
-        df = pd.read_csv(path)
-    except FileNotFoundError:
-        raise InputError(f"file not found: {path}") from None
+    text = _read_text(path)
+    lines = _record_lines(path, text)
+    df = pd.read_csv(io.StringIO(text), dtype={c: str for c in MEASURED_COLUMNS})  # measured cells as written
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise InputError(f"{path}: missing column {missing[0]!r} (expected the published_runs.csv columns)")
+    if df.empty:
+        raise InputError(f"{path}: no rows under the header")
+    if len(lines) != len(df):  # the two readers skipped different lines: name rows by their number instead
+        lines = [None] * len(df)
+    for col in MEASURED_COLUMNS:
+        if col in df.columns:
+            df[col] = _measured_column(path, df, col, lines)
     return df
+
+
+def _read_text(path) -> str:
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise InputError(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise InputError(f"{path} is a directory, not a runs CSV") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start})") from None
+    if not text.strip():
+        raise InputError(f"{path} is empty (expected a header row with the published_runs.csv columns)")
+    return text
+
+
+def _record_lines(path, text: str) -> list[int]:
+    """The line number of every data record (blank lines skipped, as pandas does); InputError naming the
+    first record whose field count differs from the header's (pandas would shift or drop the cells)."""
+    import csv
+    import io
+
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader)
+    lines = []
+    for rec in reader:
+        if not rec or (len(rec) == 1 and not rec[0].strip()):
+            continue
+        if len(rec) != len(header):
+            raise InputError(f"{path} line {reader.line_num}: {len(rec)} fields, the header has {len(header)}")
+        lines.append(reader.line_num)
+    return lines
+
+
+def _measured_column(path, df, col: str, lines: list[int]):
+    """The column as floats (blank: NaN); InputError naming the line, run and cell that is not a finite
+    number > 0 (a measured time, rate or memory of 0 or less is no measurement)."""
+    out = []
+    for i, raw in enumerate(df[col].tolist()):
+        if _blank(raw):
+            out.append(float("nan"))
+            continue
+        try:
+            v = float(str(raw).strip())
+        except ValueError:
+            v = None
+        if v is None or not math.isfinite(v) or v <= 0:
+            rid = _text(df["run_id"].iloc[i])
+            where = f"line {lines[i]}" if lines[i] else f"data row {i + 1}"
+            raise InputError(f"{path} {where} (run {rid or '?'}): {col} must be a number > 0, got {raw!r}")
+        out.append(v)
+    return out
 
 
 def measured_step(row: Mapping) -> tuple[float, str]:
@@ -204,3 +270,18 @@ def error_summary(results, *, by: str | None = None):
         return pd.DataFrame([{"group": "all", **one(results)}])
     rows = [{"group": k, **one(g)} for k, g in results.groupby(by, sort=True)]
     return pd.DataFrame(rows)
+
+
+def accounting(results, skipped) -> dict:
+    """Where each row of a `predict_runs` call went; `step`, `memory_only`, `oom`, `nothing` and `skipped`
+    add up to `rows`: compared on step time (maybe on memory too), on memory only, measured out of
+    memory with no figure to compare (`oom_predicted`: of those, predicted not to fit), mapped with no
+    measured figure (or no prediction of it), not mapped (reasons in `skipped`)."""
+    step = np.isfinite(results["step_error"].to_numpy(float))
+    mem = np.isfinite(results["mem_error"].to_numpy(float))
+    oom = results["measured_oom"].to_numpy(bool)
+    none = ~step & ~mem
+    return {"rows": len(results) + len(skipped), "step": int(step.sum()), "memory_only": int((~step & mem).sum()),
+            "oom": int((none & oom).sum()),
+            "oom_predicted": int((none & oom & ~results["feasible"].to_numpy(bool)).sum()),
+            "nothing": int((none & ~oom).sum()), "skipped": int(len(skipped))}
