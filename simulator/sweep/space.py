@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES
-from ..spec.rules import RECOMPUTE
+from ..spec.rules import BOUNDS, RECOMPUTE, check_count
 
 AUTO = "auto"
 LIST_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero", "recompute",
@@ -144,6 +144,8 @@ def _normalise_values(name: str, v):
             lo = 0 if name == "zero" else 1
             if xi < lo or (name == "zero" and xi > 3):
                 raise InputError(f"sweep {name} value {xi} is out of range")
+            if name in BOUNDS:  # the documented upper limits (spec/rules.py), before numpy sees the value
+                check_count(name, xi, label=f"sweep {name}")
             x = xi
         if x not in out:
             out.append(x)
