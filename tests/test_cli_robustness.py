@@ -265,6 +265,20 @@ def test_tiny_negative_residues_print_as_zero(x, scale, want):
     assert repr(nonnegative(x, scale)) == want
 
 
+def test_a_results_table_tidies_to_integer_bytes_and_no_negative_residues():
+    from simulator.report.tables import tidy_frame
+
+    df = pd.DataFrame({"step_s": [10.0, 2.0, 1.0], "bubble_s": [-1.1e-13, -0.0, -0.5],
+                       "bubble_fraction": [-2e-16, 0.25, 0.0], "peak_bytes": [81445511249.92, 1.5, 2.0],
+                       "memory_headroom_bytes": [-7180185.6, 3.0, float("nan")], "label": ["a", "b", "c"]})
+    t = tidy_frame(df)
+    assert [repr(x) for x in t["bubble_s"].tolist()] == ["0.0", "0.0", "-0.5"]  # -0.5 s is no residue: left to be seen
+    assert repr(t["bubble_fraction"].tolist()[0]) == "0.0"
+    assert t["peak_bytes"].tolist() == [81445511250, 2, 2] and t["peak_bytes"].dtype.kind == "i"
+    assert t["memory_headroom_bytes"].dtype.kind == "f"  # a missing value is not a number of bytes
+    assert df["bubble_s"][0] == -1.1e-13  # the input is left alone
+
+
 def test_memory_prints_integer_bytes_and_says_parameters(tmp_path, capsys):
     code, out, err = run(MEMORY + ["--format", "json"], capsys)
     assert code == 0, err

@@ -6,6 +6,7 @@
 - `integer_bytes` / `integer_bytes_frame`: byte counts (keys and columns ending in `_bytes`) and
   parameter counts (`params`) as integers: a per-GPU overhead of 5 % of a byte count is a fraction
   of a byte that no allocator hands out.
+- `tidy_frame`: both for a results table (a sweep's rows): integer bytes, no negative residues.
 - `shorten_words`: text cut to a width at a word boundary, with an ellipsis, never mid-word.
 """
 from __future__ import annotations
@@ -64,6 +65,23 @@ def integer_bytes_frame(df):
 
     cols = {c: np.round(df[c].to_numpy(dtype=float)).astype(np.int64) for c in df.columns
             if _count_key(c) and df[c].dtype.kind == "f" and np.isfinite(df[c].to_numpy(dtype=float)).all()}
+    return df.assign(**cols) if cols else df
+
+
+def tidy_frame(df, *, scale: str = "step_s"):
+    """A copy of a results table as printed or written: byte and parameter counts as integers
+    (`integer_bytes_frame`), and every time (`*_s`) and `*_fraction` column's rounding residues below
+    zero (down to −1e-9 × the row's `scale` column, or × 1 without it) and −0.0 as 0.0."""
+    import numpy as np
+
+    df = integer_bytes_frame(df)
+    ref = np.abs(df[scale].to_numpy(dtype=float)) if scale in df.columns else np.ones(len(df))
+    tol = RELATIVE_RESIDUE * np.where(np.isfinite(ref), ref, 1.0)
+    cols = {}
+    for c in df.columns:
+        if isinstance(c, str) and (c.endswith("_s") or c.endswith("_fraction")) and df[c].dtype.kind == "f":
+            v = df[c].to_numpy(dtype=float)
+            cols[c] = np.where((v <= 0.0) & (v >= -tol), 0.0, v)
     return df.assign(**cols) if cols else df
 
 
