@@ -161,3 +161,11 @@ def test_text_commands_load_no_plotting_library(tmp_path):
                        cwd=Path(__file__).resolve().parents[1])
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_an_empty_space_says_why_and_a_bad_out_is_refused_before_the_work(capsys):
+    code, text, err = run(["sweep", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "5128", "--seq", "4096",
+                           "--global-batch", "2520", "--tp", "1"], capsys)
+    assert code == 0 and "No layout in the space: global_batch_size 2520 is not divisible" in text
+    code, text, err = run(["sweep", *FLAGS, "--out", "r.txt"], capsys)
+    assert code == 2 and err.strip() == "error: --out must end in .csv or .parquet, got 'r.txt'"

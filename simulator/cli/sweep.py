@@ -123,6 +123,7 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
     from ..spec.scenario import load_scenario
     from ..report.winner import explain_winner
     from ..sweep import LIST_FIELDS, SweepSpace, run_sweep
+    from ..sweep.enumerate import empty_space_reason
 
     if top < 0:
         raise InputError(f"--top must be >= 0, got {top}")
@@ -137,6 +138,10 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
     space = space.replace(**changes)
     if plot:
         chart_paths(plot)  # check the suffix before the work
+    if out:
+        from . import check_output
+
+        check_output("--out", out, (".csv", ".parquet"))
     if progress is None:
         progress = sys.stderr.isatty()
     t0 = time.perf_counter()
@@ -154,7 +159,8 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
                    f"{dt:.2f} s ({len(df) / dt if dt > 0 else 0:,.0f} layouts/s)")
         if len(df) and top:
             click.echo(_fmt_table(df, top))
-        click.echo(explain_winner(df))
+        empty = "" if len(df) else empty_space_reason(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
+        click.echo(explain_winner(df, empty_reason=empty))
         if out:
             click.echo(f"wrote {out}")
     if plot and len(df):
