@@ -131,7 +131,7 @@ def efficiency_sources(training: Training, hardware) -> dict:
     forward and backward (the stack's kernel), memory-bound kernels, the optimizer step."""
     if hardware is None or not hasattr(hardware, "efficiency"):
         return {}
-    from .cost.compute import attention_tables
+    from .cost.attention import attention_tables
 
     fwd, bwd = attention_tables(hardware, training.stack.attention_kernel)
     fused = training.stack.optimizer_impl == "fused" or training.optimizer not in ("adam", "adamw")

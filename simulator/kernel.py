@@ -53,10 +53,10 @@ import pandas as pd
 
 from .batch import LayoutBatch
 from .cost import comm
+from .options import EstimateOptions
 from .cost.compute import BASIS_KEYS, layer_basis_times_by_mode, mfu_peak_flops
 from .cost.flops import step_flops
 from .dedup import categories, distinct_rows, factorize, gather_rows, once_per_distinct
-from .errors import InputError
 from .frames import text_column
 from .kernel_comm import _dp_tail_traffic, _layer_comm, _optimizer_times, _zero3_gather_times
 from .kernel_pipeline import family_column, inflight_per_rank, pipeline_times
@@ -73,33 +73,6 @@ MEMORY_FIELDS = CONSUMER_FIELDS
 EXPOSED = ("tp", "cp", "ep", "pp", "dp", "zero3")
 TIME_FIELDS = ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_fraction", "optimizer_s",
                *(f"exposed_{k}_s" for k in EXPOSED))
-
-
-@dataclass(frozen=True, kw_only=True)
-class EstimateOptions:
-    """What overlaps with what (module docstring), and modelling switches. Defaults follow Megatron-LM."""
-
-    tp_overlap: float = 0.0  # fraction of TP communication hidden under GEMMs (--tp-comm-overlap: ~1)
-    cp_overlap: bool = True  # ring-attention p2p under the attention kernel
-    ep_overlap: float | None = None  # None: 1 for dualpipe/dualpipev, else 0
-    grad_reduce_overlap: bool = True  # DP gradient reduction under the last microbatch's backward
-    param_gather_overlap: bool = False  # ZeRO-1/2 parameter all-gather under the next forward
-    zero3_prefetch: bool = True  # FSDP/ZeRO-3 all-gathers prefetched under compute
-    comm_slowdown: float = 0.0  # overlapped comm slows the compute it hides under by this fraction
-    roofline: bool = True  # op time = max(compute, memory) (False: their sum, Calculon's no_overlap)
-    pipeline: str = "replay"  # "replay": the engine's fast path; "analytic": closed-form bubbles (faster)
-    bucket_bytes: float = 25e6  # DDP gradient bucket (PyTorch default 25 MB)
-    placement: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
-
-    def __post_init__(self):
-        for name in ("tp_overlap", "comm_slowdown"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
-                raise InputError(f"{name} must be in [0, 1], got {v!r}")
-        if self.pipeline not in ("replay", "analytic"):
-            raise InputError(f"pipeline must be 'replay' or 'analytic', got {self.pipeline!r}")
-        if self.ep_overlap is not None and not 0.0 <= self.ep_overlap <= 1.0:
-            raise InputError(f"ep_overlap must be in [0, 1], got {self.ep_overlap!r}")
 
 
 def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *, tp, cp, ep, mbs, sp, rec, ep_ov,

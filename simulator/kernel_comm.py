@@ -12,7 +12,8 @@ import numpy as np
 
 from .cost import collectives as C
 from .cost import comm
-from .cost.compute import layer_op_times, optimizer_params_step_s
+from .cost.compute import layer_op_times
+from .cost.optimizer import optimizer_params_step_s
 from .cost.topology import group_span
 from .dedup import categories, distinct_rows
 from .spec.placement import params_per_rank, stage_param_split

@@ -16,7 +16,7 @@ LAYERS = (
     ("pipeline",),
     ("cost", "memory"),
     ("structure",),
-    ("batch", "kernel_comm", "kernel_pipeline"),
+    ("batch", "kernel_comm", "kernel_pipeline", "options"),
     ("kernel",),
     ("estimate", "sweep", "calibrate"),
     ("validate",),

@@ -262,7 +262,9 @@ def _measure_kernels(kinds: Sequence[str], g: Grid, *, device: str, dtype: str, 
         say("gemm_fp8")
         shapes = mb.transformer_gemm_shapes(hidden_sizes=g.hidden_sizes, tokens=g.tokens, tp_degrees=g.tp_degrees,
                                             kv_fraction=g.kv_fraction)
-        m["gemm_fp8"] = mb.bench_gemm_fp8(shapes, device=device, warmup=g.warmup, iters=g.iters)
+        from .fp8 import bench_gemm_fp8
+
+        m["gemm_fp8"] = bench_gemm_fp8(shapes, device=device, warmup=g.warmup, iters=g.iters)
     if "attention" in kinds:
         say("attention")
         m["attention"] = mb.bench_attention(seq_lengths=g.seq_lengths, head_dims=g.head_dims, heads=g.attention_heads,

@@ -9,20 +9,20 @@ from ..errors import InputError
 from . import check_output
 
 
-def _finite(v) -> bool:
+def is_finite_number(v) -> bool:
     return v is not None and math.isfinite(v)
 
 
 def _pct(v) -> str:
-    return f"{round(100 * v, 1) + 0.0:+.1f}%" if _finite(v) else ""  # + 0.0: no "-0.0%"
+    return f"{round(100 * v, 1) + 0.0:+.1f}%" if is_finite_number(v) else ""  # + 0.0: no "-0.0%"
 
 
 def _abs(v) -> str:
-    return f"{100 * v:.1f}%" if _finite(v) else "-"
+    return f"{100 * v:.1f}%" if is_finite_number(v) else "-"
 
 
 def _num(spec):
-    return lambda v: format(v, spec) if _finite(v) else ""
+    return lambda v: format(v, spec) if is_finite_number(v) else ""
 
 
 def format_results(res):
@@ -32,7 +32,7 @@ def format_results(res):
 
     from ..report.tables import shorten_words
 
-    gib = (lambda v: f"{v / 2**30:.1f}" if _finite(v) else "")
+    gib = (lambda v: f"{v / 2**30:.1f}" if is_finite_number(v) else "")
     return pd.DataFrame({
         "run_id": res["run_id"], "layout": res["label"], "hardware": res["hardware"],
         "meas step [s]": res["measured_step_s"].map(_num(".3f")),
@@ -74,7 +74,7 @@ def _summary(res, acc, echo) -> object:
     from ..validate import error_summary
 
     s = error_summary(res).iloc[0]
-    rho = f"{s.step_spearman:.3f}" if _finite(s.step_spearman) else "-"
+    rho = f"{s.step_spearman:.3f}" if is_finite_number(s.step_spearman) else "-"
     echo("\n" + accounting_line(acc))
     echo(f"step time ({int(s.step_runs)} runs): median |error| {_abs(s.median_abs_step_error)}, "
          f"max |error| {_abs(s.max_abs_step_error)}, mean {_pct(s.mean_step_error) or '-'}, Spearman {rho}")

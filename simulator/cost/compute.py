@@ -41,13 +41,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dedup import distinct_rows
 from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
+from .attention import Q_TILE, attention_occupancy, attention_tables
+from .launch import launch_bound
 from .memory_ops import _embedding_memory_op, _head_memory_ops, _memory_time, fp8_cast_op, memory_ops
-# re-exported: simulator/kernel_comm.py imports the optimizer step from here (its home is optimizer.py)
-from .optimizer import optimizer_params_step_s
 
 __all__ = [
     "OpTime",
@@ -57,7 +58,6 @@ __all__ = [
     "mfu_peak_flops",
     "layer_op_times",
     "layer_basis_times_by_mode",
-    "optimizer_params_step_s",  # re-export (optimizer.py)
 ]
 
 
@@ -213,38 +213,6 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
     return _table(t_f, t_b, 0.0 * t_f, fwd, bwd, 0.0 * fwd)
 
 
-Q_TILE = 128  # query rows per FlashAttention thread block on Hopper/Ampere (FA2/FA3, cuDNN fprop kernel_m=128)
-REFERENCE_TILES = 2048  # the published benchmarks' grid: 16k tokens x 16 heads (hdim 128) / 128-row tiles
-
-
-def attention_occupancy(tiles, sm_count: int):
-    """How much of the GPU an attention kernel of `tiles` thread blocks (batch x heads x query tiles of
-    Q_TILE rows) keeps busy, relative to the benchmarks the efficiency tables come from (REFERENCE_TILES
-    blocks: 16k tokens x 2048 = heads x head dim, the FlashAttention papers' grid), by wave quantization:
-
-        occ(n) = n / (SMs · ceil(n / SMs)),   factor = occ(tiles) / occ(REFERENCE_TILES)
-
-    (one block per SM per wave, the last wave partly idle: the CUDA occupancy model for kernels whose
-    blocks fill an SM; Dao 2023, FlashAttention-2 §3.2, parallelises over batch, heads and query blocks so
-    that small batches fill the GPU). 1 when the profile gives no sm_count."""
-    if not sm_count:
-        return np.ones_like(np.asarray(tiles, dtype=float))
-    n = np.maximum(np.asarray(tiles, dtype=float), 1.0)
-    occ = n / (sm_count * np.ceil(n / sm_count))
-    ref = REFERENCE_TILES / (sm_count * np.ceil(REFERENCE_TILES / sm_count))
-    return np.minimum(occ / ref, 1.0)
-
-
-def attention_tables(hardware, kernel: str) -> tuple[str, str]:
-    """(forward, backward) efficiency tables of attention kernel `kernel` (spec/stack.py) on `hardware`:
-    `attention_<kernel>` / `attention_bwd_<kernel>` where the profile has them (published per-kernel
-    benchmarks), else the generic `attention` / `attention_bwd`; a backward without its own table reads
-    the generic backward table, then the forward one."""
-    fwd = f"attention_{kernel}" if hardware.has_efficiency(f"attention_{kernel}") else "attention"
-    bwd = next((t for t in (f"attention_bwd_{kernel}", "attention_bwd") if hardware.has_efficiency(t)), "attention")
-    return fwd, bwd
-
-
 def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool = False, tp=1, cp=1, ep=1,
                    micro_batch_size=1, sequence_parallel: bool = False, cp_algorithm: str = "ring",
                    roofline: bool = True, core_attention_only: bool = False) -> list[OpTime]:
@@ -353,24 +321,12 @@ def _per_stage(t: np.ndarray, W: np.ndarray) -> np.ndarray:
 
 # ---- per-block basis times ------------------------------------------------------------------------
 def _unique_layouts(values):
-    """Distinct combinations of the numeric layout fields: (unique columns, inverse index, batch shape).
-
-    A sweep repeats few distinct (tp, cp, ep, micro_batch_size) tuples many times (they differ in dp,
-    schedule, ...); evaluating each distinct tuple once and gathering is exact and much faster.
-    """
+    """Distinct combinations of the numeric layout fields: (unique columns, inverse index, batch shape);
+    a sweep repeats few distinct (tp, cp, ep, micro_batch_size) tuples (dedup.distinct_rows)."""
     arrays = np.broadcast_arrays(*[np.asarray(v) for v in values])
-    shape = arrays[0].shape
     flat = [x.ravel() for x in arrays]
-    code, radix = np.zeros(flat[0].shape, dtype=np.int64), 1
-    for x in flat:
-        u, inv = np.unique(x, return_inverse=True)
-        code, radix = code * len(u) + inv, radix * len(u)
-    if radix >= 2**62:  # too many distinct values to mix into one int64 code: row-wise unique
-        _, first, inverse = np.unique(np.stack(flat, axis=1), axis=0, return_index=True, return_inverse=True)
-    else:
-        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    inverse = inverse.ravel()
-    return [x[first] for x in flat], inverse, shape
+    first, inverse = distinct_rows(*flat)
+    return [x[first] for x in flat], inverse, arrays[0].shape
 
 
 BASIS = ("dense_layer", "moe_layer", "embedding", "head")
@@ -435,34 +391,7 @@ def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, se
     g_ops, g_w = per_mode[modes[0]][0][1], per_mode[modes[0]][0][2]  # the GEMMs: one wgrad kernel per weight GEMM
     weight_gemms = [sum(1 for o, w in zip(g_ops, g_w) if np.any(w[..., c] > 0) and np.any(F._f(o.wgrad_flops) > 0))
                     for c in (BASIS.index("dense_layer"), BASIS.index("moe_layer"))]
-    return {r: launch_bound(np.asarray(a, dtype=float), training.stack, r, weight_gemms) for r, a in acc.items()}
-
-
-def launch_bound(table: np.ndarray, stack, recompute: str, weight_gemms=(0, 0)) -> np.ndarray:
-    """A basis table with each layer pass no shorter than the host takes to issue its kernels.
-
-    The host issues a layer's k_f forward and k_b backward kernels one after another, h seconds each
-    (`Stack.layer_kernels`, `Stack.host_s_per_kernel`); the GPU cannot finish a pass before its last
-    kernel is issued (the CPU-bound vs GPU-bound bound of an eager framework). Of the backward's
-    kernels, k_w = the layer's weight GEMMs (`weight_gemms`: dense, MoE layer) are its weight-gradient
-    ones, which split-backward schedules run as W; the rest are the input-gradient pass B:
-        F' = max(F, k_f·h),  B' = max(B, (k_b − k_w)·h),  W' = max(W, k_w·h),  R' = max(R, k_f·h) (full recompute),
-    for the dense and the MoE layer columns that hold work (the embedding and head are one-off kernels).
-    A GPU-bound layer is unchanged, and a faster W or B never lengthens the other."""
-    kf, kb = stack.layer_kernels
-    h = stack.host_s_per_kernel
-    if h <= 0.0 or (kf == 0 and kb == 0):
-        return table
-    out = table.copy()
-    f, b, w, rc = (BASIS_KEYS.index(k) for k in ("forward_s", "backward_s", "weight_s", "recompute_s"))
-    for col, k_w in zip((BASIS.index("dense_layer"), BASIS.index("moe_layer")), weight_gemms):
-        lay = out[..., col]
-        present = lay[f] > 0.0  # (a dense model's MoE column is empty)
-        k_w = min(k_w, kb)
-        lay[b] = np.where(present, np.maximum(lay[b], (kb - k_w) * h), lay[b])
-        lay[w] = np.where(present, np.maximum(lay[w], k_w * h), lay[w])
-        lay[f] = np.where(present, np.maximum(lay[f], kf * h), lay[f])
-        if recompute == "full":
-            lay[rc] = np.where(lay[rc] > 0.0, np.maximum(lay[rc], kf * h), lay[rc])
-        out[..., col] = lay
-    return out
+    rows = tuple(BASIS_KEYS.index(k) for k in ("forward_s", "backward_s", "weight_s", "recompute_s"))
+    cols = (BASIS.index("dense_layer"), BASIS.index("moe_layer"))
+    return {r: launch_bound(np.asarray(a, dtype=float), training.stack, r, weight_gemms, rows=rows, layer_cols=cols)
+            for r, a in acc.items()}

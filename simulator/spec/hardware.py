@@ -38,6 +38,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import InputError
+from .efficiency import EfficiencyCurve, is_finite_number, curve_problem
 from .presets import check_keys, preset_names, read_toml, resolve
 from .rules import check_count
 
@@ -54,61 +55,6 @@ REQUIRED_EFFICIENCY = ("gemm", "attention", "memory", "nvlink_ring", "network")
 EFFICIENCY_TABLES = ("gemm", "gemm_fp8", "attention", "attention_bwd", "memory", "optimizer", "nvlink_ring", "nvls",
                      "nvlink_p2p", "network")
 _EFFICIENCY_PATTERN = r"nccl_[a-z0-9]+(_[a-z0-9]+)*_(intra|inter)|attention_(?!bw)[a-z0-9]+|attention_bwd_[a-z0-9]+"
-
-
-def _finite(v) -> bool:
-    """True for a number whose float is finite (not nan, inf, or an int beyond the float range)."""
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
-def curve_problem(x, efficiency) -> str:
-    """What is wrong with an efficiency table's `x` and `efficiency` lists as written ('' if nothing): the
-    one statement of its rules (equally long, non-empty; x finite, > 0, strictly increasing; efficiency in
-    (0, 2]), naming the first bad element."""
-    for key, vals in (("x", x), ("efficiency", efficiency)):
-        if not isinstance(vals, (list, tuple)):
-            return f"{key} must be a list of numbers, got {vals!r}"
-        if not vals:
-            return f"{key} must not be empty, got {vals!r}"
-    if len(x) != len(efficiency):
-        return f"x and efficiency must be equally long, got {len(x)} and {len(efficiency)} values"
-    for i, v in enumerate(x):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (_finite(v) and v > 0):
-            return f"x[{i}] must be a finite number > 0, got {v!r}"
-        if i and v <= x[i - 1]:
-            return f"x values must increase strictly, got x[{i}] = {v!r} after x[{i - 1}] = {x[i - 1]!r}"
-    for i, v in enumerate(efficiency):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v <= 2.0:
-            return f"efficiency[{i}] must lie in (0, 2], got {v!r}"
-    return ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class EfficiencyCurve:
-    """A measured/published efficiency table: piecewise linear in log10(x), clamped at the ends."""
-
-    x: tuple[float, ...]
-    efficiency: tuple[float, ...]
-    x_unit: str
-    source: str
-
-    def __post_init__(self):
-        problem = curve_problem(self.x, self.efficiency)
-        if problem:
-            raise InputError(f"efficiency curve: {problem}")
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(x, efficiency) as float arrays."""
-        return np.asarray(self.x, dtype=float), np.asarray(self.efficiency, dtype=float)
-
-    def __call__(self, x) -> np.ndarray:
-        """Efficiency at `x` (array-like, > 0): `np.interp(log10 x, log10 xs, effs)`, clamped."""
-        xs, es = self.arrays()
-        xa = np.asarray(x, dtype=float)
-        return np.interp(np.log10(np.maximum(xa, 1e-300)), np.log10(xs), es)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,7 +211,7 @@ _PROV_OPT = ("device", "versions", "date", "protocol", "source", "notes", "host"
 def check_number(value, what: str, rule: str = POSITIVE, factor: float = 1.0) -> float:
     """`value` times `factor` (its unit in SI) if `value` meets `rule` (POSITIVE or NONNEGATIVE) and the
     product is finite, else InputError naming `what` and the value as written."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not _finite(value) \
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not is_finite_number(value) \
             or not (value > 0 if rule == POSITIVE else value >= 0):
         raise InputError(f"{what} must be {rule}, got {value!r}")
     if not math.isfinite(v := float(value) * factor):

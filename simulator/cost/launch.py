@@ -1,0 +1,37 @@
+"""The host side of an eager framework: a layer pass cannot end before its kernels are issued (split from
+compute.py; the kernel counts and host time per kernel are the software stack's, spec/stack.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def launch_bound(table: np.ndarray, stack, recompute: str, weight_gemms, *, rows: tuple[int, int, int, int],
+                 layer_cols: tuple[int, int]) -> np.ndarray:
+    """A basis table with each layer pass no shorter than the host takes to issue its kernels.
+
+    The host issues a layer's k_f forward and k_b backward kernels one after another, h seconds each
+    (`Stack.layer_kernels`, `Stack.host_s_per_kernel`); the GPU cannot finish a pass before its last
+    kernel is issued (the CPU-bound vs GPU-bound bound of an eager framework). Of the backward's
+    kernels, k_w = the layer's weight GEMMs (`weight_gemms`: dense, MoE layer) are its weight-gradient
+    ones, which split-backward schedules run as W; the rest are the input-gradient pass B:
+        F' = max(F, k_f·h),  B' = max(B, (k_b − k_w)·h),  W' = max(W, k_w·h),  R' = max(R, k_f·h) (full recompute),
+    for the dense and the MoE layer columns that hold work (the embedding and head are one-off kernels).
+    A GPU-bound layer is unchanged, and a faster W or B never lengthens the other. `rows`: the table's F,
+    B, W and recompute-time rows; `layer_cols`: its dense- and MoE-layer columns (compute.py's basis)."""
+    kf, kb = stack.layer_kernels
+    h = stack.host_s_per_kernel
+    if h <= 0.0 or (kf == 0 and kb == 0):
+        return table
+    out = table.copy()
+    f, b, w, rc = rows
+    for col, k_w in zip(layer_cols, weight_gemms):
+        lay = out[..., col]
+        present = lay[f] > 0.0  # (a dense model's MoE column is empty)
+        k_w = min(k_w, kb)
+        lay[b] = np.where(present, np.maximum(lay[b], (kb - k_w) * h), lay[b])
+        lay[w] = np.where(present, np.maximum(lay[w], k_w * h), lay[w])
+        lay[f] = np.where(present, np.maximum(lay[f], kf * h), lay[f])
+        if recompute == "full":
+            lay[rc] = np.where(lay[rc] > 0.0, np.maximum(lay[rc], kf * h), lay[rc])
+        out[..., col] = lay
+    return out

@@ -1,0 +1,66 @@
+"""Efficiency tables of a hardware profile: a measured or published curve, piecewise linear in log10(x)
+(`EfficiencyCurve`), and the one statement of a table's rules (`curve_problem`). Split from hardware.py."""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+
+
+def is_finite_number(v) -> bool:
+    """True for a number whose float is finite (not nan, inf, or an int beyond the float range)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def curve_problem(x, efficiency) -> str:
+    """What is wrong with an efficiency table's `x` and `efficiency` lists as written ('' if nothing): the
+    one statement of its rules (equally long, non-empty; x finite, > 0, strictly increasing; efficiency in
+    (0, 2]), naming the first bad element."""
+    for key, vals in (("x", x), ("efficiency", efficiency)):
+        if not isinstance(vals, (list, tuple)):
+            return f"{key} must be a list of numbers, got {vals!r}"
+        if not vals:
+            return f"{key} must not be empty, got {vals!r}"
+    if len(x) != len(efficiency):
+        return f"x and efficiency must be equally long, got {len(x)} and {len(efficiency)} values"
+    for i, v in enumerate(x):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (is_finite_number(v) and v > 0):
+            return f"x[{i}] must be a finite number > 0, got {v!r}"
+        if i and v <= x[i - 1]:
+            return f"x values must increase strictly, got x[{i}] = {v!r} after x[{i - 1}] = {x[i - 1]!r}"
+    for i, v in enumerate(efficiency):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v <= 2.0:
+            return f"efficiency[{i}] must lie in (0, 2], got {v!r}"
+    return ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EfficiencyCurve:
+    """A measured/published efficiency table: piecewise linear in log10(x), clamped at the ends."""
+
+    x: tuple[float, ...]
+    efficiency: tuple[float, ...]
+    x_unit: str
+    source: str
+
+    def __post_init__(self):
+        problem = curve_problem(self.x, self.efficiency)
+        if problem:
+            raise InputError(f"efficiency curve: {problem}")
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(x, efficiency) as float arrays."""
+        return np.asarray(self.x, dtype=float), np.asarray(self.efficiency, dtype=float)
+
+    def __call__(self, x) -> np.ndarray:
+        """Efficiency at `x` (array-like, > 0): `np.interp(log10 x, log10 xs, effs)`, clamped."""
+        xs, es = self.arrays()
+        xa = np.asarray(x, dtype=float)
+        return np.interp(np.log10(np.maximum(xa, 1e-300)), np.log10(xs), es)
