@@ -268,3 +268,11 @@ def test_a_small_per_gpu_attention_runs_at_its_occupancy():
     assert small.forward_s == pytest.approx(free.forward_s / occ)
     big = _attention(tr, hw, micro_batch_size=8)  # 8 x 32 heads x 32 tiles = 8192 blocks: full waves
     assert big.forward_s == pytest.approx(_attention(tr, replace(hw, sm_count=0), micro_batch_size=8).forward_s)
+
+
+@pytest.mark.parametrize("value, needle", [("8,8,x", "--layers-per-stage must be comma-separated whole numbers"),
+                                           ("16,16", "layers_per_stage")])
+def test_cli_layers_per_stage_bad_values_are_one_line(value, needle, capsys):
+    code, out, err = _cli(["estimate", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8", "--pp", "4",
+                           "--seq", "4096", "--global-batch", "64", "--layers-per-stage", value], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error:") and needle in err
