@@ -1,7 +1,46 @@
-"""Test-session settings: the schedule-shape cache (simulator/pipeline/cache.py) goes to a folder of
-this session, so tests neither read a cache left by other runs nor fill the user's."""
+"""Test-session settings and the shared-data lookup.
+
+- The schedule-shape cache (simulator/pipeline/cache.py) goes to a folder of this session, so tests
+  neither read a cache left by other runs nor fill the user's.
+- `shared_data` (a fixture): the path of a measured-data file in the project's shared/data folder
+  beside the checkout (published_runs.csv, collectives.csv, ...). Without it the tests that need it
+  skip, so the package can be tested alone; in CI (PARASIM_REQUIRE_SHARED=1, set by .ci/run) a missing
+  file fails them instead, so that checks against measurements cannot silently stop running."""
 import os
 import tempfile
+from pathlib import Path
+
+import pytest
 
 os.environ["PARASIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="parasim-test-cache-")
 os.environ.pop("PARASIM_NO_CACHE", None)
+
+REQUIRE_SHARED_ENV = "PARASIM_REQUIRE_SHARED"
+
+
+def find_shared(name: str, start: Path = Path(__file__).resolve().parent) -> Path | None:
+    """The first `<folder>/shared/data/<name>` that is a file, for `start` and each folder above it
+    (the checkout sits beside shared/), or None."""
+    for base in (start, *start.parents):
+        p = base / "shared" / "data" / name
+        if p.is_file():
+            return p
+    return None
+
+
+def require_shared(name: str, start: Path = Path(__file__).resolve().parent) -> Path:
+    """The path `find_shared` gives; when there is none, the calling test skips, or fails when the
+    environment variable PARASIM_REQUIRE_SHARED is 1 (CI: the data must be there)."""
+    p = find_shared(name, start)
+    if p is not None:
+        return p
+    why = f"shared/data/{name} not found beside the checkout (searched from {start})"
+    if os.environ.get(REQUIRE_SHARED_ENV) == "1":
+        pytest.fail(f"{why}; {REQUIRE_SHARED_ENV}=1 requires it", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def shared_data():
+    """`require_shared` (name[, start]) -> Path: a shared/data file, or skip/fail as it documents."""
+    return require_shared

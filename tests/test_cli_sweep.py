@@ -122,6 +122,37 @@ def test_plot_bubble_and_timeline(tmp_path, capsys):
     assert (tmp_path / "t.svg").read_text().lstrip().startswith("<?xml")
 
 
+def _plotted_bubble(args, tmp_path, capsys, monkeypatch):
+    """{schedule label: bubble % per point} and the caption of the figure `parasim plot bubble` saves."""
+    import simulator.report.sweep_plots as sp
+
+    figs = []
+    monkeypatch.setattr(sp, "save_figure", lambda fig, out: figs.append(fig))
+    code, _, err = run(["plot", "bubble", *args, "--out", str(tmp_path / "b.png")], capsys)
+    assert code == 0, err
+    (fig,) = figs
+    lines = {ln.get_label(): ln.get_ydata() for ln in fig.axes[0].lines}
+    return lines, " ".join(t.get_text() for t in fig.texts)
+
+
+README_BUBBLE = ["--pp", "8", "--microbatches", "8,16,32,64", "--schedules", "1f1b,interleaved,zb-h1"]
+
+
+def test_plot_bubble_without_w_shows_what_zero_bubble_buys(tmp_path, capsys, monkeypatch):
+    # docs/sweep.md's arguments, no --weight: backward 2 split into B = W = 1 (Qi et al. 2024), so
+    # zb-h1 fills part of 1f1b's bubble: (p-1)(F+B-W) vs (p-1)(F+B+W), a third (formulas.md §5.2)
+    lines, caption = _plotted_bubble(README_BUBBLE, tmp_path, capsys, monkeypatch)
+    assert (lines["zb-h1"] < lines["1f1b"]).all()
+    assert lines["zb-h1"][0] == pytest.approx(100 * 7 / (7 + 3 * 8), rel=1e-12)  # (p-1)F / (that + m(F+B+W))
+    assert "B = 1, W = 1" in caption and "no W given" in caption and "Qi et al. 2024" in caption
+
+
+def test_plot_bubble_explicit_w_wins(tmp_path, capsys, monkeypatch):
+    lines, caption = _plotted_bubble([*README_BUBBLE, "--weight", "0"], tmp_path, capsys, monkeypatch)
+    assert lines["zb-h1"] == pytest.approx(lines["1f1b"], rel=1e-12)  # W = 0: nothing to fill the bubble with
+    assert "B = 2, W = 0" in caption and "W as given" in caption
+
+
 def test_plot_missing_results_file_exits_2(tmp_path, capsys):
     code, _, err = run(["plot", "mfu", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "m.png")], capsys)
     assert code == 2 and "nope.csv" in err

@@ -9,8 +9,6 @@ from simulator.cost import collectives as C
 from simulator.spec.hardware import hardware_from_dict, load_hardware
 from simulator.spec.presets import read_toml, resolve
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "collectives.csv"
-
 
 def flat_profile(alpha_s=5e-6, nvlink_gb=100.0, nic_gbit=400):
     """dgx-h100 with every efficiency = 1 so closed forms apply exactly."""
@@ -112,13 +110,12 @@ def test_oversubscribed_spine_slows_cross_leaf_traffic():
 
 # ---- measured data: the rows never used to set a number (benchmarks/collectives_error.py) ----
 @pytest.fixture(scope="module")
-def measured():
-    if not DATA.is_file():
-        pytest.skip("shared measured data not present")
+def measured(shared_data):
+    data = shared_data("collectives.csv")  # skip or fail without it: conftest
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import collectives_error as ce
-    return ce.load_rows(DATA)
+    return ce.load_rows(data)
 
 
 def test_large_messages_match_held_out_measurements(measured):

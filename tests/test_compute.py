@@ -5,7 +5,6 @@ arithmetic), the Zero Bubble paper's per-layer F/B/W FLOP counts (Qi et al. 2024
 §5.2), the profiled TF/TB/TW of the ZB paper (Table 9, A100) and torchtitan's measured throughput
 (shared data published_runs.csv), with stated tolerances.
 """
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -343,15 +342,6 @@ def test_bad_inputs_raise_input_error():
 
 
 # ---- against measurements (shipped profiles, published data) -----------------------------------------
-def _published_runs():
-    for base in Path(__file__).resolve().parents:
-        for root in (base, base.parent):
-            p = root / "shared" / "data" / "published_runs.csv"
-            if p.exists():
-                return p
-    return None
-
-
 def _a100():
     try:
         return load_hardware("dgx-a100-80g")
@@ -389,11 +379,9 @@ def test_stage_times_against_zero_bubble_profiled_times(name, h, a, L, pp, b, me
     assert np.all((0.5 <= ratio[:2]) & (ratio[:2] <= 1.1)), ratio
 
 
-def test_compute_only_throughput_bounds_torchtitan_measurements():
+def test_compute_only_throughput_bounds_torchtitan_measurements(shared_data):
     pd = pytest.importorskip("pandas")
-    path = _published_runs()
-    if path is None:
-        pytest.skip("shared/data/published_runs.csv not found")
+    path = shared_data("published_runs.csv")
     hw = _a100()
     runs = pd.read_csv(path)
     rows = runs[runs.source_id == "TORCHTITAN_A100"]

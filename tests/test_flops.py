@@ -8,7 +8,6 @@
   weight gradient (W) by running the backward once with trainable and once with frozen weights.
 - Published MFU figures (mosaicml/llm-foundry benchmark table, shared data published_runs.csv).
 """
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,22 +188,9 @@ def test_bad_inputs_raise_input_error():
 
 
 # ---- MFU against published numbers ------------------------------------------------------------------
-def _published_runs():
-    for base in Path(__file__).resolve().parents:
-        p = base / "shared" / "data" / "published_runs.csv"
-        if p.exists():
-            return p
-        p = base.parent / "shared" / "data" / "published_runs.csv"
-        if p.exists():
-            return p
-    return None
-
-
-def test_mfu_reproduces_llm_foundry_table_for_short_sequences():
+def test_mfu_reproduces_llm_foundry_table_for_short_sequences(shared_data):
     pd = pytest.importorskip("pandas")
-    path = _published_runs()
-    if path is None:
-        pytest.skip("shared/data/published_runs.csv not found")
+    path = shared_data("published_runs.csv")
     runs = pd.read_csv(path)
     rows = runs[(runs.source_id == "LLMFOUNDRY") & (runs.gpu_type == "A100-SXM4-80GB")
                 & runs.precision.str.contains("bf16")

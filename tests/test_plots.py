@@ -91,6 +91,18 @@ def test_bubble_chart_plots_the_engine_table():
     assert (zb < one.bubble_fraction.to_numpy()).all()
 
 
+def test_bubble_table_without_w_splits_the_backward_b_equal_w():
+    from simulator.report.bubble import split_backward
+
+    assert split_backward(2.0) == (1.0, 1.0, True) and split_backward(2.0, 0.0) == (2.0, 0.0, False)
+    t = bubble_vs_microbatches(["1f1b", "zb-h1"], pp=4, microbatches=[8], forward_s=1, backward_s=2)
+    given = bubble_vs_microbatches(["1f1b", "zb-h1"], pp=4, microbatches=[8], forward_s=1, backward_s=1,
+                                   weight_s=1)
+    cols = ["bubble_fraction", "makespan_s", "backward_s", "weight_s"]
+    np.testing.assert_allclose(t[cols].to_numpy(float), given[cols].to_numpy(float), rtol=1e-12)
+    assert t.w_split.all() and not given.w_split.any()
+
+
 @pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<?xml")])
 def test_save_figure_writes_png_and_svg(tmp_path, suffix, magic):
     p = tmp_path / f"c{suffix}"

@@ -93,15 +93,28 @@ def plot_memory(results, top, all_rows, out, title):
     click.echo(f"wrote {out}")
 
 
-def _schedule_times(fn):
+def _schedule_times(fn, *, split_w: bool = False):
+    """The --forward/--backward/--weight/--p2p options. `split_w`: --weight has no default, and without it
+    --backward is the whole backward, split into B and W (report.bubble.split_backward: B = W, Qi et al.
+    2024), so that the bubble chart shows what zero-bubble schedules buy; otherwise W defaults to 0."""
     fn = click.option("--p2p", type=float, default=0.0, show_default=True, help="p2p time between stages, s")(fn)
-    fn = click.option("--weight", type=float, default=0.0, show_default=True,
-                      help="W (weight-gradient) time per microbatch per rank, s")(fn)
-    fn = click.option("--backward", type=float, default=2.0, show_default=True,
-                      help="B (input-gradient) time per microbatch per rank, s")(fn)
+    if split_w:
+        fn = click.option("--weight", type=float, default=None,
+                          help="W (weight-gradient) time per microbatch per rank, s; default: half of --backward "
+                               "(B = W, Zero Bubble paper, Qi et al. 2024)")(fn)
+        back_help = "backward time per microbatch per rank, s: B + W without --weight, B (input-gradient) with it"
+    else:
+        fn = click.option("--weight", type=float, default=0.0, show_default=True,
+                          help="W (weight-gradient) time per microbatch per rank, s")(fn)
+        back_help = "B (input-gradient) time per microbatch per rank, s"
+    fn = click.option("--backward", type=float, default=2.0, show_default=True, help=back_help)(fn)
     fn = click.option("--forward", type=float, default=1.0, show_default=True,
                       help="F time per microbatch per rank, s")(fn)
     return fn
+
+
+def _bubble_times(fn):
+    return _schedule_times(fn, split_w=True)
 
 
 def _check_times(**kw):
@@ -118,16 +131,17 @@ def _check_times(**kw):
 @click.option("--schedules", default="gpipe,1f1b,interleaved,zb-h1,zb-h2", show_default=True,
               help="comma list of schedules")
 @click.option("--vpp", type=int, default=2, show_default=True, help="chunks per rank for interleaved")
-@_schedule_times
+@_bubble_times
 @_out_option
 @_title_option
 def plot_bubble(pp, microbatches, schedules, vpp, forward, backward, weight, p2p, out, title):
-    """Bubble fraction vs microbatches per schedule, each point replayed on the pipeline engine."""
+    """Bubble fraction vs microbatches per schedule, each point replayed on the pipeline engine. Without
+    --weight the backward is split B = W (Zero Bubble paper), as the chart's caption says."""
     from ..report.sweep_plots import bubble_chart, save_figure
     from ..report.bubble import bubble_vs_microbatches
 
     _check_out(out)
-    _check_times(forward=forward, backward=backward, weight=weight, p2p=p2p)
+    _check_times(forward=forward, backward=backward, p2p=p2p, **({} if weight is None else {"weight": weight}))
     if pp < 1:
         raise InputError(f"--pp must be >= 1, got {pp}")
     names = [s.strip().lower() for s in schedules.split(",") if s.strip()]

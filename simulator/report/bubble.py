@@ -11,6 +11,11 @@ Size bounds of one replay (`check_replay_size`, applied by `replay_rank_share`, 
 - pp <= MAX_PP = 4096. The replay also takes steps per rank and per dependency level: at 2**20 pairs
   1f1b takes 1.5 s with pp 4096, 9 s with pp 16384 and over a minute with pp 65536. A pipeline stage
   holds at least one layer, and models have hundreds of layers, not thousands.
+
+Backward split (`split_backward`, used by `bubble_vs_microbatches`, hence `parasim plot bubble`): when no
+weight-gradient time W is given, the backward is split into B and W in the ratio of the Zero Bubble paper,
+so that zero-bubble schedules have the W they fill bubbles with (with W = 0 zb-h1 replays exactly as
+1f1b). An explicit W, 0 included, is used as given.
 """
 from __future__ import annotations
 
@@ -23,6 +28,13 @@ from ..errors import InputError
 
 MAX_STAGE_MICROBATCHES = 2**20
 MAX_PP = 4096
+# W's share of a transformer layer's backward when none is given: Qi et al. 2024, Zero Bubble Pipeline
+# Parallelism (ICLR 2024, arXiv 2401.10241), Table 1: the backward's GEMMs split into input-gradient (B)
+# and weight-gradient (W) halves of equal FLOPs, 24·b·s·h² each (B also has the attention-score terms,
+# 8·b·s²·h, which W lacks), and §2 analyses the handcrafted schedules with T_F = T_B = T_W. An
+# idealisation: the paper's profiled A100 times (Table 9) have W at 0.5-0.75 of B.
+DEFAULT_W_SHARE = 0.5
+W_SPLIT_SOURCE = "Qi et al. 2024"
 
 
 def check_replay_size(name: str, *, pp, microbatches, vpp=None) -> None:
@@ -66,16 +78,30 @@ def replay_rank_share(name: str, *, pp: int, microbatches: int, vpp: int | None 
                        p2p_s=p2p_s)
 
 
+def split_backward(backward_s: float, weight_s: float | None = None) -> tuple[float, float, bool]:
+    """(B, W, split) per microbatch. `weight_s` given: B = `backward_s` (the input-gradient part) and
+    W = `weight_s`, as given. None: `backward_s` is the whole backward and is split, W = DEFAULT_W_SHARE
+    of it (Qi et al. 2024: B = W), so schedules that do not split the backward replay the same B + W."""
+    if weight_s is not None:
+        return float(backward_s), float(weight_s), False
+    w = DEFAULT_W_SHARE * float(backward_s)
+    return float(backward_s) - w, w, True
+
+
 def bubble_vs_microbatches(schedules: Iterable[str], *, pp: int, microbatches: Iterable[int], vpp: int = 2,
-                           forward_s: float = 1.0, backward_s: float = 2.0, weight_s: float = 0.0,
+                           forward_s: float = 1.0, backward_s: float = 2.0, weight_s: float | None = None,
                            p2p_s: float = 0.0) -> pd.DataFrame:
     """Bubble fraction (1 − busy / (ranks × makespan)) of each schedule for each microbatch count,
     replayed on the pipeline engine (not a closed form). Times are per microbatch for one rank's
-    whole share of the model, split evenly over its chunks (as `parasim schedule` does); `vpp`
-    applies to 'interleaved'. Combinations a schedule cannot run (e.g. dualpipe with m < 2·pp)
-    are left out. Columns: schedule, pp, vpp, microbatches, bubble_fraction, makespan_s."""
+    whole share of the model, split evenly over its chunks (as `parasim schedule` does); `weight_s`
+    None splits `backward_s` into B and W (`split_backward`), so zero-bubble schedules show what they
+    buy; `vpp` applies to 'interleaved'. Combinations a schedule cannot run (e.g. dualpipe with
+    m < 2·pp) are left out. Columns: schedule, pp, vpp, microbatches, bubble_fraction, makespan_s, and
+    the times replayed: forward_s, backward_s (B), weight_s (W), w_split (True: W from the default split)."""
     from ..schedules import FAMILIES, family
 
+    backward_s, weight_s, w_split = split_backward(backward_s, weight_s)
+    times = {"forward_s": float(forward_s), "backward_s": backward_s, "weight_s": weight_s, "w_split": w_split}
     rows = []
     microbatches = list(microbatches)
     for name in schedules:
@@ -91,5 +117,6 @@ def bubble_vs_microbatches(schedules: Iterable[str], *, pp: int, microbatches: I
             except InputError:
                 continue
             rows.append({"schedule": key, "pp": int(pp), "vpp": int(sch.chunks_per_rank), "microbatches": int(m),
-                         "bubble_fraction": float(tl.bubble_fraction), "makespan_s": float(tl.makespan_s)})
-    return pd.DataFrame(rows, columns=["schedule", "pp", "vpp", "microbatches", "bubble_fraction", "makespan_s"])
+                         "bubble_fraction": float(tl.bubble_fraction), "makespan_s": float(tl.makespan_s), **times})
+    return pd.DataFrame(rows, columns=["schedule", "pp", "vpp", "microbatches", "bubble_fraction", "makespan_s",
+                                       *times])

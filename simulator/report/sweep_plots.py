@@ -115,9 +115,24 @@ def pareto_chart(df: pd.DataFrame, *, title: str | None = None, annotate: int = 
     return fig
 
 
+def bubble_times_caption(table: pd.DataFrame) -> str | None:
+    """The F, B, W per microbatch the bubble table was replayed with, and where W came from (the default
+    B = W split of the Zero Bubble paper, or as given), for the bubble chart's caption: the zero-bubble
+    curves depend on W. None for a table without the time columns."""
+    if not len(table) or not {"forward_s", "backward_s", "weight_s"} <= set(table):
+        return None
+    r = table.iloc[0]
+    times = f"F = {r.forward_s:.3g}, B = {r.backward_s:.3g}, W = {r.weight_s:.3g} s per microbatch per rank"
+    if bool(r.get("w_split", False)):
+        from .bubble import W_SPLIT_SOURCE
+
+        return f"{times}; no W given: the backward is split B = W ({W_SPLIT_SOURCE}, Zero Bubble)"
+    return f"{times} (W as given{'; W = 0 leaves zero-bubble schedules nothing to fill bubbles with' if r.weight_s == 0 else ''})"
+
+
 def bubble_chart(table: pd.DataFrame, *, title: str | None = None):
     """Bubble fraction against microbatches per step, one line per schedule (from
-    `sweep.bubble_vs_microbatches`)."""
+    `report.bubble.bubble_vs_microbatches`), captioned with the F, B, W it was replayed with."""
     _need(table, ["schedule", "microbatches", "bubble_fraction"], "the bubble chart")
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     markers = "osD^vP*X"
@@ -140,7 +155,10 @@ def bubble_chart(table: pd.DataFrame, *, title: str | None = None):
     ax.legend(fontsize=8)
     pp = f" (pp={int(table['pp'].iloc[0])})" if "pp" in table and len(table) else ""
     ax.set_title(title or f"Pipeline bubble vs microbatches{pp}")
-    fig.tight_layout()
+    caption = bubble_times_caption(table)
+    if caption:
+        fig.text(0.01, 0.01, caption, fontsize=7, ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.04 if caption else 0, 1, 1))
     return fig
 
 
