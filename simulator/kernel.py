@@ -12,8 +12,13 @@ Composition (formulas.md §7.4, made concrete):
      excess is exposed. Ulysses all-to-all: exposed.
    - EP dispatch/combine all-to-all: exposed, except `ep_overlap` of it (default 1 for dualpipe /
      dualpipev, whose F&B pairs hide it — DeepSeek-V3 §3.2.1 — else 0).
-   - ZeRO-3/FSDP parameter all-gathers (forward and backward) and gradient reduce-scatters per
-     microbatch: prefetched under the same pass; only the excess over the pass is exposed.
+   - ZeRO-3/FSDP parameter all-gathers (forward and backward) and gradient reduce-scatters, one
+     collective per FSDP unit (a layer by default), replayed beside the compute on a communication
+     stream with the stack's prefetch depth, reshard-after-forward and reduce policy (cost/fsdp.py):
+     the first gather and the last reduce of a pass are exposed, and the excess of each unit's
+     collectives over its compute; collectives the stack runs once per step (reduce-scatter with
+     gradient sync off until the last micro-batch, gathers of parameters kept unsharded across a
+     pipelined step) are exposed once, in the tail.
    The exposed parts are added to F and B.
 3. The pipeline: the schedule's op order replayed on those durations with the PP p2p time per
    boundary (pipeline.makespan_multi: the engine's exact fast path, all schedule shapes in one
@@ -58,7 +63,7 @@ from .cost.compute import BASIS_KEYS, layer_basis_times_by_mode, mfu_peak_flops
 from .cost.flops import step_flops
 from .dedup import categories, distinct_rows, factorize, gather_rows, once_per_distinct
 from .frames import text_column
-from .kernel_comm import _dp_tail_traffic, _layer_comm, _optimizer_times, _zero3_gather_times
+from .kernel_comm import _dp_tail_traffic, _layer_comm, _optimizer_times, _zero3_exposure
 from .kernel_pipeline import family_column, inflight_per_rank, pipeline_times
 from .memory.breakdown import stage_memory_arrays
 from .memory.result import host_verdict, infeasibility_reasons
@@ -264,30 +269,6 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
 evaluate_layouts.array_fields = True  # sweep.evaluate_candidates: every layout field may be an array
 
 
-def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_inv, cols3, r3, n):
-    """The ZeRO-3/FSDP per-microbatch parameter gathers of the rows `r3` (their columns `cols3`): each
-    chunk's share of its rank's parameters is gathered around that chunk's compute, prefetched under it
-    (`zero3_prefetch`: only the excess is exposed). The gather times once per distinct (tp, cp, ep, dp,
-    pipeline shape), the exposure per distinct (base row of `st`, shape). Returns (z3, z3_id): the
-    exposed and hidden times `f`, `b`, `hid_f`, `hid_b` per exposure row, and each of the n rows' exposure
-    row, −1 where its gathers hide entirely and slow nothing (it then times like the other ZeRO stages)."""
-    z3_id = np.full(n, -1)
-    if not len(r3):
-        return None, z3_id
-    (gf, gb), g_inv = once_per_distinct(_zero3_gather_times, cols3, model=model, training=training,
-                                        hardware=hardware, opt=opt, pt=pt, shard_group_size=shard_group_size)
-    pf, p_inv = distinct_rows(b_inv[r3], pt.shape_index[r3])
-    zf, zb, bb = gf[g_inv[pf]], gb[g_inv[pf]], b_inv[r3[pf]]
-    ef, eb = zf, zb
-    if opt.zero3_prefetch:  # prefetched under the chunk's compute: only the excess is exposed
-        f_b, b_b, w_b = (gather_rows(st[k], bb) for k in ("F", "B", "W"))
-        ef, eb = np.maximum(0.0, zf - f_b), np.maximum(0.0, zb - (b_b + w_b))
-    z3 = dict(f=ef, b=eb, hid_f=zf - ef, hid_b=zb - eb)
-    seen = (z3["f"] + z3["b"]).any(axis=1) | (opt.comm_slowdown > 0)
-    z3_id[r3] = np.where(seen[p_inv], p_inv, -1)
-    return z3, z3_id
-
-
 def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last_bwd, t_inv, cols, m) -> np.ndarray:
     """(K, P) the data-parallel tail per rank (its non-expert params over dp·cp, expert params over the
     EDP group): DDP all-reduce / ZeRO reduce-scatter (+ parameter all-gather), the reduce-scatter hidden
@@ -339,8 +320,8 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
                                   training=training, hardware=hardware, opt=opt, cp_algorithm=cp_algorithm, pt=pt,
                                   comm_table=c)
 
-    z3, z3_id = _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_inv,
-                                {k: v[zz == 3] for k, v in cols.items()}, np.flatnonzero(zz == 3), n)
+    z3, z3_id, z3_tail = _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_inv,
+                                         {k: v[zz == 3] for k, v in cols.items()}, np.flatnonzero(zz == 3), n)
 
     # 3. the pipeline, once per distinct set of what it reads: the stage times (b_inv), the shape (schedule,
     # pp, chunks), the ZeRO-3 exposure, the p2p time (c_inv) and the microbatch count
@@ -356,6 +337,8 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     opt_g, g_inv = once_per_distinct(_optimizer_times, {**cols, "sharded": zz >= 1}, model=model, training=training,
                                      hardware=hardware, pt=pt, shard_group_size=shard_group_size)
     opt_s = pt.of_class(gather_rows(opt_g, g_inv))
+    if z3_tail is not None:  # the ZeRO-3 collectives run once per step
+        dp_tail = dp_tail + z3_tail
     tail_rank = np.where(pt.rank_valid, dp_tail + opt_s, -np.inf)
     t_star = np.argmax(tail_rank, axis=1)
     step = makespan + tail_rank[rows, t_star]
@@ -364,6 +347,9 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     exposed = {k: tl["exposed_" + k][t_inv] for k in ("tp", "cp", "ep", "zero3")}
     exposed["pp"] = makespan - tl["makespan0"][t_inv]
     exposed["dp"] = np.asarray(dp_tail)[rows, t_star]
+    if z3_tail is not None:
+        exposed["zero3"] = exposed["zero3"] + z3_tail[rows, t_star]
+        exposed["dp"] = exposed["dp"] - z3_tail[rows, t_star]
     optimizer = opt_s[rows, t_star]
     compute_s = tl["pure"][t_inv] + optimizer
     exposed_comm = sum(exposed.values())

@@ -13,9 +13,10 @@ import numpy as np
 from .cost import collectives as C
 from .cost import comm
 from .cost.compute import layer_op_times
+from .cost.fsdp import backward_pass, forward_pass, unit_count
 from .cost.optimizer import optimizer_params_step_s
 from .cost.topology import group_span
-from .dedup import categories, distinct_rows
+from .dedup import categories, distinct_rows, gather_rows, once_per_distinct
 from .spec.placement import params_per_rank, stage_param_split
 from .spec.rules import shard_degrees
 
@@ -84,20 +85,22 @@ def _class_params(model, pt, shape, tp, ep):
     return params_per_rank(stage_param_split(model, pt.of_shapes(shape).classes), tp=tp, ep=ep)
 
 
-def _zero3_gather_times(model, training, hardware, opt, pt, shard_group_size, *, tp, cp, ep, dp, pp, shape):
-    """ZeRO-3/FSDP parameter all-gather (forward) and its backward gather + gradient reduce-scatter per
-    microbatch and virtual stage, (K, S) each: each chunk's share of its rank's non-expert parameters over
-    the data-parallel (shard) group, 0 on padding."""
+def _zero3_unit_times(model, training, hardware, opt, pt, shard_group_size, *, tp, cp, ep, dp, pp, shape):
+    """ZeRO-3/FSDP per FSDP unit of each virtual stage, (K, S) each: the parameter all-gather time of one
+    unit, its gradient reduce-scatter time (in the stack's reduce dtype) and the stage's unit count
+    (cost/fsdp.py `unit_count`). A stage's share of its rank's non-expert parameters, split evenly over its
+    units, over the data-parallel (shard) group; every unit is its own collective and pays its latency."""
     ptg = pt.of_shapes(shape)
+    stack = training.stack
     ne_cls, _ = _class_params(model, pt, shape, tp, ep)
-    ne_stage = ptg.stage_of_rank(ptg.of_class(ne_cls)) / ptg.chunks[:, None]
-    z = comm.dp_comm(hardware, _col_span(_dp_spans(hardware, opt.placement, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp,
-                                                   shard_group_size=shard_group_size)[0]),
-                     params_per_rank=ne_stage, grad_bytes_per_element=training.grad_bytes,
-                     param_bytes_per_element=training.param_bytes, zero=3, num_microbatches=1, bucket_bytes=None,
-                     replica_span=None)
+    units = unit_count(ptg.layers, stack.fsdp_unit_layers)
+    unit_params = ptg.stage_of_rank(ptg.of_class(ne_cls)) / ptg.chunks[:, None] / units
+    span = _col_span(_dp_spans(hardware, opt.placement, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp,
+                               shard_group_size=shard_group_size)[0])
     live = ptg.stage_valid
-    return np.where(live, z.forward_s, 0.0), np.where(live, z.backward_s, 0.0)
+    g = C.all_gather_s(hardware, unit_params * training.param_bytes, span)
+    r = C.reduce_scatter_s(hardware, unit_params * stack.fsdp_reduce_bytes(training.grad_bytes), span)
+    return np.where(live, g, 0.0), np.where(live, r, 0.0), np.where(live, units, 0.0)
 
 
 def _dp_tail_traffic(model, training, hardware, opt, pt, shard_group_size, span_shard_group, *, tp, cp, ep, dp, pp,
@@ -160,3 +163,47 @@ def _core_attention_s(model, training, hardware, tp, cp, mbs, sequence_parallel,
     n = len(tp)
     return np.broadcast_to(np.reshape(f, (-1,))[:n] if np.size(f) >= n else f, (n,)), \
         np.broadcast_to(np.reshape(b, (-1,))[:n] if np.size(b) >= n else b, (n,))
+
+
+def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_inv, cols3, r3, n):
+    """The ZeRO-3/FSDP collectives of the rows `r3` (their columns `cols3`), per FSDP unit on a
+    communication stream beside the compute (cost/fsdp.py), with the stack's unit size, prefetch depth,
+    reshard-after-forward and reduce policy. Per micro-batch and virtual stage: the forward's all-gathers
+    (every micro-batch, unless pipelined without resharding: then once per step), the backward's
+    all-gathers (when resharded after forward) and reduce-scatters (every micro-batch, or once per step).
+    The once-per-step collectives are exposed like one micro-batch's: after the last backward (the
+    reduction) and before the first forward (the gather). The unit times once per distinct (tp, cp, ep,
+    dp, pipeline shape), the passes once per distinct (base row of `st`, shape). Returns (z3, z3_id):
+    per exposure row the exposed and hidden times per micro-batch `f`, `b`, `hid_f`, `hid_b` (K, S) and
+    the once-per-step exposure `tail` (K, S); each of the n rows' exposure row, −1 where nothing is
+    exposed and nothing slows (it then times like the other ZeRO stages); and the once-per-step exposure
+    per rank (n, P), None when there is none."""
+    z3_id = np.full(n, -1)
+    if not len(r3):
+        return None, z3_id, None
+    (gu, ru, units), g_inv = once_per_distinct(_zero3_unit_times, cols3, model=model, training=training,
+                                               hardware=hardware, opt=opt, pt=pt, shard_group_size=shard_group_size)
+    pf, p_inv = distinct_rows(b_inv[r3], pt.shape_index[r3])
+    g, r, L, bb = gu[g_inv[pf]], ru[g_inv[pf]], units[g_inv[pf]], b_inv[r3[pf]]
+    stack, d = training.stack, training.stack.fsdp_prefetch
+    pp = cols3["pp"][pf]
+    reshard = stack.fsdp_reshards(pp)[:, None]
+    every_rs = stack.fsdp_reduces_every_microbatch(pp)[:, None]
+    every_ag = reshard | (pp <= 1)[:, None]  # kept unsharded across micro-batches only when pipelined
+    f_b, b_b, w_b = (gather_rows(st[k], bb) for k in ("F", "B", "W"))
+    Lc = np.maximum(L, 1.0)
+    cf, cb = f_b / Lc, (b_b + w_b) / Lc
+    ef, hf = forward_pass(cf, np.where(every_ag, g, 0.0), L, d)
+    eb, hb = backward_pass(cb, np.where(reshard, g, 0.0), np.where(every_rs, r, 0.0), L, d)
+    tail = (np.where(every_ag, 0.0, forward_pass(cf, g, L, d)[0])
+            + np.where(every_rs, 0.0, backward_pass(cb, 0.0, r, L, d)[0]))
+    live = L > 0
+    z3 = dict(f=np.where(live, ef, 0.0), b=np.where(live, eb, 0.0), hid_f=np.where(live, hf, 0.0),
+              hid_b=np.where(live, hb, 0.0), tail=np.where(live, tail, 0.0))
+    seen = (z3["f"] + z3["b"]).any(axis=1) | (opt.comm_slowdown > 0)
+    z3_id[r3] = np.where(seen[p_inv], p_inv, -1)
+    tail_rank = None
+    if z3["tail"].any():  # per rank: the sum over the virtual stages it holds
+        tail_rank = np.zeros((n, pt.padded_ranks))
+        tail_rank[r3] = gather_rows(pt.take(r3[pf]).rank_sum(z3["tail"]), p_inv)
+    return z3, z3_id, tail_rank

@@ -15,7 +15,6 @@ class EstimateOptions:
     ep_overlap: float | None = None  # None: 1 for dualpipe/dualpipev, else 0
     grad_reduce_overlap: bool = True  # DP gradient reduction under the last microbatch's backward
     param_gather_overlap: bool = False  # ZeRO-1/2 parameter all-gather under the next forward
-    zero3_prefetch: bool = True  # FSDP/ZeRO-3 all-gathers prefetched under compute
     comm_slowdown: float = 0.0  # overlapped comm slows the compute it hides under by this fraction
     roofline: bool = True  # op time = max(compute, memory) (False: their sum, Calculon's no_overlap)
     pipeline: str = "replay"  # "replay": the engine's fast path; "analytic": closed-form bubbles (faster)

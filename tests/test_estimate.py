@@ -1,5 +1,6 @@
 """estimate: the composition adds up, degenerate layouts give the closed forms, and the CLI contract holds."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from simulator.spec.model import ModelSpec
 from simulator.spec.scenario import load_scenario
 from simulator.spec.presets import preset_names
 from simulator.spec.training import Training
+from simulator.spec.stack import load_stack
 
 H100 = load_hardware("dgx-h100")
 
@@ -91,8 +93,8 @@ def test_more_data_parallel_ranks_shrink_the_step_for_a_fixed_global_batch():
 def test_zero3_all_gathers_hide_under_compute_only_when_prefetching():
     m, t = _small()
     kw = dict(num_gpus=64, pp=1, tp=1, dp=64, zero=3)
-    on = evaluate_layouts(m, t, H100, **kw, options=EstimateOptions(zero3_prefetch=True))
-    off = evaluate_layouts(m, t, H100, **kw, options=EstimateOptions(zero3_prefetch=False))
+    on = evaluate_layouts(m, t, H100, **kw)
+    off = evaluate_layouts(m, replace(t, stack=load_stack("megatron", fsdp_prefetch=0)), H100, **kw)
     assert off.exposed_zero3_s[0] > on.exposed_zero3_s[0] >= 0
 
 

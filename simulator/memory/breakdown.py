@@ -230,7 +230,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     pl = placement if placement is not None else stage_placement(model, pp=pp, vpp=vpp, schedule=schedule,
                                                                  layers_per_stage=layers_per_stage)
     st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero,
-                           shard_group_size=shard_group_size, inference=inference)
+                           shard_group_size=shard_group_size, inference=inference, pp=pp)
     to_rank, width = _rank_gather(rank_class, int(np.shape(pl.layers)[-1]))
     shape = np.broadcast_shapes(*(np.shape(x) for x in (tp, dp, cp, ep, micro_batch_size, num_microbatches)))
     shape = shape + (width,)

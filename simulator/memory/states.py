@@ -61,7 +61,7 @@ def zero_state_bytes_per_param(*, zero: int, shard_degree, param_bytes: float, g
 
 def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlacement, *, tp, dp, cp, ep,
                       zero: int, shard_group_size: int | None = None,
-                      inference: bool = False) -> dict[str, np.ndarray]:
+                      inference: bool = False, pp=1) -> dict[str, np.ndarray]:
     """Weights, gradients, optimizer state (GPU) and host bytes per rank per stage.
 
     Combines `params_per_rank` with `zero_state_bytes_per_param` for the dense (degree d) and expert
@@ -69,7 +69,9 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
     Also returns 'gather' = transient bytes of ZeRO-3/FSDP: the all-gathered weights of the layer being
     computed and of the prefetched next layer plus the unsharded gradient of one layer before its
     reduce-scatter, 2·P·Ψ_layer + G·Ψ_layer (formulas.md §3.2, [derived]; Playbook: prefetch layer n+1
-    during layer n). Shapes (pp,) or (N, pp).
+    during layer n). Where the stack keeps parameters unsharded after forward at this `pp`
+    (Stack.fsdp_reshards: torchtitan with PP, `reshard_after_forward = False`), every gathered layer
+    stays until its backward: P·Ψ_rank + G·Ψ_layer. Shapes (pp,) or (N, pp).
     """
     split = stage_param_split(model, placement)
     dense, expert = params_per_rank(split, tp=tp, ep=ep)
@@ -91,7 +93,10 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
     if z3.any():
         layers = np.maximum(placement.layers, 1)
         per_layer = (dense + expert) / layers * (placement.layers > 0)
-        out["gather"] = (2 * P + G) * per_layer * (z3[..., None] if z3.ndim else 1.0)
+        keep = ~training.stack.fsdp_reshards(pp)
+        keep = keep[..., None] if np.ndim(keep) else keep
+        gather = np.where(keep, P * (dense + expert) + G * per_layer, (2 * P + G) * per_layer)
+        out["gather"] = gather * (z3[..., None] if z3.ndim else 1.0)
     else:
         out["gather"] = zeros
     out["params_count"] = dense + expert

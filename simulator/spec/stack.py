@@ -13,7 +13,12 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
 - `compiled`: torch.compile (or CUDA graphs) fuses the elementwise ops;
 - `kernels_per_layer` (eager) and `compiled_kernels_per_layer`: kernels one transformer layer launches
   in its forward and backward, and `host_s_per_kernel`, the host time to issue one: a layer pass can
-  not finish before its kernels are issued (cost/compute.py `launch_bound_s`).
+  not finish before its kernels are issued (cost/compute.py `launch_bound_s`);
+- `fsdp_*`: how its FSDP / ZeRO-3 runs (cost/fsdp.py): layers per FSDP unit, units prefetched ahead,
+  whether parameters are freed after forward (and so gathered again in backward), the dtype gradients
+  are reduced in, and whether they are reduce-scattered every micro-batch or once per step. Two of them
+  may depend on pipelining ("unless-pipelined", "once-if-pipelined"): torchtitan keeps parameters after
+  forward and torch.distributed.pipelining reduces once when PP is on.
 
 Presets are TOML files in `stacks/` (every number with its source in the file's `[source]` table);
 `load_stack(name_or_path, **overrides)` reads one, `DEFAULT_STACK` is used when none is given.
@@ -22,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
+
+import numpy as np
 
 from ..errors import InputError
 from .presets import check_keys, preset_names, read_toml, resolve
@@ -38,6 +45,9 @@ FP8_RECIPES = ("delayed", "current", "mxfp8")
 #   torch-fp32:     torch.nn.functional.cross_entropy(logits.float()) (torchtitan, Hugging Face Trainer)
 #   fused:          a fused / chunked kernel that never materialises fp32 logits
 CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused")
+RESHARD = ("yes", "no", "unless-pipelined")  # fsdp_reshard_after_forward
+REDUCE = ("every-microbatch", "once", "once-if-pipelined")  # fsdp_reduce: when gradients are reduce-scattered
+REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "grad": None}  # fsdp_reduce_dtype: bytes per element (grad: the gradients')
 DEFAULT_STACK = "megatron"
 
 
@@ -56,11 +66,18 @@ class Stack:
     kernels_per_layer: tuple[int, int] = (0, 0)  # (forward, backward), eager; (0, 0): not launch-bound
     compiled_kernels_per_layer: tuple[int, int] = (0, 0)
     host_s_per_kernel: float = 0.0
+    fsdp_unit_layers: int = 1
+    fsdp_prefetch: int = 1
+    fsdp_reshard_after_forward: str = "yes"
+    fsdp_reduce_dtype: str = "grad"
+    fsdp_reduce: str = "every-microbatch"
     source: tuple = field(default=(), compare=False, repr=False)  # ((key, where its value comes from), ...)
 
     def __post_init__(self):
         for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("cross_entropy", CROSS_ENTROPY),
-                              ("optimizer_impl", OPTIMIZER_IMPLS), ("fp8_recipe", FP8_RECIPES)):
+                              ("optimizer_impl", OPTIMIZER_IMPLS), ("fp8_recipe", FP8_RECIPES),
+                              ("fsdp_reshard_after_forward", RESHARD), ("fsdp_reduce_dtype", tuple(REDUCE_DTYPES)),
+                              ("fsdp_reduce", REDUCE)):
             if getattr(self, name) not in allowed:
                 raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
@@ -77,6 +94,28 @@ class Stack:
         if not isinstance(h, (int, float)) or isinstance(h, bool) or not 0.0 <= h < 1e-2:
             raise InputError(f"stack {self.name!r}: host_us_per_kernel must be in [0, 10000) microseconds, "
                              f"got {h * 1e6 if isinstance(h, (int, float)) else h!r}")
+        for name, lo in (("fsdp_unit_layers", 1), ("fsdp_prefetch", 0)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= 1024:
+                raise InputError(f"stack {self.name!r}: {name} must be an integer in {lo}..1024, got {v!r}")
+
+    def fsdp_reshards(self, pp):
+        """(N,) bool: FSDP frees parameters after forward (and gathers them again in backward) at `pp`."""
+        pp = np.asarray(pp)
+        if self.fsdp_reshard_after_forward == "unless-pipelined":
+            return pp <= 1
+        return np.full(pp.shape, self.fsdp_reshard_after_forward == "yes")
+
+    def fsdp_reduces_every_microbatch(self, pp):
+        """(N,) bool: FSDP reduce-scatters the gradients every micro-batch (else once per step) at `pp`."""
+        pp = np.asarray(pp)
+        if self.fsdp_reduce == "once-if-pipelined":
+            return pp <= 1
+        return np.full(pp.shape, self.fsdp_reduce == "every-microbatch")
+
+    def fsdp_reduce_bytes(self, grad_bytes: int) -> int:
+        """Bytes per element FSDP reduce-scatters the gradients in (`grad`: the gradients' own dtype)."""
+        return REDUCE_DTYPES[self.fsdp_reduce_dtype] or grad_bytes
 
     @property
     def layer_kernels(self) -> tuple[int, int]:

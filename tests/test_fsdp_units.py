@@ -1,0 +1,138 @@
+"""FSDP / ZeRO-3 per unit (cost/fsdp.py and its use in the kernel): the two-stream replay against closed
+forms on uniform units, its invariants on random inputs, and the stack's FSDP policies in the step time."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.cost.fsdp import backward_pass, forward_pass, unit_count
+from simulator.kernel import evaluate_layouts
+from simulator.spec.hardware import load_hardware
+from simulator.spec.load import load_model
+from simulator.spec.stack import load_stack
+from simulator.spec.training import Training
+
+H100 = load_hardware("dgx-h100")
+times = st.floats(min_value=1e-6, max_value=1.0)
+
+
+@given(c=times, g=times, L=st.integers(1, 40), d=st.integers(1, 4))
+def test_forward_with_prefetch_exposes_the_first_gather_and_the_excess_of_each_later_one(c, g, L, d):
+    # uniform units, prefetch >= 1: makespan = g + (L-1)·max(g, c) + c (a two-stage flow shop)
+    exposed, hidden = forward_pass(c, g, L, d)
+    assert exposed == pytest.approx(g + (L - 1) * max(0.0, g - c), rel=1e-9, abs=1e-12)
+    assert exposed + hidden == pytest.approx(L * g, rel=1e-9, abs=1e-12)
+
+
+@given(c=times, g=times, r=times, L=st.integers(1, 40))
+def test_without_prefetch_every_collective_is_exposed(c, g, r, L):
+    assert forward_pass(c, g, L, 0)[0] == pytest.approx(L * g, rel=1e-9)
+    assert backward_pass(c, g, r, L, 0)[0] == pytest.approx(L * (g + r), rel=1e-9)
+
+
+@given(c=times, r=times, L=st.integers(1, 40), d=st.integers(0, 3))
+def test_backward_reduce_scatters_alone_expose_the_last_one_and_the_excess(c, r, L, d):
+    # parameters kept after forward (no backward gathers): RS_j after unit j, one at a time
+    exposed, _ = backward_pass(c, 0.0, r, L, d)
+    assert exposed == pytest.approx(r + (L - 1) * max(0.0, r - c), rel=1e-9, abs=1e-12)
+
+
+@given(c=times, frac_g=st.floats(0.0, 0.5), frac_r=st.floats(0.0, 0.5), L=st.integers(1, 40))
+def test_backward_hides_all_but_the_first_gather_and_last_reduce_when_compute_dominates(c, frac_g, frac_r, L):
+    g, r = frac_g * c, frac_r * c  # g + r <= c
+    assert backward_pass(c, g, r, L, 1)[0] == pytest.approx(g + r, rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=300)
+@given(c=times, g=times, r=times, L=st.integers(1, 30), d=st.integers(0, 5))
+def test_exposed_is_between_the_unhideable_part_and_everything(c, g, r, L, d):
+    ef, hf = forward_pass(c, g, L, d)
+    eb, hb = backward_pass(c, g, r, L, d)
+    eps = 1e-12 * L * (c + g + r)  # rounding of makespan − L·c
+    assert g - eps <= ef <= L * g + eps  # the first gather can never hide
+    assert max(g, r) - eps <= eb <= L * (g + r) + eps
+    assert hf >= 0 and hb >= 0
+    # prefetching never makes it worse than not prefetching
+    assert ef <= forward_pass(c, g, L, 0)[0] + eps
+    assert eb <= backward_pass(c, g, r, L, 0)[0] + eps
+
+
+def test_vectorised_rows_with_different_unit_counts_match_one_by_one():
+    rng = np.random.default_rng(0)
+    c, g, r = rng.uniform(0.1, 2, (3, 50))
+    L = rng.integers(1, 30, 50)
+    ef, hf = forward_pass(c, g, L, 1)
+    eb, hb = backward_pass(c, g, r, L, 2)
+    for i in range(50):
+        assert ef[i] == forward_pass(c[i], g[i], L[i], 1)[0]
+        assert eb[i] == backward_pass(c[i], g[i], r[i], L[i], 2)[0]
+
+
+def test_unit_count_rounds_up_and_keeps_one_unit_for_an_embedding_only_stage():
+    assert unit_count(np.array([32, 31, 0]), 2).tolist() == [16, 16, 1]
+
+
+def _z3(stack, **kw):
+    m = load_model("llama3-8b")
+    t = Training(seq_length=4096, global_batch_size=kw.pop("gbs", 512), stack=stack)
+    return evaluate_layouts(m, t, H100, **{"num_gpus": 256, "dp": 256, "zero": 3, **kw})
+
+
+def test_per_layer_collectives_pay_latency_so_fsdp_exposes_more_with_more_units():
+    one = _z3(load_stack("torchtitan", fsdp_unit_layers=32))  # the whole model one unit: one collective
+    per_layer = _z3(load_stack("torchtitan"))
+    assert per_layer.exposed_zero3_s[0] > 0
+    # one big unit cannot prefetch anything: its gather is entirely exposed
+    assert one.exposed_zero3_s[0] > per_layer.exposed_zero3_s[0]
+
+
+def test_reduce_dtype_fp32_moves_twice_the_bytes_of_bf16():
+    fp32 = _z3(load_stack("torchtitan", fsdp_prefetch=0))
+    bf16 = _z3(load_stack("torchtitan", fsdp_prefetch=0, fsdp_reduce_dtype="bf16"))
+    assert fp32.exposed_zero3_s[0] > bf16.exposed_zero3_s[0]
+
+
+def test_keeping_parameters_after_forward_drops_the_backward_gathers():
+    yes = _z3(load_stack("fsdp", fsdp_prefetch=0))
+    no = _z3(load_stack("fsdp", fsdp_prefetch=0, fsdp_reshard_after_forward="no"))
+    assert no.exposed_zero3_s[0] < yes.exposed_zero3_s[0]
+
+
+def test_reducing_once_per_step_costs_less_than_every_microbatch():
+    every = _z3(load_stack("fsdp", fsdp_prefetch=0), micro_batch_size=1)
+    once = _z3(load_stack("fsdp", fsdp_prefetch=0, fsdp_reduce="once"), micro_batch_size=1)
+    assert every.num_microbatches[0] == 2
+    assert once.exposed_zero3_s[0] < every.exposed_zero3_s[0]
+    # the breakdown still adds up with the once-per-step part in it
+    for df in (every, once):
+        r = df.iloc[0]
+        assert r.step_s == pytest.approx(r.compute_s + r.exposed_comm_s + r.bubble_s, rel=1e-12)
+
+
+def test_torchtitan_keeps_parameters_and_reduces_once_when_pipelined():
+    tt = load_stack("torchtitan")
+    assert tt.fsdp_reshards([1, 4]).tolist() == [True, False]
+    assert tt.fsdp_reduces_every_microbatch([1, 4]).tolist() == [True, False]
+
+
+@pytest.mark.parametrize("key, value", [("fsdp_prefetch", -1), ("fsdp_unit_layers", 0),
+                                        ("fsdp_reshard_after_forward", "maybe"), ("fsdp_reduce", "sometimes"),
+                                        ("fsdp_reduce_dtype", "fp8"), ("fsdp_prefetch", 1.5)])
+def test_bad_fsdp_settings_are_refused_naming_the_key(key, value):
+    from simulator.errors import InputError
+
+    with pytest.raises(InputError, match=key):
+        load_stack("torchtitan", **{key: value})
+
+
+def test_parameters_kept_after_forward_stay_in_memory_until_backward():
+    m = load_model("llama3-8b")
+    kw = dict(num_gpus=64, dp=32, pp=2, zero=3)
+    keep = evaluate_layouts(m, Training(seq_length=4096, global_batch_size=64, stack=load_stack("torchtitan")), H100, **kw)
+    free = evaluate_layouts(m, Training(seq_length=4096, global_batch_size=64,
+                                       stack=load_stack("torchtitan", fsdp_reshard_after_forward="yes")), H100, **kw)
+    # the kept stage holds all of its ~4e9 parameters unsharded in bf16 (~8 GB) instead of two layers
+    extra = keep.peak_bytes[0] - free.peak_bytes[0]
+    assert 6e9 < extra < 9e9
