@@ -102,7 +102,7 @@ BAD = {
     "NaN value": (lambda t: ["memory", _bad(t, SCENARIO.replace("seq_length = 4096", "seq_length = nan"))],
                   "seq_length"),
     "zero degree": (lambda t: ["memory", *FLAGS, "--tp", "0"], "tp"),
-    "negative GPUs": (lambda t: ["memory", *FLAGS, "--gpus", "-64"], "num_gpus"),
+    "negative GPUs": (lambda t: ["memory", *FLAGS, "--gpus", "-64"], "--gpus must be > 0, got -64"),
     "non-divisible heads": (lambda t: ["memory", "--model", "llama3-70b", "--hardware", "dgx-h100", "--gpus", "48",
                                        "--tp", "3", "--seq", "1024", "--global-batch", "16"], "tp(3)"),
     "non-divisible GPUs": (lambda t: ["memory", *FLAGS, "--gpus", "60"], "num_gpus"),

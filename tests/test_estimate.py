@@ -134,7 +134,7 @@ def test_cli_json_follows_the_contract():
     (["--model", "llama3-7b", "--hardware", "dgx-h100", "--gpus", "8", "--seq", "8192", "--global-batch", "64"],
      "unknown model preset 'llama3-7b'"),
     (["--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8", "--seq", "0", "--global-batch", "64"],
-     "seq_length must be > 0"),
+     "--seq must be > 0, got 0"),
     (["nope.toml"], "file not found"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(args, msg, capsys):

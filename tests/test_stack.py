@@ -271,7 +271,7 @@ def test_a_small_per_gpu_attention_runs_at_its_occupancy():
 
 
 @pytest.mark.parametrize("value, needle", [("8,8,x", "--layers-per-stage must be comma-separated whole numbers"),
-                                           ("16,16", "layers_per_stage")])
+                                           ("16,16", "--layers-per-stage has 2 entries")])
 def test_cli_layers_per_stage_bad_values_are_one_line(value, needle, capsys):
     code, out, err = _cli(["estimate", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8", "--pp", "4",
                            "--seq", "4096", "--global-batch", "64", "--layers-per-stage", value], capsys)

@@ -10,6 +10,7 @@ from ..schedules import SCHEDULE_NAMES
 from ..spec.rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE
 from ..spec.scenario import load_scenario
 from ..spec.training import CROSS_ENTROPY, OPTIMIZERS, PRECISIONS, STATE_DTYPES
+from .flagnames import flag_names, given_flags
 
 # (flag, destination keyword of load_scenario, click type, help)
 CROSS_ENTROPY_FLAG = (
@@ -92,9 +93,11 @@ def _int_list(flag: str, text: str) -> tuple[int, ...]:
 
 
 def scenario_from_options(kwargs: dict, *, require_layout: bool = True):
-    """Pop the scenario argument and flags from a command's kwargs and load the Scenario."""
+    """Pop the scenario argument and flags from a command's kwargs and load the Scenario (an error about
+    a flag's value names the flag: `flag_names`)."""
     path = kwargs.pop("scenario", None)
     over = {k: kwargs.pop(k) for k in SCENARIO_KEYS if k in kwargs}
     if over.get("layers_per_stage") is not None:
         over["layers_per_stage"] = _int_list("--layers-per-stage", over["layers_per_stage"])
-    return load_scenario(path, require_layout=require_layout, **over)
+    with flag_names(given_flags(_FLAGS, over)):
+        return load_scenario(path, require_layout=require_layout, **over)

@@ -10,6 +10,7 @@ import click
 
 from ..errors import InputError
 from .common import flags
+from .flagnames import flag_names, given_flags
 
 # scenario flags passed through to load_scenario (not layout fields: those are lists here)
 _SCENARIO_FLAGS = flags("model", "hardware", "stack", "num_gpus", "seq_length", "global_batch_size", "precision",
@@ -62,23 +63,68 @@ def chart_paths(plot: str) -> dict[str, Path]:
             "memory": p.with_name(f"{p.stem}-memory{p.suffix}")}
 
 
-def _fmt_table(df, top: int) -> str:
+def layers_text(row, num_layers: int) -> str:
+    """The layers each pipeline rank holds, as the row gives them: its `layers_per_stage` ("31,32,32,31",
+    the sweep's `spec.placement.uneven_split`) where the split is uneven, a run of 3 or more equal counts
+    written once with its length ("3,4x30,3" for 126 layers on pp 32), else the even count num_layers / pp
+    (the sweep leaves `layers_per_stage` empty only where pp divides the layers)."""
+    split = str(row.get("layers_per_stage", "") or "")
+    if not split:
+        return str(int(num_layers) // int(row["pp"]))
+    runs: list[list] = []
+    for x in split.split(","):
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    return ",".join(f"{x}x{n}" if n >= 3 else ",".join([x] * n) for x, n in runs)
+
+
+def _fmt_table(df, top: int, num_layers: int) -> str:
     from ..report.winner import short_variant
 
     d = df.head(top)
-    head = (f"{'rank':>5} {'label':<24} {'choices':<32} {'tokens/s':>12} {'MFU':>6} {'step s':>9} "
-            f"{'bubble':>7} {'peak GiB':>9}  feasible")
+    layers = [layers_text(r, num_layers) for _, r in d.iterrows()]
+    w = max([len("layers/stage"), *map(len, layers)])
+    head = (f"{'rank':>5} {'label':<24} {'choices':<32} {'layers/stage':<{w}} {'tokens/s':>12} {'MFU':>6} "
+            f"{'step s':>9} {'bubble':>7} {'peak GiB':>9}  feasible")
     lines = [head]
 
     def num(x, spec, width):  # "-" where there is no value (a layout that does not fit is not timed)
         return f"{x:{spec}}" if x == x else f"{'-':>{width}}"
 
-    for _, r in d.iterrows():
+    for (_, r), lay in zip(d.iterrows(), layers):
         bub = r.get("bubble_fraction", float("nan"))
-        lines.append(f"{int(r['rank']):>5} {r['label']:<24} {short_variant(r):<32} {num(r['tokens_per_s'], '>12,.0f', 12)} "
-                     f"{num(r['mfu'], '>6.1%', 6)} {num(r['step_s'], '>9.3f', 9)} {num(bub, '>7.1%', 7)} "
-                     f"{r['peak_bytes'] / 2**30:>9.1f}  {'yes' if r['feasible'] else 'no: ' + str(r['reason'])}")
+        lines.append(f"{int(r['rank']):>5} {r['label']:<24} {short_variant(r):<32} {lay:<{w}} "
+                     f"{num(r['tokens_per_s'], '>12,.0f', 12)} {num(r['mfu'], '>6.1%', 6)} "
+                     f"{num(r['step_s'], '>9.3f', 9)} {num(bub, '>7.1%', 7)} {r['peak_bytes'] / 2**30:>9.1f}  "
+                     f"{'yes' if r['feasible'] else 'no: ' + str(r['reason'])}")
     return "\n".join(lines)
+
+
+def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_infeasible: bool) -> None:
+    """The top `top` rows of the (tidied) table as JSON, CSV, or the text table with a summary line and
+    the winner's explanation."""
+    from ..report.tables import integer_bytes
+    from ..report.winner import explain_winner
+    from ..sweep.enumerate import empty_space_reason
+
+    if fmt == "json":  # (integer_bytes: a byte column with an empty cell is float, its values whole)
+        click.echo(json.dumps(integer_bytes(json.loads(df.head(top).to_json(orient="records"))), indent=2))
+        return
+    if fmt == "csv":
+        click.echo(df.head(top).to_csv(index=False), nl=False)
+        return
+    nfeas = int(df["feasible"].sum()) if len(df) else 0
+    untimed = "" if time_infeasible or nfeas == len(df) else " (only those timed; --time-infeasible times all)"
+    click.echo(f"{sc.name}: {len(df):,} layouts on {sc.num_gpus} GPUs, {nfeas:,} fit{untimed}; "
+               f"{seconds:.2f} s ({len(df) / seconds if seconds > 0 else 0:,.0f} layouts/s)")
+    if len(df) and top:
+        click.echo(_fmt_table(df, top, sc.model.num_layers))
+    empty = "" if len(df) else empty_space_reason(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
+    click.echo(explain_winner(df, empty_reason=empty))
+    if out:
+        click.echo(f"wrote {out}")
 
 
 @click.command("sweep")
@@ -121,21 +167,23 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
           --tp 1,2,4,8 --schedule 1f1b,interleaved,zb-h1 --out r.parquet
     """
     from ..spec.scenario import load_scenario
-    from ..report.winner import explain_winner
+    from ..report.tables import tidy_frame
     from ..sweep import LIST_FIELDS, SweepSpace, run_sweep
-    from ..sweep.enumerate import empty_space_reason
 
     if top < 0:
         raise InputError(f"--top must be >= 0, got {top}")
     over = {dest: kwargs.pop(dest) for _, dest, _, _ in _SCENARIO_FLAGS}
     over["flash_attention"] = kwargs.pop("flash_attention")
     over["compiled"] = kwargs.pop("compiled")
-    sc = load_scenario(scenario, require_layout=False, **over)
+    with flag_names(given_flags(_SCENARIO_FLAGS, over)):  # an error about a flag's value names the flag
+        sc = load_scenario(scenario, require_layout=False, **over)
     space = SweepSpace.from_table(sc.sweep, where=f"[sweep] of {scenario}" if scenario else "[sweep]")
     changes = {k: kwargs.pop(k) for k in list(kwargs) if k in LIST_FIELDS or k.startswith(("max_", "min_"))}
     changes["max_tp_within_node"] = max_tp_within_node
     changes["uneven_layers"] = uneven_layers
-    space = space.replace(**changes)
+    with flag_names(given_flags(_LIST_FLAGS + _INT_FLAGS, changes),
+                    relations={dest: flag for flag, dest, _ in _INT_FLAGS}):
+        space = space.replace(**changes)
     if plot:
         chart_paths(plot)  # check the suffix before the work
     if out:
@@ -145,24 +193,13 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
     if progress is None:
         progress = sys.stderr.isatty()
     t0 = time.perf_counter()
-    df = run_sweep(sc, space, executor=executor, scheduler=scheduler, out=out, chunk_size=chunk_size,
-                   resume=resume, progress=progress, workers=workers, time_infeasible=time_infeasible)
-    dt = time.perf_counter() - t0
+    with flag_names({"chunk_size": "--chunk-size", "workers": "--workers"}):
+        # tidy_frame, once: the --out file, the table, the JSON and the CSV below are the same rows
+        df = run_sweep(sc, space, executor=executor, scheduler=scheduler, out=out, chunk_size=chunk_size,
+                       resume=resume, progress=progress, workers=workers, time_infeasible=time_infeasible,
+                       tidy=tidy_frame)
+    _echo_rows(df, fmt, top, sc, space, seconds=time.perf_counter() - t0, out=out, time_infeasible=time_infeasible)
     nfeas = int(df["feasible"].sum()) if len(df) else 0
-    if fmt == "json":
-        click.echo(json.dumps(json.loads(df.head(top).to_json(orient="records")), indent=2))
-    elif fmt == "csv":
-        click.echo(df.head(top).to_csv(index=False), nl=False)
-    else:
-        untimed = "" if time_infeasible or nfeas == len(df) else " (only those timed; --time-infeasible times all)"
-        click.echo(f"{sc.name}: {len(df):,} layouts on {sc.num_gpus} GPUs, {nfeas:,} fit{untimed}; "
-                   f"{dt:.2f} s ({len(df) / dt if dt > 0 else 0:,.0f} layouts/s)")
-        if len(df) and top:
-            click.echo(_fmt_table(df, top))
-        empty = "" if len(df) else empty_space_reason(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
-        click.echo(explain_winner(df, empty_reason=empty))
-        if out:
-            click.echo(f"wrote {out}")
     if plot and len(df):
         from ..report.sweep_plots import memory_bars, mfu_heatmap, pareto_chart, save_figure
 

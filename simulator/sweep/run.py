@@ -173,7 +173,8 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
               out: str | os.PathLike | None = None, chunk_size: int = 50_000, resume: bool = True,
               progress: bool | Callable[[int], None] = False, evaluator: Callable | None = None,
               keep_parts: bool = False, stop_after_chunks: int | None = None,
-              workers: int | None = None, time_infeasible: bool = False) -> pd.DataFrame:
+              workers: int | None = None, time_infeasible: bool = False,
+              tidy: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> pd.DataFrame:
     """Enumerate, evaluate and rank every layout of `scenario` within `space`.
 
     - `space`: default `SweepSpace.from_table(scenario.sweep)`.
@@ -191,6 +192,8 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
       (tests and demos of resumption).
     - `time_infeasible`: also work out the step time of the layouts that do not fit (default: their
       time and throughput columns are NaN; memory is evaluated first and the time only where it fits).
+    - `tidy`: a function of the ranked table applied once, before it is written to `out` and returned
+      (the CLI passes `report.tables.tidy_frame`: the file and the rows it prints are one table).
     Returns the ranked DataFrame (`rank.rank_results`), one row per layout.
     """
     _check_run_args(executor, chunk_size, workers, out)
@@ -218,6 +221,8 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
         if bar is not None:
             bar.close()
     df = _ranked(results, nchunks, n)
+    if tidy is not None:
+        df = tidy(df)
     if out is not None:
         write_results(df, out)
         if not keep_parts:
