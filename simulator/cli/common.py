@@ -61,6 +61,37 @@ def flags(*dests: str) -> list:
     return [by_dest[d] for d in dests]
 
 
+# Megatron-Core's flags that count the embedding / the loss as a layer in the pipeline split
+# (spec.placement.megatron_split): layout fields for memory and estimate, sweep space fields for sweep
+PIPELINE_SPLIT_FLAGS = (
+    ("account_for_embedding_in_pipeline_split", "the embedding counts as one layer on the first (virtual) stage"),
+    ("account_for_loss_in_pipeline_split", "the output layer and loss count as one layer on the last (virtual) stage"),
+)
+
+
+def pipeline_split_options(fn):
+    """Decorate a command with --account-for-{embedding,loss}-in-pipeline-split (Megatron-Core), default None."""
+    for dest, what in reversed(PIPELINE_SPLIT_FLAGS):
+        flag = dest.replace("_", "-")
+        fn = click.option(f"--{flag}/--no-{flag}", dest, default=None,
+                          help=f"Megatron-Core --{flag}: {what}; the L (+1, +2) layers split evenly over the "
+                               f"pp·vpp virtual stages")(fn)
+    return fn
+
+
+def split_text(layout: dict) -> str:
+    """', layers per stage 7,8,...,8,7' (', layers per virtual stage ...' with one entry per chunk) and, where
+    Megatron's flags set it, which parts count as a layer; '' for an even split. `layout`: an estimate's
+    or a Layout's fields (layers_per_stage, pp, account_for_*_in_pipeline_split)."""
+    split = layout.get("layers_per_stage")
+    if not split:
+        return ""
+    per = "stage" if len(split) == layout["pp"] else "virtual stage"
+    parts = [part for (dest, _), part in zip(PIPELINE_SPLIT_FLAGS, ("embedding", "loss")) if layout.get(dest)]
+    return (f", layers per {per} {','.join(map(str, split))}"
+            + (f" (Megatron split: {' and '.join(parts)} counted as a layer)" if parts else ""))
+
+
 def scenario_options(fn):
     """Decorate a click command with the scenario argument and the DESIGN.md flags."""
     @click.argument("scenario", required=False)
@@ -72,6 +103,7 @@ def scenario_options(fn):
                   help="ZeRO-Offload: optimizer states in host memory")
     @click.option("--compile/--no-compile", "compiled", default=None,
                   help="torch.compile / CUDA graphs: fused elementwise kernels, fewer launches (the stack's default)")
+    @pipeline_split_options
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         return fn(*args, **kwargs)
@@ -82,6 +114,7 @@ def scenario_options(fn):
 
 
 SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + ["sequence_parallel", "flash_attention", "offload_optimizer", "compiled"]
+SCENARIO_KEYS += [dest for dest, _ in PIPELINE_SPLIT_FLAGS]
 
 
 def _int_list(flag: str, text: str) -> tuple[int, ...]:

@@ -3,7 +3,7 @@ import json
 
 import click
 
-from .common import scenario_from_options, scenario_options
+from .common import scenario_from_options, scenario_options, split_text
 from .flagnames import flag_names
 
 
@@ -18,7 +18,7 @@ def _table(d: dict) -> str:
         f"{d['model']['name']} ({d['model']['params'] / 1e9:.2f} B params) on {lay['num_gpus']} x {d['hardware']}: "
         f"{lay['label']}, zero={lay['zero']}, recompute={lay['recompute']}, schedule={lay['schedule']}, "
         f"micro-batch={lay['micro_batch_size']} x {lay['num_microbatches']} microbatches"
-        + (f", layers per stage {','.join(map(str, lay['layers_per_stage']))}" if lay["layers_per_stage"] else ""),
+        + split_text(lay),
         f"step time           {step:10.4f} s",
         f"  compute           {t['compute_s']:10.4f} s  {pct(t['compute_s'])}  (optimizer {t['optimizer_s']:.4f} s)",
         f"  exposed comm      {t['exposed_comm_s']:10.4f} s  {pct(t['exposed_comm_s'])}",

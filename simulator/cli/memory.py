@@ -1,10 +1,11 @@
 """`parasim memory`: per-GPU memory breakdown per pipeline stage."""
+import dataclasses
 import json
 
 import click
 
 from . import check_output
-from .common import scenario_from_options, scenario_options
+from .common import scenario_from_options, scenario_options, split_text
 
 _COLS = (("params_bytes", "parameters"), ("grads_bytes", "grads"), ("optimizer_bytes", "optim"),
          ("activations_bytes", "activ"), ("kv_cache_bytes", "kv"), ("other_bytes", "other"),
@@ -23,7 +24,8 @@ def _table(result) -> str:
     head = f"{'stage':>5} {'layers':>6} {'in-flight':>9} " + " ".join(f"{lbl + ' GiB':>{_width(lbl)}}" for _, lbl in _COLS)
     lines = [f"{result.model.name}: {lay.label}, zero={lay.zero}, recompute={lay.recompute}, "
              f"schedule={lay.schedule}, micro-batch={lay.micro_batch_size}, "
-             f"seq={result.training.seq_length}{', inference' if result.inference else ''}", head]
+             f"seq={result.training.seq_length}{', inference' if result.inference else ''}"
+             + split_text(dataclasses.asdict(lay)), head]
     for s in result.per_stage:
         lines.append(f"{s.stage:>5} {s.layers:>6} {s.inflight_microbatches:>9.2f} "
                      + " ".join(f"{nonnegative(getattr(s, k), s.peak_bytes) / GiB:>{_width(lbl)}.2f}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
-from .common import flags
+from .common import flags, pipeline_split_options
 from .flagnames import flag_names, given_flags
 
 # scenario flags passed through to load_scenario (not layout fields: those are lists here)
@@ -129,6 +129,7 @@ def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_i
 
 @click.command("sweep")
 @_options
+@pipeline_split_options
 @click.option("--max-tp-within-node", is_flag=True, default=None, help="keep TP inside one node (tp <= gpus per node)")
 @click.option("--uneven-layers/--no-uneven-layers", default=None,
               help="allow a pp that does not divide the layers when the first/last stage can hold one layer "
@@ -178,7 +179,7 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
     with flag_names(given_flags(_SCENARIO_FLAGS, over)):  # an error about a flag's value names the flag
         sc = load_scenario(scenario, require_layout=False, **over)
     space = SweepSpace.from_table(sc.sweep, where=f"[sweep] of {scenario}" if scenario else "[sweep]")
-    changes = {k: kwargs.pop(k) for k in list(kwargs) if k in LIST_FIELDS or k.startswith(("max_", "min_"))}
+    changes = {k: kwargs.pop(k) for k in list(kwargs) if k in LIST_FIELDS or k.startswith(("max_", "min_", "account_"))}
     changes["max_tp_within_node"] = max_tp_within_node
     changes["uneven_layers"] = uneven_layers
     with flag_names(given_flags(_LIST_FLAGS + _INT_FLAGS, changes),

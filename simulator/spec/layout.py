@@ -34,19 +34,21 @@ def layout_label(tp, cp, pp, dp, ep=1, vpp=1) -> str:
     return s
 
 
-def stage_layers(value, pp: int) -> tuple[int, ...]:
-    """`layers_per_stage` as a tuple of ints: pp whole numbers from 1 to BOUNDS' limit (a stage holds at least
-    one layer; 16.0 is whole, 16.5 is not), else InputError naming the list as written."""
+def stage_layers(value, pp: int, *, stages: int | None = None, least: int = 1) -> tuple[int, ...]:
+    """`layers_per_stage` as a tuple of ints: pp (or `stages`: one per virtual stage) whole numbers from
+    `least` to BOUNDS' limit (a stage holds at least one layer, except in a split that counts the embedding
+    or the loss as a layer; 16.0 is whole, 16.5 is not), else InputError naming the list as written."""
     limit = BOUNDS["layers_per_stage"][0]
 
     def whole(v) -> bool:
         return not isinstance(v, bool) and (isinstance(v, numbers.Integral)
-                                            or (isinstance(v, float) and v.is_integer())) and 1 <= v <= limit
+                                            or (isinstance(v, float) and v.is_integer())) and least <= v <= limit
     if not (isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim == 1)) \
             or not all(whole(v) for v in value):
-        raise InputError(f"layers_per_stage must be a list of whole numbers from 1 to {limit}, got {value!r}")
-    if len(value) != pp:
-        raise InputError(f"layers_per_stage has {len(value)} entries, expected pp({pp}), got {value!r}")
+        raise InputError(f"layers_per_stage must be a list of whole numbers from {least} to {limit}, got {value!r}")
+    if len(value) not in (pp, stages or pp):
+        expected = f"pp({pp})" + (f" or one per virtual stage ({stages})" if stages and stages != pp else "")
+        raise InputError(f"layers_per_stage has {len(value)} entries, expected {expected}, got {value!r}")
     return tuple(int(v) for v in value)
 
 
@@ -69,7 +71,11 @@ class Layout:
     schedule: str = "1f1b"
     cp_algorithm: str = "ring"  # ring (Megatron p2p ring attention) or ulysses (all-to-all)
     dp_mode: str = "ddp"
-    layers_per_stage: tuple[int, ...] | None = None  # uneven pipeline split
+    layers_per_stage: tuple[int, ...] | None = None  # uneven pipeline split (per rank, or per virtual stage)
+    # Megatron-Core's --account-for-{embedding,loss}-in-pipeline-split: the embedding / the loss counts as
+    # one layer in the split (spec.placement.megatron_split); load_scenario then sets layers_per_stage
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
 
     def __post_init__(self):
         for name in ("num_gpus", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):  # whole, within BOUNDS
@@ -103,13 +109,24 @@ class Layout:
             raise InputError(f"vpp({self.vpp}) > 1 needs schedule = 'interleaved', got {self.schedule!r}")
         if family(self.schedule).takes_vpp and self.pp == 1:
             raise InputError(f"schedule {self.schedule!r} needs pp > 1")
+        for name in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.layers_per_stage is not None:
-            object.__setattr__(self, "layers_per_stage", stage_layers(self.layers_per_stage, self.pp))
+            accounted = {} if not self.accounted_in_split else {
+                "stages": family(self.schedule).num_stages(self.pp, self.vpp), "least": 0}
+            object.__setattr__(self, "layers_per_stage", stage_layers(self.layers_per_stage, self.pp, **accounted))
 
     @property
     def label(self) -> str:
         """Canonical short label (`layout_label`)."""
         return layout_label(self.tp, self.cp, self.pp, self.dp, self.ep, self.vpp)
+
+    @property
+    def accounted_in_split(self) -> tuple[str, ...]:
+        """The parts counted as a layer in the pipeline split: () or some of ("embedding", "loss")."""
+        return tuple(part for part, on in (("embedding", self.account_for_embedding_in_pipeline_split),
+                                           ("loss", self.account_for_loss_in_pipeline_split)) if on)
 
     @property
     def model_parallel_size(self) -> int:

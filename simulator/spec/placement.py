@@ -5,7 +5,8 @@ communication).
 Chunks (model slices of consecutive layers) are placed on ranks as the schedules do (each schedule
 family's stage geometry, simulator/schedules/family.py):
 - gpipe, 1f1b, zb-h1, zb-h2, pipedream: pp chunks, chunk i on rank i (Megatron; an explicit uneven
-  `layers_per_stage` gives rank i that many consecutive layers);
+  `layers_per_stage` gives rank i that many consecutive layers; one with an entry per chunk, as
+  `megatron_split` gives for interleaved and V schedules, gives each chunk its layers);
 - interleaved: pp·v chunks, chunk c on rank c mod pp (Narayanan et al. 2021 §2.2.2);
 - zb-v, dualpipev: 2·pp chunks in a V: rank i holds chunks i and 2pp−1−i (Qi et al. 2024, ZB-V;
   deepseek-ai/DualPipe README), so rank 0 holds both the embedding and the LM head;
@@ -26,6 +27,7 @@ Parameters resident on a rank (formulas.md §1.5, Megatron-LM `theoretical_memor
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,6 +69,67 @@ def uneven_split(num_layers: int, pp: int) -> tuple[int, ...] | None:
     return tuple(split)
 
 
+# the Layout fields (and scenario keys) of Megatron-Core's flags, with the part of the model each counts as a layer
+ACCOUNT_FLAGS = {"account_for_embedding_in_pipeline_split": "embedding",
+                 "account_for_loss_in_pipeline_split": "loss"}
+
+
+def megatron_split(num_layers: int, pp: int, vpp: int = 1, *, embedding: bool = False,
+                   loss: bool = False) -> tuple[int, ...]:
+    """Transformer layers of each of the pp·vpp virtual stages (layer order: stage s on rank s mod pp)
+    under Megatron-Core's `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split`:
+    the embedding (loss: output layer + loss) counts as one layer, so n = L + [embedding] + [loss] "layers"
+    are split evenly, n/(pp·vpp) per virtual stage, and the first (last) virtual stage builds one
+    transformer layer fewer (it may build none: a standalone embedding or loss stage).
+
+    Source: NVIDIA/Megatron-LM megatron/core/transformer/transformer_block.py `get_num_layers_to_build`
+    (num_layers += 1 per flag; n % pp == 0; with vpp, (n/pp) % vpp == 0; minus one on the first virtual
+    stage of pp rank 0 and the last of rank pp−1), the same checks in transformer_config.py
+    `__post_init__` and training/arguments.py, and transformer_layer.py `get_transformer_layer_offset`
+    (every later stage's offset minus one). E.g. L = 126, pp = 16, both flags: 128/16 = 8, so
+    7, 8 × 14, 7; Megatron's test_cuda_graphs.py case L = 14, pp = 4, vpp = 2: 1, 2 × 6, 1.
+
+    `vpp` is the model chunks per rank in layer order (the interleaved schedule's vpp; 2 for zb-v and
+    dualpipev; 1 otherwise). InputError (one line naming the flags, and what to pass instead) when
+    Megatron's divisibility check fails.
+    """
+    L, pp, vpp = int(num_layers), int(pp), int(vpp)
+    n = L + bool(embedding) + bool(loss)
+    if n % pp or (n // pp) % vpp:
+        raise InputError(_megatron_split_error(L, pp, vpp, bool(embedding), bool(loss)))
+    split = [n // (pp * vpp)] * (pp * vpp)
+    if embedding:
+        split[0] -= 1
+    if loss:
+        split[-1] -= 1
+    return tuple(split)
+
+
+def _megatron_split_error(L: int, pp: int, vpp: int, embedding: bool, loss: bool) -> str:
+    """The message of a failed `megatron_split`: Megatron's check, then the flags (or pp·vpp) that work."""
+    def flags(e, l):
+        return " and ".join(f"--{k.replace('_', '-')}" for k, on in zip(ACCOUNT_FLAGS, (e, l)) if on)
+
+    n, given = L + embedding + loss, flags(embedding, loss)
+    parts = " and ".join(p for p, on in (("the embedding", embedding), ("the loss", loss)) if on)
+    what = (f"is not divisible by pp({pp})" if n % pp else
+            f"over pp({pp}) is {n // pp} per pipeline rank, not divisible by vpp({vpp})")
+    msg = (f"{given}: num_hidden_layers({L}) + {embedding + loss} ({parts}) = {n} {what}" if given
+           else f"num_hidden_layers({L}) {what}")
+    S = pp * vpp
+    works = [(e, l) for e in (True, False) for l in (True, False)
+             if (e, l) != (embedding, loss) and (L + e + l) % S == 0]
+    if works:
+        e, l = works[0]
+        fewer = " and ".join(w for w, on in (("first", e), ("last", l)) if on)
+        return msg + (f"; pass only {flags(e, l)} ({(L + e + l) // S} layers per stage, one fewer on the {fewer})"
+                      if e or l else f"; drop {given} ({L} layers split evenly, {L // S} per stage)")
+    small = [d for d in range(2, math.isqrt(n) + 1) if n % d == 0]
+    fits = sorted({*small, *(n // d for d in small), n})
+    return msg + (f"; with {given or 'no flag'}, pp * vpp must divide {n}: "
+                  + ", ".join(map(str, fits[:6])) + (", ..." if len(fits) > 6 else ""))
+
+
 def stage_placement(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = "1f1b",
                     layers_per_stage: tuple[int, ...] | None = None) -> StagePlacement:
     """Layers (dense/MoE), embedding and head copies held by each of the `pp` ranks."""
@@ -80,9 +143,10 @@ def stage_placement(model: ModelSpec, *, pp: int, vpp: int = 1, schedule: str = 
     moe_before = np.concatenate([[0], np.cumsum(model.moe_layer_mask, dtype=np.int64)]).tolist()  # MoE layers < i
     layers = np.zeros(pp, dtype=np.int64)
     moe = np.zeros(pp, dtype=np.int64)
-    if layers_per_stage and fam.geometry == "mirror":
-        # DualPipe: layers_per_stage gives the pp chunks (stages of the model); rank r holds r and pp−1−r
-        counts = stage_layer_counts(L, pp, tuple(layers_per_stage))
+    if layers_per_stage and (fam.geometry == "mirror" or len(layers_per_stage) == n_chunks):
+        # one entry per chunk (virtual stage) in layer order, e.g. Megatron's accounted split
+        # (megatron_split); DualPipe: the pp stages of the model, rank r holds r and pp−1−r
+        counts = stage_layer_counts(L, n_chunks, tuple(layers_per_stage))
         bounds = np.concatenate([[0], np.cumsum(counts)])
         for c, ranks in enumerate(chunk_ranks):
             for r in ranks:

@@ -213,20 +213,44 @@ def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training:
         layout = Layout(num_gpus=num_gpus, **lay)
     except TypeError as exc:
         raise InputError(f"[layout] of {where}: {exc}") from None
+    layout = _accounted_split(model, layout)
     validate(model, training, layout)
     return layout
 
 
+def _accounted_split(model: ModelSpec, layout: Layout) -> Layout:
+    """`layout` with Megatron's split (spec.placement.megatron_split) as layers_per_stage when it counts
+    the embedding or the loss as a layer; InputError when a split is given too (Megatron-Core refuses
+    both: transformer_config.py) or when Megatron's divisibility check fails."""
+    from dataclasses import replace
+
+    from ..schedules import family
+    from .placement import ACCOUNT_FLAGS, megatron_split
+
+    on = [k for k in ACCOUNT_FLAGS if getattr(layout, k)]
+    if not on:
+        return layout
+    if layout.layers_per_stage is not None:
+        raise InputError(f"--layers-per-stage ({','.join(map(str, layout.layers_per_stage))}) cannot be given "
+                         f"with --{on[0].replace('_', '-')}: that flag sets the split")
+    chunks = family(layout.schedule).num_stages(layout.pp, layout.vpp) // layout.pp
+    split = megatron_split(model.num_layers, layout.pp, chunks,
+                           embedding=layout.account_for_embedding_in_pipeline_split,
+                           loss=layout.account_for_loss_in_pipeline_split)
+    return replace(layout, layers_per_stage=split)
+
+
 def _default_layer_split(model: ModelSpec, lay: dict) -> dict:
     """`lay` with the sweep's uneven split (spec.placement.uneven_split: the first and last stage one layer
-    fewer) when pp does not divide the layers, no split was given and the schedule has one stage per rank:
-    the layout the sweep ranks is the one estimate and memory then evaluate (the split used is part of
-    their output)."""
+    fewer) when pp does not divide the layers, no split was given, the schedule has one stage per rank
+    and no part is counted as a layer (Megatron's split: `_accounted_split`): the layout the sweep ranks
+    is the one estimate and memory then evaluate (the split used is part of their output)."""
     from ..schedules import family
-    from .placement import uneven_split
+    from .placement import ACCOUNT_FLAGS, uneven_split
 
     pp, sched = lay.get("pp", 1), lay.get("schedule", "1f1b")
-    if lay.get("layers_per_stage") is not None or not isinstance(pp, int) or isinstance(pp, bool) or pp < 2:
+    if lay.get("layers_per_stage") is not None or not isinstance(pp, int) or isinstance(pp, bool) or pp < 2 \
+            or any(lay.get(k) is True for k in ACCOUNT_FLAGS):
         return lay
     try:
         fam = family(sched)

@@ -99,6 +99,7 @@ def _split_hint(num_layers: int, pp, pp_stages: bool) -> str:
 
 def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
     """Raise InputError with the first rule the (model, training, layout) triple breaks."""
+    _check_accounted_split(model, layout)
     msg = layout_violations(model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp,
                             ep=layout.ep, vpp=layout.vpp, micro_batch_size=layout.micro_batch_size,
                             sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,
@@ -109,3 +110,19 @@ def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
     if layout.layers_per_stage is not None and sum(layout.layers_per_stage) != model.num_layers:
         raise InputError(f"layers_per_stage sums to {sum(layout.layers_per_stage)} != "
                          f"num_hidden_layers({model.num_layers})")
+
+
+def _check_accounted_split(model: ModelSpec, layout: Layout) -> None:
+    """With Megatron's account_for_{embedding,loss}_in_pipeline_split, Megatron's divisibility check
+    (`megatron_split` raises) and layers_per_stage = that split (load_scenario sets it)."""
+    if not layout.accounted_in_split:
+        return
+    from .placement import ACCOUNT_FLAGS, megatron_split
+
+    split = megatron_split(model.num_layers, layout.pp, family(layout.schedule).num_stages(layout.pp, layout.vpp)
+                           // layout.pp, embedding=layout.account_for_embedding_in_pipeline_split,
+                           loss=layout.account_for_loss_in_pipeline_split)
+    if layout.layers_per_stage != split:
+        raise InputError(f"layers_per_stage {list(layout.layers_per_stage or ())} is not the split that "
+                         f"{' and '.join(k for k in ACCOUNT_FLAGS if getattr(layout, k))} give "
+                         f"({','.join(map(str, split))}): give one or the other")

@@ -11,7 +11,9 @@ that say `uneven_split`), a pp that does not divide num_layers is kept when ceil
 i.e. when the first and/or last stage can hold one layer fewer than the others, as Llama 3 405B ran
 126 layers on 16 stages (7 + 14×8 + 7; Dubey et al. 2024 §3.3.2). With one layer to spare the last
 stage (which also holds the LM head and the loss) gets it. `layers_per_stage` is then a column
-("7,8,...,7"; "" for an even split).
+("7,8,...,7"; "" for an even split). With `account_for_{embedding,loss}_in_pipeline_split` every layout
+takes Megatron-Core's split instead (`spec.placement.megatron_split`, one entry per virtual stage): kept
+where pp·chunks divides L + 1 or L + 2, whatever the schedule.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import pandas as pd
 from ..schedules import family
 from ..frames import text_column
 from ..spec.rules import RECOMPUTE
-from ..spec.placement import uneven_split
+from ..spec.placement import megatron_split, uneven_split
 from ..spec.validate import layout_valid_mask
 from .space import AUTO, DEFAULT_SCHEDULES, SweepSpace
 
@@ -143,10 +145,26 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
         choices = [("1f1b", 1)] + choices  # pp = 1 rows (no pipeline) carry 1f1b; see _blocks
     pps, splittable, split_text = _pipeline_splits(model.num_layers, base["pp"])
     valid, col = _valid_masks(model, training, base, choices, sps, space)
-    blocks = _blocks(base, choices, sps, valid, col, splittable, zeros, recs, space)
+    blocks = _blocks(base, choices, sps, valid, col, splittable, zeros, recs, space, num_layers=model.num_layers)
     if not blocks:
         return empty_candidates()
-    return _candidate_frame(base, blocks, pps, split_text, training)
+    return _candidate_frame(base, blocks, pps, split_text, training, accounted=_accounted_text(model, space))
+
+
+def _uneven(space: SweepSpace, sched: str) -> bool:
+    """Whether the layers need not divide evenly over `sched`'s stages: Megatron's split (the space's
+    account_for_* flags: its own check in `_blocks`), or `uneven_layers` with one stage per rank."""
+    return bool(space.accounted_layers) or (space.uneven_layers and family(sched).pp_stages)
+
+
+def _accounted_text(model, space: SweepSpace):
+    """(pp, chunks per rank) -> Megatron's split as text (`megatron_split`; "" without a pipeline), or None
+    without the flags."""
+    if not space.accounted_layers:
+        return None
+    return lambda p, c: "" if p * c == 1 else ",".join(map(str, megatron_split(
+        model.num_layers, p, c, embedding=space.account_for_embedding_in_pipeline_split,
+        loss=space.account_for_loss_in_pipeline_split)))
 
 
 def _pipeline_splits(L: int, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
@@ -169,25 +187,27 @@ def _valid_masks(model, training, base: dict, choices, sps, space: SweepSpace) -
     valid = {(sched, sp): layout_valid_mask(model, training, tp=tp[:, None], pp=pp[:, None], dp=dp[:, None],
                                             cp=cp[:, None], ep=ep[:, None], vpp=np.array(vs)[None, :],
                                             micro_batch_size=mb[:, None], sequence_parallel=sp, schedule=sched,
-                                            uneven_layers=space.uneven_layers and family(sched).pp_stages)
+                                            uneven_layers=_uneven(space, sched))
              for sched, vs in vpps.items() for sp in sps}
     return valid, col
 
 
 def _blocks(base: dict, choices, sps, valid: dict, col: dict, splittable: np.ndarray, zeros, recs,
-            space: SweepSpace) -> list[tuple]:
+            space: SweepSpace, *, num_layers: int) -> list[tuple]:
     """(schedule, vpp, sp, zero, recompute, base rows) blocks in sweep order, each the base rows that
     combination keeps: the divisibility rules, then the sweep's own (sp needs tp > 1; pp = 1 rows carry
     1f1b only unless the user asked for 1f1b; other schedules need pp > 1, some an even pp; ZeRO > 0
     needs dp·cp > 1)."""
     tp, cp, pp, dp = base["tp"], base["cp"], base["pp"], base["dp"]
+    L = num_layers
     user_has_1f1b = space.schedule == AUTO or "1f1b" in space.schedule
     blocks = []
     for sched, vpp in choices:
         for sp in sps:
-            uneven = space.uneven_layers and family(sched).pp_stages
             mask = valid[sched, sp][:, col[sched, vpp]].copy()
-            if uneven:
+            if space.accounted_layers:  # Megatron's check: pp·chunks | L + 1 or L + 2
+                mask &= (space.accounted_layers + L) % (pp * family(sched).num_stages(1, vpp)) == 0
+            elif _uneven(space, sched):
                 mask &= np.isin(pp, splittable)
             if sp:
                 mask &= tp > 1
@@ -212,7 +232,7 @@ def _blocks(base: dict, choices, sps, valid: dict, col: dict, splittable: np.nda
 
 
 def _candidate_frame(base: dict, blocks: list[tuple], pps: np.ndarray, split_text: dict[int, str],
-                     training) -> pd.DataFrame:
+                     training, accounted=None) -> pd.DataFrame:
     """The candidate table of `blocks` (CANDIDATE_COLUMNS), rows in sweep order."""
     tp, cp, pp, dp, ep, mb = (base[k] for k in ("tp", "cp", "pp", "dp", "ep", "micro_batch_size"))
     sizes = np.array([len(b[5]) for b in blocks])
@@ -231,13 +251,18 @@ def _candidate_frame(base: dict, blocks: list[tuple], pps: np.ndarray, split_tex
 
     # pp and an even/uneven split go together (interleaved and V schedules need pp·chunks | L)
     split_of = np.array([split_text[int(p)] for p in pps], dtype=object)  # per distinct pp, gathered
+    split = split_of[np.searchsorted(pps, pp)[rows]]
+    if accounted is not None:  # Megatron's split: per distinct (pp, chunks), gathered
+        M = int(chunks.max()) + 1
+        keys, inv = np.unique(p_rows[order] * M + chunks[order], return_inverse=True)
+        split = np.array([accounted(int(k // M), int(k % M)) for k in keys], dtype=object)[inv.ravel()]
     return pd.DataFrame({
         "tp": tp[rows], "cp": cp[rows], "pp": pp[rows], "dp": dp[rows], "ep": ep[rows],
         "vpp": per_block(1, np.int64), "micro_batch_size": mb[rows],
         "num_microbatches": (training.global_batch_size // (dp * mb))[rows],
         "zero": per_block(3, np.int64), "recompute": text_column(per_block(4, object)),
         "sequence_parallel": per_block(2, bool), "schedule": text_column(per_block(0, object)),
-        "layers_per_stage": text_column(split_of[np.searchsorted(pps, pp)[rows]]),
+        "layers_per_stage": text_column(split),
     })
 
 
@@ -327,7 +352,7 @@ def _rule_reason(model, training, N: int, space: SweepSpace, hardware) -> str:
         vpp = next(v for s, v in choices if s == sched)  # the rules fail at every vpp: the first one's reasons
         msgs = layout_violations(model, training, tp=tp, pp=base["pp"], dp=dp, cp=base["cp"], ep=base["ep"],
                                  vpp=vpp, micro_batch_size=mb, sequence_parallel=sps[0], schedule=sched,
-                                 uneven_layers=space.uneven_layers and family(sched).pp_stages)
+                                 uneven_layers=_uneven(space, sched))
         broken = [m for m in np.atleast_1d(msgs) if m]
         kinds = {}
         for m in broken:  # one count per rule: the message up to its first value
@@ -346,7 +371,14 @@ def _sweep_rule(model, sched: str, base: dict, valid: dict, sps, space: SweepSpa
         keep |= valid[sched, sp].any(axis=1) & ((tp > 1) if sp else True)
     if not keep.any():
         return f"sequence_parallel needs tp > 1, tp is {_vals(tp)}"
-    if space.uneven_layers and family(sched).pp_stages:
+    if space.accounted_layers:
+        n = model.num_layers + space.accounted_layers
+        chunks = [family(sched).num_stages(1, v) for s, v in _schedule_choices(model, space) if s == sched]
+        keep &= np.any([n % (pp * c) == 0 for c in chunks], axis=0)
+        if not keep.any():
+            return (f"no pp × vpp with pp in {_vals(pp)} divides {n} (Megatron's split: num_layers + "
+                    f"{n - model.num_layers})")
+    elif space.uneven_layers and family(sched).pp_stages:
         keep &= np.isin(pp, _pipeline_splits(model.num_layers, pp)[1])
         if not keep.any():
             return f"no pp in {_vals(pp)} splits {model.num_layers} layers (evenly, or 1-2 layers short)"

@@ -44,6 +44,9 @@ class SweepSpace:
     Constraints: `max_tp`, `max_pp`, `max_cp`, `max_ep`, `max_vpp` (upper bounds, None = none);
     `max_tp_within_node` (tp <= gpus_per_node); `min_micro_batch_size`/`max_micro_batch_size`
     (bounds of the auto micro-batch sizes and of given lists); `min_tokens_per_cp_rank` (auto cp only).
+    `account_for_{embedding,loss}_in_pipeline_split`: every layout splits its layers as Megatron-Core does
+    with those flags (`spec.placement.megatron_split`; pp·chunks must divide L + 1 or L + 2), instead of
+    evenly or by `uneven_layers`.
     """
 
     tp: tuple | str = AUTO
@@ -67,6 +70,8 @@ class SweepSpace:
     max_micro_batch_size: int = 8
     min_tokens_per_cp_rank: int = 2048
     uneven_layers: bool = True
+    account_for_embedding_in_pipeline_split: bool = False  # Megatron's split (spec.placement.megatron_split)
+    account_for_loss_in_pipeline_split: bool = False
 
     def __post_init__(self):
         for name in LIST_FIELDS:
@@ -82,9 +87,15 @@ class SweepSpace:
         if self.min_micro_batch_size > self.max_micro_batch_size:
             raise InputError(f"sweep min_micro_batch_size({self.min_micro_batch_size}) > "
                              f"max_micro_batch_size({self.max_micro_batch_size})")
-        for name in ("max_tp_within_node", "uneven_layers"):
+        for name in ("max_tp_within_node", "uneven_layers", "account_for_embedding_in_pipeline_split",
+                     "account_for_loss_in_pipeline_split"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"sweep {name} must be true or false, got {getattr(self, name)!r}")
+
+    @property
+    def accounted_layers(self) -> int:
+        """Parts of the model counted as a layer in the pipeline split (0, 1 or 2)."""
+        return int(self.account_for_embedding_in_pipeline_split) + int(self.account_for_loss_in_pipeline_split)
 
     @classmethod
     def from_table(cls, table: dict | None, *, where: str = "[sweep]") -> "SweepSpace":
