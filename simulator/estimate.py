@@ -32,6 +32,7 @@ class Estimate:
     row: dict  # the kernel's row (kernel.evaluate's columns), for tables
     memory: object  # MemoryResult (per stage)
     pipeline: str = "replayed"  # how the pipeline part was obtained
+    comm_slowdown: float = 0.0  # the SM-contention fraction the estimate used (EstimateOptions.for_hardware)
 
     # the step (seconds) and its breakdown: step_s = compute_s + exposed_comm_s + bubble_s
     @property
@@ -107,7 +108,8 @@ class Estimate:
             "memory": mem,
             "time": {"step_s": r["step_s"], "compute_s": r["compute_s"], "exposed_comm_s": r["exposed_comm_s"],
                      "bubble_s": r["bubble_s"], "bubble_fraction": r["bubble_fraction"],
-                     "optimizer_s": r["optimizer_s"],
+                     "optimizer_s": r["optimizer_s"], "contention_s": r["contention_s"],
+                     "comm_slowdown": self.comm_slowdown,
                      "exposed_comm_by_group_s": {k: r[f"exposed_{k}_s"] for k in EXPOSED},
                      "pipeline": self.pipeline},
             "throughput": {"tokens_per_s": r["tokens_per_s"], "model_tflops_per_gpu": r["model_tflops_per_gpu"],
@@ -147,13 +149,14 @@ def estimate(model: ModelSpec, training: Training, layout: Layout, hardware, *,
              options: EstimateOptions | None = None) -> Estimate:
     """Memory + step time + throughput of one layout (validated first; InputError on a broken rule)."""
     validate(model, training, layout)
-    opt = options or EstimateOptions()
+    opt = (options or EstimateOptions()).for_hardware(hardware)
     got = evaluate(model, training, hardware, LayoutBatch.of_layout(layout), options=opt, per_stage=True)
     mem = memory_result({k: v[0] for k, v in got.stages.items()}, model, training, layout, hardware)
     how = "replayed schedule (engine fast path)" if opt.pipeline == "replay" \
         else "analytic closed form (formulas.md §5.2)"
     return Estimate(model=model, training=training, layout=layout, hardware_name=getattr(hardware, "name", ""),
-                    hardware=hardware, row=got.rows.iloc[0].to_dict(), memory=mem, pipeline=how)
+                    hardware=hardware, row=got.rows.iloc[0].to_dict(), memory=mem, pipeline=how,
+                    comm_slowdown=opt.comm_slowdown)
 
 
 def estimate_scenario(scenario, *, options: EstimateOptions | None = None) -> Estimate:

@@ -7,7 +7,9 @@ Composition (formulas.md §7.4, made concrete):
    (weight gradient) come from cost/compute.py.
 2. Communication inside those ops (cost/comm.py over the links each group spans, cost/topology.py):
    - TP all-reduce / all-gather + reduce-scatter: on the critical path of F and B (Megatron runs them
-     between GEMMs); `tp_overlap` of it may be hidden (default 0: none).
+     between GEMMs); with the stack's `tp_comm_overlap` each collective runs in tp chunks pipelined
+     with its GEMM and only the first/last chunk and each chunk's excess are exposed (cost/fsdp.py
+     chunked_overlap_exposed_s); an explicit `tp_overlap` fraction overrides it (default: the stack's).
    - CP ring p2p: overlapped with the core-attention kernel of the same layer (Megatron CP); only the
      excess is exposed. Ulysses all-to-all: exposed.
    - EP dispatch/combine all-to-all: exposed, except `ep_overlap` of it (default 1 for dualpipe /
@@ -35,7 +37,8 @@ per rank, which the replayed op order fixes whatever the durations (the schedule
 them), so a sweep can skip steps 1-5 for the layouts that do not fit (`time_infeasible=False`).
 
 Breakdown (adds up exactly): step_s = compute_s + exposed_comm_s + bubble_s, where, on the busiest
-pipeline rank r*: compute_s = m·Σ(F+B+W) + optimizer_s; exposed_comm_s = comm inside its ops + the
+pipeline rank r*: compute_s = m·Σ(F+B+W) + contention_s + optimizer_s (contention_s: the compute's
+slowdown under the communication it hides, comm_slowdown × the hidden time); exposed_comm_s = comm inside its ops + the
 PP p2p wait (makespan with p2p − makespan without) + the exposed DP tail; bubble_s = the rest of the
 makespan (idle waiting on other stages). `bubble_fraction` is the engine's
 1 − Σ busy / (ranks × makespan).
@@ -63,6 +66,7 @@ from .cost.compute import BASIS_KEYS, layer_basis_times_by_mode, mfu_peak_flops
 from .cost.flops import step_flops
 from .dedup import categories, distinct_rows, factorize, gather_rows, once_per_distinct
 from .frames import text_column
+from .cost.fsdp import reduce_behind_compute_exposed_s
 from .kernel_comm import _dp_tail_traffic, _layer_comm, _optimizer_times, _zero3_exposure
 from .kernel_pipeline import family_column, inflight_per_rank, pipeline_times
 from .memory.breakdown import stage_memory_arrays
@@ -76,7 +80,7 @@ from .structure import pipeline_table
 
 MEMORY_FIELDS = CONSUMER_FIELDS
 EXPOSED = ("tp", "cp", "ep", "pp", "dp", "zero3")
-TIME_FIELDS = ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_fraction", "optimizer_s",
+TIME_FIELDS = ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_fraction", "optimizer_s", "contention_s",
                *(f"exposed_{k}_s" for k in EXPOSED))
 
 
@@ -106,8 +110,9 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
     layers, moe_layers = counts[:, 0] + counts[:, 1], counts[:, 1]
     zeros = np.zeros_like(F)
     tpf, tpb = comm["tp_f"][:, None] * layers, comm["tp_b"][:, None] * layers
-    out = dict(F=F, B=Bk + R, W=W, tp_f=(1 - opt.tp_overlap) * tpf, tp_b=(1 - opt.tp_overlap) * tpb,
-               hid_f=opt.tp_overlap * tpf, hid_b=opt.tp_overlap * tpb, cp_f=zeros, cp_b=zeros, ep_f=zeros, ep_b=zeros)
+    hf, hb = comm["tp_hid_f"][:, None] * layers, comm["tp_hid_b"][:, None] * layers  # what TP overlap hides
+    out = dict(F=F, B=Bk + R, W=W, tp_f=tpf - hf, tp_b=tpb - hb, hid_f=hf, hid_b=hb,
+               cp_f=zeros, cp_b=zeros, ep_f=zeros, ep_b=zeros)
     if (cp > 1).any():
         cf, cb = comm["cp_f"][:, None] * layers, comm["cp_b"][:, None] * layers
         if cp_algorithm == "ring" and opt.cp_overlap:  # ring p2p under the core-attention kernel of the layer
@@ -149,7 +154,7 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
     `per_stage=True` keeps every stage's memory (what `estimate` reports), from which the worst stage
     is read (the same values to the last bit as the sweep's worst-stage-only path).
     """
-    opt = options or EstimateOptions()
+    opt = (options or EstimateOptions()).for_hardware(hardware)
     zz = batch.zero
     if (batch.shard_group_size or batch.dp_mode == "dataparallel") and len(np.unique(zz)) > 1:
         return _per_zero_stage(model, training, hardware, batch, opt, inference, time_infeasible, per_stage)
@@ -271,8 +276,9 @@ evaluate_layouts.array_fields = True  # sweep.evaluate_candidates: every layout 
 
 def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last_bwd, t_inv, cols, m) -> np.ndarray:
     """(K, P) the data-parallel tail per rank (its non-expert params over dp·cp, expert params over the
-    EDP group): DDP all-reduce / ZeRO reduce-scatter (+ parameter all-gather), the reduce-scatter hidden
-    under the last microbatch's backward (`last_bwd` of time row t_inv) with `grad_reduce_overlap`;
+    EDP group): DDP all-reduce / ZeRO reduce-scatter (+ parameter all-gather), the gradient buckets
+    reduced as the last microbatch's backward (`last_bwd` of time row t_inv) fills them with
+    `grad_reduce_overlap` (cost/fsdp.py reduce_behind_compute_exposed_s: the last bucket exposed);
     asynchronous DP waits for nothing; single-process DataParallel scatters and gathers serially."""
     tp, ep, dp, mbs, zz = cols["tp"], cols["ep"], cols["dp"], cols["mbs"], cols["zero"]
     s, ab = training.seq_length, training.activation_bytes
@@ -290,10 +296,11 @@ def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last
         traffic, g_inv = once_per_distinct(_dp_tail_traffic, cols, model=model, training=training,
                                            hardware=hardware, opt=opt, pt=pt, shard_group_size=shard_group_size,
                                            span_shard_group=shard_group_size if (zz >= 1).any() else None)
-        rs, ag = (pt.of_class(gather_rows(x, g_inv)) for x in traffic)
-        if opt.grad_reduce_overlap:
-            exposed_rs = np.maximum(0.0, rs - gather_rows(last_bwd, t_inv))
-            rs = exposed_rs + opt.comm_slowdown * (rs - exposed_rs)  # the hidden part slows the last backward
+        rs, ag, nb = (pt.of_class(gather_rows(x, g_inv)) for x in traffic)
+        if opt.grad_reduce_overlap:  # bucket by bucket as the last backward fills them: the last one exposed
+            per = np.maximum(nb, 1.0)
+            exposed_rs = reduce_behind_compute_exposed_s(gather_rows(last_bwd, t_inv) / per, rs / per, nb)
+            rs = exposed_rs + opt.comm_slowdown * np.maximum(rs - exposed_rs, 0.0)  # the hidden part slows it
         dp_tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
     return dp_tail
 
@@ -359,5 +366,5 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
         # come out at -1e-16)
         bubble_fraction = np.where(makespan > 0, np.maximum(0.0, 1.0 - busy_sum / (pp * makespan)), 0.0)
     return {"step_s": step, "compute_s": compute_s, "exposed_comm_s": exposed_comm, "bubble_s": bubble_s,
-            "bubble_fraction": bubble_fraction, "optimizer_s": optimizer,
+            "bubble_fraction": bubble_fraction, "optimizer_s": optimizer, "contention_s": tl["contention"][t_inv],
             **{f"exposed_{k}_s": exposed[k] for k in EXPOSED}}

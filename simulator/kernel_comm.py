@@ -13,7 +13,7 @@ import numpy as np
 from .cost import collectives as C
 from .cost import comm
 from .cost.compute import layer_op_times
-from .cost.fsdp import backward_pass, forward_pass, unit_count
+from .cost.fsdp import backward_pass, chunked_overlap_exposed_s, forward_pass, unit_count
 from .cost.optimizer import optimizer_params_step_s
 from .cost.topology import group_span
 from .dedup import categories, distinct_rows, gather_rows, once_per_distinct
@@ -34,13 +34,19 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
     ab = training.activation_bytes
     s = training.seq_length
     place = dict(order=opt.placement)
-    out = {key: np.zeros(k) for key in ("tp_f", "tp_b", "cp_f", "cp_b", "att_f", "att_b", "ep_f", "ep_b", "p2p")}
+    out = {key: np.zeros(k) for key in ("tp_f", "tp_b", "tp_hid_f", "tp_hid_b", "cp_f", "cp_b", "att_f", "att_b",
+                                        "ep_f", "ep_b", "p2p")}
     span_tp = group_span(hardware, group="tp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
     for (r, spv), idx in categories(rec, sp):
         c = comm.tp_comm(hardware, _take_span(span_tp, idx), hidden_size=model.hidden_size, seq_length=s,
                          micro_batch_size=mbs[idx].astype(float), num_layers=1.0, bytes_per_element=ab,
                          sequence_parallel=bool(spv), recompute=r, cp=cp[idx])
         out["tp_f"][idx], out["tp_b"][idx] = c.forward_s, c.backward_s
+        if opt.tp_overlap is not None:  # a given fraction hidden
+            out["tp_hid_f"][idx], out["tp_hid_b"][idx] = opt.tp_overlap * c.forward_s, opt.tp_overlap * c.backward_s
+        elif training.stack.tp_comm_overlap and (tp[idx] > 1).any():
+            out["tp_hid_f"][idx], out["tp_hid_b"][idx] = _tp_chunked_hidden(
+                model, training, hardware, opt, tp[idx], cp[idx], mbs[idx], bool(spv), c)
     if (cp > 1).any():
         span_cp = group_span(hardware, group="cp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
         c = comm.cp_comm(hardware, span_cp, seq_length=s, micro_batch_size=mbs.astype(float), num_layers=1.0,
@@ -58,7 +64,7 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
         c = comm.ep_comm(hardware, span_ep, tokens_per_rank=mbs * s / cp / np.where(sp, tp, 1),
                          hidden_size=model.hidden_size, top_k=model.experts_per_token, num_moe_layers=1.0,
                          dispatch_bytes_per_element=1 if training.precision == "fp8" else ab,
-                         combine_bytes_per_element=ab, capacity_factor=training.moe_capacity_factor or None)
+                         combine_bytes_per_element=ab, load_factor=training.moe_load_factor)
         out["ep_f"][:], out["ep_b"][:] = c.forward_s, c.backward_s
     piped = np.flatnonzero(pp > 1)
     if len(piped):
@@ -66,6 +72,30 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
         msg = ab * mbs[piped] * (s / cp[piped]) * model.hidden_size / np.where(sp[piped], tp[piped], 1)
         out["p2p"][piped] = C.p2p_s(hardware, msg.astype(float), span_pp)
     return out
+
+
+def _tp_chunked_hidden(model, training, hardware, opt, tp, cp, mbs, sequence_parallel, c):
+    """The TP communication per layer that the chunked pipeline of the stack's `tp_comm_overlap` hides,
+    (forward, backward): each of the layer's TP collectives (4 with SP: all-gather before the QKV and FC1
+    GEMMs, reduce-scatter after the projection and FC2; 2 all-reduces without) split into tp chunks against
+    an equal share of the layer's GEMM time (forward: its forward GEMMs; backward: input- and weight-
+    gradient GEMMs), cost/fsdp.py chunked_overlap_exposed_s; hidden = total − exposed."""
+    u, inv = distinct_rows(tp, cp, mbs)
+    gf, gb = np.zeros(len(u)), np.zeros(len(u))
+    for j, i in enumerate(u):  # scalar layouts: one op table each (few distinct (tp, cp, micro-batch))
+        for o in layer_op_times(model, training, hardware, tp=float(tp[i]), cp=float(cp[i]),
+                                micro_batch_size=float(mbs[i]), sequence_parallel=sequence_parallel,
+                                roofline=opt.roofline):
+            if o.kind == "gemm":
+                gf[j] += float(o.forward_s)
+                gb[j] += float(o.backward_s) + float(o.weight_s)
+    gf, gb = gf[inv], gb[inv]
+    k = 4.0 if sequence_parallel else 2.0
+    hidden = []
+    for total, g in ((np.asarray(c.forward_s, dtype=float), gf), (np.asarray(c.backward_s, dtype=float), gb)):
+        exposed = k * chunked_overlap_exposed_s(total / k, g / k, tp.astype(float))
+        hidden.append(np.where(tp > 1, np.maximum(total - exposed, 0.0), 0.0))
+    return hidden[0], hidden[1]
 
 
 def _dp_spans(hardware, order, *, tp, cp, ep, dp, pp, shard_group_size):
@@ -122,28 +152,38 @@ def _optimizer_times(model, training, hardware, pt, shard_group_size, *, tp, cp,
 
 
 def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, spans, shard_group_size):
-    """Per-rank gradient reduction and parameter all-gather times (K, P) of the data-parallel tail, before
-    overlap. DDP: all-reduce of the gradients; ZeRO-1/2 (Megatron distributed optimizer): reduce-scatter of
-    the gradients + all-gather of the updated parameters (formulas.md §4.6, ZeRO §7); ZeRO-3: its traffic is
-    per microbatch inside the ops, plus the HSDP replica all-reduce. Non-expert params over the dp·cp group,
-    expert params over the expert-data-parallel group dp·cp/ep (`spans`: _dp_spans of the K rows)."""
+    """Per-rank gradient reduction time, parameter all-gather time and gradient buckets (K, P) of the
+    data-parallel tail, before overlap. DDP: all-reduce of the gradients; ZeRO-1/2 (Megatron distributed
+    optimizer): reduce-scatter of the gradients + all-gather of the updated parameters (formulas.md §4.6,
+    ZeRO §7); ZeRO-3: its traffic is per FSDP unit inside the ops, plus the HSDP replica all-reduce. The
+    gradients go in buckets of the stack's `dp_bucket_mb`, each its own collective (comm.bucketed).
+    Non-expert params over the dp·cp group, expert params over the expert-data-parallel group dp·cp/ep
+    (`spans`: _dp_spans of the K rows)."""
     gb, pb = training.grad_bytes, training.param_bytes
+    bucket = training.stack.dp_bucket_mb * 1e6
     span_dp, span_edp, replica = spans
-    rs, ag = np.zeros(ne_rank.shape), np.zeros(ne_rank.shape)
+    rs, ag, nb = np.zeros(ne_rank.shape), np.zeros(ne_rank.shape), np.zeros(ne_rank.shape)
+
+    def reduce(fn, rows, bytes_ne, bytes_ex, span_ne, span_ex):
+        t1, n1 = comm.bucketed(fn, hardware, bytes_ne, _col_span(_take_span(span_ne, rows)), bucket)
+        t2, n2 = comm.bucketed(fn, hardware, bytes_ex, _col_span(_take_span(span_ex, rows)), bucket)
+        rs[rows], nb[rows] = t1 + t2, n1 + n2
+
     r0 = np.flatnonzero(zz == 0)
     if len(r0):  # DDP
-        d, e = _col_span(_take_span(span_dp, r0)), _col_span(_take_span(span_edp, r0))
-        rs[r0] = C.all_reduce_s(hardware, ne_rank[r0] * gb, d) + C.all_reduce_s(hardware, ex_rank[r0] * gb, e)
+        reduce(C.all_reduce_s, r0, ne_rank[r0] * gb, ex_rank[r0] * gb, span_dp, span_edp)
     r12 = np.flatnonzero((zz == 1) | (zz == 2))
     if len(r12):  # ZeRO-1/2
-        d, e = _col_span(_take_span(span_dp, r12)), _col_span(_take_span(span_edp, r12))
-        rs[r12] = C.reduce_scatter_s(hardware, ne_rank[r12] * gb, d) + C.reduce_scatter_s(hardware, ex_rank[r12] * gb, e)
+        reduce(C.reduce_scatter_s, r12, ne_rank[r12] * gb, ex_rank[r12] * gb, span_dp, span_edp)
         if not opt.param_gather_overlap:
+            d, e = _col_span(_take_span(span_dp, r12)), _col_span(_take_span(span_edp, r12))
             ag[r12] = C.all_gather_s(hardware, ne_rank[r12] * pb, d) + C.all_gather_s(hardware, ex_rank[r12] * pb, e)
     r3 = np.flatnonzero(zz == 3)
     if replica is not None and len(r3):  # HSDP: all-reduce of the gradient shard across the replicas
-        rs[r3] = C.all_reduce_s(hardware, ne_rank[r3] * gb / shard_group_size, _col_span(_take_span(replica, r3)))
-    return rs, ag
+        t, n = comm.bucketed(C.all_reduce_s, hardware, ne_rank[r3] * gb / shard_group_size,
+                             _col_span(_take_span(replica, r3)), bucket)
+        rs[r3], nb[r3] = t, n
+    return rs, ag, nb
 
 
 def _col_span(span):

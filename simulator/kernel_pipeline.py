@@ -113,7 +113,8 @@ def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> d
     and `z3`: the ZeRO-3 gather exposures, row i using z3[...][z3_id[i]] when z3_id[i] >= 0: the makespan
     with and without p2p (replayed, analytic, or PipeDream's steady state), busy time per rank, one
     microbatch's backward per rank (`last_bwd`, for the DP overlap), and the compute and exposed
-    communication on the busiest rank (`pure`, `exposed_<category>`)."""
+    communication on the busiest rank (`pure`, `exposed_<category>`): `pure` includes `contention`, the
+    compute's slowdown under the communication it hides (comm_slowdown x the hidden time)."""
     n = len(sched)
     has = np.flatnonzero(z3_id >= 0)  # rows with a ZeRO-3 gather exposed
     zk = z3_id[has]
@@ -122,6 +123,7 @@ def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> d
     # F_eff = F + tp_f + cp_f + ep_f + zf + comm_slowdown · (hid_f + zhf), likewise B_eff
     F_eff = gather_rows(_sum_terms(st["F"], st["tp_f"], st["cp_f"], st["ep_f"]), g)
     B_eff = gather_rows(_sum_terms(st["B"], st["tp_b"], st["cp_b"], st["ep_b"]), g)
+    slow = None  # the compute's slowdown under overlapped communication, per stage (counted as compute)
     for eff, d in ((F_eff, "f"), (B_eff, "b")):
         if len(has):
             eff[has] += z3[d][zk]
@@ -130,6 +132,7 @@ def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> d
             if len(has):
                 h[has] += z3["hid_" + d][zk]
             eff += opt.comm_slowdown * h
+            slow = opt.comm_slowdown * h if slow is None else slow + opt.comm_slowdown * h
     W = gather_rows(st["W"], g)
     split_bw = family_column(sched, "split_backward")[:, None]
     B_eff, W_eff = np.where(split_bw, B_eff, B_eff + W), np.where(split_bw, W, 0.0)
@@ -144,9 +147,10 @@ def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> d
     mb = family_column(sched, "microbatch_share") * m
     on_star = pt.held_by(r_star)
     pure = st["F"] + st["B"] + st["W"]
+    contention = (mb * row_sums(np.where(on_star, slow, 0.0)) if slow is not None and slow.any() else np.zeros(n))
     out = dict(makespan=makespan, makespan0=makespan0, busy_sum=row_sums(busy),
-               last_bwd=pt.rank_sum(B_eff + W_eff),
-               pure=mb * row_sums(np.where(on_star, gather_rows(pure, g), 0.0)))
+               last_bwd=pt.rank_sum(B_eff + W_eff), contention=contention,
+               pure=mb * row_sums(np.where(on_star, gather_rows(pure, g), 0.0)) + contention)
     for k in ("tp", "cp", "ep"):
         f, b = st[k + "_f"], st[k + "_b"]
         out["exposed_" + k] = (mb * row_sums(np.where(on_star, gather_rows(f + b, g), 0.0)) if f.any() or b.any()

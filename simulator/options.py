@@ -1,7 +1,7 @@
 """EstimateOptions: what overlaps with what, and the modelling switches of the kernel (kernel.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import InputError
 
@@ -10,23 +10,34 @@ from .errors import InputError
 class EstimateOptions:
     """What overlaps with what (kernel.py's docstring), and modelling switches. Defaults follow Megatron-LM."""
 
-    tp_overlap: float = 0.0  # fraction of TP communication hidden under GEMMs (--tp-comm-overlap: ~1)
+    # fraction of TP communication hidden under GEMMs; None: the stack's rule (tp_comm_overlap: the chunked
+    # pipeline of cost/fsdp.py chunked_overlap_exposed_s, else nothing hidden)
+    tp_overlap: float | None = None
     cp_overlap: bool = True  # ring-attention p2p under the attention kernel
     ep_overlap: float | None = None  # None: 1 for dualpipe/dualpipev, else 0
     grad_reduce_overlap: bool = True  # DP gradient reduction under the last microbatch's backward
     param_gather_overlap: bool = False  # ZeRO-1/2 parameter all-gather under the next forward
-    comm_slowdown: float = 0.0  # overlapped comm slows the compute it hides under by this fraction
+    # overlapped comm slows the compute it hides under by this fraction; None: the hardware's measured SM
+    # contention (HardwareProfile.compute_slowdown_under_comm)
+    comm_slowdown: float | None = None
     roofline: bool = True  # op time = max(compute, memory) (False: their sum, Calculon's no_overlap)
     pipeline: str = "replay"  # "replay": the engine's fast path; "analytic": closed-form bubbles (faster)
-    bucket_bytes: float = 25e6  # DDP gradient bucket (PyTorch default 25 MB)
     placement: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 
     def __post_init__(self):
         for name in ("tp_overlap", "comm_slowdown"):
             v = getattr(self, name)
+            if v is None:
+                continue
             if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
                 raise InputError(f"{name} must be in [0, 1], got {v!r}")
         if self.pipeline not in ("replay", "analytic"):
             raise InputError(f"pipeline must be 'replay' or 'analytic', got {self.pipeline!r}")
         if self.ep_overlap is not None and not 0.0 <= self.ep_overlap <= 1.0:
             raise InputError(f"ep_overlap must be in [0, 1], got {self.ep_overlap!r}")
+
+    def for_hardware(self, hardware) -> "EstimateOptions":
+        """These options with what they leave to the hardware filled in from `hardware` (comm_slowdown)."""
+        if self.comm_slowdown is None:
+            return replace(self, comm_slowdown=hardware.compute_slowdown_under_comm)
+        return self

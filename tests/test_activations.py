@@ -115,8 +115,8 @@ def test_vectorised_over_tp_cp_and_micro_batch():
 
 
 def test_moe_routed_tokens_scale_with_top_k_and_capacity():
-    assert float(routed_tokens(tokens=1000, experts_per_token=2, capacity_factor=0.0)) == 2000
-    assert float(routed_tokens(tokens=1000, experts_per_token=2, capacity_factor=1.25)) == 2500
+    assert float(routed_tokens(tokens=1000, experts_per_token=2, load_factor=1.0)) == 2000
+    assert float(routed_tokens(tokens=1000, experts_per_token=2, load_factor=1.25)) == 2500
 
 
 def test_moe_layer_stores_k_times_the_expert_activations_of_a_dense_layer_with_f_e():

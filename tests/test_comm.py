@@ -114,7 +114,7 @@ def test_ulysses_uses_four_all_to_all_per_layer():
 def test_ep_dispatch_combine_volume_with_capacity_factor():
     # T=4096 tokens, k=8, h=7168, fp8 dispatch / bf16 combine, e=8, cf=1.25
     c = ep_comm(P, span("ep", ep=8), tokens_per_rank=4096, hidden_size=7168, top_k=8, num_moe_layers=1,
-                dispatch_bytes_per_element=1, combine_bytes_per_element=2, capacity_factor=1.25)
+                dispatch_bytes_per_element=1, combine_bytes_per_element=2, load_factor=1.25)
     tok = 1.25 * 8 * 4096
     assert float(c.forward_bytes_per_rank) == pytest.approx(7 / 8 * tok * 7168 * (1 + 2))
     assert float(c.calls_forward) == 2 and float(c.calls_backward) == 2

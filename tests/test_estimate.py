@@ -176,7 +176,7 @@ def test_analytic_mode_is_fast_and_close_to_the_replay_on_a_real_layout():
 def test_overlapped_communication_slows_compute_by_the_documented_factor():
     # comm_slowdown = 0: hidden comm is free; > 0: the step grows, by at most slowdown × the hidden comm
     sc = load_scenario("llama3-70b-64xh100")
-    base = EstimateOptions(tp_overlap=1.0)
+    base = EstimateOptions(tp_overlap=1.0, comm_slowdown=0.0)
     e0 = estimate(sc.model, sc.training, sc.layout, sc.hardware, options=base)
     e1 = estimate(sc.model, sc.training, sc.layout, sc.hardware,
                   options=EstimateOptions(tp_overlap=1.0, comm_slowdown=0.2))
@@ -185,6 +185,14 @@ def test_overlapped_communication_slows_compute_by_the_documented_factor():
     # the hidden TP time is what TP costs when exposed; 20 % of it is added to the ops that hide it (the
     # pipeline warm-up/drain and the hidden DP reduction add a few per cent more: rel=0.1)
     assert e1.row["step_s"] - e0.row["step_s"] == pytest.approx(0.2 * no.row["exposed_tp_s"], rel=0.1)
+    # ... and that slowdown is compute, reported as contention_s, so the breakdown still adds up
+    assert e0.row["contention_s"] == 0 < e1.row["contention_s"]
+    r = e1.row
+    assert r["step_s"] == pytest.approx(r["compute_s"] + r["exposed_comm_s"] + r["bubble_s"], rel=1e-12)
+    # the default is the hardware's measured contention (0.189, Lee et al. 2025), not 0
+    d = estimate(sc.model, sc.training, sc.layout, sc.hardware, options=EstimateOptions(tp_overlap=1.0))
+    assert sc.hardware.compute_slowdown_under_comm == 0.189
+    assert d.row["contention_s"] > 0
 
 
 def test_cli_overlap_options_change_the_exposed_tp_time():

@@ -136,3 +136,47 @@ def test_parameters_kept_after_forward_stay_in_memory_until_backward():
     # the kept stage holds all of its ~4e9 parameters unsharded in bf16 (~8 GB) instead of two layers
     extra = keep.peak_bytes[0] - free.peak_bytes[0]
     assert 6e9 < extra < 9e9
+
+
+@given(c=times, r=times, n=st.integers(1, 60))
+def test_bucket_closed_form_is_the_replay_of_reductions_behind_compute(c, r, n):
+    from simulator.cost.fsdp import reduce_behind_compute_exposed_s
+
+    assert reduce_behind_compute_exposed_s(c, r, n) == pytest.approx(backward_pass(c, 0.0, r, n, 1)[0],
+                                                                     rel=1e-9, abs=1e-12)
+
+
+def test_ddp_exposes_at_least_its_last_gradient_bucket():
+    m = load_model("llama3-8b")
+    kw = dict(num_gpus=64, dp=64, zero=0)
+    exp = {}
+    for mb in (25, 1000):
+        t = Training(seq_length=4096, global_batch_size=64, stack=load_stack("fsdp", dp_bucket_mb=mb))
+        exp[mb] = evaluate_layouts(m, t, H100, **kw).exposed_dp_s[0]
+    from simulator.cost import collectives as C
+    from simulator.cost.topology import group_span
+
+    for mb in (25, 1000):  # (small buckets can expose more: each all-reduce pays its latency at 64 GPUs)
+        assert exp[mb] >= C.all_reduce_s(H100, mb * 1e6, group_span(H100, group="dp", dp=64)) * 0.999
+
+
+@given(c=times, g=times, n=st.integers(1, 16))
+def test_chunked_tp_overlap_is_the_forward_replay_of_its_chunks(c, g, n):
+    from simulator.cost.fsdp import chunked_overlap_exposed_s
+
+    # n chunks of c/n communication, each feeding g/n of GEMM: the forward pass of n units, prefetch 1
+    assert chunked_overlap_exposed_s(c, g, n) == pytest.approx(forward_pass(g / n, c / n, n, 1)[0], rel=1e-9, abs=1e-12)
+
+
+def test_tp_comm_overlap_hides_most_tp_communication_but_never_the_first_chunk():
+    m = load_model("llama3-70b")
+    kw = dict(num_gpus=8, tp=8, dp=1, pp=1, sequence_parallel=True, recompute="selective")
+    rows = {}
+    for on in (False, True):
+        t = Training(seq_length=8192, global_batch_size=1, stack=load_stack("megatron", tp_comm_overlap=on))
+        rows[on] = evaluate_layouts(m, t, H100, **kw).iloc[0]
+    off, on = rows[False], rows[True]
+    assert 0 < on.exposed_tp_s < 0.5 * off.exposed_tp_s
+    # at least the first of tp chunks of each of the 4 collectives per layer, forward and backward
+    assert on.exposed_tp_s >= off.exposed_tp_s / 8 * 0.999
+    assert on.contention_s > 0  # what it hides slows the GEMMs (SM contention)

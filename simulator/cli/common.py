@@ -9,6 +9,7 @@ from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES
 from ..spec.rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE
 from ..spec.scenario import load_scenario
+from ..spec.stack import REDUCE, REDUCE_DTYPES, RESHARD
 from ..spec.training import CROSS_ENTROPY, OPTIMIZERS, PRECISIONS, STATE_DTYPES
 from .flagnames import flag_names, given_flags
 
@@ -45,6 +46,20 @@ _FLAGS = [
     ("--grad-dtype", "grad_dtype", click.Choice(list(STATE_DTYPES)), "gradient accumulation/reduction dtype"),
     CROSS_ENTROPY_FLAG,
     ("--cp-algorithm", "cp_algorithm", click.Choice(list(CP_ALGORITHMS)), "context-parallel algorithm"),
+    ("--moe-capacity-factor", "moe_capacity_factor", float,
+     "MoE capacity factor C (expert buffers padded to C x the uniform share); 0: dropless (default)"),
+    ("--moe-imbalance", "moe_imbalance", float,
+     "dropless MoE: the busiest expert-parallel rank's tokens over the mean (>= 1; default 1, uniform routing); "
+     "its expert GEMMs and all-to-all set the step"),
+    ("--fsdp-unit-layers", "fsdp_unit_layers", int, "transformer layers per FSDP unit (default: the stack's, 1)"),
+    ("--fsdp-prefetch", "fsdp_prefetch", int, "FSDP units all-gathered ahead (0: none; default: the stack's, 1)"),
+    ("--fsdp-reshard-after-forward", "fsdp_reshard_after_forward", click.Choice(list(RESHARD)),
+     "FSDP frees parameters after forward and gathers them again in backward (default: the stack's)"),
+    ("--fsdp-reduce", "fsdp_reduce", click.Choice(list(REDUCE)),
+     "when FSDP reduce-scatters gradients (default: the stack's)"),
+    ("--fsdp-reduce-dtype", "fsdp_reduce_dtype", click.Choice(list(REDUCE_DTYPES)),
+     "dtype FSDP reduces gradients in (grad: the gradients' own; default: the stack's)"),
+    ("--dp-bucket-mb", "dp_bucket_mb", float, "data-parallel gradient bucket, MB (default: the stack's)"),
     ("--dp-mode", "dp_mode", click.Choice(list(DP_MODES)),
      "ddp: DistributedDataParallel, one process per GPU, gradients all-reduced in buckets during backward; "
      "dataparallel: single-process torch DataParallel, inputs scattered and outputs/gradients gathered "
@@ -103,6 +118,9 @@ def scenario_options(fn):
                   help="ZeRO-Offload: optimizer states in host memory")
     @click.option("--compile/--no-compile", "compiled", default=None,
                   help="torch.compile / CUDA graphs: fused elementwise kernels, fewer launches (the stack's default)")
+    @click.option("--tp-comm-overlap/--no-tp-comm-overlap", "tp_comm_overlap", default=None,
+                  help="TP collectives in chunks pipelined with their GEMMs (Megatron --tp-comm-overlap, torchtitan "
+                       "AsyncTP; default: the stack's)")
     @pipeline_split_options
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -113,7 +131,8 @@ def scenario_options(fn):
     return wrapper
 
 
-SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + ["sequence_parallel", "flash_attention", "offload_optimizer", "compiled"]
+SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + ["sequence_parallel", "flash_attention", "offload_optimizer", "compiled",
+                                                      "tp_comm_overlap"]
 SCENARIO_KEYS += [dest for dest, _ in PIPELINE_SPLIT_FLAGS]
 
 

@@ -20,7 +20,8 @@ def _table(d: dict) -> str:
         f"micro-batch={lay['micro_batch_size']} x {lay['num_microbatches']} microbatches"
         + split_text(lay),
         f"step time           {step:10.4f} s",
-        f"  compute           {t['compute_s']:10.4f} s  {pct(t['compute_s'])}  (optimizer {t['optimizer_s']:.4f} s)",
+        f"  compute           {t['compute_s']:10.4f} s  {pct(t['compute_s'])}  (optimizer {t['optimizer_s']:.4f} s, "
+        f"slowed by overlapped comm {t['contention_s']:.4f} s at {100 * t['comm_slowdown']:.1f} %)",
         f"  exposed comm      {t['exposed_comm_s']:10.4f} s  {pct(t['exposed_comm_s'])}",
     ]
     for k, v in t["exposed_comm_by_group_s"].items():
@@ -28,7 +29,9 @@ def _table(d: dict) -> str:
             lines.append(f"    {k:<15} {v:10.4f} s  {pct(v)}")
     lines += [
         f"  pipeline bubble   {t['bubble_s']:10.4f} s  {pct(t['bubble_s'])}  "
-        f"({t['pipeline']}; idle fraction over all ranks {t['bubble_fraction']:.3f})",
+        f"(busiest rank waiting on other stages; {t['pipeline']})",
+        f"  idle fraction     {t['bubble_fraction']:10.3f}    1 - busy / (ranks x makespan): every pipeline rank, "
+        "p2p waits included",
         f"throughput          {th['tokens_per_s']:,.0f} tokens/s",
         f"TFLOP/s per GPU     {th['model_tflops_per_gpu']:.1f} model, {th['hardware_tflops_per_gpu']:.1f} hardware",
         f"MFU / HFU           {100 * th['mfu']:.1f} % / {100 * th['hfu']:.1f} %  ({th['mfu_formula']})",
@@ -59,10 +62,12 @@ def _short(source: str, width: int = 110) -> str:
 @click.option("--pipeline", type=click.Choice(["replay", "analytic"]), default="replay", show_default=True,
               help="replay the schedule on the engine, or use the closed-form bubble (faster, approximate "
                    "for uneven stages)")
-@click.option("--tp-overlap", type=float, default=0.0, show_default=True,
-              help="fraction of TP communication hidden under GEMMs (Megatron --tp-comm-overlap: ~1)")
-@click.option("--comm-slowdown", type=float, default=0.0, show_default=True,
-              help="overlapped communication slows the compute it hides under by this fraction (SM contention)")
+@click.option("--tp-overlap", type=float, default=None,
+              help="fraction of TP communication hidden under GEMMs, overriding the stack's rule (default: "
+                   "--tp-comm-overlap's chunked pipeline when on, else none)")
+@click.option("--comm-slowdown", type=float, default=None,
+              help="overlapped communication slows the compute it hides under by this fraction (SM contention; "
+                   "default: the hardware profile's, 0.189 measured by Lee et al. 2025 unless it has its own)")
 @click.option("--grad-overlap/--no-grad-overlap", default=True, show_default=True,
               help="overlap the DP gradient reduction with the last microbatch's backward")
 @click.option("--param-gather-overlap/--no-param-gather-overlap", default=False, show_default=True,

@@ -94,7 +94,9 @@ def _fmt_table(df, top: int, num_layers: int) -> str:
         return f"{x:{spec}}" if x == x else f"{'-':>{width}}"
 
     for (_, r), lay in zip(d.iterrows(), layers):
-        bub = r.get("bubble_fraction", float("nan"))
+        # the pipeline bubble as estimate prints it: the share of the step the busiest rank waits on other
+        # stages (bubble_s / step_s); bubble_fraction, the idle share over all ranks, is in --format json/csv
+        bub = r["bubble_s"] / r["step_s"] if r["step_s"] == r["step_s"] and r["step_s"] > 0 else float("nan")
         lines.append(f"{int(r['rank']):>5} {r['label']:<24} {short_variant(r):<32} {lay:<{w}} "
                      f"{num(r['tokens_per_s'], '>12,.0f', 12)} {num(r['mfu'], '>6.1%', 6)} "
                      f"{num(r['step_s'], '>9.3f', 9)} {num(bub, '>7.1%', 7)} {r['peak_bytes'] / 2**30:>9.1f}  "

@@ -21,7 +21,7 @@ from ..spec.hardware import HardwareProfile
 from ..spec.rules import RECOMPUTE, check_choice
 from . import collectives as C
 
-__all__ = ["CommCost", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "data_parallel_single_process_comm",
+__all__ = ["CommCost", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bucketed", "data_parallel_single_process_comm",
            "activation_bytes"]
 
 
@@ -149,13 +149,14 @@ def cp_comm(profile: HardwareProfile, span, *, seq_length, micro_batch_size, num
 
 
 def ep_comm(profile: HardwareProfile, span, *, tokens_per_rank, hidden_size, top_k, num_moe_layers,
-            dispatch_bytes_per_element, combine_bytes_per_element=None, capacity_factor=None) -> CommCost:
+            dispatch_bytes_per_element, combine_bytes_per_element=None, load_factor=1.0) -> CommCost:
     """Expert-parallel all-to-all per micro-batch over `num_moe_layers` MoE layers.
 
     Per layer forward: dispatch + combine all-to-all; backward: their gradients (2 more) — 4 per
     layer (Playbook EP; scaling-book). Per-rank buffer: dispatch k·T·h·bytes_dispatch, combine
-    k·T·h·bytes_combine (DeepSeek-V3 §3.3 dispatches FP8, combines BF16); with a capacity factor the
-    buffers are padded to cf·k·T tokens. (e-1)/e of it leaves the rank under uniform routing.
+    k·T·h·bytes_combine (DeepSeek-V3 §3.3 dispatches FP8, combines BF16), times `load_factor`
+    (Training.moe_load_factor: buffers padded to a capacity factor, or the busiest rank's share of
+    dropless routing, which every rank of the all-to-all waits for). (e-1)/e of it leaves the rank.
     Backward: dispatch-gradient in combine precision, combine-gradient in combine precision.
     """
     e = _f(span.size)
@@ -165,7 +166,7 @@ def ep_comm(profile: HardwareProfile, span, *, tokens_per_rank, hidden_size, top
     L = _nonneg("num_moe_layers", num_moe_layers)
     bd = _nonneg("dispatch_bytes_per_element", dispatch_bytes_per_element)
     bc = bd if combine_bytes_per_element is None else _nonneg("combine_bytes_per_element", combine_bytes_per_element)
-    cf = 1.0 if capacity_factor is None else _nonneg("capacity_factor", capacity_factor)
+    cf = _nonneg("load_factor", load_factor)
     tokens = cf * k * T
     m_d, m_c = tokens * h * bd, tokens * h * bc
     t_d, t_c = C.all_to_all_s(profile, m_d, span), C.all_to_all_s(profile, m_c, span)
@@ -194,8 +195,9 @@ def pp_comm(profile: HardwareProfile, span, *, hidden_size, seq_length, micro_ba
     return _cost("pp", "p2p", "microbatch", hops * msg, hops * msg, hops * t, hops * t, hops, hops)
 
 
-def _bucketed(fn, profile, total_bytes, span, bucket_bytes, algorithm):
-    """Time of `total_bytes` sent as full buckets of `bucket_bytes` plus one remainder bucket."""
+def bucketed(fn, profile, total_bytes, span, bucket_bytes, algorithm="auto"):
+    """(time, calls) of `total_bytes` sent as full buckets of `bucket_bytes` plus one remainder bucket, each
+    its own collective `fn` (cost/collectives.py) over `span`; one collective when bucket_bytes is None."""
     total = _f(total_bytes)
     if bucket_bytes is None:
         return fn(profile, total, span, algorithm=algorithm), np.where(total > 0, 1.0, 0.0)
@@ -235,23 +237,23 @@ def dp_comm(profile: HardwareProfile, span, *, params_per_rank, grad_bytes_per_e
     d = _f(span.size)
     frac = (d - 1.0) / d
     if zero == 0:
-        t, calls = _bucketed(C.all_reduce_s, profile, psi * bg, span, bucket_bytes, algorithm)
+        t, calls = bucketed(C.all_reduce_s, profile, psi * bg, span, bucket_bytes, algorithm)
         fb, bb, fs, bs, cf, cb, name = 0.0, 2.0 * frac * psi * bg, 0.0, t, 0.0, calls, "all_reduce"
     elif zero in (1, 2):
-        t_rs, c_rs = _bucketed(C.reduce_scatter_s, profile, psi * bg, span, bucket_bytes, algorithm)
-        t_ag, c_ag = _bucketed(C.all_gather_s, profile, psi * bp, span, bucket_bytes, algorithm)
+        t_rs, c_rs = bucketed(C.reduce_scatter_s, profile, psi * bg, span, bucket_bytes, algorithm)
+        t_ag, c_ag = bucketed(C.all_gather_s, profile, psi * bp, span, bucket_bytes, algorithm)
         fb, bb, fs, bs, cf, cb = 0.0, frac * psi * (bg + bp), 0.0, t_rs + t_ag, 0.0, c_rs + c_ag
         name = "reduce_scatter+all_gather"
     else:
-        t_ag, c_ag = _bucketed(C.all_gather_s, profile, psi * bp, span, bucket_bytes, algorithm)
-        t_rs, c_rs = _bucketed(C.reduce_scatter_s, profile, psi * bg, span, bucket_bytes, algorithm)
+        t_ag, c_ag = bucketed(C.all_gather_s, profile, psi * bp, span, bucket_bytes, algorithm)
+        t_rs, c_rs = bucketed(C.reduce_scatter_s, profile, psi * bg, span, bucket_bytes, algorithm)
         fb, bb = m * frac * psi * bp, m * frac * psi * (bp + bg)
         fs, bs, cf, cb = m * t_ag, m * (t_ag + t_rs), m * c_ag, m * (c_ag + c_rs)
         name = "all_gather+reduce_scatter"
         if replica_span is not None:
             r = _f(replica_span.size)
             shard = psi * bg / d
-            t_ar, c_ar = _bucketed(C.all_reduce_s, profile, shard, replica_span, bucket_bytes, algorithm)
+            t_ar, c_ar = bucketed(C.all_reduce_s, profile, shard, replica_span, bucket_bytes, algorithm)
             bb = bb + 2.0 * (r - 1.0) / r * shard
             bs, cb = bs + t_ar, cb + c_ar
             name += "+replica_all_reduce"

@@ -269,7 +269,7 @@ def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_
         ffn += [(op, n_dense) for op in F.dense_mlp_ops(model, **kw)]
     if has_moe:
         ffn += [(op, n_moe) for op in F.moe_ops(model, ep=ep, sequence_parallel=sequence_parallel,
-                                                  capacity_factor=training.moe_capacity_factor, **kw)]
+                                                  load_factor=training.moe_load_factor, **kw)]
     for op, w in ffn:
         g_ops.append(op); g_w.append(w); g_r.append(w if full else zero)  # noqa: E702
     casts = [(fp8_cast_op(op, training), w, r) for op, w, r in zip(g_ops, g_w, g_r)

@@ -213,11 +213,12 @@ def dense_mlp_ops(model: ModelSpec, *, seq_length, tp=1, cp=1, micro_batch_size=
 
 
 def moe_ops(model: ModelSpec, *, seq_length, tp=1, cp=1, ep=1, micro_batch_size=1,
-            sequence_parallel: bool = False, capacity_factor: float = 0.0) -> tuple[LayerOp, ...]:
+            sequence_parallel: bool = False, load_factor: float = 1.0) -> tuple[LayerOp, ...]:
     """An MoE FFN per rank: router, routed experts (top-k), shared experts (formulas.md §1.3, §2.3).
 
     router: T'×h·(E [+1 shared-expert gate]) replicated across TP (T' = T/t with SP, else T), bf16.
-    routed: E/e local experts, each m = k·T·e/E·ρ tokens (ρ = C if a capacity factor C > 0, else 1),
+    routed: E/e local experts, each m = k·T·e/E·ρ tokens (ρ = `load_factor`: Training.moe_slot_factor for
+            the FLOPs executed on average, Training.moe_load_factor for the busiest rank's time),
             up m×h·(c_f−1)·f_e/t, down m×(f_e/t)·h; total forward 2·ρ·k·T·c_f·h·f_e/t.
     shared: a dense FFN of width f_sh (split by t).
     """
@@ -225,7 +226,7 @@ def moe_ops(model: ModelSpec, *, seq_length, tp=1, cp=1, ep=1, micro_batch_size=
     tp, cp, ep, b = _f(tp), _f(cp), _f(ep), _f(micro_batch_size)
     T = b * s / cp
     h, E, k = model.hidden_size, model.num_experts, model.experts_per_token
-    rho = capacity_factor if capacity_factor > 0 else 1.0
+    rho = float(load_factor)
     T_rep = T / tp if sequence_parallel else T
     ops = [_gemm("router", T_rep, E + (1 if model.shared_expert_gate else 0), h, fp8=False)]
     local_experts = E / ep
@@ -241,23 +242,23 @@ def moe_ops(model: ModelSpec, *, seq_length, tp=1, cp=1, ep=1, micro_batch_size=
 
 def layer_ops(model: ModelSpec, training: Training, *, moe: bool = False, tp=1, cp=1, ep=1, micro_batch_size=1,
               sequence_parallel: bool = False, attention_flops: str | None = None,
-              flash_attention: bool | None = None, capacity_factor: float | None = None) -> tuple[LayerOp, ...]:
+              flash_attention: bool | None = None, load_factor: float | None = None) -> tuple[LayerOp, ...]:
     """The per-op FLOPs table of one transformer layer for one microbatch on one rank.
 
     `moe` selects the FFN (routed-expert layer or dense layer; ModelSpec.moe_layer_mask says which
-    layer is which). `attention_flops`, `flash_attention`, `capacity_factor` default to the Training
-    fields. Ops: attention projections, attn_scores, attn_context, then the FFN ops.
+    layer is which). `attention_flops`, `flash_attention` default to the Training fields, `load_factor`
+    (moe_ops) to Training.moe_slot_factor. Ops: attention projections, attn_scores, attn_context, then the FFN ops.
     """
     conv = training.attention_flops if attention_flops is None else attention_flops
     flash = training.flash_attention if flash_attention is None else flash_attention
-    cap = training.moe_capacity_factor if capacity_factor is None else capacity_factor
+    cap = training.moe_slot_factor if load_factor is None else load_factor
     if moe and not model.is_moe:
         raise InputError(f"model {model.name!r} has no experts; moe=True is not possible")
     kw = dict(seq_length=training.seq_length, tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     proj = projection_ops(model, sequence_parallel=sequence_parallel, **kw)
     ops = list(proj[:-1]) + list(attention_ops(model, attention_flops=conv, flash_attention=flash, **kw)) + [proj[-1]]
     if moe:
-        ops += moe_ops(model, ep=ep, sequence_parallel=sequence_parallel, capacity_factor=cap, **kw)
+        ops += moe_ops(model, ep=ep, sequence_parallel=sequence_parallel, load_factor=cap, **kw)
     else:
         ops += dense_mlp_ops(model, **kw)
     return tuple(ops)
@@ -321,7 +322,7 @@ def model_flops_per_sequence(model: ModelSpec, training: Training, *, attention_
 
 def _per_sequence(model, training, *, attention_flops, recompute, hardware) -> float:
     conv = training.attention_flops if attention_flops is None else attention_flops
-    cap = training.moe_capacity_factor if hardware else 0.0
+    cap = training.moe_slot_factor if hardware else 1.0
     flash = training.flash_attention if hardware else False
     n_moe = model.num_moe_layers
     n_dense = model.num_layers - n_moe
@@ -329,7 +330,7 @@ def _per_sequence(model, training, *, attention_flops, recompute, hardware) -> f
     for count, is_moe in ((n_dense, False), (n_moe, True)):
         if count == 0:
             continue
-        ops = layer_ops(model, training, moe=is_moe, attention_flops=conv, flash_attention=flash, capacity_factor=cap)
+        ops = layer_ops(model, training, moe=is_moe, attention_flops=conv, flash_attention=flash, load_factor=cap)
         t = sum_ops(ops)
         per_layer = t.model_flops
         if hardware:

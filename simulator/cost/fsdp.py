@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["forward_pass", "backward_pass", "unit_count"]
+__all__ = ["forward_pass", "backward_pass", "reduce_behind_compute_exposed_s", "chunked_overlap_exposed_s",
+           "unit_count"]
 
 
 def unit_count(layers, unit_layers: int):
@@ -104,3 +105,34 @@ def backward_pass(compute_s, gather_s, reduce_s, units, prefetch: int):
     makespan = np.maximum(prev_end, comm_free)
     exposed = np.maximum(makespan - L * c, 0.0)
     return exposed, np.maximum(L * (g + r) - exposed, 0.0)
+
+
+def reduce_behind_compute_exposed_s(compute_s, reduce_s, buckets):
+    """Exposed time of `buckets` equal reductions of `reduce_s` each, issued one by one as a backward of
+    `compute_s` per bucket fills them and run one at a time (DDP / ZeRO-1/2 gradient buckets: PyTorch DDP
+    `bucket_cap_mb`, Megatron `--overlap-grad-reduce`; Li et al. 2020, "PyTorch Distributed", §3.2.3):
+
+        exposed = r + (n − 1)·max(0, r − c)
+
+    (the last bucket is always exposed; each earlier one only by what it exceeds its bucket's compute).
+    `backward_pass` with no gathers and uniform units replays the same (the tests check it); this closed
+    form is what the kernel uses, as bucket counts reach thousands. 0 where there are no buckets."""
+    c, r, n = (np.asarray(x, dtype=float) for x in (compute_s, reduce_s, buckets))
+    return np.where(n > 0, r + np.maximum(n - 1.0, 0.0) * np.maximum(0.0, r - c), 0.0)
+
+
+def chunked_overlap_exposed_s(comm_s, compute_s, chunks):
+    """Exposed time of a collective split into `chunks` pieces pipelined with the GEMM it feeds or drains,
+    each piece of the GEMM waiting for its piece of the collective (or the other way round):
+
+        exposed = (t_c + (n − 1)·max(0, t_c − t_g)) / n
+
+    the first (all-gather before a GEMM) or last (reduce-scatter after it) piece is always exposed, and
+    each other piece by what its communication exceeds its computation (the forward_pass closed form with
+    n units of t_c/n communication and t_g/n compute). Megatron-LM `--tp-comm-overlap` (Transformer Engine
+    userbuffers: AG+GEMM and GEMM+RS split over the TP ring, n = tp) and torchtitan's AsyncTP (micro-
+    pipelined collective matmuls, Wang et al. 2023, "Overlap Communication with Dependent Computation via
+    Decomposition in Large Deep Learning Models", ASPLOS, §4) both run it."""
+    t_c, t_g, n = (np.asarray(x, dtype=float) for x in (comm_s, compute_s, chunks))
+    n = np.maximum(n, 1.0)
+    return (t_c + (n - 1.0) * np.maximum(0.0, t_c - t_g)) / n

@@ -114,7 +114,7 @@ def _ffn_memory_ops(model, training, *, moe, tp, T, e, sequence_parallel) -> lis
     act_f, act_b = (3.0, 5.0) if glu else (2.0, 3.0)
     if moe:
         k, E = model.experts_per_token, model.num_experts
-        rho = training.moe_capacity_factor if training.moe_capacity_factor > 0 else 1.0
+        rho = training.moe_load_factor  # the busiest rank's routed tokens / the uniform share
         width = rho * k * T * model.moe_ffn_hidden_size / tp + T * model.shared_expert_ffn_hidden_size / tp
         T_rep = T / tp if sequence_parallel else T
         perm = 2 * (1 + k) * T * h * e

@@ -109,15 +109,15 @@ def mlp_bytes(*, tokens, hidden: int, ffn: int, e: int, t, t_s, glu: bool) -> np
     return e * hidden * _f(tokens) / t_s + inter
 
 
-def routed_tokens(*, tokens, experts_per_token: int, capacity_factor: float) -> np.ndarray:
-    """Token copies processed by the experts of one rank per MoE layer: k·T (dropless, uniform routing),
-    or C·k·T slots with capacity factor C (GShard/Switch: each expert gets C·k·T_group/E slots and a
-    rank holds E/ep experts of an ep-rank group with T_group = ep·T, so ep cancels)."""
-    c = capacity_factor if capacity_factor > 0 else 1.0
-    return experts_per_token * c * _f(tokens)
+def routed_tokens(*, tokens, experts_per_token: int, load_factor: float) -> np.ndarray:
+    """Token copies processed by the experts of the busiest rank per MoE layer: ρ·k·T, ρ =
+    Training.moe_load_factor: the capacity factor C (GShard/Switch: each expert gets C·k·T_group/E slots
+    and a rank holds E/ep experts of an ep-rank group with T_group = ep·T, so ep cancels), or dropless the
+    busiest rank's share over the uniform one (1: uniform routing)."""
+    return experts_per_token * float(load_factor) * _f(tokens)
 
 
-def moe_bytes(model: ModelSpec, *, tokens, e: int, t, t_s, capacity_factor: float) -> np.ndarray:
+def moe_bytes(model: ModelSpec, *, tokens, e: int, t, t_s, load_factor: float) -> np.ndarray:
     """MoE FFN stored tensors (Megatron-Core MoE with all-to-all dispatch; expert TP = TP):
     - input (norm output) e·T·h/t_s and fp32 router probabilities 4·T·E/t_s;
     - per routed token: the permuted token (expert input) e·h, the fused GLU input and down-projection
@@ -128,7 +128,7 @@ def moe_bytes(model: ModelSpec, *, tokens, e: int, t, t_s, capacity_factor: floa
     the sequence-parallel shards)."""
     glu = model.glu_matrices == 3
     T = _f(tokens)
-    R = routed_tokens(tokens=T, experts_per_token=model.experts_per_token, capacity_factor=capacity_factor)
+    R = routed_tokens(tokens=T, experts_per_token=model.experts_per_token, load_factor=load_factor)
     inter = (3 if glu else 2) * e
     out = e * model.hidden_size * T / t_s + 4.0 * model.num_experts * T / t_s
     out = out + R * (2 * e * model.hidden_size + inter * model.moe_ffn_hidden_size / t)
@@ -188,7 +188,7 @@ def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
     out = out + attention_block_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                                       sequence_parallel=sequence_parallel, recompute=recompute)
     if moe and model.is_moe:
-        out = out + moe_bytes(model, tokens=T, e=e, t=t, t_s=t_s, capacity_factor=training.moe_capacity_factor)
+        out = out + moe_bytes(model, tokens=T, e=e, t=t, t_s=t_s, load_factor=training.moe_load_factor)
     else:
         out = out + mlp_bytes(tokens=T, hidden=h, ffn=model.ffn_hidden_size, e=e, t=t, t_s=t_s,
                               glu=model.glu_matrices == 3)
@@ -210,8 +210,7 @@ def layer_weight_grad_bytes(model: ModelSpec, training: Training, *, tp, cp, mic
     o = w["o"] / t + h
     cf = model.glu_matrices
     if moe and model.is_moe:
-        R = routed_tokens(tokens=T, experts_per_token=model.experts_per_token,
-                          capacity_factor=training.moe_capacity_factor)
+        R = routed_tokens(tokens=T, experts_per_token=model.experts_per_token, load_factor=training.moe_load_factor)
         fe, fsh = model.moe_ffn_hidden_size, model.shared_expert_ffn_hidden_size
         ffn_tok = R * (h + (cf - 1) * fe / t + fe / t + h) / T
         ffn = ffn_tok + ((h / t_s + (cf - 1) * fsh / t + fsh / t + h) if fsh else 0.0)

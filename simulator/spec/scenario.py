@@ -25,6 +25,9 @@ from .validate import validate
 SECTIONS = ("model", "hardware", "training", "layout", "sweep", "stack", "name", "description")
 TRAINING_KEYS = tuple(f.name for f in fields(Training) if f.name != "stack")  # the stack: [stack] / --stack
 STACK_FIELDS = tuple(f.name for f in fields(Stack) if f.name not in ("name", "source"))
+# the Stack fields a command-line flag may set (cli/common.py STACK_FLAGS)
+STACK_FLAG_KEYS = ("compiled", "tp_comm_overlap", "fsdp_unit_layers", "fsdp_prefetch", "fsdp_reshard_after_forward",
+                   "fsdp_reduce", "fsdp_reduce_dtype", "dp_bucket_mb")
 LAYOUT_KEYS = tuple(f.name for f in fields(Layout) if f.name != "num_gpus")
 
 
@@ -179,9 +182,10 @@ def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
     for k in ("kernels_per_layer", "compiled_kernels_per_layer"):
         if isinstance(table.get(k), list):
             table[k] = tuple(table[k])
-    compiled = overrides.pop("compiled", None)
-    if compiled is not None:
-        table["compiled"] = compiled
+    for key in STACK_FLAG_KEYS:  # --compile, --fsdp-prefetch, ...: the flags win over the [stack] table
+        v = overrides.pop(key, None)
+        if v is not None:
+            table[key] = v
     bad = sorted(set(table) - set(STACK_FIELDS))
     if bad:
         raise InputError(f"unknown key {bad[0]!r} in [stack] of {where}")

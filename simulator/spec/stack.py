@@ -18,7 +18,11 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   whether parameters are freed after forward (and so gathered again in backward), the dtype gradients
   are reduced in, and whether they are reduce-scattered every micro-batch or once per step. Two of them
   may depend on pipelining ("unless-pipelined", "once-if-pipelined"): torchtitan keeps parameters after
-  forward and torch.distributed.pipelining reduces once when PP is on.
+  forward and torch.distributed.pipelining reduces once when PP is on;
+- `tp_comm_overlap`: tensor-parallel collectives split into chunks pipelined with the GEMMs they feed
+  (cost/fsdp.py `chunked_overlap_exposed_s`);
+- `dp_bucket_mb`: the gradient bucket of its data-parallel reduction (DDP, ZeRO-1/2): buckets are reduced
+  as the last backward fills them, so only the last one is sure to be exposed (kernel.py's DP tail).
 
 Presets are TOML files in `stacks/` (every number with its source in the file's `[source]` table);
 `load_stack(name_or_path, **overrides)` reads one, `DEFAULT_STACK` is used when none is given.
@@ -71,6 +75,8 @@ class Stack:
     fsdp_reshard_after_forward: str = "yes"
     fsdp_reduce_dtype: str = "grad"
     fsdp_reduce: str = "every-microbatch"
+    tp_comm_overlap: bool = False  # TP collectives chunked under their GEMMs (Megatron userbuffers, AsyncTP)
+    dp_bucket_mb: float = 25.0  # gradients per data-parallel reduction bucket, MB (PyTorch DDP bucket_cap_mb)
     source: tuple = field(default=(), compare=False, repr=False)  # ((key, where its value comes from), ...)
 
     def __post_init__(self):
@@ -81,8 +87,9 @@ class Stack:
             if getattr(self, name) not in allowed:
                 raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
-        if not isinstance(self.compiled, bool):
-            raise InputError(f"stack {self.name!r}: compiled must be true or false, got {self.compiled!r}")
+        for name in ("compiled", "tp_comm_overlap"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("kernels_per_layer", "compiled_kernels_per_layer"):
             v = getattr(self, name)
             if (not isinstance(v, (tuple, list)) or len(v) != 2
@@ -94,6 +101,9 @@ class Stack:
         if not isinstance(h, (int, float)) or isinstance(h, bool) or not 0.0 <= h < 1e-2:
             raise InputError(f"stack {self.name!r}: host_us_per_kernel must be in [0, 10000) microseconds, "
                              f"got {h * 1e6 if isinstance(h, (int, float)) else h!r}")
+        b = self.dp_bucket_mb
+        if not isinstance(b, (int, float)) or isinstance(b, bool) or not 0.0 < b <= 1e6:
+            raise InputError(f"stack {self.name!r}: dp_bucket_mb must be a number of MB in (0, 1e6], got {b!r}")
         for name, lo in (("fsdp_unit_layers", 1), ("fsdp_prefetch", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= 1024:

@@ -37,6 +37,7 @@ class Training:
     offload_optimizer: bool = False  # ZeRO-Offload: optimizer states (and master copy) in host memory
     offload_params: bool = False  # ZeRO-Infinity-style parameter offload (ZeRO-3 only)
     moe_capacity_factor: float = 0.0  # 0: dropless (tokens routed as chosen); else C·k·T/E slots per expert
+    moe_imbalance: float = 1.0  # dropless routing: the busiest expert-parallel rank's tokens / the mean (>= 1)
     cross_entropy: str | None = None  # CROSS_ENTROPY (spec/stack.py): how the loss is computed; None: the stack's
     attention_flops: str = "causal"  # "causal" (Megatron-current) or "full" (PaLM / Narayanan) count
 
@@ -62,6 +63,27 @@ class Training:
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         check_positive("moe_capacity_factor", self.moe_capacity_factor, allow_zero=True)
+        check_positive("moe_imbalance", self.moe_imbalance)
+        if self.moe_imbalance < 1:
+            raise InputError(f"moe_imbalance is the busiest expert rank's load over the mean: >= 1, "
+                             f"got {self.moe_imbalance!r}")
+
+    # ---- MoE routing ---------------------------------------------------------------------------
+    @property
+    def moe_slot_factor(self) -> float:
+        """Expert slots executed per routed token copy on average: the capacity factor C when set (every
+        expert computes its C·k·T/E slots, padded: GShard, Lepikhin et al. 2020 §2.2; Switch, Fedus et al.
+        2021 §2.2), else 1 (dropless). What the hardware FLOPs (HFU) count."""
+        return float(self.moe_capacity_factor) if self.moe_capacity_factor > 0 else 1.0
+
+    @property
+    def moe_load_factor(self) -> float:
+        """The busiest expert-parallel rank's routed tokens over the uniform share k·T·e/E: C with a
+        capacity factor (its buffers are padded to C whatever the routing), else `moe_imbalance` (dropless:
+        the step waits for the rank whose experts drew the most tokens; 1 = uniform routing, an assumption
+        the user can change). What the step time (expert GEMMs, all-to-all sized by the busiest rank) and
+        the busiest rank's activation memory use."""
+        return float(self.moe_capacity_factor) if self.moe_capacity_factor > 0 else float(self.moe_imbalance)
 
     # ---- bytes per element ---------------------------------------------------------------------
     @property
