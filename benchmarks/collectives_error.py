@@ -4,15 +4,18 @@
     python benchmarks/collectives_error.py DATA/collectives.csv --write docs/collectives.md
     python benchmarks/collectives_error.py DATA/collectives.csv --derive   # calibration numbers
 
+    python benchmarks/collectives_error.py DATA/collectives.csv --write-profiles  # fabric fits -> TOML
+
 The CSV is the shared measured-data file (`collectives.csv`: system, collective, n_gpus, nodes,
-message_bytes, busbw_GBps, ...). Rows are split up front into CALIBRATION rows, from which the
+message_bytes, busbw_GBps, time_us, ...). Rows are split up front into CALIBRATION rows, from which the
 efficiency tables and latencies in `hardware_profiles/*.toml` were derived (`--derive` recomputes
-them), and HELD-OUT rows, which were never used to set a number and on which the error is reported.
+them; the fabric fits of issue 23 are in collectives_fabrics.py), and HELD-OUT rows, which were never
+used to set a number and on which the error is reported. The measurement is the row's time: `time_us`
+where the source printed it (nccl-tests' own column), else busbw -> time (busbw carries two decimals).
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -20,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.cost import collectives as C
-from simulator.spec.hardware import load_hardware
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's simulator, not an installed copy
+from simulator.cost import collectives as C  # noqa: E402
+from simulator.spec.hardware import load_hardware  # noqa: E402
 
 # ---- which rows set numbers, and how --------------------------------------------------------
 CALIBRATION_PREFIXES = (
@@ -32,9 +36,15 @@ CALIBRATION_PREFIXES = (
 )
 # the H200 torch rows <= 1 MiB ran Ring/LL and were NOT used: they stay held-out
 CALIBRATION_EXCLUDE = re.compile(r"h200_8gpu_ar_torch_(32|64|128|256|512)KiB|h200_8gpu_ar_torch_1MiB")
+# Sweeps of systems that had no calibration row (issue 23): every second size calibrates (log2 M even:
+# 64 KiB, 256 KiB, 1 MiB, 4 MiB, ...), the sizes between are held out. Their fabrics' latency and size
+# curve are fitted on the first half only (collectives_fabrics.py).
+INTERLEAVED_PREFIXES = ("b200_1node_ar_", "b200_4node_ar_", "gcp_a3mega_2node_ar_")
 
 
-def is_calibration(coll_id: str) -> bool:
+def is_calibration(coll_id: str, message_bytes: float) -> bool:
+    if coll_id.startswith(INTERLEAVED_PREFIXES):
+        return int(round(np.log2(message_bytes))) % 2 == 0
     return coll_id.startswith(CALIBRATION_PREFIXES) and not CALIBRATION_EXCLUDE.fullmatch(coll_id)
 
 
@@ -56,10 +66,9 @@ def _profile_for(row):
     if cid.startswith(("h200_", "p5en_")):
         return load_hardware("dgx-h200"), "dgx-h200"  # p5en: 8x H200, 3200 Gb/s EFA per node
     if cid.startswith("b200_"):
-        return load_hardware("dgx-b200"), "dgx-b200"  # AWS p6-b200: 8x B200, 8x 400 Gb/s EFA
+        return load_hardware("aws-p6-b200"), "aws-p6-b200"  # 8x B200, 8x 400 Gb/s EFA v4
     if cid.startswith("gcp_a3mega_"):
-        p = load_hardware("dgx-h100")  # A3 Mega: 8x H100 with 8x 200 Gb/s NICs (not 400)
-        return dataclasses.replace(p, name="dgx-h100 (8x200G NICs)", nic_bytes_per_s=200e9 / 8), "dgx-h100 + 8x200G"
+        return load_hardware("gcp-a3-mega"), "gcp-a3-mega"  # 8x H100, 8x 200 Gb/s GPUDirect-TCPXO
     if cid.startswith("mi300x_"):
         return load_hardware("mi300x"), "mi300x"
     return None, None
@@ -68,13 +77,21 @@ def _profile_for(row):
 _COLL = {"all_reduce": C.all_reduce_s, "all_gather": C.all_gather_s, "reduce_scatter": C.reduce_scatter_s}
 
 
+def _measured_time_s(r, coll: str, n: int) -> float:
+    """Seconds of the row: its `time_us` when given, else busbw -> algbw -> time (nccl-tests definitions)."""
+    t = pd.to_numeric(r.time_us, errors="coerce")
+    if t > 0:
+        return float(t) * 1e-6
+    return float(C.bus_factor(coll, n) if coll != "p2p" else 1.0) * r.M / r.busbw
+
+
 def load_rows(csv_path) -> pd.DataFrame:
-    """Rows with a numeric message size, a group shape and a preset to compare against."""
+    """Rows with a numeric message size, a time (or busbw), a group shape and a preset to compare against."""
     d = pd.read_csv(csv_path)
     d = d[pd.to_numeric(d.message_bytes, errors="coerce").notna()].copy()
     d["M"] = d.message_bytes.astype(float)
     d["busbw"] = pd.to_numeric(d.busbw_GBps, errors="coerce") * 1e9
-    d = d[d.busbw > 0]
+    d = d[(d.busbw > 0) | (pd.to_numeric(d.time_us, errors="coerce") > 0)]
     out = []
     for _, r in d.iterrows():
         prof, label = _profile_for(r)
@@ -84,17 +101,15 @@ def load_rows(csv_path) -> pd.DataFrame:
         n = int(r.n_gpus)
         k = n if r.nodes == 1 else int(r.gpus_per_node)
         alg = _force(r.algorithm)
-        if coll == "p2p":
-            t = C.p2p_s(prof, r.M, 2, 2)
-            pred_busbw = r.M / t
-        else:
-            t = _COLL[coll](prof, r.M, n, k, alg)
-            pred_busbw = C.bus_factor(coll, n) * r.M / t
+        t_meas = _measured_time_s(r, coll, n)
+        factor = 1.0 if coll == "p2p" else float(C.bus_factor(coll, n))
+        t = float(C.p2p_s(prof, r.M, 2, 2) if coll == "p2p" else _COLL[coll](prof, r.M, n, k, alg))
         out.append({
-            "coll_id": r.coll_id, "profile": label, "collective": coll, "n": n, "nodes": int(r.nodes),
-            "message_bytes": r.M, "algorithm": alg, "trust": r.trust,
-            "split": "calibration" if is_calibration(r.coll_id) else "held-out",
-            "measured_busbw_GBps": r.busbw / 1e9, "predicted_busbw_GBps": float(pred_busbw) / 1e9,
+            "coll_id": r.coll_id, "profile": label, "collective": coll, "n": n, "k": k, "nodes": int(r.nodes),
+            "message_bytes": r.M, "algorithm": alg, "algorithm_text": str(r.algorithm), "trust": r.trust,
+            "split": "calibration" if is_calibration(r.coll_id, r.M) else "held-out",
+            "time_s": t_meas, "predicted_time_s": t,
+            "measured_busbw_GBps": factor * r.M / t_meas / 1e9, "predicted_busbw_GBps": factor * r.M / t / 1e9,
             "picked": (str(C.best_algorithm(prof, coll, r.M, n, k)) if (alg == "auto" and coll in _COLL) else alg),
         })
     df = pd.DataFrame(out)
@@ -102,15 +117,16 @@ def load_rows(csv_path) -> pd.DataFrame:
     return df
 
 
-SIZE_BINS = [0, 2**20, 2**26, 2**30, np.inf]
-SIZE_LABELS = ["< 1 MiB", "1 MiB - 64 MiB", "64 MiB - 1 GiB", ">= 1 GiB"]
+SIZE_BINS = [0, 2**16, 2**20, 2**26, 2**30, np.inf]
+SIZE_LABELS = ["< 64 KiB", "64 KiB - 1 MiB", "1 MiB - 64 MiB", "64 MiB - 1 GiB", ">= 1 GiB"]
 
 
-def error_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Error of predicted busbw by split and message-size range: rows, median |err|, max |err|, bias."""
+def error_table(df: pd.DataFrame, by=("split",)) -> pd.DataFrame:
+    """Error of predicted busbw (= measured time / predicted time - 1) by `by` and message-size band: rows,
+    median |err|, max |err|, mean signed error (positive: the model is too fast)."""
     df = df.assign(size_range=pd.cut(df.message_bytes, SIZE_BINS, labels=SIZE_LABELS, right=False),
                    abs_err=df.error_pct.abs())
-    g = df.groupby(["split", "size_range"], observed=True)
+    g = df.groupby([*by, "size_range"], observed=True)
     return pd.DataFrame({
         "rows": g.size(),
         "median_abs_err_pct": g.abs_err.median().round(1),
@@ -169,40 +185,63 @@ def _markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _rows_table(df: pd.DataFrame) -> pd.DataFrame:
+    rows = df[["split", "coll_id", "profile", "collective", "n", "nodes", "message_bytes", "algorithm", "picked",
+               "measured_busbw_GBps", "predicted_busbw_GBps", "error_pct"]].copy()
+    for c in ("measured_busbw_GBps", "predicted_busbw_GBps"):
+        rows[c] = [float(f"{v:.4g}") if v < 10 else round(v, 1) for v in rows[c]]
+    rows["error_pct"] = rows.error_pct.round(1)
+    rows["message_bytes"] = rows.message_bytes.astype(np.int64)
+    return rows
+
+
+def generated_block(df: pd.DataFrame, fits) -> str:
+    """The markdown between the GENERATED markers of docs/collectives.md."""
+    import collectives_fabrics as F
+
+    held = df[df.split == "held-out"]
+    parts = [("Error by size band", error_table(df)),
+             ("Held-out error by collective", error_table(held, by=("collective",))),
+             ("Held-out error by system", error_table(held, by=("profile", "nodes"))),
+             ("Fabric fits (calibration rows only; collectives_fabrics.py)", F.fit_summary(fits)),
+             ("Fit residuals, every calibration row of a fit", F.residual_rows(fits)),
+             ("Every row", _rows_table(df))]
+    body = "\n\n".join(f"### {title}\n\n{_markdown(t)}" for title, t in parts)
+    return f"<!-- BEGIN GENERATED by benchmarks/collectives_error.py -->\n\n{body}\n\n<!-- END GENERATED -->"
+
+
 def main(argv=None):
+    import collectives_fabrics as F
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", help="collectives.csv (shared measured data)")
     ap.add_argument("--write", help="write the tables into this markdown file between the markers")
-    ap.add_argument("--derive", action="store_true", help="print the calibrated numbers")
+    ap.add_argument("--derive", action="store_true", help="print the calibrated numbers and the fabric fits")
+    ap.add_argument("--write-profiles", action="store_true", help="write the fabric fits into hardware_profiles/")
     ap.add_argument("--rows", action="store_true", help="print every row")
     args = ap.parse_args(argv)
+    df = load_rows(args.csv)
     if args.derive:
-        cal = derive(args.csv)
-        for k, v in cal.items():
+        for k, v in derive(args.csv).items():
             if isinstance(v, tuple):
                 print(f"{k}: x = {[int(x) for x in v[0]]}\n  efficiency = {[round(float(e), 4) for e in v[1]]}")
             else:
                 print(f"{k}: {v:.4f}")
+        F.print_fits(F.fit_all(df))
         return 0
-    df = load_rows(args.csv)
-    table = error_table(df)
+    if args.write_profiles:
+        for path in dict.fromkeys(F.write_profiles(F.fit_all(df))):
+            print(f"wrote {path}")
+        df = load_rows(args.csv)
     pd.set_option("display.width", 200)
-    print(table.to_string(index=False))
+    print(error_table(df).to_string(index=False))
     if args.rows:
         print(df.to_string(index=False))
     if args.write:
         path = Path(args.write)
-        text = path.read_text()
-        rows = df[["split", "coll_id", "profile", "collective", "n", "nodes", "message_bytes", "algorithm", "picked",
-                   "measured_busbw_GBps", "predicted_busbw_GBps", "error_pct"]].copy()
-        rows["predicted_busbw_GBps"] = rows.predicted_busbw_GBps.round(1)
-        rows["error_pct"] = rows.error_pct.round(1)
-        rows["message_bytes"] = rows.message_bytes.astype(np.int64)
-        block = ("<!-- BEGIN GENERATED by benchmarks/collectives_error.py -->\n\n### Error by size range\n\n"
-                 + _markdown(table) + "\n\n### Every row\n\n" + _markdown(rows)
-                 + "\n\n<!-- END GENERATED -->")
-        text = re.sub(r"<!-- BEGIN GENERATED.*?<!-- END GENERATED -->", lambda _: block, text, flags=re.S)
-        path.write_text(text)
+        block = generated_block(df, F.fit_all(df))
+        path.write_text(re.sub(r"<!-- BEGIN GENERATED.*?<!-- END GENERATED -->", lambda _: block, path.read_text(),
+                               flags=re.S))
     return 0
 
 

@@ -19,8 +19,13 @@ they carry the protocol/message-size roll-off, `alpha` (per hop: `nvlink_latency
 (the sweep evaluates ~1e6 layouts at once) and returns seconds; one rank ⇒ 0 s.
 
 Algorithm choice: `algorithm="auto"` returns the fastest applicable algorithm element-wise (what
-NCCL's tuner tries to do); a named algorithm forces it and returns `inf` where it does not apply
+NCCL's tuner tries to do), NVLS only from the profile's `nvls_min_bytes` on (`nvls_eligible`: where the
+measured tuner does not run it); a named algorithm forces it and returns `inf` where it does not apply
 (tree or NVLS-tree inside a single domain, NVLS on hardware without it).
+
+Per-hop latencies and the size curves are per fabric: measured where a sweep exists (NVLink3 from the
+A100 rows, NVLink5, AWS EFA v4 and GCP GPUDirect-TCPXO fitted by simulator/calibrate/fabric_fit.py;
+docs/collectives.md), NCCL's tuning constants otherwise (InfiniBand 9.6 us per hop).
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ __all__ = [
     "p2p_s",
     "broadcast_s",
     "best_algorithm",
+    "nvls_eligible",
     "bus_factor",
     "intra_bandwidth_bytes_per_s",
     "inter_bandwidth_bytes_per_s",
@@ -227,9 +233,29 @@ _AR = {"ring": ring_all_reduce_s, "tree": tree_all_reduce_s, "hierarchical": hie
        "nvls": nvls_all_reduce_s}
 
 
+def nvls_eligible(profile: HardwareProfile, m):
+    """Whether NCCL's tuner runs NVLS (or NVLSTree) for an `auto` all-reduce of M bytes: `M >= nvls_min_bytes`.
+
+    NCCL picks the algorithm with its own cost model (NVIDIA/nccl src/graph/tuning.cc: per algorithm and
+    protocol `time = latency + bytes / bandwidth`, the smallest wins), not with the wire's. On 8x B200
+    (NCCL 2.27.7) the measured sweep runs at ring speed up to 4 GiB and NVLS from 8 GiB (calibration rows
+    b200_1node_ar_4GiB, b200_8gpu_ar_8GiB_default): profile `[node] nvls_min_bytes` (default 0, every
+    size) says so. A forced `nvls` ignores it.
+    """
+    return np.asarray(m, dtype=float) >= profile.nvls_min_bytes
+
+
+def _auto_times(table, profile, m, n, k, N, spine) -> dict:
+    """{algorithm: seconds} of every algorithm `auto` may pick (NVLS only where `nvls_eligible`)."""
+    out = {a: f(profile, m, n, k, N, spine) for a, f in table.items()}
+    if "nvls" in out:
+        out["nvls"] = np.where(nvls_eligible(profile, m), out["nvls"], np.inf)
+    return out
+
+
 def _dispatch(table, collective, algorithm, profile, m, n, k, N, spine):
     if algorithm == "auto":
-        return np.minimum.reduce([f(profile, m, n, k, N, spine) for f in table.values()])
+        return np.minimum.reduce(list(_auto_times(table, profile, m, n, k, N, spine).values()))
     try:
         f = table[algorithm]
     except KeyError:
@@ -259,8 +285,9 @@ def best_algorithm(profile: HardwareProfile, collective: str, message_bytes, n_r
         return np.full(np.broadcast(np.asarray(message_bytes), np.asarray(n_ranks)).shape, ALGORITHMS[collective][0])
     m = _message(message_bytes)
     n, k, N, spine = _shape(n_ranks, ranks_per_node, crosses_spine)
-    names = list(table)
-    times = np.stack(np.broadcast_arrays(*[table[a](profile, m, n, k, N, spine) for a in names]))
+    each = _auto_times(table, profile, m, n, k, N, spine)
+    names = list(each)
+    times = np.stack(np.broadcast_arrays(*each.values()))
     return np.asarray(names)[np.argmin(times, axis=0)]
 
 

@@ -85,6 +85,7 @@ class HardwareProfile:
     nvls: bool
     nvlink_latency_s: float
     nvls_latency_s: float = 0.0
+    nvls_min_bytes: float = 0.0  # NCCL's tuner runs NVLS from this all-reduce size on (collectives.nvls_eligible)
     nics_per_node: int
     nic_bytes_per_s: float
     ib_latency_s: float
@@ -182,10 +183,10 @@ _NUMBERS = (
     ("nvlink_link_bytes_per_s", "node", "nvlink_link_gb_per_s", 1e9, POSITIVE),  # default: nvlink_gb_per_s
     ("nvlink_latency_s", "node", "nvlink_latency_us", 1e-6, NONNEGATIVE),
     ("nvls_latency_s", "node", "nvls_latency_us", 1e-6, NONNEGATIVE),  # default 0; needed with nvls = true
+    ("nvls_min_bytes", "node", "nvls_min_bytes", 1.0, NONNEGATIVE),  # default 0
     ("nic_bytes_per_s", "network", "nic_gbit_per_s", 1e9 / 8, POSITIVE),
     ("ib_latency_s", "network", "ib_latency_us", 1e-6, NONNEGATIVE),
-    ("leaf_oversubscription", "network", "leaf_oversubscription", 1.0, POSITIVE),
-)
+    ("leaf_oversubscription", "network", "leaf_oversubscription", 1.0, POSITIVE))
 _KEY = {attr: key for attr, _, key, _, _ in _NUMBERS}
 # Every count: (attribute = TOML key, [section]); whole numbers from 1 to their bound in spec/rules.py BOUNDS.
 _COUNTS = (("gpus_per_node", "node"), ("nvlink_domain_gpus", "node"), ("nics_per_node", "network"),
@@ -212,7 +213,7 @@ _GPU_OPT = ("hbm_usable_mib",  # capacity visible to CUDA (nvidia-smi "Total", M
 CONTENTION_DEFAULT = 0.189
 _PEAK_OPT = DTYPES + ("source",)
 _NODE_REQ = ("gpus_per_node", "nvlink_gb_per_s", "nvls", "nvlink_latency_us", "source")
-_NODE_OPT = ("nvlink_domain_gpus", "nvlink_topology", "nvlink_link_gb_per_s", "nvls_latency_us")
+_NODE_OPT = ("nvlink_domain_gpus", "nvlink_topology", "nvlink_link_gb_per_s", "nvls_latency_us", "nvls_min_bytes")
 _NET_REQ = ("nics_per_node", "nic_gbit_per_s", "ib_latency_us", "nodes_per_leaf", "leaf_oversubscription", "source")
 _EFF_REQ = ("x", "efficiency", "x_unit", "source")
 _PROV_OPT = ("device", "versions", "date", "protocol", "source", "notes", "host")
@@ -301,7 +302,7 @@ def _sections(d: dict, where: str) -> dict:
 def _values(sec: dict, where: str) -> dict:
     """The numbers and counts of a profile as HardwareProfile keywords: each checked as written, then in SI."""
     n = sec["node"]
-    n = {"nvlink_link_gb_per_s": n["nvlink_gb_per_s"], "nvls_latency_us": 0.0, **n}  # defaults of optional keys
+    n = {"nvlink_link_gb_per_s": n["nvlink_gb_per_s"], "nvls_latency_us": 0.0, "nvls_min_bytes": 0.0, **n}  # defaults
     tables = {**sec, "node": n}
     out = {attr: check_number(tables[s][key], f"{where} {s}.{key}", rule, factor)
            for attr, s, key, factor, rule in _NUMBERS}
