@@ -180,3 +180,21 @@ def test_tp_comm_overlap_hides_most_tp_communication_but_never_the_first_chunk()
     # at least the first of tp chunks of each of the 4 collectives per layer, forward and backward
     assert on.exposed_tp_s >= off.exposed_tp_s / 8 * 0.999
     assert on.contention_s > 0  # what it hides slows the GEMMs (SM contention)
+
+
+def test_the_compiled_passes_give_the_numpy_replay_to_the_last_bit():
+    from simulator import native
+    from simulator.cost import fsdp
+
+    if native.LIB is None:
+        pytest.skip("compiled helpers not built")
+    rng = np.random.default_rng(1)
+    c, g, r = rng.uniform(0.0, 2.0, (3, 400))
+    g[::7] = 0.0  # units kept after forward: no gathers
+    L = rng.integers(1, 60, 400).astype(float)
+    for d in (0, 1, 2, 5):
+        shape = c.shape
+        assert np.array_equal(native.fsdp_makespan(c, g, 0.0, L, d, backward=False),
+                              fsdp._forward_makespan(c, g, L, d, shape))
+        assert np.array_equal(native.fsdp_makespan(c, g, r, L, d, backward=True),
+                              fsdp._backward_makespan(c, g, r, L, d, shape))

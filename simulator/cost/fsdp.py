@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import native
+
 __all__ = ["forward_pass", "backward_pass", "reduce_behind_compute_exposed_s", "chunked_overlap_exposed_s",
            "unit_count"]
 
@@ -52,6 +54,15 @@ def forward_pass(compute_s, gather_s, units, prefetch: int):
     units × compute; hidden = units × gather − exposed (what overlap hid)."""
     shape = np.broadcast(compute_s, gather_s, units).shape
     c, g, L = _f(compute_s, shape), _f(gather_s, shape), _f(units, shape)
+    end = native.fsdp_makespan(c, g, 0.0, L, prefetch, backward=False)  # the same loop in C, when built
+    if end is None:
+        end = _forward_makespan(c, g, L, prefetch, shape)
+    exposed = np.maximum(end - L * c, 0.0)
+    return exposed, np.maximum(L * g - exposed, 0.0)
+
+
+def _forward_makespan(c, g, L, prefetch, shape):
+    """forward_pass's replay in numpy (the reference of native.fsdp_makespan): the pass's end."""
     comm_free = np.zeros(shape)
     prev_end = np.zeros(shape)
     starts = []  # compute start of each unit (prefetch looks back d units)
@@ -64,8 +75,7 @@ def forward_pass(compute_s, gather_s, units, prefetch: int):
         comm_free = np.where(live, ag_end, comm_free)
         starts.append(start)
         prev_end = np.where(live, start + c, prev_end)
-    exposed = np.maximum(prev_end - L * c, 0.0)
-    return exposed, np.maximum(L * g - exposed, 0.0)
+    return prev_end
 
 
 def backward_pass(compute_s, gather_s, reduce_s, units, prefetch: int):
@@ -81,6 +91,15 @@ def backward_pass(compute_s, gather_s, reduce_s, units, prefetch: int):
     exposed = makespan − units × compute; hidden = units × (gather + reduce) − exposed."""
     shape = np.broadcast(compute_s, gather_s, reduce_s, units).shape
     c, g, r, L = (_f(x, shape) for x in (compute_s, gather_s, reduce_s, units))
+    makespan = native.fsdp_makespan(c, g, r, L, prefetch, backward=True)  # the same loop in C, when built
+    if makespan is None:
+        makespan = _backward_makespan(c, g, r, L, prefetch, shape)
+    exposed = np.maximum(makespan - L * c, 0.0)
+    return exposed, np.maximum(L * (g + r) - exposed, 0.0)
+
+
+def _backward_makespan(c, g, r, L, prefetch, shape):
+    """backward_pass's replay in numpy (the reference of native.fsdp_makespan): the pass's end."""
     n_max = int(L.max()) if L.size else 0
     ag_end = [None] * (n_max + max(prefetch, 1))
     comm_free = np.zeros(shape)
@@ -102,9 +121,7 @@ def backward_pass(compute_s, gather_s, reduce_s, units, prefetch: int):
             ag_end[j + prefetch] = comm_free
         comm_free = np.where(live, np.maximum(comm_free, end) + r, comm_free)
         prev_end = np.where(live, end, prev_end)
-    makespan = np.maximum(prev_end, comm_free)
-    exposed = np.maximum(makespan - L * c, 0.0)
-    return exposed, np.maximum(L * (g + r) - exposed, 0.0)
+    return np.maximum(prev_end, comm_free)
 
 
 def reduce_behind_compute_exposed_s(compute_s, reduce_s, buckets):

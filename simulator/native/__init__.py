@@ -57,6 +57,10 @@ def _load():
     lib.parasim_row_sums.argtypes = [_n, _n, _f64, _f64]
     lib.parasim_first_ids.restype = _n
     lib.parasim_first_ids.argtypes = [_n, _i64, _i64, _i64]
+    lib.parasim_fsdp_forward.restype = None
+    lib.parasim_fsdp_forward.argtypes = [_n, _f64, _f64, _f64, _n, _f64, _f64]
+    lib.parasim_fsdp_backward.restype = None
+    lib.parasim_fsdp_backward.argtypes = [_n, _f64, _f64, _f64, _f64, _n, _f64, _f64]
     lib.parasim_rank_sum.restype = None
     lib.parasim_rank_sum.argtypes = [_n] * 3 + [_f64] + [_i64] * 3 + [_u8, _n, _f64, _f64]
     # a sweep makes hundreds of shapes, many small: these take raw addresses (`_address`) of arrays the
@@ -109,6 +113,22 @@ def row_sums(x: np.ndarray) -> np.ndarray:
     out = np.empty(len(x))
     LIB.parasim_row_sums(x.shape[0], x.shape[1], x, out)
     return out
+
+
+def fsdp_makespan(c, g, r, units, prefetch: int, backward: bool):
+    """The makespan of cost/fsdp.py's forward (r unused) or backward pass for every element of the
+    broadcast inputs, by the C loop; None without the C library (the caller runs its numpy loop)."""
+    if LIB is None:
+        return None
+    shape = np.broadcast(c, g, r, units).shape
+    flat = [np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=float), shape)).ravel() for x in (c, g, r, units)]
+    out = np.empty(flat[0].size)
+    ring = np.empty(int(prefetch) + 1)
+    if backward:
+        LIB.parasim_fsdp_backward(out.size, flat[0], flat[1], flat[2], flat[3], int(prefetch), ring, out)
+    else:
+        LIB.parasim_fsdp_forward(out.size, flat[0], flat[1], flat[3], int(prefetch), ring, out)
+    return out.reshape(shape)
 
 
 def first_ids(code: np.ndarray):

@@ -513,6 +513,60 @@ void parasim_rank_sum(int64_t N, int64_t S, int64_t P, const double *x, const in
     }
 }
 
+/* FSDP units on a communication stream beside the compute stream (simulator/cost/fsdp.py forward_pass and
+   backward_pass, which hold the numpy reference and the rules): for each of N elements, L[i] units of
+   c[i] compute, g[i] all-gather (and r[i] reduce-scatter in backward), prefetch d; writes the makespan of
+   the pass, computed with the numpy loop's operations in its order. `ring` is scratch of d + 1 doubles. */
+static inline double dmax(double a, double b) { return a > b ? a : b; }
+
+void parasim_fsdp_forward(int64_t N, const double *c, const double *g, const double *L, int64_t d, double *ring,
+                          double *out) {
+    for (int64_t i = 0; i < N; i++) {
+        double comm_free = 0.0, prev_end = 0.0;
+        const int64_t n = (int64_t)L[i];
+        for (int64_t k = 0; k < n; k++) {
+            const double issue = d == 0 ? prev_end : (k >= d ? ring[(k - d) % (d + 1)] : 0.0);
+            const double ag_end = dmax(comm_free, issue) + g[i];
+            const double start = dmax(ag_end, prev_end);
+            comm_free = ag_end;
+            if (d > 0) ring[k % (d + 1)] = start;
+            prev_end = start + c[i];
+        }
+        out[i] = prev_end;
+    }
+}
+
+void parasim_fsdp_backward(int64_t N, const double *c, const double *g, const double *r, const double *L, int64_t d,
+                           double *ring, double *out) {
+    for (int64_t i = 0; i < N; i++) {
+        double comm_free = 0.0, prev_end = 0.0;
+        const int64_t n = (int64_t)L[i];
+        const int64_t m = d + 1;
+        for (int64_t k = 0; k < (d < n ? d : n); k++) {
+            comm_free = comm_free + g[i];
+            ring[k % m] = comm_free;
+        }
+        for (int64_t j = 0; j < n; j++) {
+            double ag;
+            if (d == 0) {
+                if (g[i] > 0) { comm_free = dmax(comm_free, prev_end) + g[i]; ag = comm_free; }
+                else ag = prev_end;
+            } else {
+                ag = ring[j % m];
+            }
+            const double start = dmax(ag, prev_end);
+            const double end = start + c[i];
+            if (d > 0 && j + d < n) {
+                comm_free = dmax(comm_free, start) + g[i];
+                ring[(j + d) % m] = comm_free;
+            }
+            comm_free = dmax(comm_free, end) + r[i];
+            prev_end = end;
+        }
+        out[i] = dmax(prev_end, comm_free);
+    }
+}
+
 /* An importable (empty) module, so the build and the loader find it by its package name. */
 static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "_native",
                                            "parasim's replay loops; called through ctypes (simulator.native)", -1, NULL};
