@@ -119,6 +119,7 @@ class Estimate:
                                           f"{self.training.precision} peak)"},
             "stack": stack_summary(self.training.stack),
             "efficiency_sources": efficiency_sources(self.training, self.hardware),
+            "validated_error": validated_error(self.hardware, self.training.stack),
             "feasible": self.feasible, "reason": self.reason,
         }
 
@@ -128,6 +129,14 @@ def stack_summary(stack) -> dict:
     return {"name": stack.name, "framework": stack.framework, "attention_kernel": stack.attention_kernel,
             "compiled": stack.compiled, "optimizer_impl": stack.optimizer_impl, "cross_entropy": stack.cross_entropy,
             "kernels_per_layer": list(stack.layer_kernels), "host_us_per_kernel": stack.host_s_per_kernel * 1e6}
+
+
+def validated_error(hardware, stack) -> dict:
+    """The measured error of parasim on this hardware and stack, or the nearest validated one, labelled
+    (simulator/spec/validated.py: exact, same hardware, same GPU family, none)."""
+    from .spec.validated import for_estimate
+
+    return for_estimate(hardware, stack)
 
 
 def efficiency_sources(training: Training, hardware) -> dict:

@@ -1,4 +1,5 @@
-"""docs/accuracy.md generation (validation/make_accuracy.py) and the real-run harness on the CPU."""
+"""docs/accuracy.md and docs/validation-h100.md generation (validation/make_accuracy.py, h100_report.py), with
+the validated-error data file they write, and the real-run harness on the CPU."""
 import importlib.util
 import types
 from pathlib import Path
@@ -28,12 +29,26 @@ def _stand_in(model, training, layout, hardware):
                                  memory=types.SimpleNamespace(peak_bytes=4.0 * 2**30 * model.num_layers, worst=worst))
 
 
+def _check_validated_error(script, groups):
+    # the generator's groups of the committed simulator/data/validated_error.json are what it writes now,
+    # and the file is in its canonical form (the other generator's groups kept as they are)
+    from simulator.validate import validated_error as ve
+
+    assert ve.DATA.read_text() == ve.merged_text(script, groups)
+    assert groups and all(g["generator"] == script for g in groups)
+
+
 def test_accuracy_doc_regenerates_identically():
-    # every published row through map_run + estimate (~20 s on 2 cores): the committed doc must be what
-    # the generator writes now, so its numbers are those of the current simulator
+    # every published row through map_run + estimate (~20 s on 2 cores): the committed doc and its
+    # validated-error groups must be what the generator writes now (the numbers of the current simulator)
     mk = _load("make_accuracy")
-    text = mk.generate()
+    text, groups = mk.build()
     assert (ROOT / "docs" / "accuracy.md").read_text() == text
+    _check_validated_error("validation/make_accuracy.py", groups)
+    # one group per (hardware, stack, source): LLMFOUNDRY ran FSDP on both A100 sizes
+    assert {(g["hardware"], g["stack"]) for g in groups if g["source"] == "LLMFOUNDRY"} == \
+        {("dgx-a100-40g", "fsdp"), ("dgx-a100-80g", "fsdp")}
+    assert sum(g["step"]["runs"] for g in groups) == int(text.split("| **all** | ")[1].split(" |")[0])
     for section in ("### Step time", "### Peak memory per GPU", "## What the errors say", "## Assumptions by source",
                     "## Measured quantities and FLOP conventions", "## Rows not compared",
                     "## Runs that went out of memory"):
@@ -63,8 +78,12 @@ def test_h100_validation_doc_regenerates_identically():
     # the lent H100's measured training steps (validation/h100/) through compare_train_steps: the committed
     # doc must be what the generator writes now, so its error tables are those of the current simulator
     rep = _load("h100_report")
-    text = rep.generate()
+    text, groups = rep.build()
     assert (ROOT / "docs" / "validation-h100.md").read_text() == text
+    _check_validated_error("validation/h100_report.py", groups)
+    # the shipped presets, the primary and held-out grids pooled (24 + 16 runs), the harness's stack
+    assert [(g["hardware"], g["stack"], g["step"]["runs"], g["memory"]["runs"]) for g in groups] == \
+        [("dgx-h100", "torchtitan", 40, 40), ("dgx-h100-datasheet", "torchtitan", 40, 40)]
     assert "| grid, fused AdamW, persistent grads | calibrated (lent.toml) | 24 |" in text
     assert "| held-out grid, fused AdamW, persistent grads | calibrated (lent.toml) | 16 |" in text
 

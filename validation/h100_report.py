@@ -7,7 +7,9 @@ Inputs are the files under validation/h100/ (README.md there: hardware, versions
 commit measured what). Every row is predicted by `compare_train_steps.compare`, the one mapping of a
 harness row to parasim's inputs, against the profile calibrated in the same session (`lent.toml`) and
 against the shipped `dgx-h100` preset (measured tables) and `dgx-h100-datasheet`. The text depends only on those files and the simulator
-(no dates, no timings), so regenerating it gives identical bytes (tests/test_validate_accuracy.py).
+(no dates, no timings), so regenerating it gives identical bytes (tests/test_validate_accuracy.py). The
+step and memory errors of the shipped presets also go into simulator/data/validated_error.json
+(`harness_groups`), which `parasim estimate` reads.
 """
 from __future__ import annotations
 
@@ -19,8 +21,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "validation"))
 DATA = ROOT / "validation" / "h100"
 DOC = ROOT / "docs" / "validation-h100.md"
+SCRIPT = "validation/h100_report.py"
 
 from make_accuracy import _abs_pct, _pct, write_or_check  # noqa: E402  (same formatting, same command line)
+from h100_measured import (_calibration_drift, _first_shapes, _fit_table, _grad_mode_cost,  # noqa: E402
+                           _head_dim_gap, _idle_ms, loss_memory, repeat_table)
 
 # (file, label, role); the first two are the primary protocol (fused AdamW, persistent gradients:
 # parasim's assumptions), the rest show what the harness's protocol changes.
@@ -94,18 +99,6 @@ def per_run(r) -> list[str]:
     return out + [""]
 
 
-def repeat_table() -> list[str]:
-    import pandas as pd
-
-    a, b = (pd.read_csv(DATA / f) for f in ("train_steps.csv", "train_steps_repeat.csv"))
-    m = a.merge(b, on="run_id", suffixes=("_a", "_b"))
-    ds = (m["step_time_s_b"] / m["step_time_s_a"] - 1).abs()
-    dm = (m["peak_mem_bytes_b"] / m["peak_mem_bytes_a"] - 1).abs()
-    return [f"The grid measured twice in one session (same protocol, `train_steps.csv` and `train_steps_repeat.csv`, "
-            f"{len(m)} runs): step time differs by {_abs_pct(ds.median())} at the median and {_abs_pct(ds.max())} at "
-            f"most; peak memory by {_abs_pct(dm.max())} at most.", ""]
-
-
 def loss_model_table() -> list[str]:
     """Memory error of the primary protocol's two grids with the loss modelled as Megatron's in-place
     vocab-parallel cross-entropy (what the simulator held for every loss before `torch-fp32` existed)
@@ -132,30 +125,6 @@ def _saved_vs_model(r) -> str:
     sel = r[r["run_id"].str.contains("-none-") & r["run_id"].str.endswith("sdpa")]
     x = sel["measured_saved_bytes"] / (sel["predicted_activation_bytes"] - sel["predicted_loss_work_bytes"]) - 1
     return f"{_pct(x.min())} to {_pct(x.max())} (median {_pct(x.median())}, {len(sel)} runs)"
-
-
-def _calibration_drift() -> str:
-    """Median time ratio, second calibration / first, per measured kind (same shapes, same order)."""
-    import pandas as pd
-
-    a, b = (pd.read_csv(DATA / f) for f in ("calib_points.csv", "calib_points2.csv"))
-    out = []
-    for kind in ("gemm", "attention", "memory"):
-        x, y = (d[d["measurement"] == kind].reset_index(drop=True) for d in (a, b))
-        out.append(f"{kind} {_pct((y['time_s'] / x['time_s']).median() - 1)}")
-    return "median time per shape " + ", ".join(out)
-
-
-def _head_dim_gap() -> str:
-    """Median over sequence lengths of the efficiency at head dim 64 relative to 128, per pass, both runs."""
-    import pandas as pd
-
-    out = []
-    for f in ("calib_points.csv", "calib_points2.csv"):
-        a = pd.read_csv(DATA / f)
-        t = a[a["measurement"] == "attention"].pivot_table(index="seq", columns=["pass", "head_dim"], values="flops_per_s")
-        out.append(", ".join(f"{p} {_pct((t[(p, 64.0)] / t[(p, 128.0)]).median() - 1)}" for p in ("fwd", "bwd")))
-    return " and ".join(out)
 
 
 def _per_head_dim(res) -> str:
@@ -219,52 +188,34 @@ def kernel_table(prim) -> tuple[list[str], "object"]:
     return out + [""], pd.DataFrame(rows)
 
 
-def _idle_ms(kdf) -> str:
-    """Idle ms (unprofiled step less profiled busy) of the profiled runs that differ only in sequence."""
-    pick = kdf[kdf["run_id"].str.startswith("L8-h4096-a32-kv8-f14336-s") & kdf["run_id"].str.endswith("-b1-none-bf16-sdpa")]
-    return ", ".join(f"{1e3 * r.idle_s:.1f} ms at seq {r.run_id.split('-')[5][1:]}" for r in pick.itertuples())
-
-
-def _first_shapes() -> str:
-    import pandas as pd
-
-    a, b = (pd.read_csv(DATA / f) for f in ("calib_points.csv", "calib_points2.csv"))
-    x, y = (d[d["measurement"] == "gemm"].reset_index(drop=True).head(10) for d in (a, b))
-    r = 1 - y["time_s"] / x["time_s"]
-    return f"{100 * r.min():.0f} % to {100 * r.max():.0f} %"
-
-
 def _step_median(res, prof) -> str:
     return " / ".join(_abs_pct(res[f, prof]["step_error"].abs().median()) for f, _, _ in SETS[:2])
 
 
-def _grad_mode_cost() -> str:
+def harness_groups(res) -> list[dict]:
+    """The validated-error groups (simulator/data/validated_error.json): the primary and held-out grids
+    pooled, per shipped H100 preset, with the harness's stack (torchtitan: compare_train_steps)."""
     import pandas as pd
 
-    a, b = (pd.read_csv(DATA / f) for f in ("foreach_persistent_gpu.csv", "train_steps.csv"))
-    m = a.merge(b, on="run_id", suffixes=("_p", "_n"))
-    r = (m["fwd_time_s_p"] + m["bwd_time_s_p"]) / (m["fwd_time_s_n"] + m["bwd_time_s_n"]) - 1
-    return f"median {_pct(r.median())}, range {_pct(r.min())} to {_pct(r.max())} over {len(m)} runs"
+    from simulator.validate.validated_error import group
+
+    out = []
+    for prof in ("dgx-h100", "dgx-h100-datasheet"):
+        r = pd.concat([res[f, prof] for f, _, _ in SETS[:2]])
+        out.append(group(hardware=prof, stack="torchtitan", source="H100_HARNESS", step_errors=r["step_error"],
+                         mem_errors=r["mem_error"], doc="docs/validation-h100.md", generator=SCRIPT,
+                         what="training steps on one GPU of a lent H100, memory as max_memory_allocated"))
+    return out
 
 
-def loss_memory(res) -> list[str]:
-    """Measured peak less (states + saved-for-backward) per logit element, for the runs whose logits
-    dominate: the loss's backward working set, which the memory model does not hold (Findings)."""
-    import pandas as pd
-
-    df = pd.read_csv(DATA / SETS[0][0])
-    big = df[df["seq_len"] * df["micro_batch"] * df["vocab"] >= 2.5e8]
-    v = (big["peak_mem_bytes"] - big["state_bytes"] - big["saved_bytes"]) / (big["seq_len"] * big["micro_batch"] * big["vocab"])
-    return [f"{_num(v.min())} to {_num(v.max())} bytes per logit element (median {_num(v.median())}) over the "
-            f"{len(big)} grid runs with at least 2.5·10⁸ logit elements (T·V)"]
-
-
-def _num(v) -> str:
-    return f"{v:.1f}"
-
-
-def generate() -> str:
+def build() -> tuple[str, list[dict]]:
+    """(the doc's text, its validated-error groups) from one set of predictions."""
     res = predictions()
+    return generate(res), harness_groups(res)
+
+
+def generate(res=None) -> str:
+    res = predictions() if res is None else res
     prim, held = res[SETS[0][0], BEST], res[SETS[1][0], BEST]
     fe = res["foreach_persistent_gpu.csv", BEST]
     op_memory_table = _err(res[SETS[0][0], "lent.toml"]["predicted_opt_s"], prim["measured_opt_s"])
@@ -329,7 +280,7 @@ def generate() -> str:
         "loss as torch's `F.cross_entropy(logits.float())` (as torchtitan and Hugging Face do). Its backward "
         "writes two dense fp32 gradients (of the log-probabilities, then of the logits) while the saved fp32 "
         "log-softmax output is alive: 8 bytes per logit element on top of the 4 kept. Measured peak less "
-        f"(states + saved tensors): {loss_memory(res)[0]}. The simulator modelled every loss as Megatron-LM's "
+        f"(states + saved tensors): {loss_memory(SETS[0][0])[0]}. The simulator modelled every loss as Megatron-LM's "
         "in-place vocab-parallel cross-entropy (4 bytes per element, no backward working set), so these runs "
         "were under-predicted by up to a half. `Training.cross_entropy = \"torch-fp32\"` now models torch's "
         "loss (the 8 bytes counted from torch's autograd formulas, not fitted), and the harness rows are "
@@ -427,14 +378,8 @@ def generate() -> str:
     return "\n".join(lines)
 
 
-def _fit_table(log: str) -> list[str]:
-    text = (DATA / log).read_text().splitlines()
-    start = next(i for i, t in enumerate(text) if t.strip().startswith("table"))
-    return [t.rstrip() for t in text[start:] if t.strip() and not t.startswith(("wrote", "note"))]
-
-
 def main(argv=None) -> int:
-    return write_or_check(argv, doc=DOC, generate=generate, script="validation/h100_report.py")
+    return write_or_check(argv, doc=DOC, build=build, script=SCRIPT)
 
 
 if __name__ == "__main__":

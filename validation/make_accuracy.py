@@ -1,12 +1,14 @@
 """Generate docs/accuracy.md: parasim's error against the published runs in validation/published_runs.csv.
 
-    python validation/make_accuracy.py            # rewrite docs/accuracy.md
+    python validation/make_accuracy.py            # rewrite docs/accuracy.md (and its validated-error groups)
     python validation/make_accuracy.py --check    # exit 1 if docs/accuracy.md is not what it would write
 
 Rows are mapped by `simulator.validate.map_run` (the one mapping; per-source assumptions in its
 docstring and in `SOURCE_RULES`) and predicted by `simulator.estimate.estimate`, exactly as
 `parasim validate` does. The text depends only on the CSV, the hardware presets and the simulator (no
 dates, no timings), so regenerating it gives identical bytes; tests/test_validate_accuracy.py checks that.
+The same errors, per (hardware preset, stack, source), go into simulator/data/validated_error.json
+(`simulator/spec/validated.py`), which `parasim estimate` reads to say how far to trust an estimate.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RUNS = ROOT / "validation" / "published_runs.csv"
 DOC = ROOT / "docs" / "accuracy.md"
+SCRIPT = "validation/make_accuracy.py"
 
 
 def _pct(v) -> str:
@@ -229,33 +232,47 @@ def render(results, skipped, sources, df=None) -> str:
     return "\n".join(out)
 
 
-def generate(runs=RUNS) -> str:
+def build(runs=RUNS) -> tuple[str, list[dict]]:
+    """(the doc's text, its groups of simulator/data/validated_error.json): one prediction of every row."""
     from simulator.validate import predict_runs, read_runs
+    from simulator.validate.validated_error import groups_from_results
 
     df = read_runs(runs)
     res, skipped = predict_runs(df)
     sources = dict(zip(df["source_id"], df["source"]))
-    return render(res, skipped, sources, df=df)
+    return render(res, skipped, sources, df=df), groups_from_results(
+        res, doc="docs/accuracy.md", generator=SCRIPT, what="published runs")
 
 
-def write_or_check(argv, *, doc: Path, generate, script: str) -> int:
-    """The generators' command line: write `doc` from generate(), or with --check exit 1 if it differs."""
-    name = doc.relative_to(ROOT)
-    ap = argparse.ArgumentParser(description=f"generate {name}")
-    ap.add_argument("--check", action="store_true", help=f"compare with {name} instead of writing it")
+def generate(runs=RUNS) -> str:
+    return build(runs)[0]
+
+
+def write_or_check(argv, *, doc: Path, build, script: str) -> int:
+    """The generators' command line: write `doc` and the script's groups of the validated-error data file
+    (simulator/spec/validated.py) from build(), or with --check exit 1 if either differs."""
+    from simulator.validate import validated_error as ve
+
+    data = ve.DATA
+    ap = argparse.ArgumentParser(description=f"generate {doc.relative_to(ROOT)} and {data.relative_to(ROOT)}")
+    ap.add_argument("--check", action="store_true", help="compare with the committed files instead of writing them")
     a = ap.parse_args(argv)
-    text = generate()
+    text, groups = build()
+    outputs = ((doc, text), (data, ve.merged_text(script, groups, data)))
     if a.check:
-        same = doc.exists() and doc.read_text() == text
-        print(f"{name} is up to date" if same else f"{name} differs: run python {script}")
-        return 0 if same else 1
-    doc.write_text(text)
-    print(f"wrote {name}")
+        stale = [str(p.relative_to(ROOT)) for p, t in outputs if not (p.exists() and p.read_text() == t)]
+        print(f"{', '.join(stale)} differ: run python {script}" if stale else
+              f"{', '.join(str(p.relative_to(ROOT)) for p, _ in outputs)} are up to date")
+        return 1 if stale else 0
+    for p, t in outputs:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(t)
+        print(f"wrote {p.relative_to(ROOT)}")
     return 0
 
 
 def main(argv=None) -> int:
-    return write_or_check(argv, doc=DOC, generate=generate, script="validation/make_accuracy.py")
+    return write_or_check(argv, doc=DOC, build=build, script=SCRIPT)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ def _table(d: dict) -> str:
     ]
     for role, src in d["efficiency_sources"].items():
         lines.append(f"  {role:<17} [efficiency.{src['table']}]: {_short(src['source'])}")
+    head, *groups = d["validated_error"]["text"]
+    lines += [f"validated error     {head}"] + [f"  {g}" for g in groups]
     return "\n".join(lines)
 
 
