@@ -5,6 +5,7 @@ import click
 
 from .common import scenario_from_options, scenario_options, split_text
 from .flagnames import flag_names
+from .run_options import run_lines, run_options, run_spec
 
 
 def _table(d: dict) -> str:
@@ -43,6 +44,8 @@ def _table(d: dict) -> str:
         lines.append(f"  {role:<17} [efficiency.{src['table']}]: {_short(src['source'])}")
     head, *groups = d["validated_error"]["text"]
     lines += [f"validated error     {head}"] + [f"  {g}" for g in groups]
+    if "run" in d:
+        lines += run_lines(d["run"])
     return "\n".join(lines)
 
 
@@ -74,6 +77,7 @@ def _short(source: str, width: int = 110) -> str:
               help="overlap the DP gradient reduction with the last microbatch's backward")
 @click.option("--param-gather-overlap/--no-param-gather-overlap", default=False, show_default=True,
               help="overlap the ZeRO-1/2 parameter all-gather with the next step's forward")
+@run_options
 def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gather_overlap, **kwargs):
     """Step time, throughput, MFU/HFU and memory of one layout, with a breakdown that adds up:
     step = compute + exposed communication (by group) + pipeline bubble.
@@ -90,23 +94,37 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gathe
       parasim estimate scenarios/llama3-70b-512xh100.toml
       parasim estimate --model llama3-8b --hardware dgx-h100 --gpus 8 --seq 8192 --global-batch 64 --zero 3
       parasim estimate scenarios/mixtral-8x7b-64xh100.toml --format json
+      parasim estimate scenarios/llama3-70b-512xh100.toml --tokens 15e12 --usd-per-gpu-hour 2.5
+
+    \b
+    --tokens N: a training run on N tokens with this layout (docs/planning.md): steps, wall-clock days with
+    checkpoint writes and failures, GPU-hours, cost and energy, each assumption with its source (JSON "run").
     """
     from ..estimate import EstimateOptions, estimate_scenario
+    from ..run_plan import plan_for_estimate
+    from ..spec.run import RUN_KEYS
     from ..report.tables import tidy_dict, tidy_frame
 
+    run_flags = {k: kwargs.pop(k) for k in RUN_KEYS}
     sc = scenario_from_options(kwargs)
+    spec = run_spec(sc.run, run_flags)
     with flag_names({"tp_overlap": "--tp-overlap", "comm_slowdown": "--comm-slowdown"}):
         opts = EstimateOptions(pipeline=pipeline, tp_overlap=tp_overlap, comm_slowdown=comm_slowdown,
                                grad_reduce_overlap=grad_overlap, param_gather_overlap=param_gather_overlap)
     e = estimate_scenario(sc, options=opts)
+    plan = plan_for_estimate(e, spec).to_dict() if spec else None
     # as printed: integer bytes, rounding residues (a bubble of 7.8e-16 s with pp = 1) as 0
     if fmt == "csv":
         import pandas as pd
 
-        click.echo(tidy_frame(pd.DataFrame([e.row])).to_csv(index=False), nl=False)
+        row = dict(e.row)
+        row.update({f"run_{k}": plan[k] for k in ("steps", "days", "gpu_hours", "usd", "energy_mwh")} if plan else {})
+        click.echo(tidy_frame(pd.DataFrame([row])).to_csv(index=False), nl=False)
         return
     d = e.to_dict()
     d = tidy_dict(d, scale=d["time"]["step_s"])
+    if plan:
+        d["run"] = plan
     click.echo(json.dumps(d, indent=2, default=float) if fmt == "json" else _table(d))
 
 

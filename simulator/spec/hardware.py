@@ -41,6 +41,7 @@ from ..errors import InputError
 from .efficiency import EfficiencyCurve, is_finite_number, curve_problem
 from .presets import check_keys, preset_names, read_toml, resolve
 from .rules import check_count
+from .run import GPU_RUN_KEYS, GPU_RUN_OPTIONAL, check_run_value, gpu_run_values
 
 __all__ = ["EfficiencyCurve", "HardwareProfile", "load_hardware", "hardware_from_dict", "list_hardware",
            "efficiency_curve", "interp_efficiency", "DTYPES", "NVLINK_TOPOLOGIES"]
@@ -103,6 +104,9 @@ class HardwareProfile:
     # compute that runs beside communication (NCCL kernels holding SMs and HBM bandwidth) is slower by this
     # fraction while they overlap: `[gpu] compute_slowdown_under_comm`, default CONTENTION_DEFAULT
     compute_slowdown_under_comm: float = 0.189  # = CONTENTION_DEFAULT (defined below, with its source)
+    # run planning (run_plan.py): optional [gpu] keys, each with its source key (spec/run.py GPU_RUN_KEYS)
+    board_power_w: float | None = None  # W per GPU, the datasheet's maximum
+    usd_per_gpu_hour: float | None = None
 
     def __post_init__(self):
         """The rules of `_NUMBERS`, `_COUNTS` and `_rules_between` on the SI attributes (a profile built in
@@ -113,6 +117,8 @@ class HardwareProfile:
             _count(getattr(self, attr), attr, f"{self.name}: {attr}")
         for d, v in self.peak_flops_per_s.items():
             check_number(v, f"{self.name}: peak_flops_per_s[{d!r}]")
+        for attr in (a for a in GPU_RUN_KEYS if getattr(self, a) is not None):
+            check_run_value(getattr(self, attr), f"{self.name}: {attr}", attr)
         _rules_between(self.name, si=True, gpus_per_node=self.gpus_per_node,
                        nvlink_domain_gpus=self.nvlink_domain_gpus, nvlink_topology=self.nvlink_topology,
                        link=self.nvlink_link_bytes_per_s, aggregate=self.nvlink_bytes_per_s,
@@ -204,7 +210,7 @@ HOST_DEFAULTS = (("host_pcie_bytes_per_s", "pcie_gb_per_s", 1e9, 32e9),
 _GPU_REQ = ("model", "hbm_gb", "hbm_gb_per_s", "peak_tflops", "source")
 _GPU_OPT = ("hbm_usable_mib",  # capacity visible to CUDA (nvidia-smi "Total", MiB); preferred over hbm_gb
             "compute_slowdown_under_comm",  # SM contention, a fraction in [0, 1] (CONTENTION_DEFAULT)
-            "sm_count")  # streaming multiprocessors (attention's wave quantization, cost/compute.py)
+            "sm_count") + GPU_RUN_OPTIONAL  # sm_count: attention's wave quantization; run planning: spec/run.py
 # Compute slowdown while communication overlaps it, when a profile does not measure its own: the average
 # measured by Lee et al. 2025, "Characterizing Compute-Communication Overlap in GPU-Accelerated
 # Distributed Deep Learning" (arXiv 2507.03114), GPT and Llama training steps on 4 A100, H100, MI250 and
@@ -360,9 +366,11 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
     host = _host_values(d.get("host"), where)
     if "source" in host:
         sources["host"] = host.pop("source")
+    run, run_sources = gpu_run_values(g, where)
+    sources.update(run_sources)
     return HardwareProfile(
         name=str(d["name"]), description=str(d.get("description", "")), gpu=str(g["model"]),
-        **_values(sec, where), **host,
+        **_values(sec, where), **host, **run,
         efficiency={k: _curve_from_dict(v, where=f"{where} [efficiency.{k}]") for k, v in sec["efficiency"].items()},
         sources=sources, provenance=dict(prov) if prov is not None else None,
     )

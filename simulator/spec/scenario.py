@@ -3,8 +3,8 @@
 File format (DESIGN.md): sections [model] (preset, hf_config, or inline Hugging Face keys), [hardware]
 (preset or path, num_gpus), [training], [layout] (dp may be omitted), optional [sweep] and [stack]
 (preset = "megatron" | "torchtitan" | ..., plus any Stack field to override: spec/stack.py; carried
-by Training.stack). Flags override the file (--stack, --compile). Unknown keys are rejected with the
-closest known name.
+by Training.stack) and [run] (the run plan's tokens and assumptions: spec/run.py, used by `estimate`).
+Flags override the file (--stack, --compile). Unknown keys are rejected with the closest known name.
 """
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from .load import load_model
 from .model import ModelSpec
 from .presets import check_keys, read_toml, resolve
 from .rules import check_count
+from .run import run_table
 from .stack import Stack, load_stack
 from .training import Training
 from .validate import validate
 
-SECTIONS = ("model", "hardware", "training", "layout", "sweep", "stack", "name", "description")
+SECTIONS = ("model", "hardware", "training", "layout", "sweep", "stack", "run", "name", "description")
 TRAINING_KEYS = tuple(f.name for f in fields(Training) if f.name != "stack")  # the stack: [stack] / --stack
 STACK_FIELDS = tuple(f.name for f in fields(Stack) if f.name not in ("name", "source"))
 # the Stack fields a command-line flag may set (cli/common.py STACK_FLAGS)
@@ -43,6 +44,7 @@ class Scenario:
     num_gpus: int
     micro_batch_size: int = 1
     sweep: dict = field(default_factory=dict)
+    run: dict = field(default_factory=dict)  # the checked [run] table (spec/run.py), {} without one
 
     @property
     def num_microbatches(self) -> int:
@@ -99,10 +101,11 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
     tr, lay = _training_and_layout_tables(doc, where, overrides)
     training = _scenario_training(tr, where, model, stack)
     sweep = dict(doc.get("sweep", {}))
+    run = run_table(doc["run"], where) if "run" in doc else {}
     layout = _scenario_layout(doc, lay, num_gpus, model, training, where, require_layout)
     return Scenario(name=str(doc.get("name", Path(str(path)).stem if path else model.name)), model=model,
                     hardware=hardware, training=training, layout=layout, num_gpus=int(num_gpus),
-                    micro_batch_size=int(lay.get("micro_batch_size", 1)), sweep=sweep)
+                    micro_batch_size=int(lay.get("micro_batch_size", 1)), sweep=sweep, run=run)
 
 
 def _read_scenario_file(path: str | None) -> tuple[dict, Path | None, str]:
