@@ -33,6 +33,7 @@ class Estimate:
     memory: object  # MemoryResult (per stage)
     pipeline: str = "replayed"  # how the pipeline part was obtained
     comm_slowdown: float = 0.0  # the SM-contention fraction the estimate used (EstimateOptions.for_hardware)
+    stage_times: dict | None = None  # with keep_stage_times: kernel.Evaluation.stage_times of the one-row batch
 
     # the step (seconds) and its breakdown: step_s = compute_s + exposed_comm_s + bubble_s
     @property
@@ -155,21 +156,25 @@ def efficiency_sources(training: Training, hardware) -> dict:
 
 
 def estimate(model: ModelSpec, training: Training, layout: Layout, hardware, *,
-             options: EstimateOptions | None = None) -> Estimate:
-    """Memory + step time + throughput of one layout (validated first; InputError on a broken rule)."""
+             options: EstimateOptions | None = None, keep_stage_times: bool = False) -> Estimate:
+    """Memory + step time + throughput of one layout (validated first; InputError on a broken rule);
+    `keep_stage_times`: keep the parts of the step (for its timeline: report/step_timeline.py)."""
     validate(model, training, layout)
     opt = (options or EstimateOptions()).for_hardware(hardware)
-    got = evaluate(model, training, hardware, LayoutBatch.of_layout(layout), options=opt, per_stage=True)
+    got = evaluate(model, training, hardware, LayoutBatch.of_layout(layout), options=opt, per_stage=True,
+                   keep_stage_times=keep_stage_times)
     mem = memory_result({k: v[0] for k, v in got.stages.items()}, model, training, layout, hardware)
     how = "replayed schedule (engine fast path)" if opt.pipeline == "replay" \
         else "analytic closed form (formulas.md §5.2)"
     return Estimate(model=model, training=training, layout=layout, hardware_name=getattr(hardware, "name", ""),
                     hardware=hardware, row=got.rows.iloc[0].to_dict(), memory=mem, pipeline=how,
-                    comm_slowdown=opt.comm_slowdown)
+                    comm_slowdown=opt.comm_slowdown, stage_times=got.stage_times)
 
 
-def estimate_scenario(scenario, *, options: EstimateOptions | None = None) -> Estimate:
+def estimate_scenario(scenario, *, options: EstimateOptions | None = None,
+                      keep_stage_times: bool = False) -> Estimate:
     """`estimate` of a loaded Scenario (spec/scenario.py)."""
     if scenario.layout is None:
         raise InputError("the scenario has no [layout]; use `parasim sweep` for a sweep space")
-    return estimate(scenario.model, scenario.training, scenario.layout, scenario.hardware, options=options)
+    return estimate(scenario.model, scenario.training, scenario.layout, scenario.hardware, options=options,
+                    keep_stage_times=keep_stage_times)

@@ -91,7 +91,8 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
     `content` (`pt.content_counts`; cost/compute.py), and the TP/CP/EP communication inside them (per
     layer: row `comm_id` of `comm_table`, from _layer_comm, times the stage's layers): exposed
     forward/backward per category (`tp_f`, `tp_b`, ...) and the part hidden under compute (`hid_f`,
-    `hid_b`), which slows it when `comm_slowdown` > 0."""
+    `hid_b`; by category: TP `hid_t_*`, CP `hid_c_*`, EP `hid_e_*`), which slows it when
+    `comm_slowdown` > 0."""
     k = len(tp)
     comm = {key: v[comm_id] for key, v in comm_table.items()}
     basis = np.zeros((len(BASIS_KEYS), k, 4))
@@ -112,20 +113,23 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
     tpf, tpb = comm["tp_f"][:, None] * layers, comm["tp_b"][:, None] * layers
     hf, hb = comm["tp_hid_f"][:, None] * layers, comm["tp_hid_b"][:, None] * layers  # what TP overlap hides
     out = dict(F=F, B=Bk + R, W=W, tp_f=tpf - hf, tp_b=tpb - hb, hid_f=hf, hid_b=hb,
-               cp_f=zeros, cp_b=zeros, ep_f=zeros, ep_b=zeros)
+               cp_f=zeros, cp_b=zeros, ep_f=zeros, ep_b=zeros, hid_t_f=hf, hid_t_b=hb,
+               hid_c_f=zeros, hid_c_b=zeros, hid_e_f=zeros, hid_e_b=zeros)
     if (cp > 1).any():
         cf, cb = comm["cp_f"][:, None] * layers, comm["cp_b"][:, None] * layers
         if cp_algorithm == "ring" and opt.cp_overlap:  # ring p2p under the core-attention kernel of the layer
             ef = np.maximum(0.0, cf - comm["att_f"][:, None] * layers)
             eb = np.maximum(0.0, cb - comm["att_b"][:, None] * layers)
-            out["hid_f"], out["hid_b"] = out["hid_f"] + (cf - ef), out["hid_b"] + (cb - eb)
+            out["hid_c_f"], out["hid_c_b"] = cf - ef, cb - eb
+            out["hid_f"], out["hid_b"] = out["hid_f"] + out["hid_c_f"], out["hid_b"] + out["hid_c_b"]
             cf, cb = ef, eb
         out["cp_f"], out["cp_b"] = cf, cb
     if model.is_moe and (ep > 1).any():
         ef, eb = comm["ep_f"][:, None] * moe_layers, comm["ep_b"][:, None] * moe_layers
         ov = ep_ov[:, None]
         out["ep_f"], out["ep_b"] = (1 - ov) * ef, (1 - ov) * eb
-        out["hid_f"], out["hid_b"] = out["hid_f"] + ov * ef, out["hid_b"] + ov * eb
+        out["hid_e_f"], out["hid_e_b"] = ov * ef, ov * eb
+        out["hid_f"], out["hid_b"] = out["hid_f"] + out["hid_e_f"], out["hid_b"] + out["hid_e_b"]
     return out
 
 
@@ -133,15 +137,18 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
 class Evaluation:
     """What `evaluate` returns: one row per layout (`rows`, the columns of `evaluate_layouts`), and with
     `per_stage=True` the per-stage memory (`stages`: stage_memory_arrays' (N, P) arrays, P the widest
-    pipeline; stage i of row k is valid where i < pp[k])."""
+    pipeline; stage i of row k is valid where i < pp[k]), and with `keep_stage_times=True` the parts the
+    step was added from (`stage_times`, _step_times: per-stage F, B, W and communication, the durations
+    replayed, p2p, the DP tail's parts, the optimizer per rank; report/step_timeline.py draws them)."""
 
     rows: pd.DataFrame
     stages: dict | None = None
+    stage_times: dict | None = None
 
 
 def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch, *,
              options: EstimateOptions | None = None, inference: bool = False, time_infeasible: bool = True,
-             per_stage: bool = False) -> Evaluation:
+             per_stage: bool = False, keep_stage_times: bool = False) -> Evaluation:
     """Memory and time of the N layouts of `batch`, one row each, in one vectorised pass.
 
     Layouts of different pipeline shapes are padded to a common width (structure.pipeline_table);
@@ -193,7 +200,8 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
     if every or len(r):
         got = _step_times(model, training, hardware, opt, batch.cp_algorithm, batch.dp_mode, batch.shard_group_size,
                           pt if every else pt.take(r), tp=tp[r], dp=dp[r], cp=cp[r], ep=ep[r], mbs=mbs[r], zz=zz[r],
-                          pp=ppa[r], sched=sched[r], rec=rec[r], rec_c=rec_c[r], sp=spa[r], chunks=chunks[r], m=m[r])
+                          pp=ppa[r], sched=sched[r], rec=rec[r], rec_c=rec_c[r], sp=spa[r], chunks=chunks[r], m=m[r],
+                          keep=keep_stage_times)
         for k in TIME_FIELDS:
             t[k][r] = got[k]
     step = t["step_s"]
@@ -202,7 +210,7 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
         "num_microbatches": m, "zero": zz, "recompute": text_column(rec), "sequence_parallel": spa,
         "schedule": text_column(sched), **t, **_throughput(model, training, hardware, batch.num_gpus, rec, rec_c, step),
         **out, "worst_stage": worst, "feasible": feasible, "reason": text_column(reason),
-    }), stages=stages)
+    }), stages=stages, stage_times=got.get("stage_times") if every or len(r) else None)
 
 
 def _host_check(model, training, hardware, batch, pt, feasible, reason):
@@ -274,12 +282,14 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
 evaluate_layouts.array_fields = True  # sweep.evaluate_candidates: every layout field may be an array
 
 
-def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last_bwd, t_inv, cols, m) -> np.ndarray:
+def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last_bwd, t_inv, cols, m) -> tuple:
     """(K, P) the data-parallel tail per rank (its non-expert params over dp·cp, expert params over the
     EDP group): DDP all-reduce / ZeRO reduce-scatter (+ parameter all-gather), the gradient buckets
     reduced as the last microbatch's backward (`last_bwd` of time row t_inv) fills them with
     `grad_reduce_overlap` (cost/fsdp.py reduce_behind_compute_exposed_s: the last bucket exposed);
-    asynchronous DP waits for nothing; single-process DataParallel scatters and gathers serially."""
+    asynchronous DP waits for nothing; single-process DataParallel scatters and gathers serially. With
+    its parts (K, P): the exposed reduction (`reduce`, its contention included), the exposed parameter
+    gather (`gather`) and the reduction hidden under the backward (`reduce_hidden`)."""
     tp, ep, dp, mbs, zz = cols["tp"], cols["ep"], cols["dp"], cols["mbs"], cols["zero"]
     s, ab = training.seq_length, training.activation_bytes
     n = len(tp)
@@ -292,23 +302,28 @@ def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last
                                                    input_bytes=8.0 * mbs[:, None] * s * m[:, None],
                                                    output_bytes=ab * mbs[:, None] * s * m[:, None] * model.hidden_size)
         dp_tail = np.broadcast_to(d.forward_s + d.backward_s, (n, P))
+        parts = dict(reduce=dp_tail, gather=np.zeros((n, P)), reduce_hidden=np.zeros((n, P)))
     else:
         traffic, g_inv = once_per_distinct(_dp_tail_traffic, cols, model=model, training=training,
                                            hardware=hardware, opt=opt, pt=pt, shard_group_size=shard_group_size,
                                            span_shard_group=shard_group_size if (zz >= 1).any() else None)
         rs, ag, nb = (pt.of_class(gather_rows(x, g_inv)) for x in traffic)
+        raw, hidden, waits = rs, np.zeros_like(rs), 0.0 if dp_mode == "async" else 1.0
         if opt.grad_reduce_overlap:  # bucket by bucket as the last backward fills them: the last one exposed
             per = np.maximum(nb, 1.0)
             exposed_rs = reduce_behind_compute_exposed_s(gather_rows(last_bwd, t_inv) / per, rs / per, nb)
-            rs = exposed_rs + opt.comm_slowdown * np.maximum(rs - exposed_rs, 0.0)  # the hidden part slows it
-        dp_tail = (rs + ag) * (0.0 if dp_mode == "async" else 1.0)
-    return dp_tail
+            hidden = np.maximum(rs - exposed_rs, 0.0)
+            rs = exposed_rs + opt.comm_slowdown * hidden  # the hidden part slows it
+        dp_tail = (rs + ag) * waits
+        parts = dict(reduce=rs * waits, gather=ag * waits, reduce_hidden=hidden if waits else raw)
+    return dp_tail, parts
 
 
 def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_group_size, pt, *, tp, dp, cp, ep, mbs,
-                zz, pp, sched, rec, rec_c, sp, chunks, m) -> dict:
+                zz, pp, sched, rec, rec_c, sp, chunks, m, keep=False) -> dict:
     """Steps 1-5 of the module docstring for K rows with pipeline table `pt`: the step time and its
-    breakdown on the busiest rank, (K,) arrays named TIME_FIELDS."""
+    breakdown on the busiest rank, (K,) arrays named TIME_FIELDS; with `keep`, also `stage_times`, the
+    parts they were added from (`Evaluation.stage_times`)."""
     n = len(tp)
     rows = np.arange(n)
     ep_ov = np.zeros(n)
@@ -336,10 +351,12 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     tl = pipeline_times(opt, pt.take(T), st, b_inv[T], z3, z3_id[T], sched=sched[T],
                          pp=pp[T], chunks=chunks[T], m=m[T], p2p=c["p2p"][c_inv[T]])
     makespan, busy_sum = tl["makespan"][t_inv], tl["busy_sum"][t_inv]
+    if not keep:  # the durations replayed are kept for the timeline only (a sweep's are large)
+        tl = {k: v for k, v in tl.items() if k not in ("F_eff", "B_eff", "W_eff")}
 
     # 4. data-parallel tail
-    dp_tail = _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, tl["last_bwd"], t_inv,
-                       {**cols, "zero": zz}, m)
+    dp_tail, dp_parts = _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, tl["last_bwd"],
+                                 t_inv, {**cols, "zero": zz}, m)
     # 5. the optimizer step
     opt_g, g_inv = once_per_distinct(_optimizer_times, {**cols, "sharded": zz >= 1}, model=model, training=training,
                                      hardware=hardware, pt=pt, shard_group_size=shard_group_size)
@@ -365,6 +382,14 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
         # (clipped at 0: busy time and makespan are summed in different orders, so an idle-free pipeline can
         # come out at -1e-16)
         bubble_fraction = np.where(makespan > 0, np.maximum(0.0, 1.0 - busy_sum / (pp * makespan)), 0.0)
-    return {"step_s": step, "compute_s": compute_s, "exposed_comm_s": exposed_comm, "bubble_s": bubble_s,
-            "bubble_fraction": bubble_fraction, "optimizer_s": optimizer, "contention_s": tl["contention"][t_inv],
-            **{f"exposed_{k}_s": exposed[k] for k in EXPOSED}}
+    out = {"step_s": step, "compute_s": compute_s, "exposed_comm_s": exposed_comm, "bubble_s": bubble_s,
+           "bubble_fraction": bubble_fraction, "optimizer_s": optimizer, "contention_s": tl["contention"][t_inv],
+           **{f"exposed_{k}_s": exposed[k] for k in EXPOSED}}
+    if keep:  # the parts, gathered to the rows (Evaluation.stage_times)
+        at = z3["rows"] if z3 is not None else np.full(n, -1)
+        z3 = {k: np.where((at >= 0)[:, None], v[np.maximum(at, 0)], 0.0) for k, v in (z3 or {}).items() if k != "rows"}
+        out["stage_times"] = dict(
+            stage={k: gather_rows(v, b_inv) for k, v in st.items()}, zero3=z3, p2p=c["p2p"][c_inv],
+            **{k: tl[k][t_inv] for k in ("F_eff", "B_eff", "W_eff", "makespan", "makespan0", "r_star")},
+            dp_tail=dp_tail, dp=dp_parts, optimizer=opt_s, tail_rank=t_star, table=pt)
+    return out

@@ -215,9 +215,9 @@ def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_
     reduction) and before the first forward (the gather). The unit times once per distinct (tp, cp, ep,
     dp, pipeline shape), the passes once per distinct (base row of `st`, shape). Returns (z3, z3_id):
     per exposure row the exposed and hidden times per micro-batch `f`, `b`, `hid_f`, `hid_b` (K, S) and
-    the once-per-step exposure `tail` (K, S); each of the n rows' exposure row, −1 where nothing is
-    exposed and nothing slows (it then times like the other ZeRO stages); and the once-per-step exposure
-    per rank (n, P), None when there is none."""
+    the once-per-step exposure `tail` (K, S) = `tail_ag` (gathers) + `tail_rs` (reduce-scatters); each
+    of the n rows' exposure row, −1 where nothing is exposed and nothing slows (it then times like the
+    other ZeRO stages); and the once-per-step exposure per rank (n, P), None when there is none."""
     z3_id = np.full(n, -1)
     if not len(r3):
         return None, z3_id, None
@@ -235,13 +235,17 @@ def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_
     cf, cb = f_b / Lc, (b_b + w_b) / Lc
     ef, hf = forward_pass(cf, np.where(every_ag, g, 0.0), L, d)
     eb, hb = backward_pass(cb, np.where(reshard, g, 0.0), np.where(every_rs, r, 0.0), L, d)
-    tail = (np.where(every_ag, 0.0, forward_pass(cf, g, L, d)[0])
-            + np.where(every_rs, 0.0, backward_pass(cb, 0.0, r, L, d)[0]))
+    tail_ag = np.where(every_ag, 0.0, forward_pass(cf, g, L, d)[0])
+    tail_rs = np.where(every_rs, 0.0, backward_pass(cb, 0.0, r, L, d)[0])
+    tail = tail_ag + tail_rs
     live = L > 0
     z3 = dict(f=np.where(live, ef, 0.0), b=np.where(live, eb, 0.0), hid_f=np.where(live, hf, 0.0),
-              hid_b=np.where(live, hb, 0.0), tail=np.where(live, tail, 0.0))
+              hid_b=np.where(live, hb, 0.0), tail=np.where(live, tail, 0.0), tail_ag=np.where(live, tail_ag, 0.0),
+              tail_rs=np.where(live, tail_rs, 0.0))
     seen = (z3["f"] + z3["b"]).any(axis=1) | (opt.comm_slowdown > 0)
     z3_id[r3] = np.where(seen[p_inv], p_inv, -1)
+    z3["rows"] = np.full(n, -1)  # every ZeRO-3 row's exposure row, exposed or not (the timeline's view)
+    z3["rows"][r3] = p_inv
     tail_rank = None
     if z3["tail"].any():  # per rank: the sum over the virtual stages it holds
         tail_rank = np.zeros((n, pt.padded_ranks))

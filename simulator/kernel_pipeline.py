@@ -113,8 +113,9 @@ def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> d
     and `z3`: the ZeRO-3 gather exposures, row i using z3[...][z3_id[i]] when z3_id[i] >= 0: the makespan
     with and without p2p (replayed, analytic, or PipeDream's steady state), busy time per rank, one
     microbatch's backward per rank (`last_bwd`, for the DP overlap), and the compute and exposed
-    communication on the busiest rank (`pure`, `exposed_<category>`): `pure` includes `contention`, the
-    compute's slowdown under the communication it hides (comm_slowdown x the hidden time)."""
+    communication on the busiest rank `r_star` (`pure`, `exposed_<category>`): `pure` includes
+    `contention`, the compute's slowdown under the communication it hides (comm_slowdown x the hidden
+    time); and the per-stage durations replayed, `F_eff`, `B_eff`, `W_eff` (K, S)."""
     n = len(sched)
     has = np.flatnonzero(z3_id >= 0)  # rows with a ZeRO-3 gather exposed
     zk = z3_id[has]
@@ -148,7 +149,8 @@ def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> d
     on_star = pt.held_by(r_star)
     pure = st["F"] + st["B"] + st["W"]
     contention = (mb * row_sums(np.where(on_star, slow, 0.0)) if slow is not None and slow.any() else np.zeros(n))
-    out = dict(makespan=makespan, makespan0=makespan0, busy_sum=row_sums(busy),
+    out = dict(makespan=makespan, makespan0=makespan0, busy_sum=row_sums(busy), r_star=r_star,
+               F_eff=F_eff, B_eff=B_eff, W_eff=W_eff,  # what was replayed (report/step_timeline.py replays it)
                last_bwd=pt.rank_sum(B_eff + W_eff), contention=contention,
                pure=mb * row_sums(np.where(on_star, gather_rows(pure, g), 0.0)) + contention)
     for k in ("tp", "cp", "ep"):

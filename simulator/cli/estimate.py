@@ -6,6 +6,7 @@ import click
 from .common import scenario_from_options, scenario_options, split_text
 from .flagnames import flag_names
 from .run_options import run_lines, run_options, run_spec
+from .step_outputs import check_step_outputs, check_traceable, write_step_outputs
 
 
 def _table(d: dict) -> str:
@@ -77,8 +78,13 @@ def _short(source: str, width: int = 110) -> str:
               help="overlap the DP gradient reduction with the last microbatch's backward")
 @click.option("--param-gather-overlap/--no-param-gather-overlap", default=False, show_default=True,
               help="overlap the ZeRO-1/2 parameter all-gather with the next step's forward")
+@click.option("--trace", type=click.Path(dir_okay=False), default=None,
+              help="write the estimated step as a Chrome/Perfetto trace (.json): per pipeline rank its F/B/W ops "
+                   "and beside them the communication by group and collective, exposed and hidden")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="write the estimated step as a Gantt chart (.png, .svg or .pdf)")
 @run_options
-def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gather_overlap, **kwargs):
+def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gather_overlap, trace, plot, **kwargs):
     """Step time, throughput, MFU/HFU and memory of one layout, with a breakdown that adds up:
     step = compute + exposed communication (by group) + pipeline bubble.
 
@@ -95,6 +101,7 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gathe
       parasim estimate --model llama3-8b --hardware dgx-h100 --gpus 8 --seq 8192 --global-batch 64 --zero 3
       parasim estimate scenarios/mixtral-8x7b-64xh100.toml --format json
       parasim estimate scenarios/llama3-70b-512xh100.toml --tokens 15e12 --usd-per-gpu-hour 2.5
+      parasim estimate scenarios/llama3-70b-512xh100.toml --trace step.json --plot step.png
 
     \b
     --tokens N: a training run on N tokens with this layout (docs/planning.md): steps, wall-clock days with
@@ -106,12 +113,15 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gathe
     from ..report.tables import tidy_dict, tidy_frame
 
     run_flags = {k: kwargs.pop(k) for k in RUN_KEYS}
+    check_step_outputs(trace, plot)
     sc = scenario_from_options(kwargs)
+    if trace or plot:
+        check_traceable(sc, pipeline)
     spec = run_spec(sc.run, run_flags)
     with flag_names({"tp_overlap": "--tp-overlap", "comm_slowdown": "--comm-slowdown"}):
         opts = EstimateOptions(pipeline=pipeline, tp_overlap=tp_overlap, comm_slowdown=comm_slowdown,
                                grad_reduce_overlap=grad_overlap, param_gather_overlap=param_gather_overlap)
-    e = estimate_scenario(sc, options=opts)
+    e = estimate_scenario(sc, options=opts, keep_stage_times=bool(trace or plot))
     plan = plan_for_estimate(e, spec).to_dict() if spec else None
     # as printed: integer bytes, rounding residues (a bubble of 7.8e-16 s with pp = 1) as 0
     if fmt == "csv":
@@ -120,12 +130,13 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gathe
         row = dict(e.row)
         row.update({f"run_{k}": plan[k] for k in ("steps", "days", "gpu_hours", "usd", "energy_mwh")} if plan else {})
         click.echo(tidy_frame(pd.DataFrame([row])).to_csv(index=False), nl=False)
-        return
+        return write_step_outputs(e, trace=trace, plot=plot, to_stderr=True)
     d = e.to_dict()
     d = tidy_dict(d, scale=d["time"]["step_s"])
     if plan:
         d["run"] = plan
     click.echo(json.dumps(d, indent=2, default=float) if fmt == "json" else _table(d))
+    write_step_outputs(e, trace=trace, plot=plot, to_stderr=fmt == "json")
 
 
 COMMANDS = [estimate]
