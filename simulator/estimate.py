@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .errors import InputError
 from .batch import LayoutBatch
-from .kernel import EXPOSED, EstimateOptions, evaluate
+from .kernel import EXPOSED, HIDDEN, EstimateOptions, evaluate
 from .memory.result import memory_result
 from .spec.layout import Layout
 from .spec.model import ModelSpec
@@ -112,6 +112,7 @@ class Estimate:
                      "optimizer_s": r["optimizer_s"], "contention_s": r["contention_s"],
                      "comm_slowdown": self.comm_slowdown,
                      "exposed_comm_by_group_s": {k: r[f"exposed_{k}_s"] for k in EXPOSED},
+                     "hidden_comm_by_group_s": {k: r[f"hidden_{k}_s"] for k in HIDDEN},
                      "pipeline": self.pipeline},
             "throughput": {"tokens_per_s": r["tokens_per_s"], "model_tflops_per_gpu": r["model_tflops_per_gpu"],
                            "hardware_tflops_per_gpu": r["hardware_tflops_per_gpu"], "mfu": r["mfu"], "hfu": r["hfu"],

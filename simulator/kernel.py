@@ -80,8 +80,9 @@ from .structure import pipeline_table
 
 MEMORY_FIELDS = CONSUMER_FIELDS
 EXPOSED = ("tp", "cp", "ep", "pp", "dp", "zero3")
+HIDDEN = ("tp", "cp", "ep", "dp", "zero3")  # what overlap hid, per group (no p2p: the replay has no overlap of it)
 TIME_FIELDS = ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_fraction", "optimizer_s", "contention_s",
-               *(f"exposed_{k}_s" for k in EXPOSED))
+               *(f"exposed_{k}_s" for k in EXPOSED), *(f"hidden_{k}_s" for k in HIDDEN))
 
 
 def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *, tp, cp, ep, mbs, sp, rec, ep_ov,
@@ -384,7 +385,9 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
         bubble_fraction = np.where(makespan > 0, np.maximum(0.0, 1.0 - busy_sum / (pp * makespan)), 0.0)
     out = {"step_s": step, "compute_s": compute_s, "exposed_comm_s": exposed_comm, "bubble_s": bubble_s,
            "bubble_fraction": bubble_fraction, "optimizer_s": optimizer, "contention_s": tl["contention"][t_inv],
-           **{f"exposed_{k}_s": exposed[k] for k in EXPOSED}}
+           **{f"exposed_{k}_s": exposed[k] for k in EXPOSED},
+           **{f"hidden_{k}_s": tl["hidden_" + k][t_inv] for k in HIDDEN if k != "dp"},
+           "hidden_dp_s": np.asarray(dp_parts["reduce_hidden"])[rows, t_star]}
     if keep:  # the parts, gathered to the rows (Evaluation.stage_times)
         at = z3["rows"] if z3 is not None else np.full(n, -1)
         z3 = {k: np.where((at >= 0)[:, None], v[np.maximum(at, 0)], 0.0) for k, v in (z3 or {}).items() if k != "rows"}

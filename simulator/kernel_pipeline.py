@@ -162,6 +162,14 @@ def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> d
         v = np.zeros_like(F_eff)
         v[has] = z3["f"][zk] + z3["b"][zk]
     out["exposed_zero3"] = mb * row_sums(np.where(on_star, v, 0.0)) if v is not None and v.any() else np.zeros(n)
+    # what overlap hid, per group, on the same rank (it slowed the compute it ran beside: `contention`)
+    for k, key in (("tp", "t"), ("cp", "c"), ("ep", "e")):
+        h = st["hid_" + key + "_f"] + st["hid_" + key + "_b"]
+        out["hidden_" + k] = mb * row_sums(np.where(on_star, gather_rows(h, g), 0.0)) if h.any() else np.zeros(n)
+    hz = np.zeros_like(F_eff)
+    if len(has):
+        hz[has] = z3["hid_f"][zk] + z3["hid_b"][zk]
+    out["hidden_zero3"] = mb * row_sums(np.where(on_star, hz, 0.0)) if hz.any() else np.zeros(n)
     return out
 
 

@@ -198,3 +198,22 @@ def test_the_compiled_passes_give_the_numpy_replay_to_the_last_bit():
                               fsdp._forward_makespan(c, g, L, d, shape))
         assert np.array_equal(native.fsdp_makespan(c, g, r, L, d, backward=True),
                               fsdp._backward_makespan(c, g, r, L, d, shape))
+
+
+def test_exposed_plus_hidden_is_all_the_communication_overlap_could_not_remove():
+    from simulator.options import EstimateOptions
+
+    no_contention = EstimateOptions(comm_slowdown=0.0)
+    m = load_model("llama3-8b")
+    kw = dict(num_gpus=64, dp=64, zero=3, options=no_contention)
+    t = lambda **s: Training(seq_length=4096, global_batch_size=128, stack=load_stack("fsdp", **s))  # noqa: E731
+    pre = evaluate_layouts(m, t(), H100, **kw).iloc[0]
+    serial = evaluate_layouts(m, t(fsdp_prefetch=0), H100, **kw).iloc[0]
+    assert serial.hidden_zero3_s == 0 < pre.hidden_zero3_s
+    assert pre.exposed_zero3_s + pre.hidden_zero3_s == pytest.approx(serial.exposed_zero3_s, rel=1e-9)
+    # DDP: the buckets hidden under the last backward + the exposed ones = the reduction with no overlap
+    ddp = dict(num_gpus=64, dp=64, zero=0)
+    over = evaluate_layouts(m, t(), H100, **ddp, options=no_contention).iloc[0]
+    flat = evaluate_layouts(m, t(), H100, **ddp, options=EstimateOptions(comm_slowdown=0.0, grad_reduce_overlap=False)).iloc[0]
+    assert over.hidden_dp_s > 0 == flat.hidden_dp_s
+    assert over.exposed_dp_s + over.hidden_dp_s == pytest.approx(flat.exposed_dp_s, rel=1e-9)

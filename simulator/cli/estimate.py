@@ -26,9 +26,11 @@ def _table(d: dict) -> str:
         f"slowed by overlapped comm {t['contention_s']:.4f} s at {100 * t['comm_slowdown']:.1f} %)",
         f"  exposed comm      {t['exposed_comm_s']:10.4f} s  {pct(t['exposed_comm_s'])}",
     ]
+    hidden = t.get("hidden_comm_by_group_s", {})
     for k, v in t["exposed_comm_by_group_s"].items():
-        if v > 0:
-            lines.append(f"    {k:<15} {v:10.4f} s  {pct(v)}")
+        h = hidden.get(k, 0.0)
+        if v > 0 or h > 0:
+            lines.append(f"    {k:<15} {v:10.4f} s  {pct(v)}" + (f"  (overlap hid {h:.4f} s more)" if h > 0 else ""))
     lines += [
         f"  pipeline bubble   {t['bubble_s']:10.4f} s  {pct(t['bubble_s'])}  "
         f"(busiest rank waiting on other stages; {t['pipeline']})",
