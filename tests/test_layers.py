@@ -18,7 +18,7 @@ LAYERS = (
     ("structure",),
     ("batch", "kernel_comm", "kernel_pipeline", "options"),
     ("kernel",),
-    ("estimate", "run_plan", "sweep", "calibrate"),
+    ("estimate", "inference", "run_plan", "sweep", "calibrate"),
     ("validate",),
     ("report",),
     ("cli",),

@@ -6,6 +6,7 @@ import click
 from .common import scenario_from_options, scenario_options, split_text
 from .flagnames import flag_names
 from .run_options import run_lines, run_options, run_spec
+from .inference import inference_columns, inference_dict, inference_options, inference_setup, inference_table
 from .step_outputs import check_step_outputs, check_traceable, write_step_outputs
 
 
@@ -85,8 +86,10 @@ def _short(source: str, width: int = 110) -> str:
                    "and beside them the communication by group and collective, exposed and hidden")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="write the estimated step as a Gantt chart (.png, .svg or .pdf)")
+@inference_options
 @run_options
-def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gather_overlap, trace, plot, **kwargs):
+def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gather_overlap, trace, plot, inference,
+             prompt_tokens, output_tokens, batch, eager_decode, **kwargs):
     """Step time, throughput, MFU/HFU and memory of one layout, with a breakdown that adds up:
     step = compute + exposed communication (by group) + pipeline bubble.
 
@@ -102,12 +105,20 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gathe
       parasim estimate scenarios/llama3-70b-512xh100.toml
       parasim estimate --model llama3-8b --hardware dgx-h100 --gpus 8 --seq 8192 --global-batch 64 --zero 3
       parasim estimate scenarios/mixtral-8x7b-64xh100.toml --format json
+      parasim estimate --model llama3-8b --hardware dgx-h100 --gpus 8 --tp 8 --seq 4096 --inference --batch 64
       parasim estimate scenarios/llama3-70b-512xh100.toml --tokens 15e12 --usd-per-gpu-hour 2.5
       parasim estimate scenarios/llama3-70b-512xh100.toml --trace step.json --plot step.png
 
     \b
     --tokens N: a training run on N tokens with this layout (docs/planning.md): steps, wall-clock days with
     checkpoint writes and failures, GPU-hours, cost and energy, each assumption with its source (JSON "run").
+
+    \b
+    --inference: prefill and decode of one model replica (docs/inference.md): time to first token, time
+    per output token, output tokens/s per GPU and the largest batch the KV cache allows. --batch is the
+    sequences one replica serves (default: --global-batch / dp), --micro-batch the sequences per prefill
+    pass; the prompt defaults to --seq. JSON: the training estimate as without it plus an "inference"
+    object; the table shows the inference breakdown only.
     """
     from ..estimate import EstimateOptions, estimate_scenario
     from ..run_plan import plan_for_estimate
@@ -118,8 +129,13 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gathe
     check_step_outputs(trace, plot)
     sc = scenario_from_options(kwargs)
     if trace or plot:
-        check_traceable(sc, pipeline)
+        check_traceable(sc, pipeline, inference)
     spec = run_spec(sc.run, run_flags)
+    setup = inference_setup(sc, inference, prompt_tokens=prompt_tokens, output_tokens=output_tokens, batch=batch,
+                            eager_decode=eager_decode)
+    if setup is not None and fmt == "table":  # the table shows the inference breakdown only
+        click.echo(inference_table(sc, setup))
+        return
     with flag_names({"tp_overlap": "--tp-overlap", "comm_slowdown": "--comm-slowdown"}):
         opts = EstimateOptions(pipeline=pipeline, tp_overlap=tp_overlap, comm_slowdown=comm_slowdown,
                                grad_reduce_overlap=grad_overlap, param_gather_overlap=param_gather_overlap)
@@ -129,7 +145,7 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gathe
     if fmt == "csv":
         import pandas as pd
 
-        row = dict(e.row)
+        row = dict(e.row, **(inference_columns(sc, setup) if setup is not None else {}))
         row.update({f"run_{k}": plan[k] for k in ("steps", "days", "gpu_hours", "usd", "energy_mwh")} if plan else {})
         click.echo(tidy_frame(pd.DataFrame([row])).to_csv(index=False), nl=False)
         return write_step_outputs(e, trace=trace, plot=plot, to_stderr=True)
@@ -137,6 +153,8 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gathe
     d = tidy_dict(d, scale=d["time"]["step_s"])
     if plan:
         d["run"] = plan
+    if setup is not None:
+        d["inference"] = inference_dict(sc, setup)
     click.echo(json.dumps(d, indent=2, default=float) if fmt == "json" else _table(d))
     write_step_outputs(e, trace=trace, plot=plot, to_stderr=fmt == "json")
 
