@@ -122,7 +122,8 @@ def test_default_write_bandwidth_is_llama3s_storage_over_its_nodes():
 
 @pytest.mark.parametrize("preset,watts", [("dgx-a100-40g", 400), ("dgx-a100-80g", 400), ("dgx-h100", 700),
                                           ("dgx-h100-datasheet", 700), ("dgx-h800", 700), ("dgx-h200", 700),
-                                          ("dgx-b200", 1000), ("gb200-nvl72", 1200), ("mi300x", 750)])
+                                          ("dgx-b200", 1000), ("gb200-nvl72", 1200), ("mi300x", 750),
+                                          ("aws-p6-b200", 1000), ("gcp-a3-mega", 700)])
 def test_presets_carry_datasheet_board_power_with_a_source(preset, watts):
     hw = load_hardware(preset)
     assert hw.board_power_w == watts and hw.sources["board_power_w"]
