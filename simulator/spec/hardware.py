@@ -27,8 +27,6 @@ beyond its ends. Names used by the cost model:
 from __future__ import annotations
 
 import difflib
-import math
-import numbers
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,9 +36,9 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import InputError
-from .efficiency import EfficiencyCurve, is_finite_number, curve_problem
+from .efficiency import EfficiencyCurve, curve_problem
 from .presets import check_keys, preset_names, read_toml, resolve
-from .rules import check_count
+from .rules import NONNEGATIVE, POSITIVE, check_count, check_number
 from .run import GPU_RUN_KEYS, GPU_RUN_OPTIONAL, check_run_value, gpu_run_values
 
 __all__ = ["EfficiencyCurve", "HardwareProfile", "load_hardware", "hardware_from_dict", "list_hardware",
@@ -178,7 +176,6 @@ def interp_efficiency(profile: HardwareProfile, name: str, x) -> np.ndarray:
 
 
 # ---- rules and loading ------------------------------------------------------------------------------
-POSITIVE, NONNEGATIVE = "a finite number > 0", "a finite number >= 0"
 # Every number of a profile: (attribute, [section], TOML key, factor from the file's unit to SI, rule).
 # `hardware_from_dict` checks each value as written, naming file and key; `HardwareProfile.__post_init__`
 # checks the SI attribute of a profile built in Python against the same rule.
@@ -223,17 +220,6 @@ _NODE_OPT = ("nvlink_domain_gpus", "nvlink_topology", "nvlink_link_gb_per_s", "n
 _NET_REQ = ("nics_per_node", "nic_gbit_per_s", "ib_latency_us", "nodes_per_leaf", "leaf_oversubscription", "source")
 _EFF_REQ = ("x", "efficiency", "x_unit", "source")
 _PROV_OPT = ("device", "versions", "date", "protocol", "source", "notes", "host")
-
-
-def check_number(value, what: str, rule: str = POSITIVE, factor: float = 1.0) -> float:
-    """`value` times `factor` (its unit in SI) if `value` meets `rule` (POSITIVE or NONNEGATIVE) and the
-    product is finite, else InputError naming `what` and the value as written."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not is_finite_number(value) \
-            or not (value > 0 if rule == POSITIVE else value >= 0):
-        raise InputError(f"{what} must be {rule}, got {value!r}")
-    if not math.isfinite(v := float(value) * factor):
-        raise InputError(f"{what} is too large, got {value!r}")
-    return v
 
 
 def _count(value, name: str, what: str) -> int:

@@ -7,9 +7,13 @@ sweep candidates); the rules of each pipeline schedule in its `ScheduleFamily` (
 """
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 
 from ..errors import InputError, check_positive
+from .efficiency import is_finite_number
 
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -101,3 +105,17 @@ def shard_degrees(*, dp, cp, ep, shard_group_size: int | None = None) -> tuple[n
     g = np.asarray(dp if shard_group_size is None else shard_group_size, dtype=float)
     d = g * np.asarray(cp, dtype=float)
     return d, np.maximum(d / np.asarray(ep, dtype=float), 1.0)
+
+
+POSITIVE, NONNEGATIVE = "a finite number > 0", "a finite number >= 0"
+
+
+def check_number(value, what: str, rule: str = POSITIVE, factor: float = 1.0) -> float:
+    """`value` times `factor` (its unit in SI) if `value` meets `rule` (POSITIVE or NONNEGATIVE) and the
+    product is finite, else InputError naming `what` and the value as written."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not is_finite_number(value) \
+            or not (value > 0 if rule == POSITIVE else value >= 0):
+        raise InputError(f"{what} must be {rule}, got {value!r}")
+    if not math.isfinite(v := float(value) * factor):
+        raise InputError(f"{what} is too large, got {value!r}")
+    return v
