@@ -19,6 +19,7 @@ LAYERS = (
     ("batch", "kernel_comm", "kernel_pipeline", "options"),
     ("kernel",),
     ("estimate", "inference", "run_plan", "sweep", "calibrate"),
+    ("torchmodel",),  # any torch model (torch imported inside its functions only)
     ("validate",),
     ("report",),
     ("cli",),
