@@ -3,9 +3,10 @@
 - The schedule-shape cache (simulator/pipeline/cache.py) goes to a folder of this session, so tests
   neither read a cache left by other runs nor fill the user's.
 - `shared_data` (a fixture): the path of a measured-data file in the project's shared/data folder
-  beside the checkout (published_runs.csv, collectives.csv, ...). Without it the tests that need it
-  skip, so the package can be tested alone; in CI (PARASIM_REQUIRE_SHARED=1, set by .ci/run) a missing
-  file fails them instead, so that checks against measurements cannot silently stop running."""
+  beside the checkout (published_runs.csv, collectives.csv, ...), else the repository's snapshot of it
+  (validation/published_runs.csv, validation/data/), so the checks against measurements run on any clean
+  clone. A file in neither skips the tests that need it; in CI (PARASIM_REQUIRE_SHARED=1, set by .ci/run)
+  it fails them instead, so that checks against measurements cannot silently stop running."""
 import os
 import tempfile
 from pathlib import Path
@@ -18,13 +19,20 @@ os.environ.pop("PARASIM_NO_CACHE", None)
 REQUIRE_SHARED_ENV = "PARASIM_REQUIRE_SHARED"
 
 
-def find_shared(name: str, start: Path = Path(__file__).resolve().parent) -> Path | None:
+REPO = Path(__file__).resolve().parent.parent
+SNAPSHOTS = (REPO / "validation", REPO / "validation" / "data")  # the repository's copies (validation/data/README.md)
+
+
+def find_shared(name: str, start: Path = Path(__file__).resolve().parent, snapshots=SNAPSHOTS) -> Path | None:
     """The first `<folder>/shared/data/<name>` that is a file, for `start` and each folder above it
-    (the checkout sits beside shared/), or None."""
+    (the checkout sits beside shared/), else the repository's snapshot of it in `snapshots`, or None."""
     for base in (start, *start.parents):
         p = base / "shared" / "data" / name
         if p.is_file():
             return p
+    for folder in snapshots:
+        if (folder / name).is_file():
+            return folder / name
     return None
 
 

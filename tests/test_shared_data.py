@@ -34,3 +34,20 @@ def test_a_file_beside_a_folder_above_is_found(shared_data, tmp_path, monkeypatc
 
 def test_ci_requires_the_shared_data():
     assert "export PARASIM_REQUIRE_SHARED=1" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_repository_snapshot_stands_in_for_a_missing_shared_folder(tmp_path, monkeypatch):
+    from conftest import find_shared
+
+    monkeypatch.setenv("PARASIM_REQUIRE_SHARED", "1")
+    for name in ("published_runs.csv", "collectives.csv", "kernel_benchmarks.csv"):
+        assert find_shared(name, tmp_path) in (ROOT / "validation" / name, ROOT / "validation" / "data" / name)
+
+
+def test_the_snapshot_is_the_shared_file_when_both_exist(shared_data):
+    import filecmp
+
+    for name in ("collectives.csv", "kernel_benchmarks.csv"):
+        shared = shared_data(name)
+        if shared.parent.parent.name == "shared":  # the shared folder is present: the copy must be identical
+            assert filecmp.cmp(shared, ROOT / "validation" / "data" / name, shallow=False), name
