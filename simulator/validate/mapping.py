@@ -255,7 +255,8 @@ def _row_training(row: Mapping, seq: int, rules: SourceRules, notes: list[str]):
 
     return Training(seq_length=seq, global_batch_size=_int(row.get("global_batch_seqs"), "global_batch_seqs"),
                     precision=prec, grad_dtype=_grad_dtype(rules, row.get("precision"), prec, notes),
-                    flash_attention=rules.flash_attention, dropout=rules.dropout, stack=load_stack(rules.stack))
+                    flash_attention=rules.flash_attention, dropout=rules.dropout,
+                    stack=load_stack(rules.stack, **dict(rules.stack_overrides)))
 
 
 def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str]):

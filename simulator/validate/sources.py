@@ -131,6 +131,7 @@ class SourceRules:
     grad_dtype: tuple[tuple[str, str], ...] = ((r".", "fp32"),)
     precision_unstated: str | None = None  # precision when the cell names none ('mixed (not stated)')
     stack: str = "megatron"  # the software stack preset (stacks/) the source ran
+    stack_overrides: tuple[tuple[str, object], ...] = ()  # Stack fields the source's runs set otherwise
     statements: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -175,8 +176,13 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="LLMFOUNDRY", family="mpt", tie_word_embeddings=True, learned_positions=True,
         flash_attention=True, dropout=False, stack="fsdp",
+        stack_overrides=(("attention_kernel", "triton"), ("fsdp_reduce_dtype", "grad")),
         grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
         statements=(
+            "attention: the Triton FlashAttention kernel (scripts/train/benchmarking/submit_benchmarks.py "
+            "--attn_impl default 'triton' at b2a43a1, 2023-10-19, the commit that wrote the A100 tables; "
+            "default image mosaicml/pytorch:1.13.1, before torch SDPA's FlashAttention-2)",
+            "FSDP reduces gradients in the mixed-precision mode's dtype (fsdp_reduce_dtype = grad)",
             "MPT benchmark config (MPTConfig defaults): LayerNorm with bias, GeLU f=4h, biases, "
             "learned positions, tied embeddings",
             "FlashAttention (attn_impl=flash)",
@@ -186,7 +192,10 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
         flash_attention=True, dropout=False, grad_dtype=((r".", "fp32"),), stack="torchtitan",
+        stack_overrides=(("attention_kernel", "flash2"),),
         statements=(
+            "attention: torch SDPA's flash backend, FlashAttention-2 on A100 since torch 2.2 (PyTorch 2.2 "
+            "release notes: 'FlashAttention-2 in scaled_dot_product_attention')",
             "Llama: SwiGLU, RMSNorm, no biases, RoPE, untied output layer",
             "FlashAttention (torchtitan SDPA flash backend)",
             "no dropout",
