@@ -21,6 +21,7 @@ LAYERS = (
     ("estimate", "inference", "run_plan", "sweep", "calibrate"),
     ("torchmodel",),  # any torch model (torch imported inside its functions only)
     ("validate",),
+    ("frameworks",),  # configs in and out: Megatron-LM / NeMo, torchtitan, DeepSpeed <-> scenarios
     ("report",),
     ("cli",),
 )

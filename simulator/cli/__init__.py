@@ -52,7 +52,7 @@ def _register():
     import importlib
 
     for name in ("presets", "memory", "estimate", "schedule", "sweep", "serving", "plot", "calibrate", "validate",
-                 "torch_model"):
+                 "torch_model", "io"):
         try:
             mod = importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as exc:  # command not written yet

@@ -152,6 +152,9 @@ def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_i
 @click.option("--resume/--no-resume", default=True, show_default=True,
               help="reuse finished chunks in OUT.parts/ of an interrupted run")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: when a terminal)")
+@click.option("--emit", type=click.Choice(["megatron", "torchtitan", "deepspeed"]), default=None,
+              help="also write the winner's layout as that framework's flags / TOML / JSON (docs/import-export.md; "
+                   "on stderr with --format json or csv)")
 @click.option("--time-infeasible", is_flag=True, default=False,
               help="also work out the step time of layouts that do not fit in memory (default: their time "
                    "columns are empty; memory is checked first)")
@@ -175,6 +178,7 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
 
     if top < 0:
         raise InputError(f"--top must be >= 0, got {top}")
+    emit = kwargs.pop("emit")
     over = {dest: kwargs.pop(dest) for _, dest, _, _ in _SCENARIO_FLAGS}
     over["flash_attention"] = kwargs.pop("flash_attention")
     over["compiled"] = kwargs.pop("compiled")
@@ -203,6 +207,10 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
                        tidy=tidy_frame)
     _echo_rows(df, fmt, top, sc, space, seconds=time.perf_counter() - t0, out=out, time_infeasible=time_infeasible)
     nfeas = int(df["feasible"].sum()) if len(df) else 0
+    if emit:
+        from .io import emit_winner
+
+        emit_winner(df, sc, space, emit, err=fmt != "table")
     if plot and len(df):
         from ..report.sweep_plots import memory_bars, mfu_heatmap, pareto_chart, save_figure
 
