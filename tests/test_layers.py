@@ -18,7 +18,7 @@ LAYERS = (
     ("structure",),
     ("batch", "kernel_comm", "kernel_pipeline", "options"),
     ("kernel",),
-    ("estimate", "inference", "run_plan", "sweep", "calibrate"),
+    ("estimate", "inference", "run_plan", "plan", "sweep", "calibrate"),
     ("torchmodel",),  # any torch model (torch imported inside its functions only)
     ("validate",),
     ("frameworks",),  # configs in and out: Megatron-LM / NeMo, torchtitan, DeepSpeed <-> scenarios

@@ -51,7 +51,7 @@ def check_output(flag: str, path, suffixes: tuple[str, ...] = (), *, makes_folde
 def _register():
     import importlib
 
-    for name in ("presets", "memory", "estimate", "schedule", "sweep", "serving", "plot", "calibrate", "validate",
+    for name in ("presets", "memory", "estimate", "schedule", "sweep", "serving", "plan", "plot", "calibrate", "validate",
                  "torch_model", "io"):
         try:
             mod = importlib.import_module(f"{__name__}.{name}")
