@@ -41,7 +41,8 @@ def _table(df, top: int, ranked_by: str) -> str:
     num = lambda x, spec: f"{x:{spec}}" if x is not None and x == x else "-"  # noqa: E731
     for r in df.head(top).to_dict("records"):
         lines.append(f"{r['rank']:>4} {r['hardware']:<14} {r['gpus']:>6} {_layout(r):<26} "
-                     f"{num(r.get('days'), '>8.1f')} {num(r.get('gpu_hours'), '>12,.0f')} {num(r.get('usd'), '>14,.0f')} "
+                     f"{num(r.get('days'), '>8.1f')} {num(r.get('gpu_hours'), '>12,.0f')} "
+                     f"{num(r.get('usd'), '>14,.0f')} "
                      f"{num(r.get('energy_mwh'), '>8,.0f')} {num(r.get('mfu'), '>6.1%')}  "
                      f"{'yes' if r['feasible'] else 'no: ' + str(r['reason'])}")
     return "\n".join(lines)

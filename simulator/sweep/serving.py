@@ -3,7 +3,8 @@ allows, each estimated by `simulator.inference.estimate_inference` (prefill, dec
 inference path), ranked by output tokens/s per GPU among those meeting the latency limits.
 
 A serving layout is a replica of tp x pp GPUs holding the whole model (ep = 1: a MoE's experts are split by
-tp inside the replica; expert parallelism across replicas is not enumerated), with N / (tp x pp) replicas. Batches per replica: 1, 2, 4, ... up to the replica's `max_batch` and `max_batch`
+tp inside the replica; expert parallelism across replicas is not enumerated), with N / (tp x pp) replicas.
+Batches per replica: 1, 2, 4, ... up to the replica's `max_batch` and `max_batch`
 itself (static batching, inference.py's module docstring). A row that cannot run (a tp that does not divide
 the heads, a batch over `max_batch`, a limit missed) is kept with its reason, as the training sweep does.
 """
@@ -74,8 +75,8 @@ def run_serving_sweep(model, training, hardware, num_gpus: int, *, prompt_tokens
     rows = []
     for lay in serving_layouts(model, num_gpus, hardware.gpus_per_node):
         try:
-            first = estimate_inference(model, training, lay, hardware,
-                                       InferenceSetup(batch=1, prompt_tokens=prompt_tokens, output_tokens=output_tokens))
+            one = InferenceSetup(batch=1, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+            first = estimate_inference(model, training, lay, hardware, one)
         except InputError as exc:
             rows.append(_row(lay, 1, reason=str(exc).splitlines()[0]))
             continue
