@@ -43,8 +43,10 @@ def test_sweep_writes_contract_columns_and_prints_top_k(tmp_path, capsys, fake_k
 def test_sweep_list_flags_restrict_the_space(tmp_path, capsys, fake_kernel):
     out = tmp_path / "r.parquet"
     pytest.importorskip("pyarrow")
-    code, _, err = run(["sweep", *FLAGS, "--tp", "2,4", "--pp", "1,2", "--schedule", "1f1b,zb-h1",
-                        "--zero", "1", "--recompute", "selective", "--micro-batch", "1", "--out", str(out)], capsys)
+    # (zb-h1 is Megatron-DeepSpeed's, not Megatron-LM's: the deepspeed stack runs all of these)
+    code, _, err = run(["sweep", *FLAGS, "--stack", "deepspeed", "--tp", "2,4", "--pp", "1,2",
+                        "--schedule", "1f1b,zb-h1", "--zero", "1", "--recompute", "selective", "--micro-batch", "1",
+                        "--out", str(out)], capsys)
     assert code == 0, err
     df = pd.read_parquet(out)
     assert set(df.tp) == {2, 4} and set(df.pp) == {1, 2} and set(df.zero) == {1}

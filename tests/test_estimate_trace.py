@@ -203,7 +203,8 @@ def test_cli_bad_paths_are_one_line_errors(tmp_path, capsys, flag, bad):
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and flag in err
 
 
-@pytest.mark.parametrize("extra", [("--schedule", "pipedream", "--pp", "2"), ("--pipeline", "analytic")])
+@pytest.mark.parametrize("extra", [("--schedule", "pipedream", "--pp", "2", "--allow-unsupported"),
+                                   ("--pipeline", "analytic")])  # (no stack preset runs pipedream)
 def test_cli_refuses_what_is_not_a_replayed_step(tmp_path, capsys, extra):
     code, err = _main("estimate", str(SC / "llama3-8b-8xh100.toml"), *extra, "--trace", str(tmp_path / "t.json"),
                       capsys=capsys)

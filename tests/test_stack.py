@@ -194,7 +194,7 @@ def test_cli_stack_flag_scenario_section_and_compile(tmp_path, capsys):
     assert json.loads(out)["stack"]["compiled"] is True
     sc = tmp_path / "s.toml"
     sc.write_text('[model]\npreset = "llama3-8b"\n[hardware]\npreset = "dgx-h100"\nnum_gpus = 8\n'
-                  '[training]\nseq_length = 4096\nglobal_batch_size = 64\n[layout]\ntp = 1\nzero = 1\n'
+                  '[training]\nseq_length = 4096\nglobal_batch_size = 64\n[layout]\ntp = 1\nzero = 3\n'
                   '[stack]\npreset = "torchtitan"\noptimizer_impl = "foreach"\nhost_us_per_kernel = 20\n')
     code, out, err = _cli(["estimate", str(sc), "--format", "json"], capsys)
     assert code == 0, err

@@ -121,6 +121,9 @@ def scenario_options(fn):
     @click.option("--tp-comm-overlap/--no-tp-comm-overlap", "tp_comm_overlap", default=None,
                   help="TP collectives in chunks pipelined with their GEMMs (Megatron --tp-comm-overlap, torchtitan "
                        "AsyncTP; default: the stack's)")
+    @click.option("--allow-unsupported", "allow_unsupported", is_flag=True, default=False,
+                  help="evaluate a layout the stack's framework cannot run (default: exit 2 naming the rule; "
+                       "the rules and their sources are each stack's [runs], docs/stacks.md)")
     @pipeline_split_options
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -146,10 +149,30 @@ def _int_list(flag: str, text: str) -> tuple[int, ...]:
 
 def scenario_from_options(kwargs: dict, *, require_layout: bool = True):
     """Pop the scenario argument and flags from a command's kwargs and load the Scenario (an error about
-    a flag's value names the flag: `flag_names`)."""
+    a flag's value names the flag: `flag_names`). A training layout the stack's framework cannot run is an
+    InputError naming the rule (`check_supported`) unless --allow-unsupported."""
     path = kwargs.pop("scenario", None)
+    allow = kwargs.pop("allow_unsupported", True)
     over = {k: kwargs.pop(k) for k in SCENARIO_KEYS if k in kwargs}
     if over.get("layers_per_stage") is not None:
         over["layers_per_stage"] = _int_list("--layers-per-stage", over["layers_per_stage"])
     with flag_names(given_flags(_FLAGS, over)):
-        return load_scenario(path, require_layout=require_layout, **over)
+        sc = load_scenario(path, require_layout=require_layout, **over)
+    ctx = click.get_current_context(silent=True)
+    if not allow and sc.layout is not None and not (ctx is not None and ctx.params.get("inference")):
+        check_supported(sc)
+    return sc
+
+
+def check_supported(sc) -> None:
+    """InputError (exit 2, one line) if the scenario's stack's framework cannot run its layout: the rule,
+    its reason and where its source is. Training only: the rules are about training runs."""
+    from ..spec.framework import layout_verdict
+    from ..spec.stack import DEFAULT_STACK
+
+    st = sc.training.stack
+    v = layout_verdict(st, sc.layout, sc.model, sc.training)
+    if v.rule:
+        default = " (the default; --stack names another)" if st.name == DEFAULT_STACK else ""
+        raise InputError(f"the {st.name} stack{default} cannot run {sc.layout.label}: {v.reason} [rule {v.rule!r}; "
+                         f"its source: docs/stacks.md]; --allow-unsupported evaluates it anyway")

@@ -47,9 +47,10 @@ def hardware(fmt):
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
 def stacks(fmt):
     """List software-stack presets (stacks/*.toml): framework, attention kernel, loss, optimizer
-    implementation, eager or compiled, kernels per layer (forward/backward) and the host time per kernel.
-    Use one with --stack NAME (and --compile) on estimate, memory and sweep; every value's source is in
-    its file.
+    implementation, eager or compiled, kernels per layer (forward/backward), the host time per kernel and
+    what its framework runs (ZeRO stages, parallel dimensions, schedules, refused combinations: docs/stacks.md).
+    Use one with --stack NAME (and --compile) on estimate, memory and sweep; every value's and rule's source
+    is in its file.
 
     \b
     Example:

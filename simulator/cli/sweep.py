@@ -104,13 +104,18 @@ def _fmt_table(df, top: int, num_layers: int) -> str:
     return "\n".join(lines)
 
 
-def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_infeasible: bool) -> None:
-    """The top `top` rows of the (tidied) table as JSON, CSV, or the text table with a summary line and
-    the winner's explanation."""
+def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_infeasible: bool,
+               allow_unsupported: bool) -> None:
+    """The top `top` rows of the (tidied) table as JSON, CSV, or the text table with a summary line, the
+    layouts the stack's framework cannot run (on stderr with JSON and CSV) and the winner's explanation."""
     from ..report.tables import integer_bytes
     from ..report.winner import explain_winner
     from ..sweep.enumerate import empty_space_reason
+    from ..sweep.supported import left_out_text
 
+    left = left_out_text(df.attrs.get("left_out", {}), sc.training.stack.name)
+    if left and fmt != "table":
+        click.echo(left, err=True)
     if fmt == "json":  # (integer_bytes: a byte column with an empty cell is float, its values whole)
         click.echo(json.dumps(integer_bytes(json.loads(df.head(top).to_json(orient="records"))), indent=2))
         return
@@ -121,9 +126,12 @@ def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_i
     untimed = "" if time_infeasible or nfeas == len(df) else " (only those timed; --time-infeasible times all)"
     click.echo(f"{sc.name}: {len(df):,} layouts on {sc.num_gpus} GPUs, {nfeas:,} fit{untimed}; "
                f"{seconds:.2f} s ({len(df) / seconds if seconds > 0 else 0:,.0f} layouts/s)")
+    if left and len(df):  # (an empty table says it below, naming the rules)
+        click.echo(left)
     if len(df) and top:
         click.echo(_fmt_table(df, top, sc.model.num_layers))
-    empty = "" if len(df) else empty_space_reason(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware)
+    empty = "" if len(df) else empty_space_reason(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware,
+                                                  stack=None if allow_unsupported else sc.training.stack)
     click.echo(explain_winner(df, empty_reason=empty))
     if out:
         click.echo(f"wrote {out}")
@@ -158,12 +166,17 @@ def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_i
 @click.option("--time-infeasible", is_flag=True, default=False,
               help="also work out the step time of layouts that do not fit in memory (default: their time "
                    "columns are empty; memory is checked first)")
+@click.option("--allow-unsupported", is_flag=True, default=False,
+              help="also evaluate the layouts the stack's framework cannot run (default: they are left out and "
+                   "counted per rule; the rules and their sources are each stack's [runs], docs/stacks.md)")
 def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_size, resume, progress, max_tp_within_node,
-          uneven_layers, time_infeasible, **kwargs):
+          uneven_layers, time_infeasible, allow_unsupported, **kwargs):
     """Evaluate every valid layout (tp·cp·pp·dp, ep, vpp, micro-batch, ZeRO, recompute, sequence
     parallelism, schedule) and rank them by tokens/s among those that fit.
 
     The space comes from the scenario's [sweep] table; flags override it (comma lists or 'auto').
+    Only the layouts the stack's framework can run are evaluated (--stack, default megatron; the others
+    are counted per rule: --allow-unsupported evaluates them too).
     An interrupted run (Ctrl-C) resumes from OUT.parts/ when run again with the same arguments.
 
     \b
@@ -204,8 +217,9 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
         # tidy_frame, once: the --out file, the table, the JSON and the CSV below are the same rows
         df = run_sweep(sc, space, executor=executor, scheduler=scheduler, out=out, chunk_size=chunk_size,
                        resume=resume, progress=progress, workers=workers, time_infeasible=time_infeasible,
-                       tidy=tidy_frame)
-    _echo_rows(df, fmt, top, sc, space, seconds=time.perf_counter() - t0, out=out, time_infeasible=time_infeasible)
+                       tidy=tidy_frame, allow_unsupported=allow_unsupported)
+    _echo_rows(df, fmt, top, sc, space, seconds=time.perf_counter() - t0, out=out, time_infeasible=time_infeasible,
+               allow_unsupported=allow_unsupported)
     nfeas = int(df["feasible"].sum()) if len(df) else 0
     if emit:
         from .io import emit_winner

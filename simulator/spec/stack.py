@@ -22,7 +22,9 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
 - `tp_comm_overlap`: tensor-parallel collectives split into chunks pipelined with the GEMMs they feed
   (cost/fsdp.py `chunked_overlap_exposed_s`);
 - `dp_bucket_mb`: the gradient bucket of its data-parallel reduction (DDP, ZeRO-1/2): buckets are reduced
-  as the last backward fills them, so only the last one is sure to be exposed (kernel.py's DP tail).
+  as the last backward fills them, so only the last one is sure to be exposed (kernel.py's DP tail);
+- `runs`: the layouts its framework can run (the preset's [runs] table: ZeRO stages, parallel dimensions,
+  schedules, recompute modes and the combinations it refuses, each with its source; spec/framework.py).
 
 Presets are TOML files in `stacks/` (every number with its source in the file's `[source]` table);
 `load_stack(name_or_path, **overrides)` reads one, `DEFAULT_STACK` is used when none is given.
@@ -35,6 +37,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import InputError
+from .framework import FrameworkRules, rules_from_table, summary
 from .presets import check_keys, preset_names, read_toml, resolve
 
 ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "xformers", "unfused")
@@ -77,9 +80,16 @@ class Stack:
     fsdp_reduce: str = "every-microbatch"
     tp_comm_overlap: bool = False  # TP collectives chunked under their GEMMs (Megatron userbuffers, AsyncTP)
     dp_bucket_mb: float = 25.0  # gradients per data-parallel reduction bucket, MB (PyTorch DDP bucket_cap_mb)
+    # the layouts its framework runs ([runs] table, spec/framework.py; a dict is parsed); not part of the physics
+    runs: FrameworkRules = field(default_factory=FrameworkRules, compare=False, repr=False)
     source: tuple = field(default=(), compare=False, repr=False)  # ((key, where its value comes from), ...)
 
     def __post_init__(self):
+        if isinstance(self.runs, dict):
+            object.__setattr__(self, "runs", rules_from_table(self.runs, framework=self.name,
+                                                              where=f"stack {self.name!r}"))
+        if not isinstance(self.runs, FrameworkRules):
+            raise InputError(f"stack {self.name!r}: runs must be a [runs] table, got {self.runs!r}")
         for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("cross_entropy", CROSS_ENTROPY),
                               ("optimizer_impl", OPTIMIZER_IMPLS), ("fp8_recipe", FP8_RECIPES),
                               ("fsdp_reshard_after_forward", RESHARD), ("fsdp_reduce_dtype", tuple(REDUCE_DTYPES)),
@@ -151,6 +161,8 @@ def stack_from_dict(d: dict, *, where: str) -> Stack:
     for k in ("kernels_per_layer", "compiled_kernels_per_layer"):
         if k in kw and isinstance(kw[k], list):
             kw[k] = tuple(kw[k])
+    if "runs" in kw:
+        kw["runs"] = rules_from_table(kw["runs"], framework=str(d["name"]), where=where)
     us = d.get("host_us_per_kernel", 0.0)
     if not isinstance(us, (int, float)) or isinstance(us, bool):
         raise InputError(f"host_us_per_kernel in {where} must be a number of microseconds, got {us!r}")
@@ -159,7 +171,8 @@ def stack_from_dict(d: dict, *, where: str) -> Stack:
 
 def load_stack(name_or_path: str | None = None, **overrides) -> Stack:
     """The stack preset `name_or_path` (a name in stacks/ or a TOML path; None: DEFAULT_STACK) with
-    `overrides` (Stack fields; None values are ignored), e.g. load_stack("hf", compiled=True)."""
+    `overrides` (Stack fields; None values are ignored), e.g. load_stack("hf", compiled=True). A `runs`
+    override (a [runs]-like dict) replaces those keys of the preset's [runs] table and keeps the others."""
     name = DEFAULT_STACK if name_or_path in (None, "") else str(name_or_path)
     path = resolve("stacks", name)
     st = stack_from_dict(read_toml(path), where=str(path))
@@ -167,6 +180,9 @@ def load_stack(name_or_path: str | None = None, **overrides) -> Stack:
     unknown = sorted(set(given) - {f.name for f in fields(Stack)})
     if unknown:
         raise InputError(f"unknown stack key {unknown[0]!r}")
+    if isinstance(given.get("runs"), dict):
+        given["runs"] = rules_from_table({**st.runs.table, **given["runs"]}, framework=st.name,
+                                         where=f"the [stack] runs override of {name}")
     return replace(st, **given) if given else st
 
 
@@ -181,7 +197,8 @@ def stack_names() -> list[str]:
 
 
 def list_stacks():
-    """One row per stack preset: name, framework, attention kernel, loss, optimizer, compiled, kernels."""
+    """One row per stack preset: name, framework, attention kernel, loss, optimizer, compiled, kernels, and
+    what its framework runs (`framework.summary`)."""
     import pandas as pd
 
     rows = []
@@ -190,5 +207,5 @@ def list_stacks():
         rows.append({"name": n, "framework": s.framework, "attention_kernel": s.attention_kernel,
                      "cross_entropy": s.cross_entropy, "optimizer_impl": s.optimizer_impl, "compiled": s.compiled,
                      "kernels_fwd_bwd": "/".join(map(str, s.kernels_per_layer)),
-                     "host_us_per_kernel": s.host_s_per_kernel * 1e6})
+                     "host_us_per_kernel": s.host_s_per_kernel * 1e6, "runs": summary(s.runs)})
     return pd.DataFrame(rows)

@@ -283,17 +283,22 @@ def _vals(a) -> str:
     return "{" + ", ".join(map(str, v[:12])) + (", ..." if len(v) > 12 else "") + "}"
 
 
-def empty_space_reason(model, training, num_gpus: int, space: SweepSpace | None = None, *, hardware=None) -> str:
+def empty_space_reason(model, training, num_gpus: int, space: SweepSpace | None = None, *, hardware=None,
+                       stack=None) -> str:
     """Why `enumerate_layouts` finds no layout, in one line naming the constraint that left none (the
     first step of the enumeration after which nothing is left); '' when it finds some. E.g.
     "global_batch_size 2520 is not divisible by dp × micro_batch_size for any dp that divides 5128
-    GPUs (dp {1, 2, 4, 8, ...}, micro_batch_size {1, 2, ...})"."""
+    GPUs (dp {1, 2, 4, 8, ...}, micro_batch_size {1, 2, ...})". With `stack`, also when its framework
+    runs none of them: the rules that left them out (sweep.supported.emptied_by)."""
     space = space or SweepSpace()
     N = int(num_gpus)
     if N < 1:
         return f"num_gpus {num_gpus} leaves no layout: it must be >= 1"
-    if len(enumerate_layouts(model, training, N, space, hardware=hardware)):
-        return ""
+    cands = enumerate_layouts(model, training, N, space, hardware=hardware)
+    if len(cands):
+        from .supported import emptied_by
+
+        return "" if stack is None else emptied_by(cands, stack, model)
     hardware = hardware if hardware is not None else _NoHardware(N)
     return _factor_reason(model, training, hardware, N, space) or _rule_reason(model, training, N, space, hardware)
 

@@ -2,9 +2,10 @@
 
 The order (the same on every run, whatever order the rows were evaluated in):
 1. feasible before infeasible;
-2. tokens_per_s descending (untimed rows, NaN, last);
-3. for the layouts that do not fit, peak memory ascending (NaN last);
-4. then label, schedule, vpp, micro_batch_size, zero, recompute, sequence_parallel, ep and
+2. layouts that fit: tokens_per_s descending, then peak memory ascending (of two equally fast layouts the
+   one with more memory headroom first); layouts that do not fit: peak memory ascending (closest to
+   fitting first), then tokens_per_s descending (NaN, untimed, last; peak NaN last);
+3. then label, schedule, vpp, micro_batch_size, zero, recompute, sequence_parallel, ep and
    layers_per_stage ascending (strings in sorted order), then the candidates' own order.
 """
 from __future__ import annotations
@@ -56,9 +57,11 @@ def rank_order(df: pd.DataFrame, labels: np.ndarray) -> np.ndarray:
     tput = df["tokens_per_s"].to_numpy(dtype=float)
     by_tput = -np.where(np.isnan(tput), -np.inf, tput)
     peak = df["peak_bytes"].to_numpy(dtype=float) if "peak_bytes" in df else np.zeros(len(df))
-    by_peak = np.where(infeasible, np.where(np.isnan(peak), np.inf, peak), 0.0)
+    by_peak = np.where(np.isnan(peak), np.inf, peak)
+    first = np.where(infeasible, by_peak, by_tput)  # fits: throughput first; does not fit: peak first
+    second = np.where(infeasible, by_tput, by_peak)
     ties = [_sort_key(labels)] + [_sort_key(df[c].to_numpy()) for c in TIE_COLUMNS if c in df]
-    return np.lexsort([*ties[::-1], by_peak, by_tput, infeasible])  # (the last key sorts first; stable)
+    return np.lexsort([*ties[::-1], second, first, infeasible])  # (the last key sorts first; stable)
 
 
 def column_order(columns) -> list:

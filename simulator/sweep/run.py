@@ -32,6 +32,7 @@ from .enumerate import CANDIDATE_COLUMNS, empty_candidates, enumerate_layouts
 from .rank import rank_results
 from .results import TEXT_COLUMNS, check_suffix, with_asynchronous, write_results
 from .space import SweepSpace
+from .supported import leave_out_unsupported
 
 
 def _default_evaluator():
@@ -174,7 +175,8 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
               progress: bool | Callable[[int], None] = False, evaluator: Callable | None = None,
               keep_parts: bool = False, stop_after_chunks: int | None = None,
               workers: int | None = None, time_infeasible: bool = False,
-              tidy: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> pd.DataFrame:
+              tidy: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+              allow_unsupported: bool = False) -> pd.DataFrame:
     """Enumerate, evaluate and rank every layout of `scenario` within `space`.
 
     - `space`: default `SweepSpace.from_table(scenario.sweep)`.
@@ -194,13 +196,20 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
       time and throughput columns are NaN; memory is evaluated first and the time only where it fits).
     - `tidy`: a function of the ranked table applied once, before it is written to `out` and returned
       (the CLI passes `report.tables.tidy_frame`: the file and the rows it prints are one table).
-    Returns the ranked DataFrame (`rank.rank_results`), one row per layout.
+    - `allow_unsupported`: also evaluate the layouts the scenario's stack's framework cannot run (by
+      default they are left out before evaluation: `supported.leave_out_unsupported`, the stack's [runs]).
+    Returns the ranked DataFrame (`rank.rank_results`), one row per layout; `df.attrs["left_out"]` is
+    {reason: layouts left out} ({} with `allow_unsupported`) and `df.attrs["stack"]` the stack's name.
     """
     _check_run_args(executor, chunk_size, workers, out)
     space = space if space is not None else SweepSpace.from_table(getattr(scenario, "sweep", {}))
     model, training, hardware, N = scenario.model, scenario.training, scenario.hardware, scenario.num_gpus
     evaluator = _timing(evaluator or _default_evaluator(), bool(time_infeasible))
     cands = enumerate_layouts(model, training, N, space, hardware=hardware)
+    stack = training.stack
+    left_out: dict[str, int] = {}
+    if not allow_unsupported:
+        cands, left_out = leave_out_unsupported(cands, stack, model)
     n = len(cands)
     nchunks = -(-n // chunk_size)
     results: dict[int, pd.DataFrame] = {}
@@ -223,6 +232,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     df = _ranked(results, nchunks, n)
     if tidy is not None:
         df = tidy(df)
+    df.attrs.update(left_out=left_out, stack=stack.name)
     if out is not None:
         write_results(df, out)
         if not keep_parts:
