@@ -94,8 +94,7 @@ class Estimate:
         lay, r = self.layout, self.row
         mem = self.memory.to_dict()["memory"]
         return {
-            "model": {"name": self.model.name, "params": self.model.total_params(),
-                      "active_params": self.model.active_params()},
+            "model": self.model.summary(),
             "hardware": self.hardware_name,
             "layout": {"label": lay.label, "num_gpus": lay.num_gpus, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp,
                        "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp, "zero": lay.zero, "recompute": lay.recompute,

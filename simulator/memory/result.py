@@ -114,7 +114,7 @@ class MemoryResult:
         memory.update({"host_bytes": w.host_bytes, "worst_stage": w.stage, "hbm_bytes": self.hbm_bytes,
                        "per_stage": [s.to_dict() for s in self.per_stage]})
         return {
-            "model": {"name": m.name, "params": m.total_params(), "active_params": m.active_params()},
+            "model": m.summary(),
             "layout": {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
                        "zero": lay.zero, "recompute": lay.recompute, "micro_batch_size": lay.micro_batch_size,
                        "global_batch_size": tr.global_batch_size,

@@ -254,6 +254,14 @@ class ModelSpec:
         """N without the input embedding and position table (Kaplan 2020 §2.1 convention)."""
         return self.total_params() - self.embedding_params()
 
+    def summary(self) -> dict:
+        """The "model" object of the JSON outputs (estimate, memory): name, params, active_params, and the
+        `source` of a model read from the Hugging Face Hub ("hf-hub:org/name@<commit>", spec/hub.py)."""
+        d = {"name": self.name, "params": self.total_params(), "active_params": self.active_params()}
+        if self.source.startswith("hf-hub:"):
+            d["source"] = self.source
+        return d
+
     def with_(self, **changes) -> "ModelSpec":
         """A copy with some fields changed (validated again)."""
         from dataclasses import replace
