@@ -11,9 +11,17 @@ ROOT = Path(__file__).resolve().parent.parent
 torch = pytest.importorskip("torch")
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # a port no other test run holds (a fixed one clashed with a concurrent run)
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_fsdp_harness_dry_run_writes_a_row_and_predicts_it(tmp_path):
     out = tmp_path / "rows.csv"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
            str(ROOT / "validation" / "fsdp_step.py"), "--device", "cpu", "--backend", "gloo", "--layers", "2",
            "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--ffn", "128", "--vocab", "256", "--seq", "32",
            "--steps", "2", "--warmup", "1", "--out", str(out)]
