@@ -26,7 +26,11 @@ def test_fsdp_harness_dry_run_writes_a_row_and_predicts_it(tmp_path):
            "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--ffn", "128", "--vocab", "256", "--seq", "32",
            "--steps", "2", "--warmup", "1", "--out", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
+    if r.returncode != 0:  # two CPU processes started under a loaded machine: one more try, on a new port
+        first = r.stderr[-1500:]
+        cmd[cmd.index("--master_port") + 1] = str(_free_port())
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert r.returncode == 0, first + "\n--- retry ---\n" + r.stderr[-1500:]
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 1 and rows[0]["world_size"] == "2" and float(rows[0]["step_s"]) > 0
     p = subprocess.run([sys.executable, str(ROOT / "validation" / "fsdp_step.py"), "--predict", str(out)],
