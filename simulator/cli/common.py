@@ -20,7 +20,8 @@ CROSS_ENTROPY_FLAG = (
     "(F.cross_entropy(logits.float()): torchtitan, Hugging Face; 8 bytes per logit more at its backward), "
     "fused (no fp32 logits)")
 _FLAGS = [
-    ("--model", "model", str, "model preset name or path to a Hugging Face config.json"),
+    ("--model", "model", str, "model preset name, path to a Hugging Face config.json (or its folder), or a Hub id "
+                              "such as Qwen/Qwen2.5-7B[@revision] (needs huggingface_hub; cache first)"),
     ("--hardware", "hardware", str, "hardware preset name or profile TOML path"),
     ("--stack", "stack", str, "software stack preset (parasim stacks: megatron, torchtitan, fsdp, deepspeed, hf) "
                               "or a stack TOML path; default megatron"),
