@@ -202,6 +202,9 @@ def test_deepspeed_auto_fields_need_the_command_line(capsys, tmp_path):
                         capsys, tmp_path)
     assert (sc.layout.zero, sc.layout.micro_batch_size, sc.training.global_batch_size) == (2, 1, 64)
     assert sc.training.stack.dp_bucket_mb == 1e6  # overlap_comm defaults off below stage 3: one bucket
+    st = sc.training.stack  # the memory model's buffer sizes (memory/framework.py): 'auto' = h², defaults
+    assert (st.zero_reduce_bucket_size, st.zero_allgather_bucket_size, st.zero_contiguous_gradients,
+            st.zero_overlap_comm) == (16_777_216, 500_000_000, True, False)
     assert "reduce_bucket_size = 'auto': the Hugging Face Trainer's 16,777,216" in text
 
 

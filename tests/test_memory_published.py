@@ -42,16 +42,22 @@ def test_zero_bubble_schedules_rank_by_memory_as_measured(table):
     assert order == zb.sort_values("measured_gib").run_id.tolist()
 
 
-def test_bloom_rows_under_predicted_by_at_most_40_percent(table):
-    # nvidia-smi peaks of Megatron-DeepSpeed ZeRO-1 runs: the model leaves out DeepSpeed's fp32 gradient
-    # partition, its reduce/all-gather buckets and the caching allocator's reserve beyond 5 % (docs/memory.md).
-    # Max bound 0.40 (was 0.35): the 02-28 bf16 rows put the embedding in its own PP slot (row notes), so
-    # their first/last stage now holds one transformer layer fewer than the old front-loaded split gave,
-    # which lowers the prediction on the measured (embedding) stages: worst row -37 %.
+def test_bloom_rows_with_deepspeeds_buffers_and_the_nvidia_smi_counter(table):
+    # nvidia-smi peaks of Megatron-DeepSpeed runs, compared with the device total: DeepSpeed's buffers from
+    # its code at its defaults (memory/framework.py) and the CUDA context the source measured (1573 MiB).
+    # Median |error| 12.1 % (26.3 % before those terms), every row within 19 %; what is left is still
+    # under-predicted (docs/memory.md: terms growing with the activations, not derived). Not a target.
     bl = table[table.source == "BLOOM_PREQUEL"]
-    assert (bl.error < 0).all()
-    assert bl.error.abs().median() < 0.30
-    assert bl.error.abs().max() < 0.40
+    assert (bl.counter.isin(["nvidia-smi", "device"])).all() and (bl.framework_gib > 0).all()
+    assert (bl.error < 0.05).all()
+    assert bl.error.abs().median() < 0.15
+    assert bl.error.abs().max() < 0.25
+
+
+def test_zero_bubble_rows_take_no_framework_buffers(table):
+    # Megatron-LM (the megatron stack): no DeepSpeed buffers, the default context; its basis names no counter
+    zb = table[table.source == "ZB24"]
+    assert (zb.framework_gib == 0).all() and (zb.counter == "device").all()
 
 
 def test_same_prediction_as_parasim_validate(table):

@@ -6,9 +6,12 @@ Rows are mapped with `simulator.validate.map_run` (the one mapping, with its per
 Zero Bubble / ZB24 and BLOOM_PREQUEL are the sources with memory figures) and predicted with
 `simulator.estimate.estimate`, so these numbers are the ones `parasim validate` and docs/accuracy.md
 report. The compared stage follows the row's `mem_basis` (`simulator.validate.predicted_memory`: the
-first/last stage for BLOOM's nvidia-smi readings on the embedding-holding GPUs, else the worst stage).
-Nothing is fitted to these rows; overheads are the memory model's defaults. Measured values are read
-as GiB (torch and nvidia-smi report MiB/GiB; the sources write "GB").
+first/last stage for BLOOM's nvidia-smi readings on the embedding-holding GPUs, else the worst stage), and
+so does the counter (`memory_counter`: nvidia-smi and a basis naming none -> the device total;
+max_memory_reserved -> without the CUDA context and NCCL; max_memory_allocated -> live tensors).
+Nothing is fitted to these rows; overheads are the memory model's defaults (the CUDA context the
+source's stack override gives). Measured values are read as GiB (torch and nvidia-smi report MiB/GiB;
+the sources write "GB").
 """
 from __future__ import annotations
 
@@ -22,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from simulator.units import GiB  # noqa: E402
-from simulator.validate import predict_runs, read_runs  # noqa: E402
+from simulator.validate import memory_counter, predict_runs, read_runs  # noqa: E402
 
 DEFAULT_CSV = ROOT / "validation" / "published_runs.csv"
 FALLBACK_CSV = ROOT.parent / "shared" / "data" / "published_runs.csv"
-PARTS = ("params", "grads", "optimizer", "activations", "other")
+PARTS = ("params", "grads", "optimizer", "activations", "other", "framework")
 
 
 def predictions(csv_path: str | Path | None = None) -> pd.DataFrame:
@@ -44,7 +47,7 @@ def predictions(csv_path: str | Path | None = None) -> pd.DataFrame:
         rows.append({"run_id": r.run_id, "source": r.source_id, "layout": r.label, "schedule": lay.schedule,
                      "mbs": lay.micro_batch_size, "m": lay.num_microbatches(est.training.global_batch_size),
                      "measured_gib": r.measured_mem_bytes / GiB, "predicted_gib": r.predicted_mem_bytes / GiB,
-                     "stage": int(r.predicted_mem_stage),
+                     "stage": int(r.predicted_mem_stage), "counter": memory_counter(r.mem_basis),
                      **{f"{k}_gib": getattr(st, f"{k}_bytes") / GiB for k in PARTS},
                      "error": r.mem_error})
     return pd.DataFrame(rows)
@@ -64,13 +67,14 @@ def markdown(out: pd.DataFrame) -> str:
     for name, r in summary(out).iterrows():
         lines.append(f"| {name} | {int(r.rows)} | {100 * r.median_abs_error:.0f} % | {100 * r.max_abs_error:.0f} % | "
                      f"{100 * r.mean_error:+.0f} % |")
-    lines += ["", "| run | layout | schedule | mbs | m | measured GiB | predicted GiB | error | compared stage: "
-              "weights+grads+optim / activations / other GiB |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    lines += ["", "| run | layout | schedule | mbs | m | counter | measured GiB | predicted GiB | error | compared "
+              "stage: weights+grads+optim / activations / other (of which framework) GiB |",
+              "|---|---|---|---:|---:|---|---:|---:|---:|---|"]
     for r in out.itertuples():
         states = r.params_gib + r.grads_gib + r.optimizer_gib
-        lines.append(f"| {r.run_id} | {r.layout} | {r.schedule} | {r.mbs} | {r.m} | {r.measured_gib:.0f} | "
-                     f"{r.predicted_gib:.1f} | {100 * r.error:+.0f} % | {r.stage}: {states:.1f} / "
-                     f"{r.activations_gib:.1f} / {r.other_gib:.1f} |")
+        lines.append(f"| {r.run_id} | {r.layout} | {r.schedule} | {r.mbs} | {r.m} | {r.counter} | "
+                     f"{r.measured_gib:.0f} | {r.predicted_gib:.1f} | {100 * r.error:+.0f} % | {r.stage}: "
+                     f"{states:.1f} / {r.activations_gib:.1f} / {r.other_gib:.1f} ({r.framework_gib:.1f}) |")
     return "\n".join(lines)
 
 

@@ -11,6 +11,8 @@ deepspeed/runtime/zero/config.py DeepSpeedZeroConfig; docs: deepspeed.ai/docs/co
   (grad_dtype bf16, DeepSpeed's accounting) unless data_types.grad_accum_dtype = "fp32";
   communication_data_type -> the stack's fsdp_reduce_dtype;
 - the stack `deepspeed` with: reduce_bucket_size (elements, default 5e8) x the gradient's bytes -> dp_bucket_mb;
+  reduce_bucket_size, allgather_bucket_size (default 5e8), contiguous_gradients (default on) and
+  overlap_comm -> the memory model's zero_* buffer sizes (memory/framework.py);
   overlap_comm (DeepSpeed's default: on for stage 3 only) off -> one bucket reduced after the backward;
   stage3_prefetch_bucket_size (elements, default 5e7) / a layer's parameters -> fsdp_prefetch (at least 1
   when > 0). "auto" sizes are the Hugging Face Trainer's: reduce_bucket_size = h², prefetch 0.9·h²
@@ -32,8 +34,8 @@ IGNORED = ("steps_per_print", "wall_clock_breakdown", "gradient_clipping", "sche
            "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "prescale_gradients",
            "gradient_predivide_factor", "sparse_gradients", "dump_state", "fp16.", "bf16.", "bfloat16.", "aio.",
            "checkpoint.", "data_efficiency.", "curriculum_learning.", "elasticity.", "autotuning.", "memory_breakdown",
-           "seed", "activation_checkpointing.", Z + "contiguous_gradients", Z + "reduce_scatter", Z + "allgather_partitions",
-           Z + "allgather_bucket_size", Z + "stage3_gather_16bit_weights_on_model_save",
+           "seed", "activation_checkpointing.", Z + "reduce_scatter", Z + "allgather_partitions",
+           Z + "stage3_gather_16bit_weights_on_model_save",
            Z + "gather_16bit_weights_on_model_save", Z + "sub_group_size", Z + "round_robin_gradients",
            Z + "load_from_fp32_weights", Z + "ignore_unused_parameters", Z + "elastic_checkpoint",
            Z + "offload_optimizer.", Z + "offload_param.", Z + "stage3_param_persistence_threshold",
@@ -214,6 +216,10 @@ def _stack(f: Fields, zero: int, spec, training: dict, rep: Report) -> dict:
                     "overlap_comm is off (DeepSpeed's default below stage 3)"))
     else:
         st["dp_bucket_mb"] = bucket * gb / 1e6
+    st["zero_reduce_bucket_size"] = max(bucket, 1)
+    st["zero_allgather_bucket_size"] = max(_size(f, Z + "allgather_bucket_size", 500_000_000, 500_000_000, rep), 1)
+    st["zero_contiguous_gradients"] = f.flag(Z + "contiguous_gradients", True)
+    st["zero_overlap_comm"] = bool(overlap)
     if zero == 3:
         prefetch = _size(f, Z + "stage3_prefetch_bucket_size", 50_000_000, int(0.9 * h2), rep)
         layer = float(spec.layer_params().mean())

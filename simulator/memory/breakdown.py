@@ -3,6 +3,10 @@
     peak = params + grads + optimizer + activations + kv_cache + other
     params = P·Ψ_rank (+ PipeDream's stashed weight versions, P·Ψ_rank·(in_flight − 1): stashed_weight_bytes)
     other = runtime overheads (overheads.py) + transient ZeRO-3/FSDP gather buffers (states.py)
+            + the stack's framework buffers (framework.py: DeepSpeed's, with the activations, and the
+              segments its optimizer step keeps cached)
+    allocated = max(states + activations + transient, states + the step's buffers): what
+                torch.cuda.max_memory_allocated sees (no context, NCCL or reserve)
     activations = in_flight · (per-micro-batch bytes of the rank's layers + embedding extras)
                   + loss_in_flight · (head + logits)
                   [+ max(one layer's working set with full recompute, the loss's backward working set
@@ -32,9 +36,10 @@ from ..spec.rules import RECOMPUTE, check_choices, check_zero
 from ..spec.training import Training
 from .activations import (embedding_activation_bytes, head_activation_bytes, head_weight_grad_bytes,
                           layer_activation_bytes, layer_weight_grad_bytes, loss_backward_bytes)
+from .framework import pipe_output_bytes, with_framework_terms
 from .inflight import inflight_microbatches, loss_inflight_microbatches
 from .kv_cache import kv_cache_bytes
-from .overheads import Overheads, overhead_bytes
+from .overheads import Overheads, context_bytes, overhead_bytes
 from .result import MemoryResult, memory_result
 from .states import model_state_bytes
 from .worst import at_worst_stage, worst_stage_by_class, worst_stage_of_ranks
@@ -111,6 +116,9 @@ def stage_activation_split(model: ModelSpec, training: Training, *, tp, pp: int,
     head = head_activation_bytes(model, training, **kw)[..., None]
     w_head = head_weight_grad_bytes(model, training, **kw)[..., None]
     fwd = pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb + pl.head * head
+    if training.stack.pipe_buffers == "deepspeed":  # the engine keeps the stage output until B (framework.py)
+        fwd = fwd + (1 - pl.head) * pipe_output_bytes(model, training, tp=tp, cp=cp,
+                                                      micro_batch_size=micro_batch_size)[..., None]
     w = pl.dense_layers * w_d + pl.moe_layers * w_m + pl.head * w_head
     w = np.minimum(w, fwd)
     return {"forward_bytes": fwd, "backward_free_bytes": fwd - w, "weight_free_bytes": w}
@@ -181,21 +189,25 @@ def _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of
     in-flight counts: peak = params + grads + optimizer + activations + KV cache + other, other = gather
     buffers + overheads (module docstring)."""
     to_rank_state = to_rank if to_rank_state is None else to_rank_state
-    params, grads, opt, transient = (np.broadcast_to(to_rank_state(st[k]), zeros.shape)
-                                     for k in ("params", "grads", "optimizer", "gather"))
+    params, grads, opt, transient, cached = (np.broadcast_to(to_rank_state(st[k]), zeros.shape)
+                                             for k in ("params", "grads", "optimizer", "gather", "cached"))
     tensor = params + grads + opt + act + kv + transient
     over = overhead_bytes(overheads, tensor_bytes=tensor, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
-    other = transient + over
+    other = transient + over + cached
     peak = params + grads + opt + act + kv + other
     if worst_of is not None:  # the consumers at each layout's worst stage only
         return at_worst_stage({"peak_bytes": peak, "params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt,
                                "activations_bytes": act, "kv_cache_bytes": kv, "other_bytes": other}, worst_of)
-    st = {k: to_rank_state(v) for k, v in st.items() if k not in ("params", "grads", "optimizer", "gather")}
+    st = {k: to_rank_state(v) for k, v in st.items()
+          if k not in ("params", "grads", "optimizer", "gather", "cached")}
     params, grads, opt, transient = (zeros + x for x in (params, grads, opt, transient))
+    allocated = np.maximum(tensor, params + grads + opt + st["step"])  # the larger phase (framework.py)
+    ctx = zeros + np.asarray(context_bytes(overheads, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep))[..., None]
     return {"params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt, "activations_bytes": act,
             "kv_cache_bytes": kv, "other_bytes": other, "peak_bytes": peak, "host_bytes": zeros + st["host"],
             "overhead_bytes": over, "transient_bytes": transient, "inflight_microbatches": inflight,
-            "layers": zeros + to_rank(pl.layers), "params": zeros + st["params_count"]}
+            "layers": zeros + to_rank(pl.layers), "params": zeros + st["params_count"],
+            "framework_bytes": zeros + st["framework"], "context_bytes": ctx, "allocated_bytes": allocated}
 
 
 def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp, cp=1, ep=1, vpp: int = 1,
@@ -225,12 +237,14 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     (Longer than most: that shortcut takes the training terms per class, between computing them and
     gathering them to the ranks, so they stay in one scope.)
     """
-    overheads = Overheads() if overheads is None else overheads
+    overheads = Overheads.for_stack(training.stack) if overheads is None else overheads
     _check_categorical(recompute=recompute, schedule=schedule, zero=zero)
     pl = placement if placement is not None else stage_placement(model, pp=pp, vpp=vpp, schedule=schedule,
                                                                  layers_per_stage=layers_per_stage)
     st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero,
                            shard_group_size=shard_group_size, inference=inference, pp=pp)
+    st = with_framework_terms(st, model, training, pl, tp=tp, dp=dp, cp=cp, zero=zero,
+                              micro_batch_size=micro_batch_size, inference=inference)
     to_rank, width = _rank_gather(rank_class, int(np.shape(pl.layers)[-1]))
     shape = np.broadcast_shapes(*(np.shape(x) for x in (tp, dp, cp, ep, micro_batch_size, num_microbatches)))
     shape = shape + (width,)
@@ -265,6 +279,9 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         head = per_mode(head_activation_bytes, rc=False)[..., None]
         loss_m = np.asarray(loss_inflight_microbatches(schedule, num_microbatches=num_microbatches))[..., None]
         per_mb = pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb  # one microbatch's bytes
+        if training.stack.pipe_buffers == "deepspeed":  # the engine keeps each stage output (framework.py)
+            per_mb = per_mb + (1 - pl.head) * pipe_output_bytes(model, training, tp=tp, cp=cp,
+                                                                micro_batch_size=micro_batch_size)[..., None]
         full = np.asarray(recompute) == "full"
         # the loss's backward working set, once, on the head stage (0 unless training.cross_entropy is
         # torch-fp32); it and a full-recompute layer's working set are never alive together: the larger counts

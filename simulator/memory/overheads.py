@@ -2,12 +2,18 @@
 
 | item                    | default                                  | source |
 |-------------------------|------------------------------------------|--------|
-| CUDA context            | 0.5 GiB (context, cuBLAS/cuDNN handles and workspaces, lazy module loading) | PyTorch maintainers, pytorch/pytorch #107667, #109888: ~300–400 MB with CUDA ≥ 11.7 lazy loading; cuBLAS workspace up to 32 MiB per handle |
+| CUDA context            | the stack's `cuda_context_mib`, 512 MiB in every preset (context, cuBLAS/cuDNN handles and workspaces, lazy module loading) | PyTorch maintainers, pytorch/pytorch #107667, #109888: ~300–400 MB with CUDA ≥ 11.7 lazy loading; cuBLAS workspace up to 32 MiB per handle. Builds without lazy loading load every kernel image: 1573 MiB measured on an A100 40GB with the torch of early 2022 (`torch.ones(1).cuda()` then nvidia-smi; bigscience tr11-176B-ml/chronicles-prequel.md), 1271 MiB on a V100 32GB (same file) |
 | NCCL buffers            | 4 MiB × 2 (send, receive) × 16 channels = 128 MiB per communicator the rank is in (each parallel degree > 1) | NCCL_BUFFSIZE default 4 MiB per channel per peer (NCCL environment docs); channel count is topology dependent [order of magnitude] |
 | allocator reserve       | 5 % of all tensor bytes (fragmentation, reserved but unallocated cache) | Megatron-LM theoretical_memory_usage.py ×1.05 "buffer for optimizer and misc temporaries"; ZeRO-R §3.2 on fragmentation |
 
 Change them per run with `Overheads(cuda_context_bytes=..., nccl_bytes_per_group=...,
-allocator_reserve_fraction=...)`; `Overheads.none()` turns them off (the theoretical tensor bytes only).
+allocator_reserve_fraction=...)`; `Overheads.none()` turns them off (the theoretical tensor bytes only);
+`Overheads.for_stack(stack)` takes the stack's CUDA context (what memory_breakdown uses by default).
+
+The CUDA context and NCCL's buffers are outside PyTorch's caching allocator (`context_bytes`): nvidia-smi
+counts them, `torch.cuda.max_memory_allocated` / `max_memory_reserved` do not. The reserve is the
+allocator's reserved-but-unallocated share (memory_reserved − memory_allocated), which nvidia-smi and
+max_memory_reserved count and max_memory_allocated does not (validate/predict.py `memory_counter`).
 """
 from __future__ import annotations
 
@@ -37,6 +43,11 @@ class Overheads:
             raise InputError(f"overheads allocator_reserve_fraction must be < 1, got {self.allocator_reserve_fraction!r}")
 
     @classmethod
+    def for_stack(cls, stack) -> "Overheads":
+        """The defaults with the stack's CUDA context (`Stack.cuda_context_mib`)."""
+        return cls(cuda_context_bytes=float(stack.cuda_context_mib) * MiB)
+
+    @classmethod
     def none(cls) -> "Overheads":
         """No overheads: the tensor bytes of the model only."""
         return cls(cuda_context_bytes=0.0, nccl_bytes_per_group=0.0, allocator_reserve_fraction=0.0)
@@ -47,11 +58,16 @@ def communicator_count(*, tp, pp, dp, cp, ep) -> np.ndarray:
     return sum((np.asarray(x) > 1).astype(float) for x in (tp, pp, dp, cp, ep))
 
 
+def context_bytes(overheads: Overheads, *, tp, pp, dp, cp, ep) -> np.ndarray:
+    """Bytes outside the caching allocator: CUDA context + NCCL buffers × communicators (shape of the degrees)."""
+    groups = communicator_count(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+    return overheads.cuda_context_bytes + overheads.nccl_bytes_per_group * np.asarray(groups, dtype=float)
+
+
 def overhead_bytes(overheads: Overheads, *, tensor_bytes, tp, pp, dp, cp, ep) -> np.ndarray:
     """context + NCCL buffers × communicators + reserve fraction × tensor bytes (per rank).
 
     `tensor_bytes` has shape (pp,) or (N, pp); degrees are scalars or arrays of shape (N,).
     """
-    groups = communicator_count(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
-    fixed = overheads.cuda_context_bytes + overheads.nccl_bytes_per_group * np.asarray(groups, dtype=float)
+    fixed = context_bytes(overheads, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
     return np.asarray(fixed)[..., None] + overheads.allocator_reserve_fraction * np.asarray(tensor_bytes)

@@ -20,8 +20,13 @@ CONSUMERS = ("params", "grads", "optimizer", "activations", "kv_cache", "other")
 class MemoryBreakdown:
     """Memory of one GPU of one pipeline stage, bytes. peak = the six consumers above `peak_bytes`.
 
-    other_bytes = overhead_bytes (CUDA context, NCCL, allocator reserve) + transient_bytes (ZeRO-3
-    gather buffers). host_bytes: CPU memory per GPU for offloaded states (not part of peak).
+    other_bytes = overhead_bytes (CUDA context, NCCL, allocator reserve) + transient_bytes (buffers alive
+    with the activations: ZeRO-3 gather buffers, the stack's framework buffers) + the framework's cached
+    step segments. host_bytes: CPU memory per GPU for offloaded states (not part of peak).
+    peak_bytes is the device's total (what nvidia-smi shows). framework_bytes: the stack's buffers in it
+    (memory/framework.py); context_bytes: CUDA context + NCCL buffers, outside the caching allocator;
+    allocated_bytes: the allocator's allocated peak (torch.cuda.max_memory_allocated); the allocator's
+    reserved peak (max_memory_reserved) is peak_bytes − context_bytes (`memory_counter_bytes`).
     """
 
     stage: int
@@ -38,6 +43,9 @@ class MemoryBreakdown:
     host_bytes: float
     overhead_bytes: float
     transient_bytes: float
+    framework_bytes: float = 0.0
+    context_bytes: float = 0.0
+    allocated_bytes: float = 0.0
 
     def biggest_consumer(self) -> tuple[str, float]:
         """(name, bytes) of the largest of params, grads, optimizer, activations, kv_cache, other."""

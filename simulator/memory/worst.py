@@ -25,16 +25,19 @@ def at_worst_stage(stages: dict, valid) -> dict:
 
     return {"worst_stage": w, **{k: at(stages[k]) for k in CONSUMER_FIELDS}}
 
-def _peak(overheads, pgo, act, gather, **degrees):
-    """(peak, other) from params + grads + optimizer `pgo`, activations `act` and the gather buffers
-    (None: none), elementwise: peak = params + grads + optimizer + activations (+ KV cache, zero in
-    training) + other, other = gather buffers + overhead_bytes(tensor bytes) (MemoryBreakdown;
-    formulas.md §3.1, §3.8). Without ZeRO-3 the zero gather buffers are left out of the sums (adding
-    +0.0 changes nothing), so every value equals the full per-stage arrays' to the last bit."""
+def _peak(overheads, pgo, act, gather, cached=None, **degrees):
+    """(peak, other) from params + grads + optimizer `pgo`, activations `act`, the gather buffers
+    (None: none) and the framework's cached step segments (None: none; framework.py), elementwise:
+    peak = params + grads + optimizer + activations (+ KV cache, zero in training) + other, other =
+    gather buffers + overhead_bytes(tensor bytes) + cached (MemoryBreakdown; formulas.md §3.1, §3.8).
+    Zero terms are left out of the sums (adding +0.0 changes nothing), so every value equals the full
+    per-stage arrays' to the last bit."""
     base = pgo + act
     tensor = base + gather if gather is not None else base
     over = overhead_bytes(overheads, tensor_bytes=tensor, **degrees)
     other = gather + over if gather is not None else over
+    if cached is not None:
+        other = other + cached
     return base + other, other
 
 def _at_worst(st, at, cls, peak, act, other) -> dict:
@@ -56,7 +59,8 @@ def worst_stage_of_ranks(overheads, st, act, to_rank, rank_class, worst_of, **de
     the worst stage (the first on ties) read from their class."""
     pgo = to_rank(st["params"] + st["grads"] + st["optimizer"]).reshape(act.shape)
     gather = to_rank(st["gather"]).reshape(act.shape) if np.any(st["gather"]) else None
-    peak, other = _peak(overheads, pgo, act, gather, **degrees)
+    cached = to_rank(st["cached"]).reshape(act.shape) if np.any(st.get("cached", 0.0)) else None
+    peak, other = _peak(overheads, pgo, act, gather, cached, **degrees)
     w = np.argmax(np.where(worst_of, peak, -np.inf), axis=-1)
     return {"worst_stage": w, **_at_worst(st, w, rank_class[np.arange(len(w)), w], peak, act, other)}
 
@@ -94,7 +98,8 @@ def worst_stage_by_class(overheads, st, per_mb, head, ws, loss_m, inflight, key,
         act = act + ws
     pgo = st["params"] + st["grads"] + st["optimizer"]
     gather = np.broadcast_to(st["gather"], act.shape) if np.any(st["gather"]) else None
-    peak, other = _peak(overheads, pgo, act, gather, **degrees)
+    cached = np.broadcast_to(st["cached"], act.shape) if np.any(st.get("cached", 0.0)) else None
+    peak, other = _peak(overheads, pgo, act, gather, cached, **degrees)
     best = np.max(np.where(has, peak, -np.inf), axis=1)
     c = np.argmin(np.where(has & (peak == best[:, None]), rep, np.iinfo(np.int64).max), axis=1)  # lowest rank wins
     return {"worst_stage": rep[rows, c], **_at_worst(st, c, c, peak, act, other)}

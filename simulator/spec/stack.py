@@ -23,6 +23,14 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   (cost/fsdp.py `chunked_overlap_exposed_s`);
 - `dp_bucket_mb`: the gradient bucket of its data-parallel reduction (DDP, ZeRO-1/2): buckets are reduced
   as the last backward fills them, so only the last one is sure to be exposed (kernel.py's DP tail);
+- memory (memory/framework.py): `zero_buffers` names whose ZeRO optimizer buffers the memory model adds
+  ("deepspeed": DeepSpeedZeroOptimizer's reduce/all-gather buckets and fp32 gradient partition, and
+  BF16_Optimizer's gradients; "none": the framework's buffers are the states already counted), sized by
+  `zero_reduce_bucket_size` / `zero_allgather_bucket_size` (elements), `zero_contiguous_gradients`,
+  `zero_overlap_comm`; `pipe_buffers` ("deepspeed": the PipelineEngine keeps each in-flight micro-batch's
+  stage output and a receive buffer per direction; "none": outputs freed after the send, as Megatron's
+  deallocate_output_tensor does); `cuda_context_mib`, the CUDA context its torch/CUDA build loads
+  (overheads.py);
 - `runs`: the layouts its framework can run (the preset's [runs] table: ZeRO stages, parallel dimensions,
   schedules, recompute modes and the combinations it refuses, each with its source; spec/framework.py).
 
@@ -54,6 +62,7 @@ FP8_RECIPES = ("delayed", "current", "mxfp8")
 CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused")
 RESHARD = ("yes", "no", "unless-pipelined")  # fsdp_reshard_after_forward
 REDUCE = ("every-microbatch", "once", "once-if-pipelined")  # fsdp_reduce: when gradients are reduce-scattered
+BUFFER_MODELS = ("none", "deepspeed")  # zero_buffers, pipe_buffers: whose buffers memory/framework.py adds
 REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "grad": None}  # fsdp_reduce_dtype: bytes per element (grad: the gradients')
 DEFAULT_STACK = "megatron"
 
@@ -80,6 +89,14 @@ class Stack:
     fsdp_reduce: str = "every-microbatch"
     tp_comm_overlap: bool = False  # TP collectives chunked under their GEMMs (Megatron userbuffers, AsyncTP)
     dp_bucket_mb: float = 25.0  # gradients per data-parallel reduction bucket, MB (PyTorch DDP bucket_cap_mb)
+    # memory: framework buffers (memory/framework.py) and the CUDA context (memory/overheads.py)
+    zero_buffers: str = "none"  # "deepspeed": DeepSpeed's ZeRO-1/2 and BF16_Optimizer buffers
+    zero_reduce_bucket_size: float = 5e8  # elements (DeepSpeed zero_optimization.reduce_bucket_size)
+    zero_allgather_bucket_size: float = 5e8  # elements (zero_optimization.allgather_bucket_size)
+    zero_contiguous_gradients: bool = True
+    zero_overlap_comm: bool = False
+    pipe_buffers: str = "none"  # "deepspeed": PipelineEngine output and receive buffers
+    cuda_context_mib: float = 512.0  # CUDA context + library handles (memory/overheads.py)
     # the layouts its framework runs ([runs] table, spec/framework.py; a dict is parsed); not part of the physics
     runs: FrameworkRules = field(default_factory=FrameworkRules, compare=False, repr=False)
     source: tuple = field(default=(), compare=False, repr=False)  # ((key, where its value comes from), ...)
@@ -114,10 +131,28 @@ class Stack:
         b = self.dp_bucket_mb
         if not isinstance(b, (int, float)) or isinstance(b, bool) or not 0.0 < b <= 1e6:
             raise InputError(f"stack {self.name!r}: dp_bucket_mb must be a number of MB in (0, 1e6], got {b!r}")
+        self._check_memory_fields()
         for name, lo in (("fsdp_unit_layers", 1), ("fsdp_prefetch", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= 1024:
                 raise InputError(f"stack {self.name!r}: {name} must be an integer in {lo}..1024, got {v!r}")
+
+    def _check_memory_fields(self):
+        for name in ("zero_buffers", "pipe_buffers"):
+            if getattr(self, name) not in BUFFER_MODELS:
+                raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(BUFFER_MODELS)}, "
+                                 f"got {getattr(self, name)!r}")
+        for name in ("zero_contiguous_gradients", "zero_overlap_comm"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
+        for name, hi in (("zero_reduce_bucket_size", 1e13), ("zero_allgather_bucket_size", 1e13),
+                         ("cuda_context_mib", 1e6)):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= hi:
+                raise InputError(f"stack {self.name!r}: {name} must be a number in [0, {hi:g}], got {v!r}")
+        for name in ("zero_reduce_bucket_size", "zero_allgather_bucket_size"):
+            if getattr(self, name) < 1:
+                raise InputError(f"stack {self.name!r}: {name} must be at least 1 element, got {getattr(self, name)!r}")
 
     def fsdp_reshards(self, pp):
         """(N,) bool: FSDP frees parameters after forward (and gathers them again in backward) at `pp`."""

@@ -23,8 +23,8 @@ This module re-exports the names callers use (`from simulator.validate import ma
 from __future__ import annotations
 
 from .mapping import DEFAULT_MICRO_BATCH, DEFAULT_VOCAB, MappedRun, map_run
-from .predict import (error_summary, measured_oom, measured_step, memory_stages, predict_runs, predicted_memory,
-                      read_runs, signed_error, spearman)
+from .predict import (error_summary, measured_oom, measured_step, memory_counter, memory_counter_bytes,
+                      memory_stages, predict_runs, predicted_memory, read_runs, signed_error, spearman)
 from .sources import GPU_PRESETS, SOURCE_RULES, SourceRules, hardware_for_gpu, pad_vocab
 
 # Public constants of the former single module that are not in __all__: still `simulator.validate.X`.
@@ -43,6 +43,8 @@ __all__ = [
     "measured_step",
     "measured_oom",
     "memory_stages",
+    "memory_counter",
+    "memory_counter_bytes",
     "predicted_memory",
     "predict_runs",
     "error_summary",

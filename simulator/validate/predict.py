@@ -10,7 +10,11 @@ Measured quantities (`*_basis` columns say which was used):
   ("from measured tokens/s"), else `derived_step_time_s` labelled "derived (not measured): ..."
   — it was computed from reported TFLOP/s with a FLOP formula, so its error includes that formula.
 - memory: `mem_gb_per_gpu` read as GiB (torch and nvidia-smi print binary units), compared with the
-  predicted peak of the stages `mem_basis` names (first/last stage, else the worst stage).
+  predicted peak of the stages `mem_basis` names (first/last stage, else the worst stage), counted as
+  the counter `mem_basis` names (`memory_counter`): nvidia-smi shows the device's total (CUDA context,
+  NCCL buffers, the caching allocator's reserved segments); torch.cuda.max_memory_reserved the
+  allocator's segments only; torch.cuda.max_memory_allocated its live tensors only. A basis naming no
+  counter is compared with the device total.
 - runs whose notes say they went out of memory are flagged (`measured_oom`) to compare with the
   predicted feasibility.
 
@@ -142,8 +146,39 @@ def memory_stages(mem_basis: str, pp: int) -> tuple[int, ...] | None:
     return None
 
 
+MEMORY_COUNTERS = ("nvidia-smi", "torch-reserved", "torch-allocated", "device")
+
+
+def memory_counter(mem_basis: str) -> str:
+    """Which counter a `mem_basis` text names: 'nvidia-smi'; 'torch-reserved'
+    (torch.cuda.max_memory_reserved, memory_reserved); 'torch-allocated' (max_memory_allocated,
+    memory_allocated); else 'device' (no counter named: compared with the device total, as nvidia-smi)."""
+    t = _text(mem_basis).lower()
+    if "nvidia-smi" in t or "nvidia smi" in t:
+        return "nvidia-smi"
+    if "reserved" in t:
+        return "torch-reserved"
+    if "allocated" in t:
+        return "torch-allocated"
+    return "device"
+
+
+def memory_counter_bytes(stage, counter: str) -> float:
+    """A stage's predicted peak as `counter` shows it (MemoryBreakdown): the device total `peak_bytes`
+    (nvidia-smi, device); peak − context_bytes (torch-reserved: the CUDA context and NCCL's buffers are
+    outside the caching allocator); allocated_bytes (torch-allocated: live tensors, no reserve). A stage
+    without those fields gives its peak_bytes."""
+    peak = float(stage.peak_bytes)
+    if counter == "torch-reserved" and hasattr(stage, "context_bytes"):
+        return peak - float(stage.context_bytes)
+    if counter == "torch-allocated" and hasattr(stage, "allocated_bytes"):
+        return float(stage.allocated_bytes)
+    return peak
+
+
 def predicted_memory(memory, mem_basis: str, pp: int) -> tuple[float, int]:
-    """(peak bytes, stage) of a MemoryResult over the stages `mem_basis` covers (memory_stages).
+    """(peak bytes, stage) of a MemoryResult over the stages `mem_basis` covers (memory_stages), each
+    stage counted as the counter `mem_basis` names (memory_counter, memory_counter_bytes).
 
     An object with only `peak_bytes` (no per-stage list) gives (peak_bytes, -1).
     """
@@ -151,9 +186,10 @@ def predicted_memory(memory, mem_basis: str, pp: int) -> tuple[float, int]:
     if not per_stage:
         return float(memory.peak_bytes), -1
     stages = memory_stages(mem_basis, pp)
+    counter = memory_counter(mem_basis)
     cand = [s for s in per_stage if stages is None or s.stage in stages]
-    best = max(cand, key=lambda s: (s.peak_bytes, -s.stage))
-    return float(best.peak_bytes), int(best.stage)
+    best = max(cand, key=lambda s: (memory_counter_bytes(s, counter), -s.stage))
+    return memory_counter_bytes(best, counter), int(best.stage)
 
 
 def signed_error(predicted, measured):

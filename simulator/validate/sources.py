@@ -52,8 +52,15 @@ BLOOM_PREQUEL — bigscience BLOOM-176B topology runs (Megatron-DeepSpeed, Jean 
   with any extra layer on the first stages; rows whose notes say the embedding has its own PP slot
   (`type:transformer|embedding`, 02-28) give the first and last stage one transformer layer fewer.
 - memory compared with the larger of the first and last stage (mem_basis: nvidia-smi on the GPUs
-  holding the embedding); measured values are nvidia-smi readings (CUDA context and the caching
-  allocator's reserve included).
+  holding the embedding); measured values are nvidia-smi readings, compared with the device total
+  (predict.py `memory_counter`: CUDA context, NCCL buffers and the caching allocator's reserve
+  included). The CUDA context is the one the source measured on this software: 1573 MiB on an A100
+  40GB (chronicles-prequel.md: `torch.ones(1).cuda()` then nvidia-smi, "probably about the same for
+  80GB"), not the lazy-loading default of 512 MiB (stack override `cuda_context_mib`).
+- DeepSpeed's buffers at its defaults (the stack `deepspeed`): the tr11 ds_config sets only the ZeRO
+  stage (1 for fp16, 0 with BF16_Optimizer for bf16), no bucket sizes (tr11-200B-ml.slurm at
+  bigscience 8aff319, tr11-176B-ml.slurm), so reduce_bucket_size = allgather_bucket_size = 5e8
+  elements; fp16 ZeRO-1 runs DeepSpeedZeroOptimizer, bf16 BF16_Optimizer (memory/framework.py).
 
 LLMFOUNDRY — mosaicml/llm-foundry MPT benchmarks (Composer, FSDP, A100 40/80 GB):
 - MPT benchmark configuration (MPTConfig defaults: learned_pos_emb = True, no_bias = False,
@@ -165,6 +172,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="BLOOM_PREQUEL", family="bloom", tie_word_embeddings=True, learned_positions=False,
         vocab_base=250680, vocab_pad_per_tp=128, flash_attention=False, dropout=False, stack="deepspeed",
+        stack_overrides=(("cuda_context_mib", 1573.0),),
         grad_dtype=((r"fp16", "fp16"), (r".", "fp32")),
         statements=(
             "BLOOM: LayerNorm, GeLU, biases, ALiBi (no position table), tied embeddings",
@@ -172,6 +180,9 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "no FlashAttention (Megatron-DeepSpeed 2022)",
             "no dropout (tr11 config)",
             "fp16 rows fp16 gradients (DeepSpeed fp16 ZeRO-1), bf16 rows fp32 (BF16_Optimizer)",
+            "CUDA context 1573 MiB (measured by the source with its torch build: chronicles-prequel.md, "
+            "A100 40GB, torch.ones(1).cuda() + nvidia-smi; cuda_context_mib)",
+            "DeepSpeed buckets at their defaults, 5e8 elements (the tr11 ds_config sets only the ZeRO stage)",
         )),
     SourceRules(
         source_id="LLMFOUNDRY", family="mpt", tie_word_embeddings=True, learned_positions=True,
