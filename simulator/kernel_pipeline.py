@@ -207,15 +207,36 @@ def inflight_per_rank(opt, pt, *, sched, pp, chunks, m) -> np.ndarray:
 
 def _analytic_pipeline(schedule, pp, vpp, m, per, f_rank, b_rank, w_rank, p2p):
     """Closed-form makespan (labelled 'analytic'; the replay is the default) of K rows of one schedule:
-    pp, vpp (chunks), m (K,); per, f_rank, b_rank, w_rank (K, P): one microbatch's F+B+W, F, B, W per
-    rank. The family's closed form (`ScheduleFamily.makespan`, formulas.md §5.2) on the slowest rank,
-    plus 2(p − 1) p2p hops (first forward down, last backward up); busy = m·share·per rank. Exact for
-    uniform stages without p2p (the tests check it against the replay); an approximation otherwise.
-    Returns (makespan, makespan without p2p, busy per rank)."""
+    pp, vpp (chunks), m, p2p (K,); per, f_rank, b_rank, w_rank (K, P): one microbatch's F+B+W, F, B, W
+    per rank. The family's closed form (`ScheduleFamily.makespan`, formulas.md §5.2, the p2p delay per
+    hop included: 1F1B's and ZB-H1's steady-state loops, not only the first forward's and the last
+    backward's hops) on the slowest rank; busy = m·share·per rank. Exact for uniform stages (equal F, B,
+    W on every rank) where the family's `p2p_exact` holds (GPipe, 1F1B, ZB-H1 always; interleaved for
+    m % p == 0 or m < p, otherwise for short hops; tests/test_pipeline_p2p_closed_forms.py checks it).
+    Uneven stages (an approximation): the slowest rank's times on every rank leave no slack, so that
+    closed form is an upper bound on the exposed p2p; where the stages sit one per rank in a line (GPipe,
+    1F1B, ZB-H1/H2), a loop through all p ranks carries p·(T_max − T_mean) of slack over its 2(p − 1)
+    hops, so the hops past one microbatch's trip through the pipeline (the closed form at m = 1) count
+    δ − σ, σ = p·(T_max − T_mean)/(2(p − 1)) (T = F+B+W per rank). ZB-H2, ZB-V, DualPipe(V) keep the
+    2(p − 1)·δ term (docs/pipeline.md). Returns (makespan, makespan without p2p, busy per rank)."""
     fam = family(schedule)
     mf = np.asarray(m).astype(float)
+    p = np.asarray(pp).astype(float)
+    d = np.broadcast_to(np.asarray(p2p, dtype=float), mf.shape)
     rows = np.arange(len(mf))
     r = np.argmax(per, axis=1)
-    mk0 = fam.makespan(np.asarray(pp), mf, vpp, per[rows, r], f_rank[rows, r], b_rank[rows, r], w_rank[rows, r])
+    slow = (per[rows, r], f_rank[rows, r], b_rank[rows, r], w_rank[rows, r])
+
+    def closed(micro, delay):
+        return fam.makespan(p, micro, vpp, *slow, delay)
+
+    mk = closed(mf, d)
+    if fam.pp_stages and fam.geometry == "line":  # one stage per rank in a line: the loops' slack
+        ranks = np.arange(per.shape[1]) < p[:, None]
+        t_mean = np.where(ranks, per, 0.0).sum(axis=1) / p
+        sigma = p * (slow[0] - t_mean) / (2 * np.maximum(p - 1, 1.0))
+        d_eff = np.maximum(0.0, d - sigma)
+        one = np.ones_like(mf)
+        mk = np.minimum(mk, closed(mf, d_eff) + closed(one, d) - closed(one, d_eff))
     busy = (fam.microbatch_share * mf)[:, None] * per
-    return mk0 + 2 * (np.asarray(pp) - 1.0) * p2p, mk0, busy
+    return mk, closed(mf, 0.0), busy

@@ -20,6 +20,9 @@ stream here, and, as in dualpipe.py (both receives are committed before the pair
 of a pair also waits for its B's input (`Op.paired`). Their overlap hides communication, which this
 replay does not model inside an op, so F&B = F + B here.
 Bubble (DeepSeek-V3 Table 2, B = full backward): (p/2-1)(F&B + B - 3W).
+No closed form with p2p here: the makespans add 2(p − 1)·δ (the old first-forward / last-backward
+term); the replay's slope in δ is 9-16 at p = 4 and 37-40 at p = 8 for DualPipe, 16-34 and 68-82 for
+DualPipeV (m = 2p-4p; docs/pipeline.md): an underestimate.
 """
 import numpy as np
 
@@ -136,14 +139,15 @@ def _overlap_bubble(p, f, b, w):
     return (np.asarray(p) / 2 - 1) * np.maximum(0.0, f + 2 * b - 2 * w)
 
 
-def makespan_dualpipe(p, m, v, t, f, b, w):
-    """m/2·t + the overlap bubble: each direction runs half the microbatches, t a rank's two chunks."""
-    return m / 2 * t + _overlap_bubble(p, f, b, w)
+def makespan_dualpipe(p, m, v, t, f, b, w, d=0.0):
+    """m/2·t + the overlap bubble: each direction runs half the microbatches, t a rank's two chunks;
+    + 2(p − 1)·d (approximate: module docstring)."""
+    return m / 2 * t + _overlap_bubble(p, f, b, w) + 2 * (p - 1.0) * d
 
 
-def makespan_dualpipev(p, m, v, t, f, b, w):
-    """m·t + the overlap bubble: every microbatch runs down and back up the V."""
-    return m * t + _overlap_bubble(p, f, b, w)
+def makespan_dualpipev(p, m, v, t, f, b, w, d=0.0):
+    """m·t + the overlap bubble: every microbatch runs down and back up the V; + 2(p − 1)·d (approximate)."""
+    return m * t + _overlap_bubble(p, f, b, w) + 2 * (p - 1.0) * d
 
 FAMILIES = (ScheduleFamily(name="dualpipe", order=6, build=build_dualpipe, geometry="mirror", chunks=2,
                            split_backward=True, hides_ep_comm=True, even_pp=True,

@@ -3,14 +3,21 @@
 A `ScheduleFamily` says how the model's chunks sit on the ranks (the stage geometry), whether the
 backward is split into B and W, whether the schedule flushes, how to build its op order, and the
 flushed-schedule description the sweep uses to make its replay tables without building op lists,
-and its two closed forms:
+and its closed forms:
 - `inflight(p, m, i, v)`: peak microbatches in flight on rank i (p ranks, m microbatches as a float
   array of shape (..., 1), i = arange(p), v chunks per rank if the layout sets them), in units of one
   microbatch's activations over *all* the layers the rank holds (memory/inflight.py; exact for m ≥ p,
   the tests check them against the replayed op orders);
-- `makespan(p, m, v, t, f, b, w)`: the makespan without p2p for uniform stages (formulas.md §5.2),
-  with p, m, v (K,) arrays and t, f, b, w (K,) one microbatch's F+B+W, F, B, W on the slowest rank
-  (over all its chunks). None for an asynchronous schedule (PipeDream: the steady state, kernel.py).
+- `makespan(p, m, v, t, f, b, w, d=0.0)`: the makespan for uniform stages (formulas.md §5.2) with a
+  p2p delay d on every hop between ranks (the replay's rule: an op whose input comes from another
+  rank starts d after that input's op ends), with p, m, v, d (K,) arrays and t, f, b, w (K,) one
+  microbatch's F+B+W, F, B, W on the slowest rank (over all its chunks). None for an asynchronous
+  schedule (PipeDream: the steady state, kernel.py). Each family's module docstring derives its form
+  from the op DAG (the makespan is the longest path; with uniform stages a path's length is
+  n_F·F + n_B·B + n_W·W + n_hops·d, so the makespan is the largest of a few such linear forms);
+- `p2p_exact(p, m, v, f, b, w, d)`: where that closed form is exact with d > 0 (bool (K,)); None where
+  it never is: those families (ZB-H2, ZB-V, DualPipe, DualPipeV) add 2(p − 1)·d, the first forward's
+  and the last backward's hops only, and the replay finds more (docs/pipeline.md).
 Every module that used to test a schedule's name asks its family instead, so a new schedule is one
 new module of this package that defines `FAMILIES` (the registry in `__init__` finds it).
 
@@ -32,6 +39,11 @@ import numpy as np
 GEOMETRIES = ("line", "v", "mirror")
 
 
+def exact_everywhere(p, m, v, f, b, w, d):
+    """`p2p_exact` of a family whose closed form with p2p holds for every shape and delay."""
+    return np.ones(np.broadcast(p, m, d).shape, dtype=bool)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ScheduleFamily:
     name: str
@@ -46,7 +58,8 @@ class ScheduleFamily:
     even_pp: bool = False  # needs an even pp
     forwards_first: bool = False  # every forward before any backward (GPipe): all m microbatches' logits alive
     inflight: Callable | None = None  # closed form (p, m, i, v) -> peak in-flight microbatches on rank i
-    makespan: Callable | None = None  # closed form (p, m, v, t, f, b, w) -> makespan without p2p
+    makespan: Callable | None = None  # closed form (p, m, v, t, f, b, w, d=0) -> makespan, p2p delay d per hop
+    p2p_exact: Callable | None = None  # (p, m, v, f, b, w, d) -> where `makespan` is exact with d > 0; None: nowhere
     source: str = ""
 
     def __post_init__(self):

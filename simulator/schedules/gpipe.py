@@ -3,11 +3,21 @@
 
 Closed form (uniform stages, zero p2p): bubble = (p-1)/(m+p-1) of the makespan; peak in-flight
 microbatches = m on every rank (formulas.md §3.5, §5.2).
+
+Makespan with a p2p delay δ per hop (uniform stages, B' = B + W the full backward):
+    makespan = (m + p − 1)·(F + B') + 2(p − 1)·δ          exact for every p, m ≥ 1, δ ≥ 0.
+Derivation (the longest path of the op DAG): F(r, j) waits for F(r, j−1) on its rank and for
+F(r−1, j) + δ, so its end is the longest monotone lattice path to (r, j): each has j steps along the
+rank (F each) and r steps down (F + δ each), end = (j + 1)F + r(F + δ), whichever path. The backwards
+are the mirror image, entered when the last rank's forwards end (B(p−1, 0) follows F(p−1, m−1) on its
+rank; the other ranks' own F(r, m−1) end earlier): B(0, m−1) ends at mF + (p−1)(F + δ) + mB' +
+(p−1)(B' + δ). Only the first forward's and the last backward's hops are exposed, whatever m: GPipe has
+no steady state in which a transfer could stretch the cycle.
 """
 import numpy as np
 
 from .op import FlushSpec, check_counts, flush_columns, make_schedule
-from .family import ScheduleFamily
+from .family import ScheduleFamily, exact_everywhere
 
 
 def build_gpipe(*, pp: int, microbatches: int, vpp: int = 1):
@@ -32,10 +42,11 @@ def inflight_gpipe(p, m, i, v=1):
     return m + 0 * i
 
 
-def makespan_gpipe(p, m, v, t, f, b, w):
-    """(m + p − 1)·t (Huang et al. 2019)."""
-    return (m + (p - 1.0)) * t
+def makespan_gpipe(p, m, v, t, f, b, w, d=0.0):
+    """(m + p − 1)·t + 2(p − 1)·d (Huang et al. 2019; the p2p term: module docstring)."""
+    return (m + (p - 1.0)) * t + 2 * (p - 1.0) * d
+
 
 FAMILIES = (ScheduleFamily(name="gpipe", order=0, build=build_gpipe, flush_spec=spec_gpipe, forwards_first=True,
-                           inflight=inflight_gpipe, makespan=makespan_gpipe,
+                           inflight=inflight_gpipe, makespan=makespan_gpipe, p2p_exact=exact_everywhere,
                            source="Huang et al. 2019, GPipe §2.3"),)

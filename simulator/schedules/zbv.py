@@ -10,6 +10,9 @@ Per-rank phases (the order of `torch.distributed.pipelining.ScheduleZBVZeroBubbl
   4. while forwards remain: (F c0 if any left, B c0, W c0, F c1, B c1, W c1);
   5. r pairs (B c0, B c1), then p-r pairs (B c0, W c0 of the oldest pending);
   6. the pending W's of c1, then of c0.
+No closed form with p2p here: `makespan_zb_v` adds 2(p − 1)·δ (the old first-forward / last-backward
+term), while every microbatch's forward and backward each cross 2(p − 1) rank boundaries in the V and
+the replay's slope in δ is 13-17 at p = 4 and 33-41 at p = 8 (docs/pipeline.md): an underestimate.
 """
 import numpy as np
 
@@ -67,10 +70,11 @@ def inflight_zb_v(p, m, i, v=1):
     return np.minimum(m, p) + 0 * i
 
 
-def makespan_zb_v(p, m, v, t, f, b, w):
-    """m·t + (p − 1)·max(0, F + B − 2W) with F, B, W of one chunk (half the rank's; Qi et al. 2024 §4)."""
+def makespan_zb_v(p, m, v, t, f, b, w, d=0.0):
+    """m·t + (p − 1)·max(0, F + B − 2W) with F, B, W of one chunk (half the rank's; Qi et al. 2024 §4),
+    + 2(p − 1)·d: approximate (module docstring)."""
     f, b, w = f / 2, b / 2, w / 2
-    return m * t + (p - 1.0) * np.maximum(0.0, f + b - 2 * w)
+    return m * t + (p - 1.0) * np.maximum(0.0, f + b - 2 * w) + 2 * (p - 1.0) * d
 
 FAMILIES = (ScheduleFamily(name="zb-v", order=5, build=build_zb_v, geometry="v", chunks=2, split_backward=True,
                            inflight=inflight_zb_v, makespan=makespan_zb_v, source="Qi et al. 2024 §4 (ZB-V)"),)
