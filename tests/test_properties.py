@@ -186,9 +186,9 @@ def test_bubble_fraction_does_not_rise_with_microbatches(name, pp, m1, m2, f, b,
     """Uniform stage times (F, B, W the same on every stage): m1 <= m2 microbatches =>
     bubble_fraction(m2) <= bubble_fraction(m1), for 1F1B without p2p delay and for GPipe with a uniform p2p
     delay d >= 0; without delay both equal the closed form (p - 1) / (m + p - 1).
-    (Not for 1F1B with d > 0: its steady state alternates F and B across a boundary, a cycle of F + B' + 2d
-    per microbatch on pp = 2, so the idle fraction rises towards 2d / (F + B' + 2d) as m grows: e.g. F = B = 1,
-    d = 0.5, m = 6 -> 7: 0.294 -> 0.300, correctly.)"""
+    (Not for 1F1B with d > 0: its steady state alternates F and B across a boundary, a cycle of F + B' + d
+    per microbatch on pp = 2 (schedules/one_f_one_b.py's closed form with p2p), so the idle fraction rises
+    towards d / (F + B' + d) as m grows: e.g. F = B = 1, d = 0.5, m = 6 -> 7: 0.294 -> 0.300, correctly.)"""
     m1, m2 = sorted((m1, m2))
     d = p2p if name == "gpipe" else 0.0
     t1, t2 = (replay(build(name, pp=pp, microbatches=m), forward_s=f, backward_s=b, weight_s=w, p2p_s=d)
