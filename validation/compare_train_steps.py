@@ -29,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
 
 
-def specs_for_row(row, *, cross_entropy: str = "torch-fp32"):
+def specs_for_row(row, *, cross_entropy: str = "torch-fp32", elementwise: str | None = None):
     """(ModelSpec, Training, Layout) of one harness row (module docstring). `cross_entropy` other than the
-    harness's own torch-fp32 shows what another loss model would predict (docs/validation-h100.md)."""
+    harness's own torch-fp32, or an `elementwise` op list other than the stack's (None), shows what another
+    model would predict (docs/validation-h100.md)."""
     from simulator.spec.layout import Layout
     from simulator.spec.model import ModelSpec
     from simulator.spec.stack import load_stack
@@ -42,7 +43,8 @@ def specs_for_row(row, *, cross_entropy: str = "torch-fp32"):
                       num_heads=int(row["heads"]), num_kv_heads=int(row["kv_heads"]), ffn_hidden_size=int(row["ffn_hidden"]),
                       vocab_size=int(row["vocab"]), mlp="swiglu", norm="rmsnorm", tie_word_embeddings=False)
     stack = load_stack("torchtitan", attention_kernel="cudnn" if str(row["attention"]) == "sdpa" else "unfused",
-                       optimizer_impl=str(row.get("optimizer_impl", "foreach")))
+                       optimizer_impl=str(row.get("optimizer_impl", "foreach")),
+                       elementwise=elementwise)
     training = Training(seq_length=int(row["seq_len"]), global_batch_size=int(row["micro_batch"]), precision=dt,
                         grad_dtype=dt, master_weights=False, optimizer="adamw", optimizer_dtype=dt,
                         flash_attention=str(row["attention"]) == "sdpa", cross_entropy=cross_entropy, stack=stack)
@@ -50,7 +52,7 @@ def specs_for_row(row, *, cross_entropy: str = "torch-fp32"):
     return model, training, layout
 
 
-def compare(df, hardware, *, estimate_fn=None, cross_entropy: str = "torch-fp32"):
+def compare(df, hardware, *, estimate_fn=None, cross_entropy: str = "torch-fp32", elementwise: str | None = None):
     """DataFrame: run_id, measured/predicted step and memory and their signed errors (fractions)."""
     import pandas as pd
 
@@ -60,7 +62,7 @@ def compare(df, hardware, *, estimate_fn=None, cross_entropy: str = "torch-fp32"
         from simulator.estimate import estimate as estimate_fn
     rows = []
     for _, r in df[df["status"] == "ok"].iterrows():
-        m, t, lay = specs_for_row(r, cross_entropy=cross_entropy)
+        m, t, lay = specs_for_row(r, cross_entropy=cross_entropy, elementwise=elementwise)
         e = estimate_fn(m, t, lay, hardware)
         w = e.memory.worst
         tensors = float(w.peak_bytes - w.overhead_bytes)  # what torch's allocator counts (module docstring)

@@ -26,6 +26,8 @@ SCRIPT = "validation/h100_report.py"
 from make_accuracy import _abs_pct, _pct, write_or_check  # noqa: E402  (same formatting, same command line)
 from h100_measured import (_calibration_drift, _first_shapes, _fit_table, _grad_mode_cost,  # noqa: E402
                            _head_dim_gap, _idle_ms, loss_memory, repeat_table)
+from h100_kernels import (CATEGORY_INTRO, OP_LIST_INTRO, category_finding, category_table,  # noqa: E402
+                          op_list_table)
 
 # (file, label, role); the first two are the primary protocol (fused AdamW, persistent gradients:
 # parasim's assumptions), the rest show what the harness's protocol changes.
@@ -220,6 +222,7 @@ def generate(res=None) -> str:
     fe = res["foreach_persistent_gpu.csv", BEST]
     op_memory_table = _err(res[SETS[0][0], "lent.toml"]["predicted_opt_s"], prim["measured_opt_s"])
     ktable, kdf = kernel_table(prim)
+    ctable, cdf = category_table(SETS[0][0], BEST)
     op_fused = _err(prim["predicted_opt_s"], prim["measured_opt_s"])
     op_foreach = _err(fe["predicted_opt_s"], fe["measured_opt_s"])
     eager = prim[prim["run_id"].str.endswith("eager")]
@@ -331,7 +334,7 @@ def generate(res=None) -> str:
         "profiled wall longer than the unprofiled step, so the idle share is an upper bound.",
         "",
         *ktable,
-        f"9. **The step-time under-prediction is idle GPU time, not kernel time.** On the {len(kdf) - int(kdf['eager'].sum())} "
+        f"9. **Idle GPU time, not only kernel time.** On the {len(kdf) - int(kdf['eager'].sum())} "
         f"profiled SDPA runs parasim's forward + backward differs from the kernels' own time by "
         f"{_pct(kdf[~kdf['eager']]['fb'].min())} to {_pct(kdf[~kdf['eager']]['fb'].max())} (median "
         f"{_pct(kdf[~kdf['eager']]['fb'].median())}), while the GPU sat idle for "
@@ -343,6 +346,14 @@ def generate(res=None) -> str:
         "The optimizer kernels include zero_grad's zeroing of the kept gradients, a multi-tensor kernel of its "
         "own that parasim does not count.",
         "",
+        CATEGORY_INTRO,
+        "",
+        *ctable,
+        category_finding(cdf),
+        "",
+        OP_LIST_INTRO,
+        "",
+        *op_list_table([(f, label) for f, label, _ in SETS[:2]], [PROFILES[1], PROFILES[3]]),
         "## Per run: primary grid, calibrated profile with the optimizer table",
         "",
         *per_run(prim),

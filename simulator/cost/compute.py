@@ -20,8 +20,9 @@ The efficiency curves (η) are data of the hardware profile (`[efficiency.gemm]`
 optional `[efficiency.attention_bwd]`, `[efficiency.gemm_fp8]`, `[efficiency.memory]`), read with
 `hardware.interp_efficiency(name, x)`; this module holds no efficiency numbers.
 
-The byte counts of the memory-bound ops are in memory_ops.py (`memory_ops`), the optimizer step in
-optimizer.py; this module times the ops of a layer and of a stage's building blocks.
+The byte counts of the memory-bound ops are in memory_ops.py (`memory_ops`: the stack's elementwise op
+list, elementwise.py), the optimizer step in optimizer.py; this module times the ops of a layer and of a
+stage's building blocks.
 
 Stages (the schedule family's geometry, simulator/schedules/family.py): pp·vpp (interleaved), 2·pp
 (zb-v, dualpipev: V shape), else pp. `spec.placement.stage_layer_split` splits the layers over the virtual stages in
@@ -162,7 +163,9 @@ def _memory_times(ops, hardware) -> np.ndarray:
     """Memory-bound ops as a `_table`: bytes / (HBM bytes/s · η_memory(bytes per kernel)); no FLOPs."""
     n = len(ops)
     by = _stack([o.forward_bytes for o in ops] + [o.backward_bytes for o in ops] + [o.weight_bytes for o in ops])
-    kernels = np.array([o.kernels for o in ops] * 3).reshape((3 * n,) + (1,) * (by.ndim - 1))
+    k = [o.kernels for o in ops]
+    kb = [o.kernels if o.backward_kernels is None else o.backward_kernels for o in ops]
+    kernels = np.array(k + kb + k).reshape((3 * n,) + (1,) * (by.ndim - 1))
     t = _memory_time(by, kernels, hardware)
     z = np.zeros_like(t[:n])
     return _table(t[:n], t[n:2 * n], t[2 * n:], z, z, z)

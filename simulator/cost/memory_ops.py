@@ -9,23 +9,29 @@ Time (formulas.md §6.3, §7.1; scaling-book `T = max(T_math, T_mem)`): bytes / 
 `[efficiency.memory]` curve; this module holds no efficiency numbers.
 
 Byte counts (e = bytes per activation element, T = b·s/c tokens on a rank, T_sp = T/t with sequence
-parallelism else T): each kernel reads its inputs and writes its outputs once (fused kernels as in
-Megatron/TransformerEngine): norms, SwiGLU/GeLU, residual adds, RoPE, dropout, softmax when not flash,
-MoE permutation (`memory_ops`, one layer), the embedding lookup (`_embedding_memory_op`, first stage),
-the final norm and the loss (`_head_memory_ops`, last stage). They are first-order counts to be
-refined by calibration.
+parallelism else T): each kernel reads its inputs and writes its outputs once. The layer's elementwise
+ops (norms, SwiGLU/GeLU, residual adds, RoPE, dropout, softmax when not flash, MoE permutation;
+`memory_ops`) are the op list of the training's stack (elementwise.py: Megatron/Transformer Engine's fused
+kernels, torchtitan's or Hugging Face's eager ops, or torch.compile's regions): `memory_op_rows` derives
+the layer's MemoryOps from that graph by elementwise.py's one rule (`region_bytes`), as linear combinations
+of the layer's sizes, once per model and setting; `layer_memory_rows` evaluates them for a layout. The
+embedding lookup (`_embedding_memory_op`, first stage), the final norm and the loss (`_head_memory_ops`,
+last stage).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
+from .elementwise import SETTINGS, block_kernels, cached_graph, compiled_regions, layer_sizes, region_bytes
+from .elementwise_ops import Graph, Lin, norm_backward, norm_forward
 
-__all__ = ["MemoryOp", "memory_ops", "fp8_cast_op"]
+__all__ = ["MemoryOp", "memory_ops", "memory_op_rows", "layer_memory_rows", "norm_bytes", "fp8_cast_op"]
 
 
 def _memory_time(bytes_, kernels, hardware):
@@ -40,7 +46,8 @@ class MemoryOp:
     """A memory-bound op of one layer (or of the embedding/head) for one microbatch on one rank.
 
     Bytes moved in the forward, in the backward input-gradient (B) and weight-gradient (W) kernels;
-    `kernels` is how many kernels share the bytes (the x of η_memory is bytes per kernel).
+    `kernels` is how many kernels share the bytes (the x of η_memory is bytes per kernel), in the backward
+    `backward_kernels` (None: `kernels`).
     """
 
     name: str
@@ -48,84 +55,119 @@ class MemoryOp:
     backward_bytes: object
     weight_bytes: object = 0.0
     kernels: float = 1.0
+    backward_kernels: float | None = None
     core_attention: bool = False
     ffn: bool = False  # part of the FFN (dense or MoE), not of the attention block
 
 
 def memory_ops(model: ModelSpec, training: Training, *, moe: bool = False, tp=1, cp=1, ep=1, micro_batch_size=1,
                sequence_parallel: bool = False) -> tuple[MemoryOp, ...]:
-    """Memory-bound ops of one layer per rank, with their byte counts (e = activation bytes).
+    """Memory-bound ops of one layer per rank: the elementwise op list of the training's stack
+    (`Stack.elementwise`, `Stack.compiled`; elementwise.py `layer_graph`), its bytes derived from the tensors
+    each op reads and writes (elementwise.py `region_bytes`), one MemoryOp per group of blocks (eager and
+    fused) or per torch.compile region.
 
-    - norms (norms_per_layer of them, over h, in the SP region): fwd read x + write y = 2·T_sp·h·e;
-      bwd read x, dy, write dx = 3·T_sp·h·e.
-    - residual adds (2): fwd read 2 + write 1 = 3·T_sp·h·e each; bwd the same.
-    - RoPE on Q and K (T·(q_rope + k_rope)/t elements): fwd and bwd read + write. MLA: n_h·d_r per
-      query, one shared d_r key (replicated across TP).
-    - qk_norm (Qwen3): 2 and 3 passes over T·(q + kv)/t. MLA latent norms over r_q and r_kv.
-    - hidden dropout (if training.dropout, 2 sites): fwd read x, write y, write 1-byte mask; bwd
-      read dy, mask, write dx: (2e + 1)·T_sp·h each.
-    - FFN activation: SwiGLU/GeGLU fwd read gate, up + write = 3·T·f/t·e, bwd read gate, up, dy +
-      write dgate, dup = 5·T·f/t·e; GeLU 2 and 3 passes. MoE: routed tokens ρ·k·T with f_e/t, shared
-      experts T with f_sh/t.
-    - MoE token permutation (dispatch and combine): fwd and bwd (1 + k)·T·h·e each; router softmax
-      and top-k over T'·E fp32 scores (read + write).
-    - softmax over the score matrix (no FlashAttention only; full s/c × s, causal masking does not
-      skip work): fwd read S + write P = 2·e per element, bwd read P, dP + write dS = 3·e (+ dropout
-      mask (2e + 1) per element when training.dropout).
+    Groups and their fused counts (e = activation bytes, T = b·s/c tokens, T_sp = T/t with SP):
+    - norms (norms_per_layer, over h): fwd read x + write y = 2·T_sp·h·e; bwd read x, dy, write dx = 3.
+    - residual_adds (2): fwd read 2 + write 1 = 3·T_sp·h·e each; bwd the gradient accumulation, the same.
+    - rope (models without a learned position table) on Q and K (T·(q + kv)/t elements): read + write each
+      way. MLA: n_h·d_r per query, one shared d_r key (replicated across TP).
+    - qk_norm (Qwen3): 2 and 3 passes over T·(q + kv)/t. latent_norms (MLA) over r_q and r_kv.
+    - hidden_dropout (training.dropout, 2 sites): fwd read x, write y, write a 1-byte mask; bwd read dy,
+      mask, write dx: (2e + 1)·T_sp·h each.
+    - mlp_activation: SwiGLU/GeGLU fwd read gate, up + write = 3·T·f/t·e, bwd read gate, up, dy + write
+      dgate, dup = 5·T·f/t·e; GeLU 2 and 3. MoE: routed tokens ρ·k·T with f_e/t, shared experts T with f_sh/t.
+    - moe_permute (dispatch and combine): (1 + k)·T·h·e each way per kernel; router_softmax_topk over T'·E
+      fp32 scores (read + write).
+    - softmax over the score matrix (no FlashAttention only; the full s/c × s): fwd read S + write P =
+      2·e per element, bwd read P, dP + write dS = 3·e; attention dropout (2e + 1) per element each way.
+    The eager settings add their own ops and groups (qkv_layout, input_grad_adds, repeat_kv): elementwise.py.
     """
-    e = float(training.activation_bytes)
-    tp, cp, ep, b = (F._f(x) for x in (tp, cp, ep, micro_batch_size))
-    s = float(training.seq_length)
-    T = b * s / cp
-    T_sp = T / tp if sequence_parallel else T
-    h = model.hidden_size
-    ops = [MemoryOp(name="norms", forward_bytes=model.norms_per_layer * 2 * T_sp * h * e,
-                    backward_bytes=model.norms_per_layer * 3 * T_sp * h * e, kernels=model.norms_per_layer),
-           MemoryOp(name="residual_adds", forward_bytes=2 * 3 * T_sp * h * e, backward_bytes=2 * 3 * T_sp * h * e,
-                    kernels=2.0)]
-    if model.is_mla:
-        T_rep = T / tp if sequence_parallel else T  # the shared rope key is replicated across TP
-        rope = T * model.num_heads * model.qk_rope_head_dim / tp + T_rep * model.qk_rope_head_dim
-        lat = (T / tp if sequence_parallel else T) * (model.q_lora_rank + model.kv_lora_rank)
-        ops.append(MemoryOp(name="latent_norms", forward_bytes=2 * lat * e, backward_bytes=3 * lat * e, kernels=2.0))
-    else:
-        rope = T * (model.q_size + model.kv_size) / tp
-    ops.append(MemoryOp(name="rope", forward_bytes=2 * rope * e, backward_bytes=2 * rope * e, kernels=2.0))
-    if model.qk_norm:
-        qk = T * (model.q_size + model.kv_size) / tp
-        ops.append(MemoryOp(name="qk_norm", forward_bytes=2 * qk * e, backward_bytes=3 * qk * e, kernels=2.0))
-    if training.dropout:
-        d = 2 * (2 * e + 1) * T_sp * h
-        ops.append(MemoryOp(name="hidden_dropout", forward_bytes=d, backward_bytes=d, kernels=2.0))
-    if not training.flash_attention:
-        elems = b * model.num_heads / tp * (s / cp) * s
-        fwd, bwd = 2 * e * elems, 3 * e * elems
-        if training.dropout:
-            fwd, bwd = fwd + (2 * e + 1) * elems, bwd + (2 * e + 1) * elems
-        ops.append(MemoryOp(name="softmax", forward_bytes=fwd, backward_bytes=bwd, core_attention=True))
-    ops += _ffn_memory_ops(model, training, moe=moe, tp=tp, T=T, e=e, sequence_parallel=sequence_parallel)
-    return tuple(ops)
+    rows = layer_memory_rows(model, training, moe=moe, tp=tp, cp=cp, ep=ep, micro_batch_size=micro_batch_size,
+                             sequence_parallel=sequence_parallel)
+    return tuple(MemoryOp(**row) for row in rows)
 
 
-def _ffn_memory_ops(model, training, *, moe, tp, T, e, sequence_parallel) -> list[MemoryOp]:
-    """The FFN part of `memory_ops` (its last bullets: activation, MoE permutation, router)."""
-    h = model.hidden_size
-    glu = model.glu_matrices == 3
-    act_f, act_b = (3.0, 5.0) if glu else (2.0, 3.0)
-    if moe:
-        k, E = model.experts_per_token, model.num_experts
-        rho = training.moe_load_factor  # the busiest rank's routed tokens / the uniform share
-        width = rho * k * T * model.moe_ffn_hidden_size / tp + T * model.shared_expert_ffn_hidden_size / tp
-        T_rep = T / tp if sequence_parallel else T
-        perm = 2 * (1 + k) * T * h * e
-        return [MemoryOp(name="mlp_activation", forward_bytes=act_f * width * e, backward_bytes=act_b * width * e,
-                         ffn=True),
-                MemoryOp(name="moe_permute", forward_bytes=perm, backward_bytes=perm, kernels=2.0, ffn=True),
-                MemoryOp(name="router_softmax_topk", forward_bytes=2 * 4 * T_rep * E, backward_bytes=2 * 4 * T_rep * E,
-                         ffn=True)]
-    width = T * model.ffn_hidden_size / tp
-    return [MemoryOp(name="mlp_activation", forward_bytes=act_f * width * e, backward_bytes=act_b * width * e,
-                     ffn=True)]
+# ---- the layer's elementwise op list as MemoryOps (elementwise.py builds the list) --------------------------
+def _counted(g, unit) -> bool:
+    """A kernel that moves activation-sized tensors (not only small ones): what η_memory's x counts."""
+    return any(g.size[t][1] > 0 for t in (*unit.reads, *unit.writes))
+
+
+def _compiled_rows(g: Graph) -> list[dict]:
+    readers: dict = {}
+    for b in g.blocks:
+        for t in b.reads:
+            readers.setdefault(t, set()).add(id(b))
+    rows = []
+    for i, r in enumerate(compiled_regions(g)):
+        by, fwd = region_bytes(g, r, readers), r[0].phase == "forward"
+        rows.append(dict(name=f"compiled {i} {r[0].phase}: " + "+".join(dict.fromkeys(b.group for b in r)),
+                         forward_bytes=by if fwd else Lin(), backward_bytes=Lin() if fwd else by, kernels=1.0,
+                         ffn=r[0].ffn, core_attention=r[0].core))
+    return rows
+
+
+def memory_op_rows(g: Graph, compiled: bool) -> list[dict]:
+    """The graph's elementwise work as `MemoryOp` fields (bytes as `Lin`), by the one rule of elementwise.py
+    (`region_bytes`): one row per group of
+    blocks (eager settings: each aten op a kernel; fused: each block a kernel), or one per torch.compile
+    region."""
+    if compiled:
+        return _compiled_rows(g)
+    rows: dict = {}
+    for b in g.blocks:
+        if b.boundary:
+            continue
+        row = rows.setdefault(b.group, dict(name=b.group, forward_bytes=Lin(), backward_bytes=Lin(), kernels=0.0,
+                                            backward_kernels=0.0, ffn=b.ffn, core_attention=b.core))
+        fwd = b.phase == "forward"
+        for u in block_kernels(b):
+            row["forward_bytes" if fwd else "backward_bytes"] += region_bytes(g, (u,))
+            row["kernels" if fwd else "backward_kernels"] += float(_counted(g, u))
+    for row in rows.values():
+        row["kernels"] = max(row["kernels"], 1.0)
+        row["backward_kernels"] = max(row["backward_kernels"], 1.0)
+    return list(rows.values())
+
+
+@lru_cache(maxsize=256)
+def _rows(model, setting, e, dropout, flash, moe, sequence_parallel, compiled) -> tuple:
+    return tuple(memory_op_rows(cached_graph(model, setting, e, dropout, flash, moe, sequence_parallel), compiled))
+
+
+def layer_memory_rows(model, training, *, moe: bool = False, tp=1, cp=1, ep=1, micro_batch_size=1,
+                      sequence_parallel: bool = False) -> list[dict]:
+    """`memory_op_rows` of the training's stack, its bytes evaluated for the layout (scalars or arrays)."""
+    st = training.stack
+    rows = _rows(model, st.elementwise, float(training.activation_bytes), bool(training.dropout),
+                 bool(training.flash_attention), moe, bool(sequence_parallel), st.compiled)
+    sizes = layer_sizes(model, training, moe=moe, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                   sequence_parallel=sequence_parallel)
+    return [{**r, "forward_bytes": r["forward_bytes"].value(sizes), "backward_bytes": r["backward_bytes"].value(sizes)}
+            for r in rows]
+
+
+@lru_cache(maxsize=64)
+def _norm_rows(impl: str, e: float) -> dict:
+    g = Graph(e)
+    norm_forward(g, impl, "n", g.t("x", Lin(x=1.0)))
+    norm_backward(g, impl, "n", g.t("dy", Lin(x=1.0)))
+    return memory_op_rows(g, False)[0]
+
+
+def norm_bytes(training, elems, norm: str = "rmsnorm") -> tuple:
+    """(forward bytes, backward bytes, forward kernels, backward kernels) of one norm over `elems`
+    elements under the training's stack (the final norm; the layers' norms are blocks of `layer_graph`)."""
+    impl = SETTINGS[training.stack.elementwise]["norm"]
+    if training.stack.compiled:
+        impl = "te"  # one region: reads x, writes y (backward: reads dy and x, writes dx)
+    elif impl == "hf" and norm != "rmsnorm":
+        impl = "torch"
+    row = _norm_rows(impl, float(training.activation_bytes))
+    sizes = {"x": elems}
+    return (row["forward_bytes"].value(sizes), row["backward_bytes"].value(sizes), row["kernels"],
+            row["backward_kernels"])
 
 
 def _embedding_memory_op(model, training, *, tp, cp, micro_batch_size, sequence_parallel) -> MemoryOp:
@@ -140,7 +182,7 @@ def _embedding_memory_op(model, training, *, tp, cp, micro_batch_size, sequence_
 
 
 def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_parallel) -> tuple[MemoryOp, ...]:
-    """Final norm and the loss on the last stage.
+    """Final norm (the stack's norm, elementwise.py `norm_bytes`) and the loss on the last stage.
 
     Loss over X = T·V/t logits per rank (training.cross_entropy):
     - vocab-parallel (Megatron vocab-parallel CE in PyTorch ops): fwd read logits (e) + write and read
@@ -162,8 +204,8 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
         lf, lb = (e + 12.0) * X, (20.0 + e) * X
     else:
         lf, lb = (e + 12.0) * X, (4.0 + e) * X
-    return (MemoryOp(name="final_norm", forward_bytes=2 * T_sp * model.hidden_size * e,
-                     backward_bytes=3 * T_sp * model.hidden_size * e),
+    nf, nb, kf, kb = norm_bytes(training, T_sp * model.hidden_size, model.norm)
+    return (MemoryOp(name="final_norm", forward_bytes=nf, backward_bytes=nb, kernels=kf, backward_kernels=kb),
             MemoryOp(name="loss", forward_bytes=lf, backward_bytes=lb, kernels=2.0))
 
 

@@ -10,7 +10,13 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
 - `optimizer_impl`: "fused" (one multi-tensor kernel pass: Megatron FusedAdam, torch fused AdamW) or
   "foreach" (torch's default multi-tensor AdamW: one pass per elementwise op, cost/optimizer.py);
 - `fp8_recipe`: how FP8 training scales its casts (cost/memory_ops.py `fp8_cast_op`);
-- `compiled`: torch.compile (or CUDA graphs) fuses the elementwise ops;
+- `elementwise`: which elementwise ops the framework's layer code runs, and so the non-GEMM bytes per layer
+  (cost/elementwise.py): "fused" (Megatron-LM / Transformer Engine / apex fused kernels: one kernel per norm,
+  RoPE, activation, residual add), "eager" (torchtitan's plain PyTorch modules: torch's fused RMSNorm
+  kernel, complex-multiply RoPE in fp32, silu(x)·y) or "hf" (Hugging Face modelling code: RMSNorm upcast to
+  fp32 op by op, rotate_half RoPE, act(gate)·up);
+- `compiled`: torch.compile (or CUDA graphs) fuses the elementwise ops (Inductor: one kernel per region
+  between GEMMs, reading the region's inputs and writing its outputs);
 - `kernels_per_layer` (eager) and `compiled_kernels_per_layer`: kernels one transformer layer launches
   in its forward and backward, and `host_s_per_kernel`, the host time to issue one: a layer pass can
   not finish before its kernels are issued (cost/compute.py `launch_bound_s`);
@@ -60,6 +66,7 @@ FP8_RECIPES = ("delayed", "current", "mxfp8")
 #   torch-fp32:     torch.nn.functional.cross_entropy(logits.float()) (torchtitan, Hugging Face Trainer)
 #   fused:          a fused / chunked kernel that never materialises fp32 logits
 CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused")
+ELEMENTWISE = ("fused", "eager", "hf")  # which elementwise ops the layer runs (cost/elementwise.py)
 RESHARD = ("yes", "no", "unless-pipelined")  # fsdp_reshard_after_forward
 REDUCE = ("every-microbatch", "once", "once-if-pipelined")  # fsdp_reduce: when gradients are reduce-scattered
 BUFFER_MODELS = ("none", "deepspeed")  # zero_buffers, pipe_buffers: whose buffers memory/framework.py adds
@@ -78,6 +85,7 @@ class Stack:
     cross_entropy: str = "vocab-parallel"
     optimizer_impl: str = "fused"
     fp8_recipe: str = "delayed"
+    elementwise: str = "fused"  # ELEMENTWISE: the layer's elementwise op list (cost/elementwise.py)
     compiled: bool = False
     kernels_per_layer: tuple[int, int] = (0, 0)  # (forward, backward), eager; (0, 0): not launch-bound
     compiled_kernels_per_layer: tuple[int, int] = (0, 0)
@@ -109,6 +117,7 @@ class Stack:
             raise InputError(f"stack {self.name!r}: runs must be a [runs] table, got {self.runs!r}")
         for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("cross_entropy", CROSS_ENTROPY),
                               ("optimizer_impl", OPTIMIZER_IMPLS), ("fp8_recipe", FP8_RECIPES),
+                              ("elementwise", ELEMENTWISE),
                               ("fsdp_reshard_after_forward", RESHARD), ("fsdp_reduce_dtype", tuple(REDUCE_DTYPES)),
                               ("fsdp_reduce", REDUCE)):
             if getattr(self, name) not in allowed:
@@ -240,7 +249,8 @@ def list_stacks():
     for n in stack_names():
         s = load_stack(n)
         rows.append({"name": n, "framework": s.framework, "attention_kernel": s.attention_kernel,
-                     "cross_entropy": s.cross_entropy, "optimizer_impl": s.optimizer_impl, "compiled": s.compiled,
+                     "cross_entropy": s.cross_entropy, "optimizer_impl": s.optimizer_impl,
+                     "elementwise": s.elementwise, "compiled": s.compiled,
                      "kernels_fwd_bwd": "/".join(map(str, s.kernels_per_layer)),
                      "host_us_per_kernel": s.host_s_per_kernel * 1e6, "runs": summary(s.runs)})
     return pd.DataFrame(rows)
