@@ -171,3 +171,17 @@ def test_slow_links_exposed_p2p_agrees_between_the_modes_at_pp4(schedule, vpp, t
     # the same profile, pp = 4 (m = 64): 1F1B's replay exposes 2.22 s, the old analytic term 0.16 s
     rep, ana = _slow_links_case(schedule, 4, vpp)
     assert ana["exposed_pp_s"] == pytest.approx(rep["exposed_pp_s"], rel=tol)
+
+
+def test_zb_h2_closed_form_is_the_flushed_replay_once_every_rank_reaches_its_steady_cycle():
+    from simulator.pipeline import replay
+    from simulator.schedules import build, family
+
+    rng = np.random.default_rng(7)
+    for _ in range(150):
+        p = int(rng.integers(2, 7))
+        m = int(rng.integers(2 * p - 1, 4 * p + 3))
+        f, b, w = rng.uniform(0.2, 2.0, 3)
+        got = replay(build("zb-h2", pp=p, microbatches=m), forward_s=f, backward_s=b, weight_s=w, p2p_s=0.0)
+        closed = family("zb-h2").makespan(np.array([p]), np.array([float(m)]), 1, f + b + w, f, b, w)
+        assert float(np.ravel(closed)[0]) == pytest.approx(got.makespan_s, rel=1e-9)

@@ -37,8 +37,9 @@ the warm-up's counts. The symbolic longest path over every path's (n_F, n_B, n_W
 (tests/test_pipeline_p2p_closed_forms.py) equals this for p ≤ 6, m ≤ 3p + 2 (no other form is longer);
 seeded replays check larger shapes. ZB-H2: no closed form with p2p here (its longest paths form a
 family of linear forms that grows with p, about a dozen at p = 5); `makespan_zb_h2` adds 2(p − 1)·δ,
-the replay's slope in δ at small δ in most cases we tried (p − 1 when F > B and W > B), and its δ = 0
-part is the paper's ZB-2p form, not this flushed replay's (docs/pipeline.md).
+the replay's slope in δ at small δ in most cases we tried (p − 1 when F > B and W > B). Its δ = 0 part is
+the flushed replay's exact m·t + (p − 1)·max(B − F, F + max(0, B − W)) for m ≥ 2p − 1, the paper's ZB-2p
+form below that (docs/pipeline.md).
 """
 import numpy as np
 
@@ -105,8 +106,15 @@ def inflight_zb_h2(p, m, i, v=1):
 
 
 def makespan_zb_h2(p, m, v, t, f, b, w, d=0.0):
-    """m·t + (p − 1)·max(0, F + B − 2W) (Qi et al. 2024 §2.2) + 2(p − 1)·d: approximate (module docstring)."""
-    return m * t + (p - 1.0) * np.maximum(0.0, f + b - 2 * w) + 2 * (p - 1.0) * d
+    """This flushed ZB-H2's makespan on uniform stages: for m ≥ 2p − 1 (every rank reaches its steady
+    cycle) m·t + (p − 1)·max(B − F, F + max(0, B − W)), the symbolic longest path of its op DAG (module
+    docstring; equal to the replay, tests/test_pipeline_p2p_closed_forms.py); for fewer microbatches the
+    paper's ZB-2p form m·t + (p − 1)·max(0, F + B − 2W) (Qi et al. 2024 §2.2), approximate; + 2(p − 1)·d,
+    approximate (no closed form with p2p)."""
+    n = p - 1.0
+    steady = m * t + n * np.maximum(b - f, f + np.maximum(0.0, b - w))
+    paper = m * t + n * np.maximum(0.0, f + b - 2 * w)
+    return np.where(np.asarray(m) >= 2 * np.asarray(p) - 1, steady, paper) + 2 * n * d
 
 FAMILIES = (ScheduleFamily(name="zb-h1", order=3, build=build_zb_h1, split_backward=True, flush_spec=spec_zb_h1,
                            inflight=inflight_zb_h1, makespan=makespan_zb_h1, p2p_exact=exact_everywhere,
