@@ -18,7 +18,8 @@ def given_flags(table, values: dict) -> dict[str, str]:
 @contextlib.contextmanager
 def flag_names(flags: dict[str, str], *, relations: dict[str, str] | None = None):
     """Inside: an InputError about one value, its message beginning with the library's keyword for it
-    (`num_gpus must be > 0, got 0`; the sweep space's `sweep tp value 0 is out of range`), is raised
+    (`num_gpus must be > 0, got 0`; the sweep space's `sweep tp value 0 is out of range`; a stack field's
+    `stack 'megatron': fsdp_prefetch must be ...`), is raised
     again naming the flag the user typed instead (`--gpus must be > 0, got 0`), when that keyword is in
     `flags` ({keyword: flag}, the flags given). A relation between values (`num_gpus(64) is not
     divisible by tp(3)`) is left alone, except between the keywords of `relations` ({keyword: flag},
@@ -31,7 +32,7 @@ def flag_names(flags: dict[str, str], *, relations: dict[str, str] | None = None
         for key, flag in (relations or {}).items():
             msg = re.sub(rf"(?:\bsweep )?\b{re.escape(key)}\(([^()]*)\)", rf"{flag} \1", msg)
         for key, flag in flags.items():
-            m = re.match(rf"(?:sweep )?{re.escape(key)}(?= )", msg)
+            m = re.match(rf"(?:sweep |stack '[^']*': )?{re.escape(key)}(?= )", msg)  # a space or a stack field
             if m:
                 msg = flag + msg[m.end():]
                 break

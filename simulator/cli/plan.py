@@ -8,6 +8,7 @@ import click
 
 from ..errors import InputError
 from .common import scenario_from_options, scenario_options
+from .flagnames import flag_names
 from .run_options import run_options, run_spec
 
 
@@ -88,8 +89,9 @@ def plan(gpu_counts, hardware_presets, objective, max_days, max_usd, executor, w
     names = _names("--hardware-presets", hardware_presets) if hardware_presets else [sc.hardware.name]
     if top < 0:
         raise InputError(f"--top must be >= 0, got {top}")
-    df = plan_runs(sc, spec, gpu_counts=counts, hardware_names=names, objective=objective, max_days=max_days,
-                   max_usd=max_usd, executor=executor, workers=workers)
+    with flag_names({"max_days": "--max-days", "max_usd": "--max-usd"}):
+        df = plan_runs(sc, spec, gpu_counts=counts, hardware_names=names, objective=objective, max_days=max_days,
+                       max_usd=max_usd, executor=executor, workers=workers)
     if fmt == "json":
         click.echo(json.dumps(json.loads(df.head(top).to_json(orient="records")), indent=2))
     elif fmt == "csv":

@@ -9,12 +9,14 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ..spec.scenario import STACK_FLAG_KEYS
 from .common import flags, pipeline_split_options
 from .flagnames import flag_names, given_flags
 
 # scenario flags passed through to load_scenario (not layout fields: those are lists here)
 _SCENARIO_FLAGS = flags("model", "hardware", "stack", "num_gpus", "seq_length", "global_batch_size", "precision",
-                        "optimizer", "grad_dtype", "cross_entropy")
+                        "optimizer", "grad_dtype", "cross_entropy", "moe_capacity_factor", "moe_imbalance",
+                        *(k for k in STACK_FLAG_KEYS if k not in ("compiled", "tp_comm_overlap")))  # on/off below
 # sweep axes: comma lists or "auto"
 _LIST_FLAGS = [
     ("--tp", "tp", "tensor-parallel degrees, e.g. 1,2,4,8"),
@@ -49,6 +51,8 @@ def _options(fn):
                       help="FlashAttention (no a·s² tensors stored)")(fn)
     fn = click.option("--compile/--no-compile", "compiled", default=None,
                       help="torch.compile / CUDA graphs: fused elementwise kernels, fewer launches (the stack's default)")(fn)
+    fn = click.option("--tp-comm-overlap/--no-tp-comm-overlap", "tp_comm_overlap", default=None,
+                      help="TP collectives in chunks pipelined with their GEMMs (the stack's default)")(fn)
     for flag, dest, typ, hlp in reversed(_SCENARIO_FLAGS):
         fn = click.option(flag, dest, type=typ, default=None, help=hlp)(fn)
     return click.argument("scenario", required=False)(fn)
@@ -195,6 +199,7 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
     over = {dest: kwargs.pop(dest) for _, dest, _, _ in _SCENARIO_FLAGS}
     over["flash_attention"] = kwargs.pop("flash_attention")
     over["compiled"] = kwargs.pop("compiled")
+    over["tp_comm_overlap"] = kwargs.pop("tp_comm_overlap")
     with flag_names(given_flags(_SCENARIO_FLAGS, over)):  # an error about a flag's value names the flag
         sc = load_scenario(scenario, require_layout=False, **over)
     space = SweepSpace.from_table(sc.sweep, where=f"[sweep] of {scenario}" if scenario else "[sweep]")
