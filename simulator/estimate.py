@@ -119,7 +119,7 @@ class Estimate:
                                           f"'{self.training.attention_flops}' convention) / (step_s x GPUs x dense "
                                           f"{self.training.precision} peak)"},
             "stack": stack_summary(self.training.stack),
-            "efficiency_sources": efficiency_sources(self.training, self.hardware),
+            "efficiency_sources": efficiency_sources(self.model, self.training, self.hardware),
             "validated_error": validated_error(self.hardware, self.training.stack),
             "feasible": self.feasible, "reason": self.reason,
         }
@@ -140,19 +140,26 @@ def validated_error(hardware, stack) -> dict:
     return for_estimate(hardware, stack)
 
 
-def efficiency_sources(training: Training, hardware) -> dict:
-    """{role: (table name, its source)} of the efficiency tables this estimate read: GEMMs, attention
-    forward and backward (the stack's kernel), memory-bound kernels, the optimizer step."""
+def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
+    """{role: {table, source}} of the efficiency tables this estimate read: GEMMs, attention forward and
+    backward (the stack's kernel at the model's QK head dim: `table` says which tables and how they were
+    combined, `source` is the head-dim table's), memory-bound kernels, the optimizer step."""
     if hardware is None or not hasattr(hardware, "efficiency"):
         return {}
-    from .cost.attention import attention_tables
+    from .cost.attention import attention_table_names, attention_tables
 
-    fwd, bwd = attention_tables(hardware, training.stack.attention_kernel)
+    kernel = training.stack.attention_kernel
+    d = model.qk_nope_head_dim + model.qk_rope_head_dim if model.is_mla else model.head_dim
     fused = training.stack.optimizer_impl == "fused" or training.optimizer not in ("adam", "adamw")
     opt = "optimizer" if fused and hardware.has_efficiency("optimizer") else "memory"  # (cost/optimizer.py)
-    roles = {"gemm": "gemm", "attention": fwd, "attention_bwd": bwd, "memory": "memory", "optimizer": opt}
-    return {role: {"table": t, "source": hardware.efficiency[t].source} for role, t in roles.items()
-            if hardware.has_efficiency(t)}
+    roles = {"gemm": "gemm", "attention": None, "attention_bwd": None, "memory": "memory", "optimizer": opt}
+    out = {role: {"table": t, "source": hardware.efficiency[t].source} for role, t in roles.items()
+           if t and hardware.has_efficiency(t)}
+    for role, base, label in zip(("attention", "attention_bwd"), attention_tables(hardware, kernel),
+                                 attention_table_names(hardware, kernel, d)):
+        read = label.split(" ")[0]  # the first (head-dim) table read; its source is the one shown
+        out[role] = {"table": label, "source": hardware.efficiency[read if hardware.has_efficiency(read) else base].source}
+    return {role: out[role] for role in roles if role in out}
 
 
 def estimate(model: ModelSpec, training: Training, layout: Layout, hardware, *,

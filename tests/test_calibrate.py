@@ -194,3 +194,47 @@ def test_gemm_fp8_needs_a_gpu_and_fits_against_the_fp8_peak():
     assert max(e) <= 1500 / 1979 + 1e-6 and min(e) >= 500 / 1979 - 1e-6
     with pytest.raises(InputError, match="no fp8 peak"):
         fit_compute_tables({"gemm_fp8": df}, peak_flops_per_s=989e12, peak_bytes_per_s=3e12, label="t")
+
+
+def test_attention_is_fitted_per_head_dim_and_replaces_the_bases_per_kernel_tables():
+    """With head dim 128 measured, the calibration writes `attention` at 128 and `attention_hd<d>` for the
+    other head dims (the model reads its own: cost/attention.py), and the measured profile drops the base's
+    `attention_<kernel>` tables, which a stack would otherwise read in place of the measurement."""
+    import pandas as pd
+
+    from simulator.calibrate.profile_writer import measured_profile_dict
+    from simulator.calibrate.run import fit_compute_tables
+    from simulator.spec.hardware import hardware_from_dict, load_hardware
+    from simulator.spec.presets import read_toml, resolve
+
+    peak = 1000e12
+    rows = []
+    for d, eff in ((64, 0.3), (128, 0.5)):
+        for s in (1024, 4096, 16384):
+            for pas, k in (("fwd", 1.0), ("bwd", 0.8)):
+                rows.append({"pass": pas, "seq": s, "head_dim": d, "flops_per_s": k * eff * peak})
+    fits = fit_compute_tables({"attention": pd.DataFrame(rows)}, peak_flops_per_s=peak, peak_bytes_per_s=3e12,
+                              label="test")
+    assert set(fits) == {"attention", "attention_bwd", "attention_hd64", "attention_bwd_hd64"}
+    base = read_toml(resolve("hardware_profiles", "dgx-h100"))
+    assert "attention_cudnn" in base["efficiency"]
+    prof = measured_profile_dict(base, fits, name="m", provenance={"device": "test"})
+    hw = hardware_from_dict(prof, where="m")
+    assert not any(k.startswith(("attention_cudnn", "attention_flash", "attention_bwd_")) for k in hw.efficiency
+                   if k not in ("attention_bwd", "attention_bwd_hd64"))
+    from simulator.cost.attention import attention_efficiency
+
+    for d, eff in ((64, 0.3), (128, 0.5)):
+        f, b = attention_efficiency(hw, "cudnn", d, 4096.0)
+        assert (float(f), float(b)) == pytest.approx((eff, 0.8 * eff), rel=1e-6)
+    assert "attention_cudnn" in load_hardware("dgx-h100").efficiency  # the preset itself is untouched
+
+
+def test_attention_benchmark_runs_a_batch_of_tokens_per_call():
+    pytest.importorskip("torch")
+    d = mb.bench_attention(seq_lengths=(16, 64), head_dims=(8,), heads=2, device="cpu", dtype="fp32", warmup=1,
+                           iters=1, tokens=128)
+    assert dict(zip(d["seq"], d["batch"])) == {16: 8, 64: 2}
+    assert (d[d["pass"] == "fwd"]["flops"] == [mb.attention_forward_flops(b, 2, s, 8)
+                                              for b, s in zip(d[d["pass"] == "fwd"]["batch"],
+                                                              d[d["pass"] == "fwd"]["seq"])]).all()

@@ -3,9 +3,10 @@
     python validation/attention_tables.py [../shared/data/kernel_benchmarks.csv]
 
 Reads the published attention microbenchmarks (FlashAttention-2/3 papers' and README charts: TFLOP/s
-by kernel, GPU, causal or not, head dim 128, sequence length, at full occupancy: batch x sequence =
+by kernel, GPU, causal or not, head dim, sequence length, at full occupancy: batch x sequence =
 16k tokens, heads x head dim = 2048) and prints `[efficiency.attention_<kernel>]` and
-`[efficiency.attention_bwd_<kernel>]` TOML sections for causal work (training attention is causal),
+`[efficiency.attention_bwd_<kernel>]` TOML sections for causal work (training attention is causal) at
+head dim 128, and `..._hd<d>` sections at the other head dims the charts show (cost/attention.py),
 efficiency = TFLOP/s / the GPU's dense fp16/bf16 peak, in the FlashAttention FLOP convention that
 cost/compute.py reads (forward 4·b·h·s²·d halved for causal; backward 2.5 x forward):
 - forward: the causal forward rows;
@@ -31,9 +32,9 @@ def read(path):
     t = defaultdict(dict)
     src = {}
     for r in csv.DictReader(open(path)):
-        if r["kind"] != "attention" or r["head_dim"] != "128" or not r["seq_len"]:
+        if r["kind"] != "attention" or not r["head_dim"] or not r["seq_len"] or r["dtype"] != "fp16":
             continue
-        key = (r["gpu"], r["kernel"], r["causal"], r["direction"])
+        key = (r["gpu"], r["kernel"], r["causal"], r["direction"], int(r["head_dim"]))
         t[key][int(r["seq_len"])] = float(r["tflops"])
         src[key] = f"{r['source']}; {r['locator']}"
     return t, src
@@ -43,35 +44,44 @@ def sections(path):
     t, src = read(path)
     out = []
     for gpu, peak in PEAK.items():
-        kernels = sorted({k for (g, k, _, _) in t if g == gpu and k != "sdpa-math"})
+        kernels = sorted({k for (g, k, _, _, _) in t if g == gpu and k != "sdpa-math"})
         for k in kernels:
-            fwd, fb = t.get((gpu, k, "true", "fwd")), t.get((gpu, k, "true", "fwd+bwd"))
-            tables = []
-            if fwd:
-                tables.append(("attention", fwd, f"{k} causal forward, hdim 128, {src[(gpu, k, 'true', 'fwd')]}"))
-            if fwd and fb:
-                common = sorted(set(fwd) & set(fb))
-                bwd = {s: 2.5 / (3.5 / fb[s] - 1.0 / fwd[s]) for s in common}
-                tables.append(("attention_bwd", bwd, f"{k} causal backward = 2.5 / (3.5 / fwd+bwd - 1 / fwd) from "
-                                                     f"{src[(gpu, k, 'true', 'fwd+bwd')]}"))
-            elif fb and not fwd:  # only fwd+bwd published: both passes at the combined rate
-                tables.append(("attention", fb, f"{k} causal fwd+bwd rate (3.5 x fwd FLOPs / total time) for both "
-                                                f"passes (no split published), {src[(gpu, k, 'true', 'fwd+bwd')]}"))
-                tables.append(("attention_bwd", fb, f"{k} causal fwd+bwd rate for both passes (no split published), "
-                                                    f"{src[(gpu, k, 'true', 'fwd+bwd')]}"))
-            if k == "flash3" and gpu.startswith("H100") and fwd:
-                nc = t[(gpu, k, "false", "fwd")]
-                bwd = {s: FA3_BWD_NONCAUSAL[s] * fwd[s] / nc[s] for s in sorted(fwd) if s in nc and s in FA3_BWD_NONCAUSAL}
-                tables.append(("attention_bwd", bwd, f"flash3 causal backward = non-causal backward ({FA3_SRC}) x "
-                                                     f"causal/non-causal forward ratio at the same length"))
-            for name, vals, s in tables:
-                xs = sorted(vals)
-                out.append((gpu, f"[efficiency.{name}_{k}]\nx = {xs}\nefficiency = "
-                                 f"[{', '.join(f'{vals[x] / peak:.3f}' for x in xs)}]\n"
-                                 f"x_unit = \"sequence length (keys per query), head dim 128, causal\"\n"
-                                 f"source = \"{s.replace(chr(34), chr(39))}; / {peak} TFLOP/s dense peak; "
-                                 f"fp16 benchmarks used for bf16\"\n"))
+            for d in sorted({hd for (g, kk, _, _, hd) in t if g == gpu and kk == k}, key=lambda x: (x != 128, x)):
+                out += [(gpu, text) for text in _kernel_sections(t, src, gpu, peak, k, d)]
     return out
+
+
+def _kernel_sections(t, src, gpu, peak, k, d):
+    """The TOML sections of kernel `k` at head dim `d` on `gpu` (module docstring)."""
+    fwd, fb = t.get((gpu, k, "true", "fwd", d)), t.get((gpu, k, "true", "fwd+bwd", d))
+    hd = f"hdim {d}"
+    at = "" if d == 128 else f"{hd}, "  # (the head dim 128 sections' sources are unchanged)
+    tables = []
+    if fwd:
+        tables.append(("attention", fwd, f"{k} causal forward, {hd}, {src[(gpu, k, 'true', 'fwd', d)]}"))
+    if fwd and fb:
+        common = sorted(set(fwd) & set(fb))
+        bwd = {s: 2.5 / (3.5 / fb[s] - 1.0 / fwd[s]) for s in common}
+        tables.append(("attention_bwd", bwd, f"{k} causal backward = 2.5 / (3.5 / fwd+bwd - 1 / fwd) from "
+                                             f"{src[(gpu, k, 'true', 'fwd+bwd', d)]}"))
+    elif fb and not fwd:  # only fwd+bwd published: both passes at the combined rate
+        tables.append(("attention", fb, f"{k} causal fwd+bwd rate (3.5 x fwd FLOPs / total time) for both "
+                                        f"passes (no split published), {at}{src[(gpu, k, 'true', 'fwd+bwd', d)]}"))
+        tables.append(("attention_bwd", fb, f"{k} causal fwd+bwd rate for both passes (no split published), "
+                                            f"{at}{src[(gpu, k, 'true', 'fwd+bwd', d)]}"))
+    if k == "flash3" and gpu.startswith("H100") and fwd and d == 128:
+        nc = t[(gpu, k, "false", "fwd", d)]
+        bwd = {s: FA3_BWD_NONCAUSAL[s] * fwd[s] / nc[s] for s in sorted(fwd) if s in nc and s in FA3_BWD_NONCAUSAL}
+        tables.append(("attention_bwd", bwd, f"flash3 causal backward = non-causal backward ({FA3_SRC}) x "
+                                             f"causal/non-causal forward ratio at the same length"))
+    suffix = "" if d == 128 else f"_hd{d}"
+    for name, vals, s in tables:
+        xs = sorted(vals)
+        yield (f"[efficiency.{name}_{k}{suffix}]\nx = {xs}\nefficiency = "
+               f"[{', '.join(f'{vals[x] / peak:.3f}' for x in xs)}]\n"
+               f"x_unit = \"sequence length (keys per query), head dim {d}, causal\"\n"
+               f"source = \"{s.replace(chr(34), chr(39))}; / {peak} TFLOP/s dense peak; "
+               f"fp16 benchmarks used for bf16\"\n")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from h100_measured import (_calibration_drift, _first_shapes, _fit_table, _grad_
                            _head_dim_gap, _idle_ms, loss_memory, repeat_table)
 from h100_kernels import (CATEGORY_INTRO, OP_LIST_INTRO, category_finding, category_table,  # noqa: E402
                           op_list_table)
+from h100_attention_tables import kernel_check_section  # noqa: E402
 
 # (file, label, role); the first two are the primary protocol (fused AdamW, persistent gradients:
 # parasim's assumptions), the rest show what the harness's protocol changes.
@@ -41,7 +42,7 @@ SETS = (
 BEST = "lent-opt.toml"  # the per-run tables and the loss-model table use it
 PROFILES = (("lent.toml", "calibrated (lent.toml)"), ("lent-opt.toml", "calibrated + optimizer table (lent-opt.toml)"),
             ("lent2.toml", "second calibration, another lease (lent2.toml)"),
-            ("dgx-h100", "shipped preset (dgx-h100: measured tables, published attention)"),
+            ("dgx-h100", "shipped preset (dgx-h100: measured tables)"),
             ("dgx-h100-datasheet", "datasheet preset (dgx-h100-datasheet)"))
 
 
@@ -321,10 +322,11 @@ def generate(res=None) -> str:
         "one table per head dimension and timing each run with its own moves the step-time median error to "
         f"{_per_head_dim(res)}: the runs at head dim 128, most of them and most already predicted too fast, get "
         "faster. The pooled table's pessimism at head dim 128 was offsetting time the model does not hold for "
-        "this plain-torch harness: the GPU's idle time between kernels (finding 9). The simulator keeps the "
-        "pooled table until that idle time is modelled; the per-head-dimension fit is computed here from the "
-        "committed points.",
+        "this plain-torch harness: the GPU's idle time between kernels (finding 9). The calibrated profiles keep "
+        "the pooled table they were written with; `parasim calibrate` now fits one table per measured head dim, "
+        "and the shipped preset reads the measured cuDNN kernels at the model's head dim (next section).",
         "",
+        *kernel_check_section(),
         "## Where the time goes: kernels against idle GPU",
         "",
         "`validation/profile_step.py` profiled 7 of the primary grid's configurations on the device (torch.profiler, "

@@ -232,8 +232,13 @@ def bench_gemm(shapes: Sequence[GemmShape], *, dtype: str = "bf16", device: str 
 
 def bench_attention(*, seq_lengths: Sequence[int], head_dims: Sequence[int], batch: int = 1, heads: int = 8,
                     causal: bool = True, dtype: str = "bf16", device: str = "cpu", warmup: int = 2,
-                    iters: int = 5, seed: int = 0):
+                    iters: int = 5, seed: int = 0, tokens: int = 0):
     """Time `scaled_dot_product_attention` forward and forward+backward.
+
+    `tokens` > 0: each length runs a batch of max(batch, tokens // seq) sequences, the FlashAttention
+    benchmarks' grid (batch × seq = 16k tokens), so that a short sequence's kernel outlasts the host's
+    issue time (at batch 1 the shortest calls time the host: validation/h100_attention_tables.py) and
+    fills the GPU as the tables' reference grid does (cost/attention.py REFERENCE_TILES).
 
     Backward time = median(forward+backward) − median(forward). Returns one row per
     (seq, head_dim, pass) with flops (causal-halved; forward: model FLOPs, backward: the executed
@@ -248,8 +253,9 @@ def bench_attention(*, seq_lengths: Sequence[int], head_dims: Sequence[int], bat
     g = torch.Generator(device="cpu").manual_seed(seed)
     rows = []
     for s in seq_lengths:
+        b = max(batch, tokens // s) if tokens else batch
         for d in head_dims:
-            shape = (batch, heads, s, d)
+            shape = (b, heads, s, d)
             q, k, v = (torch.randn(*shape, generator=g).to(device=device, dtype=td).requires_grad_(True)
                        for _ in range(3))
             do = torch.randn(*shape, generator=g).to(device=device, dtype=td)
@@ -265,10 +271,10 @@ def bench_attention(*, seq_lengths: Sequence[int], head_dims: Sequence[int], bat
             tf = time_callable(fwd, device=device, warmup=warmup, iters=iters)
             tfb = time_callable(fwd_bwd, device=device, warmup=warmup, iters=iters)
             tb = max(tfb.median_s - tf.median_s, 1e-12)
-            ff = attention_forward_flops(batch, heads, s, d, causal=causal)
-            fb = attention_backward_executed_flops(batch, heads, s, d, causal=causal)
+            ff = attention_forward_flops(b, heads, s, d, causal=causal)
+            fb = attention_backward_executed_flops(b, heads, s, d, causal=causal)
             for pas, f, t in (("fwd", ff, tf.median_s), ("bwd", fb, tb)):
-                rows.append({"kernel": "sdpa", "pass": pas, "batch": batch, "heads": heads, "seq": s, "head_dim": d,
+                rows.append({"kernel": "sdpa", "pass": pas, "batch": b, "heads": heads, "seq": s, "head_dim": d,
                              "causal": causal, "dtype": dtype, "flops": float(f), "time_s": t,
                              "flops_per_s": f / t, "timer": tf.timer})
             del q, k, v, do

@@ -125,7 +125,10 @@ def measured_profile_dict(base: Mapping, fits: Mapping[str, CurveFit], *, name: 
                           description: str | None = None) -> dict:
     """Copy of `base` with `name`, the fitted `[efficiency.<table>]` replaced/added and `[provenance]` set.
 
-    Tables of the base that were not measured are kept and keep their own `source`.
+    Tables of the base that were not measured are kept and keep their own `source`, except the base's
+    per-kernel and per-head-dim attention tables when attention was measured: a stack reads
+    `attention_<kernel>` before the generic table (cost/attention.py), so a kept published table would
+    hide the measurement; the measured SDPA kernel stands for every attention kernel in that profile.
     """
     import copy
 
@@ -134,6 +137,8 @@ def measured_profile_dict(base: Mapping, fits: Mapping[str, CurveFit], *, name: 
     if description is not None:
         d["description"] = description
     eff = dict(d.get("efficiency", {}))
+    if "attention" in fits:  # the measured kernel replaces the base's per-kernel and per-head-dim tables,
+        eff = {k: v for k, v in eff.items() if not re.fullmatch(r"attention(_bwd)?_\w+", k)}  # which would shadow it
     for tname, fit in fits.items():
         eff[tname] = _curve_table(fit)
     d["efficiency"] = eff

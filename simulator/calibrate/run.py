@@ -7,7 +7,8 @@
 
 Tables (x and efficiency as in spec/hardware.py):
 - gemm:          x = FLOPs of one GEMM; efficiency = achieved FLOP/s / peak_flops(dtype)
-- attention:     x = sequence length; forward model FLOP/s (causal-halved) / peak
+- attention:     x = sequence length; forward model FLOP/s (causal-halved) / peak; one table per measured
+                 head dim (`attention` at 128, `attention_hd<d>` at the others)
 - attention_bwd: x = sequence length; backward executed FLOP/s (2.5× forward: FlashAttention recomputes
                  QKᵀ; the convention the cost model reads it in) / peak
 - memory:        x = bytes moved by one kernel; achieved bytes/s / HBM peak bandwidth
@@ -48,6 +49,7 @@ class Grid:
     warmup: int
     iters: int
     optimizer_params: tuple[int, ...] = (2**12, 2**14, 2**16)
+    attention_tokens: int = 0  # > 0: batch × seq per attention call (microbench.bench_attention)
 
 
 GRIDS = {
@@ -61,7 +63,7 @@ GRIDS = {
                 kv_fraction=0.125, seq_lengths=(512, 1024, 2048, 4096, 8192, 16384, 32768), head_dims=(64, 128),
                 attention_heads=32, memory_sizes_bytes=tuple(2**e for e in range(20, 31, 2)),
                 collective_sizes_bytes=tuple(2**e for e in range(16, 31, 2)), warmup=5, iters=20,
-                optimizer_params=tuple(2**e for e in range(20, 31, 2))),
+                optimizer_params=tuple(2**e for e in range(20, 31, 2)), attention_tokens=16384),
 }
 
 
@@ -80,9 +82,22 @@ def gemm_points(df, peak_flops_per_s: float):
     return df["flops"].to_numpy(float), df["flops_per_s"].to_numpy(float) / peak_flops_per_s
 
 
-def attention_points(df, peak_flops_per_s: float, pass_: str):
+def attention_points(df, peak_flops_per_s: float, pass_: str, head_dim: int | None = None):
+    """x = sequence length, efficiency = FLOP/s / peak of pass `pass_` (at `head_dim`; None: all)."""
     d = df[df["pass"] == pass_]
+    if head_dim is not None:
+        d = d[d["head_dim"] == head_dim]
     return d["seq"].to_numpy(float), d["flops_per_s"].to_numpy(float) / peak_flops_per_s
+
+
+def attention_head_dims(df) -> dict[str, int | None]:
+    """{table suffix: head dim} to fit: with head dim 128 measured, the base table at 128 (the head dim a
+    table without a suffix holds, cost/attention.py) and '_hd<d>' for each other measured head dim;
+    without it one base table over every point pooled."""
+    dims = sorted(int(d) for d in df["head_dim"].unique())
+    if 128 not in dims:
+        return {"": None}
+    return {"": 128, **{f"_hd{d}": d for d in dims if d != 128}}
 
 
 def memory_points(df, peak_bytes_per_s: float):
@@ -107,12 +122,14 @@ def fit_compute_tables(measurements: Mapping[str, object], *, peak_flops_per_s: 
             x, e, name="gemm_fp8", x_unit="FLOPs per GEMM",
             source=f"{label}: torch._scaled_mm (e4m3, per-tensor scales, bf16 out) over transformer-layer GEMM shapes")
     if "attention" in measurements:
-        for pas, tname in (("fwd", "attention"), ("bwd", "attention_bwd")):
-            x, e = attention_points(measurements["attention"], peak_flops_per_s, pas)
-            fits[tname] = fit_efficiency_curve(
-                x, e, name=tname, x_unit="sequence length (tokens)",
-                source=f"{label}: scaled_dot_product_attention {pas}, causal, "
-                       f"{'model FLOPs (4·b·a·s²·d/2)' if pas == 'fwd' else 'executed FLOPs (2.5 × forward)'}")
+        att = measurements["attention"]
+        for suffix, d in attention_head_dims(att).items():
+            for pas, tname in (("fwd", "attention" + suffix), ("bwd", "attention_bwd" + suffix)):
+                x, e = attention_points(att, peak_flops_per_s, pas, d)
+                fits[tname] = fit_efficiency_curve(
+                    x, e, name=tname, x_unit=f"sequence length (tokens), head dim {d or 'pooled'}",
+                    source=f"{label}: scaled_dot_product_attention {pas}, causal, "
+                           f"{'model FLOPs (4·b·a·s²·d/2)' if pas == 'fwd' else 'executed FLOPs (2.5 × forward)'}")
     if "memory" in measurements:
         x, e = memory_points(measurements["memory"], peak_bytes_per_s)
         kinds = ", ".join(sorted(measurements["memory"]["kernel"].unique()))
@@ -268,7 +285,8 @@ def _measure_kernels(kinds: Sequence[str], g: Grid, *, device: str, dtype: str, 
     if "attention" in kinds:
         say("attention")
         m["attention"] = mb.bench_attention(seq_lengths=g.seq_lengths, head_dims=g.head_dims, heads=g.attention_heads,
-                                            dtype=dtype, device=device, warmup=g.warmup, iters=g.iters)
+                                            dtype=dtype, device=device, warmup=g.warmup, iters=g.iters,
+                                            tokens=g.attention_tokens)
     if "memory" in kinds or cpu_base:
         say("memory")
         m["memory"] = mb.bench_memory(sizes_bytes=g.memory_sizes_bytes, dtype=dtype, device=device,

@@ -1,12 +1,15 @@
-"""Attention kernels on a GPU: which efficiency tables a stack's kernel reads, and how much of the GPU
-one kernel fills (split from compute.py, which times the ops)."""
+"""Attention kernels on a GPU: which efficiency tables a stack's kernel reads, at which head dimension,
+and how much of the GPU one kernel fills (split from compute.py, which times the ops)."""
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
 
 Q_TILE = 128  # query rows per FlashAttention thread block on Hopper/Ampere (FA2/FA3, cuDNN fprop kernel_m=128)
 REFERENCE_TILES = 2048  # the published benchmarks' grid: 16k tokens x 16 heads (hdim 128) / 128-row tiles
+BASE_HEAD_DIM = 128  # the head dimension of a table without an `_hd<d>` suffix
 
 
 def attention_occupancy(tiles, sm_count: int):
@@ -28,10 +31,78 @@ def attention_occupancy(tiles, sm_count: int):
 
 
 def attention_tables(hardware, kernel: str) -> tuple[str, str]:
-    """(forward, backward) efficiency tables of attention kernel `kernel` (spec/stack.py) on `hardware`:
-    `attention_<kernel>` / `attention_bwd_<kernel>` where the profile has them (published per-kernel
-    benchmarks), else the generic `attention` / `attention_bwd`; a backward without its own table reads
-    the generic backward table, then the forward one."""
+    """(forward, backward) base efficiency tables (head dim BASE_HEAD_DIM) of attention kernel `kernel`
+    (spec/stack.py) on `hardware`: `attention_<kernel>` / `attention_bwd_<kernel>` where the profile has
+    them (published or measured per-kernel benchmarks), else the generic `attention` / `attention_bwd`; a
+    backward without its own table reads the generic backward table, then the forward one."""
     fwd = f"attention_{kernel}" if hardware.has_efficiency(f"attention_{kernel}") else "attention"
     bwd = next((t for t in (f"attention_bwd_{kernel}", "attention_bwd") if hardware.has_efficiency(t)), "attention")
     return fwd, bwd
+
+
+def head_dim_tables(hardware, base: str) -> dict[int, str]:
+    """{head dim: table} of base table `base` and its `<base>_hd<d>` variants in `hardware`."""
+    out = {BASE_HEAD_DIM: base}
+    for name in hardware.efficiency:
+        m = re.fullmatch(re.escape(base) + r"_hd(\d+)", name)
+        if m:
+            out[int(m.group(1))] = name
+    return dict(sorted(out.items()))
+
+
+def _bracket(dims: dict[int, str], head_dim: float) -> tuple[str, str, float]:
+    """(lower table, upper table, weight of the upper) for `head_dim` among `dims`: linear in log2(d)
+    between the two nearest head dims that have tables, the end table outside them."""
+    ds = list(dims)
+    d = min(max(float(head_dim), ds[0]), ds[-1])
+    hi = next(i for i, x in enumerate(ds) if x >= d)
+    lo = max(hi - 1, 0)
+    if ds[hi] == d or lo == hi:
+        return dims[ds[hi]], dims[ds[hi]], 0.0
+    w = (np.log2(d) - np.log2(ds[lo])) / (np.log2(ds[hi]) - np.log2(ds[lo]))
+    return dims[ds[lo]], dims[ds[hi]], float(w)
+
+
+def _at(hardware, dims: dict[int, str], head_dim: float, x) -> np.ndarray:
+    lo, hi, w = _bracket(dims, head_dim)
+    e = hardware.interp_efficiency(lo, x)
+    return e if w == 0.0 else (1.0 - w) * e + w * hardware.interp_efficiency(hi, x)
+
+
+def attention_efficiency(hardware, kernel: str, head_dim: float, x) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) efficiency of attention kernel `kernel` at `x` keys per query and head dim
+    `head_dim`, before occupancy.
+
+    A table holds one head dim (BASE_HEAD_DIM, or d for `<table>_hd<d>`); FlashAttention-style kernels run
+    head dim 64 at about 0.7 of head dim 128's TFLOP/s on an H100 (FlashAttention-3 README charts,
+    kernel_benchmarks.csv; measured 0.69-0.77 with torch SDPA, validation/h100/calib_points*.csv), so the
+    head dim is read, not assumed: η(x, d) is interpolated linearly in log2(d) between the two nearest
+    head dims with tables (the nearest one outside them). A backward with no head-dim tables of its own
+    follows its forward's head-dim ratio:
+
+        η_bwd(x, d) = η_bwd(x, 128) · η_fwd(x, d) / η_fwd(x, 128)
+
+    (no published backward by head dim for that kernel; stated, not measured)."""
+    f_base, b_base = attention_tables(hardware, kernel)
+    fd, bd = head_dim_tables(hardware, f_base), head_dim_tables(hardware, b_base)
+    eff_f = _at(hardware, fd, head_dim, x)
+    if len(bd) > 1 or len(fd) == 1:
+        return eff_f, _at(hardware, bd, head_dim, x)
+    ratio = eff_f / np.maximum(hardware.interp_efficiency(f_base, x), 1e-12)
+    return eff_f, hardware.interp_efficiency(b_base, x) * ratio
+
+
+def attention_table_names(hardware, kernel: str, head_dim: float) -> tuple[str, str]:
+    """(forward, backward) table names read for `kernel` at `head_dim` ('a + b' when interpolated between
+    two head dims; the backward names its forward's ratio when it has no head-dim tables of its own)."""
+    f_base, b_base = attention_tables(hardware, kernel)
+    fd, bd = head_dim_tables(hardware, f_base), head_dim_tables(hardware, b_base)
+
+    def name(dims):
+        lo, hi, w = _bracket(dims, head_dim)
+        return lo if w == 0.0 else f"{lo} + {hi}"
+
+    f = name(fd)
+    if len(bd) > 1 or len(fd) == 1 or f == f_base:
+        return f, name(bd)
+    return f, f"{b_base} x ({f}) / {f_base}"

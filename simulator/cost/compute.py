@@ -47,7 +47,7 @@ from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
-from .attention import Q_TILE, attention_occupancy, attention_tables
+from .attention import Q_TILE, attention_efficiency, attention_occupancy
 from .launch import launch_bound
 from .memory_ops import _embedding_memory_op, _head_memory_ops, _memory_time, fp8_cast_op, memory_ops
 
@@ -174,9 +174,9 @@ def _memory_times(ops, hardware) -> np.ndarray:
 def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size, cp_algorithm, roofline) -> np.ndarray:
     """Core attention (QKᵀ and A·V) as a `_table` (one column with FlashAttention, two without).
 
-    FlashAttention (one fused kernel per pass): forward t = FLOPs_fwd / (peak · η_attention(x) · occ),
-    backward t = (2·FLOPs_fwd + QKᵀ recompute) / (peak · η_attention_bwd(x) · occ) (η_attention when the
-    profile has no backward table), x = s/c (ring CP: each kernel sees s/c queries) or s (Ulysses),
+    FlashAttention (one fused kernel per pass): forward t = FLOPs_fwd / (peak · η_attention(x, d) · occ),
+    backward t = (2·FLOPs_fwd + QKᵀ recompute) / (peak · η_attention_bwd(x, d) · occ) (η at the QK head dim d:
+    attention.attention_efficiency), x = s/c (ring CP: each kernel sees s/c queries) or s (Ulysses),
     occ = `attention_occupancy` of its b · heads-per-rank · ⌈queries/128⌉ thread blocks;
     memory: Q, K, V, O once in the forward, twice in the backward. Peak: bf16 (fp16/fp32 when training
     in those), also under fp8 training.
@@ -195,8 +195,8 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
         return _table(t, 2.0 * t, 0.0 * t, fl, bwd_fl, 0.0 * fl)
     fwd, bwd = fl.sum(axis=0, keepdims=True), bwd_fl.sum(axis=0, keepdims=True)
     x = np.maximum(float(training.seq_length) / (F._f(cp) if cp_algorithm == "ring" else 1.0), 1.0)
-    f_table, b_table = attention_tables(hardware, training.stack.attention_kernel)
-    eff_f, eff_b = hardware.interp_efficiency(f_table, x), hardware.interp_efficiency(b_table, x)
+    d_qk = model.qk_nope_head_dim + model.qk_rope_head_dim if model.is_mla else model.head_dim
+    eff_f, eff_b = attention_efficiency(hardware, training.stack.attention_kernel, d_qk, x)
     tp_, cp_, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
     s = float(training.seq_length)
     ring = cp_algorithm == "ring"

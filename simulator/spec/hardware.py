@@ -50,10 +50,12 @@ REQUIRED_EFFICIENCY = ("gemm", "attention", "memory", "nvlink_ring", "network")
 # Every efficiency table a profile may hold (the table above), besides those of `_EFFICIENCY_PATTERN`:
 # calibration's `nccl_<collective>_<intra|inter>` and a software stack's `attention_<kernel>` /
 # `attention_bwd_<kernel>` (spec/stack.py names the kernels; a kernel name does not start with `bw`, so
-# `attention_bw` is the typo it looks like). Any other name is a typo and is refused.
+# `attention_bw` is the typo it looks like), each also per head dim as `<table>_hd<d>` (cost/attention.py).
+# Any other name is a typo and is refused.
 EFFICIENCY_TABLES = ("gemm", "gemm_fp8", "attention", "attention_bwd", "memory", "optimizer", "nvlink_ring", "nvls",
                      "nvlink_p2p", "network")
-_EFFICIENCY_PATTERN = r"nccl_[a-z0-9]+(_[a-z0-9]+)*_(intra|inter)|attention_(?!bw)[a-z0-9]+|attention_bwd_[a-z0-9]+"
+_EFFICIENCY_PATTERN = (r"nccl_[a-z0-9]+(_[a-z0-9]+)*_(intra|inter)"
+                       r"|attention(_bwd)?_hd[0-9]+|attention_(?!bw)[a-z0-9]+(_hd[0-9]+)?|attention_bwd_[a-z0-9]+(_hd[0-9]+)?")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,180 @@
+"""dgx-h100's cuDNN attention tables, from the attention microbenchmarks measured on the lent H100.
+
+    python validation/h100_attention_tables.py
+
+Reads the causal scaled-dot-product-attention points of both H100 calibrations
+(`validation/h100/calib_points.csv`, `calib_points2.csv`: torch 2.11 SDPA, which dispatched cuDNN's
+fused attention there, batch 1, 32 heads, head dim 64 and 128, 512-32768 tokens, forward and forward +
+backward, CUDA events; protocol in validation/h100/README.md) and prints the `[efficiency.attention_cudnn*]`
+and `[efficiency.attention_bwd_cudnn*]` sections of hardware_profiles/dgx-h100.toml, in the FLOP convention
+cost/compute.py reads (forward 4·b·h·s²·d / 2 causal; backward 2.5 × forward, FlashAttention's recompute
+of S included):
+
+- Each point's efficiency = FLOPs / (time · 989.4 TFLOP/s), the faster of the two calibrations per point
+  (the rule of the preset's other measured tables: a kernel's slow timings come from clocks and
+  interference).
+- Measured lengths are used from `MIN_SEQ` = 4096 tokens up. Below it one call of batch 1 issues less
+  GPU work than the host takes to issue the call (the shortest calls take 30-50 µs forward and 120-220 µs
+  backward whatever their work), so the events time the host, not the kernel; at 4096 the timed call
+  equals the kernel (backward 790-802 µs against the profiled `..._flash_bprop_...` kernel's 802 µs at the
+  same shape, validation/h100/kernel_breakdown.csv). Below 4096 the table follows the published cuDNN
+  causal forward chart's shape at the same head dim (FlashAttention-3 README figure, kernel_benchmarks.csv:
+  kernel-only at full occupancy), anchored at the measured 4096 value: η(s) = η(4096) · chart(s) / chart(4096).
+  The backward uses the forward chart's shape (no cuDNN backward by length is published).
+- Head dim 256 (not measured): the measured head dim 128 table times the chart's 256/128 forward ratio at
+  the same length (the ratio at 16384 beyond it).
+
+No training step is used: the cuDNN kernels profiled in the harness's training steps
+(validation/h100/kernel_breakdown.csv) are the check (`kernel_check`, docs/validation-h100.md,
+tests/test_attention_head_dim.py).
+"""
+from __future__ import annotations
+
+import csv
+import re
+import sys
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parent
+CALIB = (ROOT / "h100" / "calib_points.csv", ROOT / "h100" / "calib_points2.csv")
+CHART = ROOT / "data" / "kernel_benchmarks.csv"
+PEAK = 989.4e12  # H100 SXM dense bf16 FLOP/s (NVIDIA datasheet)
+MIN_SEQ = 4096
+SOURCE = ("measured: torch 2.11 scaled_dot_product_attention (cuDNN fused attention, "
+          "cudnn_generated_fort_native_sdpa_sm90_flash_fprop/bprop) on one NVIDIA H100 80GB HBM3 SXM, two "
+          "`parasim calibrate` leases (validation/h100/calib_points.csv, calib_points2.csv; faster of the two "
+          "per point), batch 1, 32 heads, causal, from 4096 tokens; below 4096 the published cuDNN causal forward "
+          "chart's shape at this head dim anchored at the measured 4096 point (FlashAttention-3 README figure, "
+          "kernel_benchmarks.csv); validation/h100_attention_tables.py")
+
+
+def forward_flops(b, h, s, d):
+    """Causal attention forward FLOPs, 4·b·h·s²·d / 2 (formulas.md §2.4; microbench.attention_forward_flops)."""
+    return 4.0 * b * h * s * s * d / 2.0
+
+
+def measured() -> dict:
+    """{(pass, head_dim, seq): efficiency}, the faster of the two calibrations."""
+    best = {}
+    for path in CALIB:
+        for r in csv.DictReader(open(path)):
+            if r["measurement"] != "attention" or r["causal"] != "True":
+                continue
+            b, h, s, d = (int(float(r[k])) for k in ("batch", "heads", "seq", "head_dim"))
+            fl = forward_flops(b, h, s, d) * (2.5 if r["pass"] == "bwd" else 1.0)
+            key = (r["pass"], d, s)
+            best[key] = max(best.get(key, 0.0), fl / float(r["time_s"]) / PEAK)
+    return best
+
+
+def chart() -> dict:
+    """{(head_dim, seq): TFLOP/s} of the published cuDNN causal forward on the H100 (fp16)."""
+    out = {}
+    for r in csv.DictReader(open(CHART)):
+        if (r["kind"], r["gpu"], r["kernel"], r["causal"], r["direction"], r["dtype"]) == \
+                ("attention", "H100-SXM5-80GB", "cudnn", "true", "fwd", "fp16"):
+            out[int(r["head_dim"]), int(r["seq_len"])] = float(r["tflops"])
+    return out
+
+
+def tables() -> dict:
+    """{table name: {seq: efficiency}} (module docstring)."""
+    m, c = measured(), chart()
+    out = {}
+    for pas, prefix in (("fwd", "attention_cudnn"), ("bwd", "attention_bwd_cudnn")):
+        for d in (128, 64):
+            long = {s: e for (p, dd, s), e in m.items() if p == pas and dd == d and s >= MIN_SEQ}
+            short = {s: long[MIN_SEQ] * c[d, s] / c[d, MIN_SEQ] for (dd, s) in c if dd == d and s < MIN_SEQ}
+            out[prefix + ("" if d == 128 else f"_hd{d}")] = dict(sorted({**short, **long}.items()))
+        base = out[prefix]
+        top = max(s for (dd, s) in c if dd == 256)
+        out[prefix + "_hd256"] = {s: e * c[256, min(s, top)] / c[128, min(s, top)] for s, e in base.items()}
+    return out
+
+
+def profiled_cudnn_kernels() -> dict:
+    """{run_id: (forward s, backward s) per call} of the cuDNN SDPA kernels the torch profiler recorded in the
+    H100 harness's training steps (validation/profile_step.py; a full-recompute run calls the forward twice)."""
+    tot = {}
+    for r in csv.DictReader(open(ROOT / "h100" / "kernel_breakdown.csv")):
+        if r["category"] == "kernel:attention" and "cudnn_generated" in r["kernel"]:
+            tot.setdefault(r["run_id"], [0.0, 0.0])[1 if "bprop" in r["kernel"] else 0] += float(r["time_s"])
+    out = {}
+    for run, (f, b) in tot.items():
+        layers = int(re.match(r"L(\d+)-", run).group(1))
+        out[run] = (f / (2 * layers if "-full-" in run else layers), b / layers)
+    return out
+
+
+def kernel_check(hardware) -> list[dict]:
+    """Per profiled run: measured and predicted cuDNN attention per call (forward, backward) with the
+    harness's stack (compare_train_steps.specs_for_row) on `hardware`."""
+    sys.path.insert(0, str(ROOT))
+    from compare_train_steps import specs_for_row
+    from simulator.cost.compute import layer_op_times
+
+    rows = []
+    for run, (mf, mb) in profiled_cudnn_kernels().items():
+        d = dict(re.findall(r"(?:^|-)([a-z]+|L)(\d+)", run))
+        row = {"run_id": run, "dtype": "bf16", "hidden": int(d["h"]), "layers": int(d["L"]), "heads": int(d["a"]),
+               "kv_heads": int(d["kv"]), "ffn_hidden": int(d["f"]), "vocab": 32000, "attention": "sdpa",
+               "seq_len": int(d["s"]), "micro_batch": int(d["b"]), "recompute": "none"}
+        m, tr, _ = specs_for_row(row)
+        att = {o.name: o for o in layer_op_times(m, tr, hardware, micro_batch_size=row["micro_batch"])}["attention"]
+        rows.append({"run_id": run, "head_dim": m.head_dim, "seq": row["seq_len"], "batch": row["micro_batch"],
+                     "measured_fwd_s": mf, "measured_bwd_s": mb,
+                     "predicted_fwd_s": float(att.forward_s), "predicted_bwd_s": float(att.backward_s)})
+    return rows
+
+
+def kernel_check_lines(profiles=(("dgx-h100", "shipped dgx-h100"), ("dgx-h100-datasheet", "dgx-h100-datasheet"))):
+    """Markdown table of `kernel_check` for each profile (docs/validation-h100.md)."""
+    from simulator.spec.hardware import load_hardware
+
+    checks = {p: kernel_check(load_hardware(p)) for p, _ in profiles}
+    head = "| run | head dim | measured fwd / bwd µs | " + " | ".join(f"{lab}: fwd / bwd µs (error)" for _, lab in profiles)
+    out = [head + " |", "|---|---|---|" + "---|" * len(profiles)]
+    errs = {p: [] for p, _ in profiles}
+    for i, r in enumerate(checks[profiles[0][0]]):
+        cells = []
+        for p, _ in profiles:
+            q = checks[p][i]
+            ef, eb = q["predicted_fwd_s"] / q["measured_fwd_s"] - 1, q["predicted_bwd_s"] / q["measured_bwd_s"] - 1
+            errs[p] += [ef, eb]
+            cells.append(f"{1e6 * q['predicted_fwd_s']:.1f} / {1e6 * q['predicted_bwd_s']:.1f} "
+                         f"({100 * ef:+.1f} % / {100 * eb:+.1f} %)")
+        out.append(f"| {r['run_id']} | {r['head_dim']} | {1e6 * r['measured_fwd_s']:.1f} / {1e6 * r['measured_bwd_s']:.1f} | "
+                   + " | ".join(cells) + " |")
+    summ = "; ".join(f"{lab}: median {100 * median(map(abs, errs[p])):.1f} %, max {100 * max(map(abs, errs[p])):.1f} %"
+                     for p, lab in profiles)
+    return out + ["", f"Median / max |error| over the {len(errs[profiles[0][0]])} kernels: {summ}.", ""]
+
+
+def kernel_check_section() -> list[str]:
+    """The section of docs/validation-h100.md that checks the attention tables against the profiled kernels."""
+    return ["## Attention kernels: the shipped tables against the profiled cuDNN kernels", "",
+            "The torch profiler recorded cuDNN's SDPA kernels (`..._flash_fprop_...`, `..._flash_bprop_...`) in six "
+            "SDPA runs (`validation/h100/kernel_breakdown.csv`; per call: a full-recompute run calls the forward twice). "
+            "`dgx-h100` reads the measured cuDNN tables of `validation/h100_attention_tables.py` (the calibration "
+            "microbenchmarks from 4096 tokens, where a call outlasts the host's issue time; below, the published cuDNN "
+            "chart's shape) at the model's head dim; `dgx-h100-datasheet` reads the published charts (FlashAttention-3 "
+            "README: cuDNN forward by head dim; FlashAttention-3's backward at head dim 128, scaled by the forward's "
+            "head-dim ratio). No table was fitted to these kernels.", "",
+            *kernel_check_lines()]
+
+
+def sections() -> str:
+    text = []
+    for name, vals in tables().items():
+        d = name.rsplit("_hd", 1)[1] if "_hd" in name else "128"
+        extra = "" if d != "256" else "; head dim 256 not measured: the head dim 128 table x the chart's 256/128 ratio"
+        text.append(f"[efficiency.{name}]\nx = {list(vals)}\n"
+                    f"efficiency = [{', '.join(f'{e:.4f}' for e in vals.values())}]\n"
+                    f"x_unit = \"sequence length (keys per query), head dim {d}, causal\"\n"
+                    f"source = \"{SOURCE}{extra}\"\n")
+    return "\n".join(text)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(sections())
