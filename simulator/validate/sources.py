@@ -21,6 +21,12 @@ NARAYANAN21 — Narayanan et al. 2021 (SC'21) Table 1, Megatron-LM on Selene (DG
 - the step time compared is *derived* from the reported TFLOP/s with Megatron's FLOP formula (it
   counts the recompute forward and full, non-causal attention) and is labelled so.
 
+KORTHIKANTI22 — Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, Megatron-LM on Selene (A100 80 GB),
+measured end-to-end iteration times (validation/korthikanti22.csv): the GPT architecture and 2022
+settings of NARAYANAN21 (no FlashAttention, dropout on, fp16 gradients, vocabulary 51200 padded to
+128·tp); 'full' rows recompute every layer without sequence parallelism, 'seqsel' rows run sequence
+parallelism with Megatron's selective (attention-core) recompute.
+
 ZB24 — Qi et al. 2024, Zero Bubble Pipeline Parallelism, Megatron-LM fork, A100 80 GB, pure PP:
 - GPT-like model as NARAYANAN21 (LayerNorm, GeLU, biases, learned positions of seq_len rows) with the
   embedding tied to the output layer and a 32000-token vocabulary (padded to a multiple of 128·tp):
@@ -156,6 +162,17 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "no FlashAttention (2021: materialised scores)",
             "dropout 0.1 (Megatron default)",
             "fp16 gradients (Megatron 2021: --accumulate-allreduce-grads-in-fp32 off unless bf16)",
+            "vocab padded to 128·tp (Megatron --make-vocab-size-divisible-by 128)",
+        )),
+    SourceRules(
+        source_id="KORTHIKANTI22", family="gpt", tie_word_embeddings=True, learned_positions=True,
+        vocab_pad_per_tp=128, flash_attention=False, dropout=True, stack="megatron",
+        grad_dtype=((r"fp16", "fp16"), (r".", "fp32")),
+        statements=(
+            "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
+            "no FlashAttention (2022: materialised scores, Megatron's fused scale-mask-softmax)",
+            "dropout 0.1 (Megatron default; the paper's activation count 34sbh + 5as²b includes its masks)",
+            "fp16 gradients (Megatron 2022: --accumulate-allreduce-grads-in-fp32 off unless bf16)",
             "vocab padded to 128·tp (Megatron --make-vocab-size-divisible-by 128)",
         )),
     SourceRules(
