@@ -106,3 +106,44 @@ def attention_table_names(hardware, kernel: str, head_dim: float) -> tuple[str, 
     if len(bd) > 1 or len(fd) == 1 or f == f_base:
         return f, name(bd)
     return f, f"{b_base} x ({f}) / {f_base}"
+
+
+def unfused_core_times(gemm_s, forward_flops, scores, head_dim, keys, e: float, hardware, peak: float):
+    """(forward, backward) time of each of materialised attention's two batched GEMMs (QKᵀ, A·V), from the
+    profile's measured `attention_unfused` tables when it has them; None when it has none.
+
+    The tables time PyTorch's standard attention: QKᵀ batched GEMM, softmax, A·V, forward and backward
+    (FlashAttention-2/3 README charts, kernel_benchmarks.csv; FLOPs of the full s² matrix, backward 2.5 ×
+    forward in the charts' convention), at the model's head dim and `keys` per query:
+
+        T_fwd = F / (peak · η_unfused(x, d)),  T_bwd = 2.5·F / (peak · η_bwd_unfused(x, d))
+
+    or, where only the two passes' total was published (no `attention_bwd_unfused`: the A100),
+    T = 3.5·F / (peak · η_unfused(x, d)) split as the modelled passes split it (materialised attention is
+    memory-bound: the backward moves 14 bytes per score where the forward moves 8; on the H100, where both
+    are published, the measured split is 1 : 1.87 at 2k tokens, the modelled 1 : 1.75). The softmax
+    kernel stays an op of the stack's list (elementwise.py: fused, eager or hf, with its dropout), so its
+    plain pass (read e + write e per score forward; read 2e + write e backward, timed as every
+    memory-bound kernel) is taken out, and the rest is split over the two GEMMs as their modelled times
+    `gemm_s` (rows QKᵀ, A·V; backward modelled as twice the forward) split it:
+
+        GEMMs_fwd = max(T_fwd − t_softmax_fwd, 0),  GEMMs_bwd = max(T_bwd − t_softmax_bwd, 0)
+
+    F = `forward_flops` summed over the two GEMMs (4·b·heads·s_q·s_k·d), `scores` = b·heads·s_q·s_k."""
+    if not hardware.has_efficiency("attention_unfused"):
+        return None
+    from .memory_ops import _memory_time
+
+    f = np.sum(forward_flops, axis=0)
+    sm_f, sm_b = _memory_time(2.0 * e * scores, 1.0, hardware), _memory_time(3.0 * e * scores, 1.0, hardware)
+    eff_f = _at(hardware, head_dim_tables(hardware, "attention_unfused"), head_dim, keys)
+    if hardware.has_efficiency("attention_bwd_unfused"):
+        eff_b = _at(hardware, head_dim_tables(hardware, "attention_bwd_unfused"), head_dim, keys)
+        t_fwd, t_bwd = f / (peak * eff_f), 2.5 * f / (peak * eff_b)
+    else:
+        g = np.sum(gemm_s, axis=0)
+        fwd_share = (g + sm_f) / (3.0 * g + sm_f + sm_b)  # modelled forward / (forward + backward)
+        total = 3.5 * f / (peak * eff_f)
+        t_fwd, t_bwd = fwd_share * total, (1.0 - fwd_share) * total
+    share = gemm_s / np.maximum(np.sum(gemm_s, axis=0), 1e-300)
+    return share * np.maximum(t_fwd - sm_f, 0.0), share * np.maximum(t_bwd - sm_b, 0.0)

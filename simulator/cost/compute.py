@@ -6,10 +6,9 @@ Time per op (formulas.md §6.3, §7.1; scaling-book `T = max(T_math, T_mem)`):
                t_mem  = bytes / (HBM bytes/s · η_memory(bytes)), bytes = operands + result.
                FP8 training runs the transformer-layer linears at the FP8 peak (TransformerEngine); the
                router, the LM head and attention stay in bf16 (DeepSeek-V3 report §3.3, Megatron).
-- Attention:   FlashAttention kernels at peak(bf16) · η_attention(s) (forward) and
-               η_attention_bwd(s) (backward, which also recomputes QKᵀ: 2.5× forward FLOPs when
-               d_qk = d_v); FLOPs executed skip masked blocks (causal: s²/2). Without FlashAttention
-               QKᵀ and A·V are batched GEMMs over the whole s² matrix plus a memory-bound softmax.
+- Attention:   FlashAttention kernels at peak(bf16) · η_attention(s, d) forward and η_attention_bwd(s, d)
+               backward (recomputes QKᵀ: 2.5× forward FLOPs when d_qk = d_v); FLOPs skip masked blocks
+               (causal: s²/2). Unfused: batched GEMMs over the whole s² matrix + a memory-bound softmax.
 - Memory-bound ops (norms, SwiGLU/GeLU, residual adds, RoPE, dropout, softmax when not flash, MoE
                permutation, cross-entropy, embedding lookup, optimizer step): bytes / (HBM bytes/s ·
                η_memory(bytes per kernel)).
@@ -47,19 +46,12 @@ from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
-from .attention import Q_TILE, attention_efficiency, attention_occupancy
+from .attention import Q_TILE, attention_efficiency, attention_occupancy, unfused_core_times
 from .launch import launch_bound
 from .memory_ops import _embedding_memory_op, _head_memory_ops, _memory_time, fp8_cast_op, memory_ops
 
-__all__ = [
-    "OpTime",
-    "BASIS",
-    "BASIS_KEYS",
-    "gemm_dtype",
-    "mfu_peak_flops",
-    "layer_op_times",
-    "layer_basis_times_by_mode",
-]
+__all__ = ["OpTime", "BASIS", "BASIS_KEYS", "gemm_dtype", "mfu_peak_flops", "layer_op_times",
+           "layer_basis_times_by_mode"]
 
 
 # ---- dtypes and peaks -------------------------------------------------------------------------------
@@ -180,8 +172,9 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
     occ = `attention_occupancy` of its b · heads-per-rank · ⌈queries/128⌉ thread blocks;
     memory: Q, K, V, O once in the forward, twice in the backward. Peak: bf16 (fp16/fp32 when training
     in those), also under fp8 training.
-    Without FlashAttention: QKᵀ and A·V are batched GEMMs (b·n_h/t heads) timed with η_gemm(FLOPs of
-    the whole batched call); bytes e·(m·k + k·n + m·n) per head; backward = 2 such GEMMs.
+    Without FlashAttention: QKᵀ and A·V are batched GEMMs (b·n_h/t heads), timed from the profile's
+    measured standard-attention tables (attention.unfused_core_times) where it has them, else with
+    η_gemm(FLOPs of the whole batched call), bytes e·(m·k + k·n + m·n) per head, backward = 2 such GEMMs.
     """
     dt = "bf16" if training.precision == "fp8" else training.precision
     peak = _peak(hardware, dt)
@@ -192,7 +185,9 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
         m, n, k, calls = (_stack([getattr(o, a) for o in ops]) for a in ("m", "n", "k", "calls"))
         t_math = fl / (peak * hardware.interp_efficiency("gemm", np.maximum(fl, 1.0)))
         t = _combine(t_math, _memory_time(calls * e * (m * k + k * n + m * n), 1.0, hardware), roofline)
-        return _table(t, 2.0 * t, 0.0 * t, fl, bwd_fl, 0.0 * fl)
+        got = unfused_core_times(t, fl, calls[0] * m[0] * n[0], k[0], n[0], e, hardware, peak)
+        t_f, t_b = got if got is not None else (t, 2.0 * t)
+        return _table(t_f, t_b, 0.0 * t, fl, bwd_fl, 0.0 * fl)
     fwd, bwd = fl.sum(axis=0, keepdims=True), bwd_fl.sum(axis=0, keepdims=True)
     x = np.maximum(float(training.seq_length) / (F._f(cp) if cp_algorithm == "ring" else 1.0), 1.0)
     d_qk = model.qk_nope_head_dim + model.qk_rope_head_dim if model.is_mla else model.head_dim
