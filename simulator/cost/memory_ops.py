@@ -191,14 +191,15 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
     - torch-fp32 (`F.cross_entropy(logits.float())`): fwd as above, (e + 12)·X; bwd nll_loss_backward
       writes a dense fp32 gradient (4), log_softmax's backward reads it and the saved output and writes
       the fp32 logit gradient (4 + 4 + 4), the cast back reads it and writes e: (20 + e)·X.
-    - fused: fwd one read e·X, bwd read logits + write gradient 2e·X.
+    - fused, xentropy (one CUDA kernel each way, fp32 math in registers): fwd one read e·X, bwd read
+      logits + write gradient 2e·X.
     """
     e = float(training.activation_bytes)
     tp, cp, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
     T = b * training.seq_length / cp
     T_sp = T / tp if sequence_parallel else T
     X = T * model.vocab_size / tp
-    if training.cross_entropy == "fused":
+    if training.cross_entropy in ("fused", "xentropy"):
         lf, lb = e * X, 2 * e * X
     elif training.cross_entropy == "torch-fp32":
         lf, lb = (e + 12.0) * X, (20.0 + e) * X

@@ -232,16 +232,20 @@ def embedding_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, 
 
 
 def logits_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size) -> np.ndarray:
-    """fp32 logits kept for the loss's backward: 4·T·V/t (Korthikanti §4.3).
+    """Logits kept for the loss's backward: 4·T·V/t in fp32 (Korthikanti §4.3).
 
     vocab-parallel: Megatron-LM keeps the fp32 softmax (computed in place on an fp32 copy of the logits);
     torch-fp32: `F.cross_entropy(logits.float())` keeps log_softmax's fp32 output (torch autograd:
     derivatives.yaml, `_log_softmax_backward_data(grad, result, ...)` reads the saved result); both
-    4·T·V/t. fused: 0, a fused/chunked cross-entropy never materialises them."""
+    4·T·V/t. fused: 0, a fused/chunked cross-entropy never materialises them. xentropy: the e-byte
+    logits themselves, e·T·V/t (flash_attn/losses/cross_entropy.py: `ctx.save_for_backward(logits, lse,
+    labels)`; the per-row lse is negligible)."""
+    zeros = np.zeros_like(_f(tp) * _f(cp) * _f(micro_batch_size))
     if training.cross_entropy == "fused":
-        return np.zeros_like(_f(tp) * _f(cp) * _f(micro_batch_size))
+        return zeros
     T = _f(micro_batch_size) * training.seq_length / _f(cp)
-    return 4.0 * model.vocab_size * T / _f(tp)
+    per = float(training.activation_bytes) if training.cross_entropy == "xentropy" else 4.0
+    return zeros + per * model.vocab_size * T / _f(tp)
 
 
 def loss_backward_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size) -> np.ndarray:
@@ -252,13 +256,15 @@ def loss_backward_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_b
     gradient and the saved log_softmax output (logits_bytes) are still alive (torch autograd,
     derivatives.yaml). Measured on an H100 (validation/h100, docs/validation-h100.md): peak less states
     and saved tensors 8.1-8.4 bytes per logit element.
+    xentropy: e·T·V/t, the logit gradient its backward writes (not in place) beside the kept logits.
     vocab-parallel (Megatron-LM computes the gradient in place in the saved softmax) and fused: 0.
     """
     zeros = np.zeros_like(_f(tp) * _f(cp) * _f(micro_batch_size))
-    if training.cross_entropy != "torch-fp32":
+    per = {"torch-fp32": 8.0, "xentropy": float(training.activation_bytes)}.get(training.cross_entropy, 0.0)
+    if per == 0.0:
         return zeros
     T = _f(micro_batch_size) * training.seq_length / _f(cp)
-    return zeros + 8.0 * model.vocab_size * T / _f(tp)
+    return zeros + per * model.vocab_size * T / _f(tp)
 
 
 def head_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,

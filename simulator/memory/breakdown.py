@@ -10,7 +10,7 @@
     activations = in_flight · (per-micro-batch bytes of the rank's layers + embedding extras)
                   + loss_in_flight · (head + logits)
                   [+ max(one layer's working set with full recompute, the loss's backward working set
-                         on the head stage with cross_entropy = "torch-fp32")]
+                         on the head stage: memory/activations.py loss_backward_bytes)]
 
 Two forms: `stage_memory_arrays` (layout fields as numpy arrays of shape (N,), results of shape
 (N, pp); with `worst_of`, only each layout's worst stage: worst.py) for the kernel, and
@@ -283,11 +283,11 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
             per_mb = per_mb + (1 - pl.head) * pipe_output_bytes(model, training, tp=tp, cp=cp,
                                                                 micro_batch_size=micro_batch_size)[..., None]
         full = np.asarray(recompute) == "full"
-        # the loss's backward working set, once, on the head stage (0 unless training.cross_entropy is
-        # torch-fp32); it and a full-recompute layer's working set are never alive together: the larger counts
-        loss = None
-        if training.cross_entropy == "torch-fp32":
-            loss = loss_backward_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size)[..., None]
+        # the loss's backward working set, once, on the head stage (0 for losses without one:
+        # loss_backward_bytes); it and a full-recompute layer's working set are never alive together: the
+        # larger counts
+        loss = loss_backward_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size)[..., None]
+        loss = loss if np.any(loss) else None
         stashing = asynchronous_rows(schedule)
         if stashing.any():  # PipeDream: weight versions per rank, so the states are per rank, not per class
             stash = stashed_weight_bytes(to_rank(st["params"]), inflight) * stashing[..., None]

@@ -65,7 +65,10 @@ FP8_RECIPES = ("delayed", "current", "mxfp8")
 #   vocab-parallel: Megatron-LM's vocab-parallel cross-entropy, in place on an fp32 copy of the logits
 #   torch-fp32:     torch.nn.functional.cross_entropy(logits.float()) (torchtitan, Hugging Face Trainer)
 #   fused:          a fused / chunked kernel that never materialises fp32 logits
-CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused")
+#   xentropy:       flash-attn's xentropy CUDA kernel (flash_attn.losses.cross_entropy; llm-foundry MPT's
+#                   default loss_fn 'fused_crossentropy'): keeps the e-byte logits and their log-sum-exp,
+#                   the backward writes an e-byte logit gradient (inplace_backward=False, its default)
+CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused", "xentropy")
 ELEMENTWISE = ("fused", "eager", "hf")  # which elementwise ops the layer runs (cost/elementwise.py)
 RESHARD = ("yes", "no", "unless-pipelined")  # fsdp_reshard_after_forward
 REDUCE = ("every-microbatch", "once", "once-if-pipelined")  # fsdp_reduce: when gradients are reduce-scattered

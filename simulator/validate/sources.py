@@ -204,12 +204,16 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="LLMFOUNDRY", family="mpt", tie_word_embeddings=True, learned_positions=True,
         flash_attention=True, dropout=False, stack="fsdp",
-        stack_overrides=(("attention_kernel", "triton"), ("fsdp_reduce_dtype", "grad")),
+        stack_overrides=(("attention_kernel", "triton"), ("fsdp_reduce_dtype", "grad"),
+                         ("cross_entropy", "xentropy")),
         grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
         statements=(
             "attention: the Triton FlashAttention kernel (scripts/train/benchmarking/submit_benchmarks.py "
             "--attn_impl default 'triton' at b2a43a1, 2023-10-19, the commit that wrote the A100 tables; "
             "default image mosaicml/pytorch:1.13.1, before torch SDPA's FlashAttention-2)",
+            "loss: flash-attn's xentropy kernel (llmfoundry/models/mpt/modeling_mpt.py at b2a43a1: "
+            "loss_fn default 'fused_crossentropy' = flash_attn.losses.cross_entropy.CrossEntropyLoss; the "
+            "benchmark yamls set none): keeps the bf16 logits, no fp32 copy (cross_entropy = xentropy)",
             "FSDP reduces gradients in the mixed-precision mode's dtype (fsdp_reduce_dtype = grad)",
             "MPT benchmark config (MPTConfig defaults): LayerNorm with bias, GeLU f=4h, biases, "
             "learned positions, tied embeddings",
