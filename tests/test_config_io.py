@@ -142,8 +142,9 @@ def test_nemo_reader_renames_and_switches():
 def test_torchtitan_llama3_8b_job_becomes_the_scenario(capsys, tmp_path):
     sc, text = imported(["torchtitan", TITAN, "--gpus", 16], capsys, tmp_path)
     # data_parallel_shard_degree = -1: 16 GPUs / tp 2 = 8, FSDP (zero 3); local batch 2 is the micro-batch
+    # [activation_checkpoint] mode = "selective", selective_ac_option = "op": torchtitan's op-level SAC
     assert layout_of(sc) == {"tp": 2, "pp": 1, "dp": 8, "cp": 1, "ep": 1, "vpp": 1, "micro_batch_size": 2, "zero": 3,
-                             "recompute": "selective", "sequence_parallel": True, "schedule": "1f1b",
+                             "recompute": "op", "sequence_parallel": True, "schedule": "1f1b",
                              "layers_per_stage": None, "shard_group_size": None, "num_gpus": 16,
                              "global_batch_size": 128, "seq_length": 8192}
     assert sc.model.name == "llama3.1-8b" and sc.training.optimizer == "adamw"
@@ -252,6 +253,9 @@ def test_torchtitan_emit_then_import_gives_the_same_layout(capsys, tmp_path):
         if sc.layout.zero in (1, 2):  # torchtitan's FSDP2 has no ZeRO-1/2: written as FSDP, and said so
             assert "ZeRO-1" in err or "ZeRO-2" in err
             want["zero"] = 3
+        if sc.layout.recompute == "selective":  # Megatron's attention-core recompute: torchtitan has none
+            assert "torchtitan's 'selective' recomputes by op or by layer" in err
+            want["recompute"] = "op"
         assert layout_of(again) == want
 
 

@@ -35,7 +35,7 @@ def test_dp_cannot_be_derived_from_non_divisible_gpus():
     (dict(tp="8"), "tp must be a number, got '8'"),
     (dict(micro_batch_size=math.nan), "micro_batch_size must be finite, got nan"),
     (dict(zero=4), "zero must be 0, 1, 2 or 3, got 4"),
-    (dict(recompute="some"), "recompute must be one of none, selective, full, got 'some'"),
+    (dict(recompute="some"), "recompute must be one of none, selective, full, op, got 'some'"),
     (dict(schedule="1f1b2"), "schedule must be one of"),
     (dict(vpp=2), "vpp(2) > 1 needs schedule = 'interleaved'"),
     (dict(ep=3), "ep(3) must divide dp(8) * cp(1) = 8"),

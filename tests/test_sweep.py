@@ -79,7 +79,7 @@ def brute_force(model, training, N, hw, *, max_mbs=8, schedules=("1f1b", "interl
     out = set()
     for tp, cp, pp, ep, vpp, mbs, zero, rec, sp, sched in itertools.product(
             div, div, div, [e for e in range(1, E + 1) if E % e == 0], range(1, model.num_layers + 1),
-            range(1, max_mbs + 1), range(4), ("none", "selective", "full"), (False, True), schedules):
+            range(1, max_mbs + 1), range(4), ("none", "selective", "full", "op"), (False, True), schedules):
         if N % (tp * cp * pp) or tp > hw.nvlink_domain_gpus or pp > model.num_layers:
             continue
         if cp > 1 and training.seq_length // cp < 2048:

@@ -89,7 +89,9 @@ def tp_comm(profile: HardwareProfile, span, *, hidden_size, seq_length, micro_ba
     With SP (Korthikanti §4.2.2): each AR becomes all-gather + reduce-scatter of A (same bytes,
     twice the calls); Megatron re-gathers the sequence-sharded input in backward instead of storing
     it (`regather_in_backward`, default True): +2 AG per layer backward.
-    Full recompute re-runs the forward inside backward: its collectives are repeated there.
+    Full recompute re-runs the forward inside backward: its collectives are repeated there. torchtitan's
+    op-level selective AC ('op') saves the reduce-scatter outputs (its `_save_list`) and re-runs the rest:
+    the two all-gathers with SP, the two all-reduces without.
     A = b·(s/cp)·h·bytes. t = 1 ⇒ zero traffic.
     """
     check_choice("recompute", recompute, RECOMPUTE)
@@ -97,15 +99,16 @@ def tp_comm(profile: HardwareProfile, span, *, hidden_size, seq_length, micro_ba
                          bytes_per_element=bytes_per_element, cp=cp)
     L = _nonneg("num_layers", num_layers)
     t = _f(span.size)
-    rerun = 1.0 if recompute == "full" else 0.0
+    rerun = 1.0 if recompute in ("full", "op") else 0.0  # the forward's all-gathers / all-reduces again
+    rerun_rs = 1.0 if recompute == "full" else 0.0  # its reduce-scatters ('op' saves their outputs)
     if sequence_parallel:
         ag = C.all_gather_s(profile, A, span, algorithm=algorithm)
         rs = C.reduce_scatter_s(profile, A, span, algorithm=algorithm)
         per_call = (t - 1.0) / t * A
         n_fwd = 4.0                                     # 2 AG + 2 RS
-        n_bwd = 4.0 + (2.0 if regather_in_backward else 0.0) + rerun * n_fwd
+        n_bwd = 4.0 + (2.0 if regather_in_backward else 0.0) + 2.0 * (rerun + rerun_rs)
         fwd_s = 2.0 * (ag + rs)
-        bwd_s = 2.0 * (ag + rs) + (2.0 * ag if regather_in_backward else 0.0) + rerun * fwd_s
+        bwd_s = 2.0 * (ag + rs) + (2.0 * ag if regather_in_backward else 0.0) + 2.0 * (rerun * ag + rerun_rs * rs)
         name = "all_gather+reduce_scatter"
     else:
         ar = C.all_reduce_s(profile, A, span, algorithm=algorithm)

@@ -248,20 +248,23 @@ def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_
 
     Returns [(kind, ops, W, R)]: W[o, j] = how many times op o runs on virtual stage j per microbatch
     (layers holding it; 1 for the embedding on the first and the head on the last stage); R[o, j] = the
-    same for the recompute forward (selective: core attention; full: every layer op; never the
-    embedding or head).
+    same for the recompute forward, W times the op's `flops.recomputed_fraction` (selective: core
+    attention; full: every layer op; op: torchtitan's op-level selective AC; never the embedding or head).
     """
     kw = dict(seq_length=training.seq_length, tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     mkw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     flash = training.flash_attention
     L = n_dense + n_moe
     zero = 0.0 * L
-    full, sel = recompute == "full", recompute == "selective"
     has_dense, has_moe = bool(np.any(n_dense)), bool(np.any(n_moe))
+
+    def share(op, gemm=True):  # the recompute forward's share of the op (flops.recomputed_fraction)
+        return F.recomputed_fraction(op.name, recompute, model, core_attention=op.core_attention,
+                                     flash_attention=flash, gemm=gemm)
 
     g_ops, g_w, g_r = [], [], []
     for op in F.projection_ops(model, sequence_parallel=sequence_parallel, **kw):
-        g_ops.append(op); g_w.append(L); g_r.append(L if full else zero)  # noqa: E702
+        g_ops.append(op); g_w.append(L); g_r.append(L * share(op))  # noqa: E702
     ffn = []
     if has_dense:
         ffn += [(op, n_dense) for op in F.dense_mlp_ops(model, **kw)]
@@ -269,7 +272,7 @@ def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_
         ffn += [(op, n_moe) for op in F.moe_ops(model, ep=ep, sequence_parallel=sequence_parallel,
                                                   load_factor=training.moe_load_factor, **kw)]
     for op, w in ffn:
-        g_ops.append(op); g_w.append(w); g_r.append(w if full else zero)  # noqa: E702
+        g_ops.append(op); g_w.append(w); g_r.append(w * share(op))  # noqa: E702
     casts = [(fp8_cast_op(op, training), w, r) for op, w, r in zip(g_ops, g_w, g_r)
              if op.fp8 and training.precision == "fp8"]  # the FP8 GEMMs' casts (memory-bound, below)
     for op in F.head_ops(model, training, **mkw):
@@ -278,7 +281,7 @@ def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_
     a_ops = list(F.attention_ops(model, attention_flops="causal" if flash else "full", flash_attention=flash, **kw))
     n_att = len(a_ops) if not flash else 1
     a_w = [L] * n_att
-    a_r = [L if (full or sel) else zero] * n_att
+    a_r = [L * share(op) for op in a_ops[:n_att]]
 
     m_ops, m_w, m_r = [], [], []
     mem = memory_ops(model, training, moe=False, ep=ep, sequence_parallel=sequence_parallel, **mkw)
@@ -286,11 +289,11 @@ def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_
         if op.ffn and not has_dense:
             continue
         w = n_dense if op.ffn else L
-        m_ops.append(op); m_w.append(w); m_r.append(w if (full or (sel and op.core_attention)) else zero)  # noqa: E702
+        m_ops.append(op); m_w.append(w); m_r.append(w * share(op, gemm=False))  # noqa: E702
     if has_moe:
         for op in memory_ops(model, training, moe=True, ep=ep, sequence_parallel=sequence_parallel, **mkw):
             if op.ffn:
-                m_ops.append(op); m_w.append(n_moe); m_r.append(n_moe if full else zero)  # noqa: E702
+                m_ops.append(op); m_w.append(n_moe); m_r.append(n_moe * share(op, gemm=False))  # noqa: E702
     for op, w, r in casts:
         m_ops.append(op); m_w.append(w); m_r.append(r)  # noqa: E702
     m_ops.append(_embedding_memory_op(model, training, sequence_parallel=sequence_parallel, **mkw))

@@ -74,6 +74,9 @@ def _layout_flags(sc, layout, notes: list[str]) -> list:
         f.append(("--recompute-granularity", "selective"))
     elif layout.recompute == "full":
         f += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+    elif layout.recompute == "op":
+        notes.append("recompute op (torchtitan's op-level selective AC): Megatron-LM has no such mode; "
+                     "--recompute-granularity selective is the nearest")
     if layout.dp_mode != "ddp":
         notes.append(f"dp_mode {layout.dp_mode}: Megatron-LM runs DistributedDataParallel only")
     return f

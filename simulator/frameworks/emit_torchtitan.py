@@ -34,7 +34,13 @@ def emit_torchtitan(sc, layout, *, with_model: bool = False) -> tuple[str, list[
         tables.setdefault("model", {})["converters"] = ["mx" if mx else "float8"]
     tables["training"] = _training(sc, layout, notes)
     tables["parallelism"] = _parallelism(sc, layout, notes)
-    tables["activation_checkpoint"] = {"mode": layout.recompute}
+    if layout.recompute == "op":
+        tables["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": "op"}
+    else:
+        tables["activation_checkpoint"] = {"mode": layout.recompute}
+        if layout.recompute == "selective":
+            notes.append("recompute selective (Megatron's attention-core recompute): torchtitan's 'selective' "
+                         "recomputes by op or by layer, not the attention alone")
     st = sc.training.stack
     tables["compile"] = {"enable": bool(st.compiled), "components": ["model", "loss"]}
     tables["optimizer"] = {"name": "AdamW" if sc.training.optimizer == "adamw" else "Adam",

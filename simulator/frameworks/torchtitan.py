@@ -227,11 +227,15 @@ def _recompute(f: Fields, rep: Report) -> str:
         f.take(a + "memory_budget")
         rep.cannot("[activation_checkpoint] mode = 'memory_budget': counted as full recompute")
         return "full"
-    if mode == "selective" and option != "op":
+    if mode == "selective" and option == "op":
+        return "op"
+    if mode == "selective":
         if option.strip() == "1":
             return "full"
         rep.cannot(f"[activation_checkpoint] selective_ac_option = {option!r} (full recompute of every "
-                   f"{option}th layer): counted as parasim's selective (attention) recompute")
+                   f"{option}th layer): counted as op-level selective AC (recompute 'op'), whose stored bytes "
+                   f"and recompute time are close to every second layer's")
+        return "op"
     return mode
 
 

@@ -177,12 +177,15 @@ def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
       Llama-style (flash):  s·b·(8h + 4q + 4kv + 6f)         (formulas.md §3.4) + small fp32 stats
     recompute 'full': only the layer input e·T·h/t_s (Korthikanti Table 2, "2sbh"); the working set of
       one recomputed layer is added once per stage by `stage_activation_bytes`.
+    recompute 'op': `op_sac_bytes` (torchtitan's op-level selective AC), with the same working set.
     """
     t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                           sequence_parallel=sequence_parallel)
     h = model.hidden_size
     if recompute == "full":
         return e * h * T / t_s
+    if recompute == "op":
+        return op_sac_bytes(model, training, tokens=T, e=e, t=t, t_s=t_s)
     ln = model.norm == "layernorm"
     out = model.norms_per_layer * norm_bytes(tokens=T, hidden=h, e=e, t_s=t_s, layernorm=ln)
     out = out + attention_block_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
@@ -193,6 +196,23 @@ def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
         out = out + mlp_bytes(tokens=T, hidden=h, ffn=model.ffn_hidden_size, e=e, t=t, t_s=t_s,
                               glu=model.glu_matrices == 3)
     return out + dropout_mask_bytes(tokens=T, hidden=h, t_s=t_s, dropout=training.dropout)
+
+
+def op_sac_bytes(model: ModelSpec, training: Training, *, tokens, e: int, t, t_s) -> np.ndarray:
+    """Bytes a layer keeps under torchtitan's op-level selective activation checkpointing: the block's
+    input and the outputs its policy saves (torchtitan/distributed/activation_checkpoint.py `_save_list`:
+    SDPA and every other aten.mm; the rest is recomputed, cost/flops.py `recomputed_fraction`):
+    input e·T·h/t_s; wq and wv outputs e·T·(q + kv)/t; SDPA's output and log-sum-exp e·T·q/t + 4·T·a/t
+    (with FlashAttention); w1's output e·T·f/t; with a GLU, w2's (7th mm) output e·T·h, the row-parallel
+    partial sum before its reduction, and with TP and SP the saved reduce-scatter output e·T·h/t_s.
+    Dropout masks are recomputed (the RNG state is kept), not stored."""
+    h, f, T = model.hidden_size, model.ffn_hidden_size, _f(tokens)
+    out = e * T * h / t_s + e * T * (model.q_size + model.kv_size) / t + e * T * f / t
+    if training.flash_attention:
+        out = out + e * T * model.q_size / t + flash_lse_bytes(tokens=T, heads=model.num_heads, t=t)
+    if model.glu_matrices == 3:
+        out = out + e * T * h + np.where(np.asarray(t_s) > 1, e * T * h / t_s, 0.0)
+    return out
 
 
 def layer_weight_grad_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,

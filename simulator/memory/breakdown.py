@@ -282,7 +282,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         if training.stack.pipe_buffers == "deepspeed":  # the engine keeps each stage output (framework.py)
             per_mb = per_mb + (1 - pl.head) * pipe_output_bytes(model, training, tp=tp, cp=cp,
                                                                 micro_batch_size=micro_batch_size)[..., None]
-        full = np.asarray(recompute) == "full"
+        full = np.isin(np.asarray(recompute), ("full", "op"))  # a recomputed layer's working set in backward
         # the loss's backward working set, once, on the head stage (0 for losses without one:
         # loss_backward_bytes); it and a full-recompute layer's working set are never alive together: the
         # larger counts

@@ -52,7 +52,7 @@ def winner_comparison(df: pd.DataFrame) -> pd.DataFrame | None:
 
 def short_variant(row) -> str:
     """The non-label layout choices of a row, e.g. `1f1b mbs1 Z1 sel-rc SP`."""
-    rec = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc"}.get(str(row["recompute"]), str(row["recompute"]))
+    rec = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc", "op": "op-rc"}.get(str(row["recompute"]), str(row["recompute"]))
     sp = " SP" if bool(row["sequence_parallel"]) else ""
     return f"{row['schedule']} mbs{int(row['micro_batch_size'])} Z{int(row['zero'])} {rec}{sp}"
 

@@ -15,7 +15,9 @@ import numpy as np
 from ..errors import InputError, check_positive
 from .efficiency import is_finite_number
 
-RECOMPUTE = ("none", "selective", "full")
+# none | selective (Megatron: the core attention) | full (every layer) | op (torchtitan's op-level selective
+# AC: SDPA and every other matmul saved, the rest recomputed; cost/flops.py op_sac_recompute_fraction)
+RECOMPUTE = ("none", "selective", "full", "op")
 ZERO_STAGES = (0, 1, 2, 3)
 CP_ALGORITHMS = ("ring", "ulysses")
 DP_MODES = ("ddp", "dataparallel", "async")  # DDP (default), single-process DataParallel, asynchronous DP

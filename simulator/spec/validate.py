@@ -97,9 +97,20 @@ def _split_hint(num_layers: int, pp, pp_stages: bool) -> str:
     return f"; give an uneven split: layers_per_stage / --layers-per-stage {shown}"
 
 
+def recompute_problem(model: ModelSpec, recompute: str) -> str:
+    """Why `recompute` cannot be modelled for `model` ('' when it can): torchtitan's op-level selective AC
+    ('op', cost/flops.py recomputed_fraction) follows the matmul order of a dense MHA/GQA block."""
+    if recompute == "op" and (model.is_moe or model.is_mla):
+        return (f"recompute 'op' (torchtitan's op-level selective AC) is modelled for dense MHA/GQA layers; "
+                f"{model.name or 'this model'} has {'MoE' if model.is_moe else 'MLA'} layers: use full or none")
+    return ""
+
+
 def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
     """Raise InputError with the first rule the (model, training, layout) triple breaks."""
     _check_accounted_split(model, layout)
+    if recompute_problem(model, layout.recompute):
+        raise InputError(recompute_problem(model, layout.recompute))
     msg = layout_violations(model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp,
                             ep=layout.ep, vpp=layout.vpp, micro_batch_size=layout.micro_batch_size,
                             sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,

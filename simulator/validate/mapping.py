@@ -10,7 +10,8 @@ Generic cell rules (every source; a source's table entry overrides the family de
 - vocab: the number, or the first integer of a text cell; blank -> 51200 [assumption].
 - micro_batch blank -> 1 [assumption]; zero_fsdp: none -> 0, ZeRO-k -> k, FSDP/FSDP2 full shard -> 3.
 - recompute: none / 'none stated' -> none (the latter flagged); full* -> full; 'selective (per op)'
-  -> selective; 'selective (per layer)' -> skipped.
+  -> op (torchtitan's op-level SAC); 'selective (per layer)' -> op [approximation]; other selective ->
+  selective (Megatron's attention core).
 - precision: text containing bf16 / fp16 / fp8 / fp32 -> that; 'mixed (not stated)' -> bf16.
 - pipeline_schedule: 1F1B variants -> 1f1b; 'interleaved 1F1B' -> interleaved (vpp column read as
   total chunks when > pp); ZB-V -> zb-v; Zero Bubble p*M_B -> zb-h1, 2p*M_B -> zb-h2; blank -> 1f1b.
@@ -100,10 +101,12 @@ def _recompute(v, notes) -> str:
     if t.startswith("full"):
         return "full"
     if "selective" in t and "per layer" in t:
-        raise InputError(f"recompute {v!r}: every k-th layer fully recomputed has no parasim equivalent")
+        notes.append("layer-level selective recompute (every k-th layer, k not stated) mapped to 'op' "
+                     "[approximation: close in stored bytes and recompute time at k = 2]")
+        return "op"
     if t.startswith("selective"):
         if "per op" in t:
-            notes.append("op-level selective recompute mapped to parasim 'selective' [approximation]")
+            return "op"  # torchtitan's op-level selective AC
         return "selective"
     raise InputError(f"unknown recompute {v!r}")
 
