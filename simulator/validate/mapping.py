@@ -216,7 +216,7 @@ def map_run(row: Mapping, *, hardware: str | None = None) -> MappedRun:
         training = _row_training(row, seq, rules, notes)
         layout = _row_layout(row, model.num_layers, tp, notes)
         validate(model, training, layout)
-        hw = hardware or hardware_for_gpu(_text(row.get("gpu_type")))
+        hw = hardware or rules.hardware or hardware_for_gpu(_text(row.get("gpu_type")))
     except InputError as exc:
         return MappedRun(run_id=run_id, assumptions=tuple(notes), skip_reason=str(exc).splitlines()[0])
     return MappedRun(run_id=run_id, model=model, training=training, layout=layout, hardware_name=hw,

@@ -145,6 +145,7 @@ class SourceRules:
     precision_unstated: str | None = None  # precision when the cell names none ('mixed (not stated)')
     stack: str = "megatron"  # the software stack preset (stacks/) the source ran
     stack_overrides: tuple[tuple[str, object], ...] = ()  # Stack fields the source's runs set otherwise
+    hardware: str | None = None  # the preset of the source's cluster, when its gpu_type's preset is not it
     statements: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -188,6 +189,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         )),
     SourceRules(
         source_id="BLOOM_PREQUEL", family="bloom", tie_word_embeddings=True, learned_positions=False,
+        hardware="jean-zay-a100",
         vocab_base=250680, vocab_pad_per_tp=128, flash_attention=False, dropout=False, stack="deepspeed",
         stack_overrides=(("cuda_context_mib", 1573.0),),
         grad_dtype=((r"fp16", "fp16"), (r".", "fp32")),
@@ -195,6 +197,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "BLOOM: LayerNorm, GeLU, biases, ALiBi (no position table), tied embeddings",
             "vocab: BLOOM tokenizer 250680 padded to 128·tp (Megatron-DeepSpeed)",
             "no FlashAttention (Megatron-DeepSpeed 2022)",
+            "hardware jean-zay-a100: the A100 nodes' 4 Omni-Path 100 Gb/s links (the rows' interconnect), "
+            "not a DGX's 8 HDR 200 Gb/s",
             "no dropout (tr11 config)",
             "fp16 rows fp16 gradients (DeepSpeed fp16 ZeRO-1), bf16 rows fp32 (BF16_Optimizer)",
             "CUDA context 1573 MiB (measured by the source with its torch build: chronicles-prequel.md, "
