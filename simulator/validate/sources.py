@@ -153,29 +153,21 @@ class SourceRules:
             raise InputError(f"source rules {self.source_id}: unknown family {self.family!r}")
 
 
+# Megatron-LM's GPT runs of 2021-22 (NARAYANAN21, KORTHIKANTI22): their settings, and what each states
+_MEGATRON_GPT_2022 = dict(family="gpt", tie_word_embeddings=True, learned_positions=True, vocab_pad_per_tp=128,
+                          flash_attention=False, dropout=True, stack="megatron",
+                          grad_dtype=((r"fp16", "fp16"), (r".", "fp32")))
+_MEGATRON_GPT_2022_STATEMENTS = (
+    "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
+    "no FlashAttention (2021-22: materialised scores, Megatron's fused scale-mask-softmax)",
+    "dropout 0.1 (Megatron default)",
+    "fp16 gradients (Megatron 2021-22: --accumulate-allreduce-grads-in-fp32 off unless bf16)",
+    "vocab padded to 128·tp (Megatron --make-vocab-size-divisible-by 128)",
+)
+
 SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
-    SourceRules(
-        source_id="NARAYANAN21", family="gpt", tie_word_embeddings=True, learned_positions=True,
-        vocab_pad_per_tp=128, flash_attention=False, dropout=True, stack="megatron",
-        grad_dtype=((r"fp16", "fp16"), (r".", "fp32")),
-        statements=(
-            "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
-            "no FlashAttention (2021: materialised scores)",
-            "dropout 0.1 (Megatron default)",
-            "fp16 gradients (Megatron 2021: --accumulate-allreduce-grads-in-fp32 off unless bf16)",
-            "vocab padded to 128·tp (Megatron --make-vocab-size-divisible-by 128)",
-        )),
-    SourceRules(
-        source_id="KORTHIKANTI22", family="gpt", tie_word_embeddings=True, learned_positions=True,
-        vocab_pad_per_tp=128, flash_attention=False, dropout=True, stack="megatron",
-        grad_dtype=((r"fp16", "fp16"), (r".", "fp32")),
-        statements=(
-            "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
-            "no FlashAttention (2022: materialised scores, Megatron's fused scale-mask-softmax)",
-            "dropout 0.1 (Megatron default; the paper's activation count 34sbh + 5as²b includes its masks)",
-            "fp16 gradients (Megatron 2022: --accumulate-allreduce-grads-in-fp32 off unless bf16)",
-            "vocab padded to 128·tp (Megatron --make-vocab-size-divisible-by 128)",
-        )),
+    SourceRules(source_id="NARAYANAN21", statements=_MEGATRON_GPT_2022_STATEMENTS, **_MEGATRON_GPT_2022),
+    SourceRules(source_id="KORTHIKANTI22", statements=_MEGATRON_GPT_2022_STATEMENTS, **_MEGATRON_GPT_2022),
     SourceRules(
         source_id="ZB24", family="gpt", tie_word_embeddings=True, learned_positions=True,
         vocab_base=32000, vocab_pad_per_tp=128, flash_attention=False, dropout=True, stack="megatron",
