@@ -48,8 +48,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..spec.model import ModelSpec
-from ..spec.rules import RECOMPUTE
 from ..spec.training import ATTENTION_FLOP_CONVENTIONS, Training
+from .recompute import RECOMPUTE_MODES, recompute_forward_flops, recomputed_fraction  # noqa: F401 (re-exported)
 
 __all__ = [
     "LayerOp",
@@ -72,7 +72,6 @@ __all__ = [
     "hfu",
 ]
 
-RECOMPUTE_MODES = RECOMPUTE  # (spec/rules.py, the one list)
 
 
 def gemm_flops(m, n, k):
@@ -297,53 +296,6 @@ def sum_ops(ops) -> FlopTotals:
     return FlopTotals(forward_flops=sum(o.forward_flops for o in ops), dgrad_flops=sum(o.dgrad_flops for o in ops),
                       wgrad_flops=sum(o.wgrad_flops for o in ops),
                       backward_recompute_flops=sum(o.backward_recompute_flops for o in ops))
-
-
-def recompute_forward_flops(ops, recompute: str, model: ModelSpec | None = None, flash_attention: bool = True):
-    """FLOPs of the recompute forward before each backward (formulas.md §2.6).
-
-    none: 0; selective: the core-attention forward (QKᵀ and A·V, Korthikanti et al. 2022 §5);
-    full: the whole layer forward (Narayanan 2021 App.: 72 → 96 per layer, not the LM head);
-    op: each op's `recomputed_fraction` of its forward (torchtitan's op-level selective AC; `model` needed).
-    """
-    if recompute not in RECOMPUTE_MODES:
-        raise InputError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {recompute!r}")
-    return sum(recomputed_fraction(o.name, recompute, model, core_attention=o.core_attention,
-                                   flash_attention=flash_attention) * o.forward_flops for o in ops)
-
-
-def recomputed_fraction(name: str, recompute: str, model: ModelSpec | None, *, core_attention: bool = False,
-                        flash_attention: bool = True, gemm: bool = True) -> float:
-    """Share of one layer op's forward that the recompute forward re-runs before the op's backward.
-
-    none 0; full 1; selective: 1 for the core attention (Korthikanti et al. 2022 §5), else 0.
-    op — torchtitan's op-level selective activation checkpointing (torchtitan/distributed/
-    activation_checkpoint.py `_save_list`, `_custom_policy`): the outputs of SDPA and of every other
-    aten.mm of a TransformerBlock are saved (the mm counter restarts per block), everything else is
-    recomputed. A Llama block calls its mms as wq, wk, wv, wo, w1, w3, w2 (separate q/k/v and gate/up
-    linears; a GeLU MLP: w1, w2), so the even ones, wk, wo and w3 (GeLU: w2), are recomputed:
-      qkv_proj: kv/(q + 2kv) (wk of the fused GEMM);  out_proj: 1;
-      mlp_up: ½ with a GLU (w3 of w1|w3), 0 without;  mlp_down: 0 with a GLU (w2, 7th), 1 without (6th);
-      FlashAttention: 0 (SDPA saved); unfused attention (bmm, softmax: not in the save list) and every
-      memory-bound op (`gemm=False`): 1.
-    Modelled for dense MHA/GQA layers (spec/validate.py refuses it for MoE and MLA models)."""
-    if recompute == "none":
-        return 0.0
-    if recompute == "full":
-        return 1.0
-    if recompute == "selective":
-        return 1.0 if core_attention else 0.0
-    if core_attention:
-        return 0.0 if (flash_attention and gemm) else 1.0
-    if not gemm:
-        return 1.0
-    glu = model.glu_matrices == 3
-    share = {"qkv_proj": model.kv_size / (model.q_size + 2.0 * model.kv_size), "out_proj": 1.0,
-             "mlp_up": 0.5 if glu else 0.0, "mlp_down": 0.0 if glu else 1.0}.get(name)
-    if share is None:
-        raise InputError(f"recompute 'op' (torchtitan's op-level selective AC) is modelled for dense MHA/GQA "
-                         f"layers; this model's layer has a {name!r} GEMM")
-    return share
 
 
 def model_flops_per_sequence(model: ModelSpec, training: Training, *, attention_flops: str | None = None) -> float:
