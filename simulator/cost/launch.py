@@ -14,7 +14,7 @@ def launch_bound(table: np.ndarray, stack, recompute: str, weight_gemms, *, rows
     kernel is issued (the CPU-bound vs GPU-bound bound of an eager framework). Of the backward's
     kernels, k_w = the layer's weight GEMMs (`weight_gemms`: dense, MoE layer) are its weight-gradient
     ones, which split-backward schedules run as W; the rest are the input-gradient pass B:
-        F' = max(F, k_f·h),  B' = max(B, (k_b − k_w)·h),  W' = max(W, k_w·h),  R' = max(R, k_f·h) (full recompute),
+        F' = max(F, k_f·h),  B' = max(B, (k_b − k_w)·h),  W' = max(W, k_w·h),  R' = max(R, k_f·h) (full and op recompute),
     for the dense and the MoE layer columns that hold work (the embedding and head are one-off kernels).
     A GPU-bound layer is unchanged, and a faster W or B never lengthens the other. `rows`: the table's F,
     B, W and recompute-time rows; `layer_cols`: its dense- and MoE-layer columns (compute.py's basis)."""
@@ -31,7 +31,7 @@ def launch_bound(table: np.ndarray, stack, recompute: str, weight_gemms, *, rows
         lay[b] = np.where(present, np.maximum(lay[b], (kb - k_w) * h), lay[b])
         lay[w] = np.where(present, np.maximum(lay[w], k_w * h), lay[w])
         lay[f] = np.where(present, np.maximum(lay[f], kf * h), lay[f])
-        if recompute == "full":
+        if recompute in ("full", "op"):  # the block's forward is issued again ('op': cached ops still dispatch)
             lay[rc] = np.where(lay[rc] > 0.0, np.maximum(lay[rc], kf * h), lay[rc])
         out[..., col] = lay
     return out
