@@ -143,20 +143,28 @@ def validated_error(hardware, stack) -> dict:
 def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
     """{role: {table, source}} of the efficiency tables this estimate read: GEMMs, attention forward and
     backward (the stack's kernel at the model's QK head dim: `table` says which tables and how they were
-    combined, `source` is the head-dim table's), memory-bound kernels, the optimizer step."""
+    combined, `source` is the head-dim table's; without FlashAttention the `attention_unfused` tables,
+    cost/attention.py unfused_core_times, or the GEMM table where the profile has none), memory-bound
+    kernels, the optimizer step."""
     if hardware is None or not hasattr(hardware, "efficiency"):
         return {}
     from .cost.attention import attention_table_names, attention_tables
 
-    kernel = training.stack.attention_kernel
+    kernel = training.stack.attention_kernel if training.flash_attention else "unfused"
     d = model.qk_nope_head_dim + model.qk_rope_head_dim if model.is_mla else model.head_dim
     fused = training.stack.optimizer_impl == "fused" or training.optimizer not in ("adam", "adamw")
     opt = "optimizer" if fused and hardware.has_efficiency("optimizer") else "memory"  # (cost/optimizer.py)
     roles = {"gemm": "gemm", "attention": None, "attention_bwd": None, "memory": "memory", "optimizer": opt}
     out = {role: {"table": t, "source": hardware.efficiency[t].source} for role, t in roles.items()
            if t and hardware.has_efficiency(t)}
+    unfused = kernel == "unfused"
     for role, base, label in zip(("attention", "attention_bwd"), attention_tables(hardware, kernel),
                                  attention_table_names(hardware, kernel, d)):
+        if unfused and not hardware.has_efficiency("attention_unfused"):  # batched GEMMs + a softmax
+            label = base = "gemm"
+        elif unfused and role == "attention_bwd" and not hardware.has_efficiency("attention_bwd_unfused"):
+            base = "attention_unfused"
+            label = f"{attention_table_names(hardware, kernel, d)[0]} (the two passes' total, split as modelled)"
         read = label.split(" ")[0]  # the first (head-dim) table read; its source is the one shown
         out[role] = {"table": label, "source": hardware.efficiency[read if hardware.has_efficiency(read) else base].source}
     return {role: out[role] for role in roles if role in out}

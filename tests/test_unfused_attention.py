@@ -72,3 +72,16 @@ def test_zero_bubble_stage_times_without_flash_attention(name, h, a, L, pp, b, m
     mid = pp // 2
     f, bw, w = np.array([st["forward_s"][mid], st["backward_s"][mid], st["weight_s"][mid]]) * 1e3 / np.array(measured)
     assert 0.78 <= f <= 1.0 and 0.88 <= bw <= 1.1 and 0.85 <= w <= 1.15, (f, bw, w)
+
+
+def test_the_estimate_names_the_unfused_tables_it_read():
+    from simulator.estimate import efficiency_sources
+    from simulator.spec.load import load_model
+
+    m = load_model("llama3-8b")
+    tr = Training(seq_length=4096, global_batch_size=8, flash_attention=False)
+    a100 = efficiency_sources(m, tr, load_hardware("dgx-a100-80g"))
+    assert a100["attention"]["table"] == "attention_unfused"
+    assert a100["attention_bwd"]["table"].startswith("attention_unfused (the two passes' total")
+    assert efficiency_sources(m, tr, load_hardware("dgx-h100"))["attention_bwd"]["table"] == "attention_bwd_unfused"
+    assert efficiency_sources(m, tr, load_hardware("mi300x"))["attention"]["table"] == "gemm"  # no such table
