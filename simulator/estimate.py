@@ -98,6 +98,7 @@ class Estimate:
             "hardware": self.hardware_name,
             "layout": {"label": lay.label, "num_gpus": lay.num_gpus, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp,
                        "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp, "zero": lay.zero, "recompute": lay.recompute,
+                       "recompute_layers": lay.recompute_layers,
                        "sequence_parallel": lay.sequence_parallel,
                        "micro_batch_size": lay.micro_batch_size, "global_batch_size": self.training.global_batch_size,
                        "num_microbatches": lay.num_microbatches(self.training.global_batch_size),

@@ -62,8 +62,9 @@ import pandas as pd
 from .batch import LayoutBatch
 from .cost import comm
 from .options import EstimateOptions
-from .cost.compute import BASIS_KEYS, layer_basis_times_by_mode, mfu_peak_flops
-from .cost.flops import step_flops
+from .cost.compute import BASIS_KEYS, layer_basis_times_by_mode
+from .cost.recompute import recomputed_layer_share
+from .kernel_throughput import recomputed_share, throughput
 from .dedup import categories, distinct_rows, factorize, gather_rows, once_per_distinct
 from .frames import text_column
 from .cost.fsdp import reduce_behind_compute_exposed_s
@@ -86,7 +87,7 @@ TIME_FIELDS = ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_frac
 
 
 def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *, tp, cp, ep, mbs, sp, rec, ep_ov,
-                 content, comm_id) -> dict:
+                 content, comm_id, recompute_layers: int = 0) -> dict:
     """Per virtual stage and microbatch, (K, S) arrays for K rows: compute F, B (input gradient +
     recompute forward), W (weight gradient) = per-block basis times x the block counts of the stages of
     `content` (`pt.content_counts`; cost/compute.py), and the TP/CP/EP communication inside them (per
@@ -113,6 +114,12 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
     zeros = np.zeros_like(F)
     tpf, tpb = comm["tp_f"][:, None] * layers, comm["tp_b"][:, None] * layers
     hf, hb = comm["tp_hid_f"][:, None] * layers, comm["tp_hid_b"][:, None] * layers  # what TP overlap hides
+    if recompute_layers:  # full recompute of the first N layers per stage: the others re-run nothing
+        full = (np.asarray(rec) == "full")[:, None]
+        share = np.where(full, recomputed_layer_share(layers, recompute_layers), 1.0)
+        kept = np.where(full, layers * (1.0 - share), 0.0)  # layers whose forward (and its TP comm) is not re-run
+        R = R * share
+        tpb, hb = tpb - comm["tp_f"][:, None] * kept, hb - comm["tp_hid_f"][:, None] * kept
     out = dict(F=F, B=Bk + R, W=W, tp_f=tpf - hf, tp_b=tpb - hb, hid_f=hf, hid_b=hb,
                cp_f=zeros, cp_b=zeros, ep_f=zeros, ep_b=zeros, hid_t_f=hf, hid_t_b=hb,
                hid_c_f=zeros, hid_c_b=zeros, hid_e_f=zeros, hid_e_b=zeros)
@@ -179,6 +186,7 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
     inflight = inflight_per_rank(opt, pt, sched=sched, pp=ppa, chunks=chunks, m=m)
     mem = stage_memory_arrays(model, training, tp=tp, pp=ppa, dp=dp, cp=cp, ep=ep, vpp=chunks, micro_batch_size=mbs,
                               num_microbatches=m, zero=zz, shard_group_size=batch.shard_group_size, recompute=rec,
+                              recompute_layers=batch.recompute_layers,
                               sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
                               placement=pt.classes, rank_class=pt.rank_class,
                               worst_of=None if per_stage else pt.rank_valid,
@@ -202,14 +210,16 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
         got = _step_times(model, training, hardware, opt, batch.cp_algorithm, batch.dp_mode, batch.shard_group_size,
                           pt if every else pt.take(r), tp=tp[r], dp=dp[r], cp=cp[r], ep=ep[r], mbs=mbs[r], zz=zz[r],
                           pp=ppa[r], sched=sched[r], rec=rec[r], rec_c=rec_c[r], sp=spa[r], chunks=chunks[r], m=m[r],
-                          keep=keep_stage_times)
+                          keep=keep_stage_times, recompute_layers=batch.recompute_layers)
         for k in TIME_FIELDS:
             t[k][r] = got[k]
     step = t["step_s"]
     return Evaluation(rows=pd.DataFrame({
         "tp": tp, "pp": ppa, "dp": dp, "cp": cp, "ep": ep, "vpp": vppa, "micro_batch_size": mbs,
         "num_microbatches": m, "zero": zz, "recompute": text_column(rec), "sequence_parallel": spa,
-        "schedule": text_column(sched), **t, **_throughput(model, training, hardware, batch.num_gpus, rec, rec_c, step),
+        "schedule": text_column(sched), **t,
+        **throughput(model, training, hardware, batch.num_gpus, rec, rec_c, step,
+                     recomputed_share(pt, rec, batch.recompute_layers)),
         **out, "worst_stage": worst, "feasible": feasible, "reason": text_column(reason),
     }), stages=stages, stage_times=got.get("stage_times") if every or len(r) else None)
 
@@ -223,20 +233,6 @@ def _host_check(model, training, hardware, batch, pt, feasible, reason):
     host = np.where(pt.rank_valid, host, -np.inf)
     stage = np.argmax(host, axis=1)
     return host_verdict(feasible, reason, host[np.arange(len(stage)), stage], stage, hardware)
-
-
-def _throughput(model, training, hardware, num_gpus, rec, rec_c, step) -> dict:
-    """tokens/s, model and hardware TFLOP/s per GPU, MFU and HFU of rows with step times `step`: PaLM
-    App. B, model FLOPs (no recompute) or executed FLOPs per step / (step × GPUs × dense peak)."""
-    model_flops, hw_flops = np.zeros(len(step)), np.zeros(len(step))
-    for _, idx in categories(rec_c):
-        model_flops[idx], hw_flops[idx] = step_flops(model, training, recompute=rec[idx[0]])
-    peak_flops = mfu_peak_flops(hardware, training)
-    return {"tokens_per_s": training.global_batch_size * training.seq_length / step,
-            "model_tflops_per_gpu": model_flops / (step * num_gpus) / 1e12,
-            "hardware_tflops_per_gpu": hw_flops / (step * num_gpus) / 1e12,
-            "mfu": model_flops / (step * num_gpus * peak_flops),
-            "hfu": hw_flops / (step * num_gpus * peak_flops)}
 
 
 def _per_zero_stage(model, training, hardware, batch, opt, inference, time_infeasible, per_stage) -> Evaluation:
@@ -265,6 +261,7 @@ def _per_zero_stage(model, training, hardware, batch, opt, inference, time_infea
 def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus: int, pp=1, vpp=1,
                      schedule="1f1b", zero=0, recompute="none", sequence_parallel=False,
                      cp_algorithm: str = "ring", dp_mode: str = "ddp", shard_group_size: int | None = None,
+                     recompute_layers: int = 0,
                      layers_per_stage=None, tp=1, dp=1, cp=1, ep=1, micro_batch_size=1,
                      options: EstimateOptions | None = None, inference: bool = False,
                      time_infeasible: bool = True) -> pd.DataFrame:
@@ -275,7 +272,7 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                                    micro_batch_size=micro_batch_size, zero=zero, recompute=recompute,
                                    sequence_parallel=sequence_parallel, schedule=schedule,
                                    layers_per_stage=layers_per_stage, cp_algorithm=cp_algorithm, dp_mode=dp_mode,
-                                   shard_group_size=shard_group_size)
+                                   shard_group_size=shard_group_size, recompute_layers=recompute_layers)
     return evaluate(model, training, hardware, batch, options=options, inference=inference,
                     time_infeasible=time_infeasible).rows
 
@@ -321,7 +318,7 @@ def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last
 
 
 def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_group_size, pt, *, tp, dp, cp, ep, mbs,
-                zz, pp, sched, rec, rec_c, sp, chunks, m, keep=False) -> dict:
+                zz, pp, sched, rec, rec_c, sp, chunks, m, keep=False, recompute_layers: int = 0) -> dict:
     """Steps 1-5 of the module docstring for K rows with pipeline table `pt`: the step time and its
     breakdown on the busiest rank, (K,) arrays named TIME_FIELDS; with `keep`, also `stage_times`, the
     parts they were added from (`Evaluation.stage_times`)."""
@@ -341,7 +338,7 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
                                  hardware=hardware, opt=opt, cp_algorithm=cp_algorithm)
     st, b_inv = once_per_distinct(_stage_times, {**cols, "rec": rec, "comm_id": c_inv}, model=model,
                                   training=training, hardware=hardware, opt=opt, cp_algorithm=cp_algorithm, pt=pt,
-                                  comm_table=c)
+                                  comm_table=c, recompute_layers=recompute_layers)
 
     z3, z3_id, z3_tail = _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_inv,
                                          {k: v[zz == 3] for k, v in cols.items()}, np.flatnonzero(zz == 3), n)

@@ -41,6 +41,9 @@ _FLAGS = [
     ("--zero", "zero", int, "ZeRO stage 0-3 (3 = FSDP full shard)"),
     ("--shard-group", "shard_group_size", int, "ZeRO/FSDP shard group size (hybrid sharding)"),
     ("--recompute", "recompute", click.Choice(list(RECOMPUTE)), "activation recomputation"),
+    ("--recompute-layers", "recompute_layers", int, "with --recompute full: recompute only the first N layers of "
+                                                    "each pipeline stage (Megatron --recompute-method block "
+                                                    "--recompute-num-layers N); the others keep their activations"),
     ("--schedule", "schedule", click.Choice(list(SCHEDULE_NAMES)), "pipeline schedule"),
     ("--precision", "precision", click.Choice(list(PRECISIONS)), "training precision"),
     ("--optimizer", "optimizer", click.Choice(list(OPTIMIZERS)), "optimizer"),

@@ -3,6 +3,7 @@ import json
 
 import click
 
+from ..spec.layout import recompute_label
 from .common import scenario_from_options, scenario_options, split_text
 from .flagnames import flag_names
 from .run_options import run_lines, run_options, run_spec
@@ -19,7 +20,8 @@ def _table(d: dict) -> str:
     pct = lambda x: f"{100 * x / step:5.1f} %"  # noqa: E731
     lines = [
         f"{d['model']['name']} ({d['model']['params'] / 1e9:.2f} B params) on {lay['num_gpus']} x {d['hardware']}: "
-        f"{lay['label']}, zero={lay['zero']}, recompute={lay['recompute']}, schedule={lay['schedule']}, "
+        f"{lay['label']}, zero={lay['zero']}, recompute={recompute_label(lay['recompute'], lay['recompute_layers'])}, "
+        f"schedule={lay['schedule']}, "
         f"micro-batch={lay['micro_batch_size']} x {lay['num_microbatches']} microbatches"
         + split_text(lay),
         f"step time           {step:10.4f} s",

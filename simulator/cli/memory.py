@@ -4,6 +4,7 @@ import json
 
 import click
 
+from ..spec.layout import recompute_label
 from . import check_output
 from .common import scenario_from_options, scenario_options, split_text
 
@@ -22,7 +23,8 @@ def _table(result) -> str:
 
     lay = result.layout
     head = f"{'stage':>5} {'layers':>6} {'in-flight':>9} " + " ".join(f"{lbl + ' GiB':>{_width(lbl)}}" for _, lbl in _COLS)
-    lines = [f"{result.model.name}: {lay.label}, zero={lay.zero}, recompute={lay.recompute}, "
+    lines = [f"{result.model.name}: {lay.label}, zero={lay.zero}, "
+             f"recompute={recompute_label(lay.recompute, lay.recompute_layers)}, "
              f"schedule={lay.schedule}, micro-batch={lay.micro_batch_size}, "
              f"seq={result.training.seq_length}{', inference' if result.inference else ''}"
              + split_text(dataclasses.asdict(lay)), head]

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ..spec.rules import RECOMPUTE
 from ..spec.scenario import STACK_FLAG_KEYS
 from .common import flags, pipeline_split_options
 from .flagnames import flag_names, given_flags
@@ -27,7 +28,8 @@ _LIST_FLAGS = [
     ("--vpp", "vpp", "virtual pipeline chunks (interleaved schedule)"),
     ("--micro-batch", "micro_batch_size", "micro-batch sizes"),
     ("--zero", "zero", "ZeRO stages 0-3 (3 = FSDP full shard)"),
-    ("--recompute", "recompute", "recompute modes: none,selective,full"),
+    ("--recompute", "recompute", f"recompute modes: {','.join(RECOMPUTE)} (full recomputes every layer: "
+                                 f"estimate --recompute-layers N models the first N per stage)"),
     ("--schedule", "schedule", "pipeline schedules, e.g. 1f1b,interleaved,zb-h1"),
     ("--sequence-parallel", "sequence_parallel", "sequence parallelism: true,false"),
 ]

@@ -55,3 +55,15 @@ def recomputed_fraction(name: str, recompute: str, model: ModelSpec | None, *, c
         raise InputError(f"recompute 'op' (torchtitan's op-level selective AC) is modelled for dense MHA/GQA "
                          f"layers; this model's layer has a {name!r} GEMM")
     return share
+
+
+def recomputed_layer_share(layers, recompute_layers: int):
+    """Share of a virtual stage's `layers` that full recompute re-runs: min(N, L)/L for N = `recompute_layers`
+    > 0 (Megatron-LM's --recompute-method block: the first N layers of each stage's block are recomputed,
+    the others keep their activations), 1 for N = 0 (every layer); 0 for a stage without layers."""
+    import numpy as np
+
+    L = np.asarray(layers, dtype=float)
+    if not recompute_layers:
+        return np.where(L > 0, 1.0, 0.0)
+    return np.divide(np.minimum(float(recompute_layers), L), L, out=np.zeros_like(L), where=L > 0)

@@ -34,6 +34,9 @@ def emit_deepspeed(sc, layout, *, with_model: bool = False) -> tuple[str, list[s
                                ("ep", layout.ep, "--moe-expert-parallel-size")):
         if degree > 1:
             notes.append(f"{name} {degree}: set in code (Megatron-DeepSpeed {flag} {degree})")
+    if layout.recompute_layers:
+        notes.append(f"recompute_layers {layout.recompute_layers}: Megatron-DeepSpeed --recompute-method block "
+                     f"--recompute-num-layers {layout.recompute_layers} in the training script")
     if layout.recompute != "none":
         notes.append(f"recompute {layout.recompute}: set in the training script (Hugging Face "
                      f"gradient_checkpointing, Megatron-DeepSpeed --recompute-granularity {layout.recompute})")

@@ -72,6 +72,9 @@ def _layout_flags(sc, layout, notes: list[str]) -> list:
                          f"data-parallel sharding is not written")
     if layout.recompute == "selective":
         f.append(("--recompute-granularity", "selective"))
+    elif layout.recompute == "full" and layout.recompute_layers:
+        f += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+              ("--recompute-num-layers", layout.recompute_layers)]
     elif layout.recompute == "full":
         f += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
     elif layout.recompute == "op":

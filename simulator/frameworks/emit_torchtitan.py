@@ -38,6 +38,9 @@ def emit_torchtitan(sc, layout, *, with_model: bool = False) -> tuple[str, list[
         tables["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": "op"}
     else:
         tables["activation_checkpoint"] = {"mode": layout.recompute}
+        if layout.recompute_layers:
+            notes.append(f"recompute_layers {layout.recompute_layers} (the first layers of each stage): torchtitan "
+                         f"recomputes every layer or every k-th one; written as full")
         if layout.recompute == "selective":
             notes.append("recompute selective (Megatron's attention-core recompute): torchtitan's 'selective' "
                          "recomputes by op or by layer, not the attention alone")

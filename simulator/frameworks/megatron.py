@@ -11,7 +11,8 @@ megatron/core/transformer/transformer_config.py, megatron/core/distributed/distr
   pipeline split; ZeRO 1 = `--use-distributed-optimizer`, 2/3 = Megatron-FSDP's
   `--data-parallel-sharding-strategy optim_grads / optim_grads_params` (default), 3 = `--use-torch-fsdp2`;
   `--num-distributed-optimizer-instances` k: shards of dp / k (HSDP); `--recompute-granularity`
-  (`--recompute-activations` = selective); `--cp-comm-type` p2p = ring, a2a = Ulysses;
+  (`--recompute-activations` = selective; full with `--recompute-method block --recompute-num-layers N`:
+  Layout.recompute_layers N); `--cp-comm-type` p2p = ring, a2a = Ulysses;
 - training: `--seq-length`, `--global-batch-size` (default micro x dp), `--bf16` / `--fp16` / `--fp8-format`,
   `--optimizer`, fp32 gradients unless `--grad-reduce-in-bf16`, `--optimizer-cpu-offload`;
 - stack `megatron` with: `--tp-comm-overlap`, `--fp8-recipe`, `--attention-backend`; the gradient bucket:
@@ -140,7 +141,9 @@ def megatron_layout(f: Fields, gpus: int, layers: int, rep: Report) -> tuple[dic
     lay["sequence_parallel"] = sp and tp > 1
     lay.update(_pipeline(f, layers, pp, rep))
     lay.update(_sharding(f, dp, rep))
-    lay["recompute"] = _recompute(f, rep)
+    lay["recompute"], blocks = _recompute(f, rep)
+    if blocks:
+        lay["recompute_layers"] = blocks
     comm = f.raw("cp_comm_type")
     if comm is not None:
         kinds = set(comm if isinstance(comm, list) else [comm])
@@ -223,18 +226,19 @@ def _sharding(f: Fields, dp: int, rep: Report) -> dict:
     return out
 
 
-def _recompute(f: Fields, rep: Report) -> str:
+def _recompute(f: Fields, rep: Report) -> tuple[str, int]:
+    """(recompute mode, recompute_layers): `--recompute-method block --recompute-num-layers N` recomputes the
+    first N layers of each stage (Layout.recompute_layers)."""
     method, n = f.text("recompute_method"), f.int("recompute_num_layers")
     if f.flag("recompute_activations"):
-        return "selective"
+        return "selective", 0
     g = f.text("recompute_granularity", None, choices=("full", "selective"))
     if g == "full" and method == "block":
-        rep.cannot(f"--recompute-method block --recompute-num-layers {n}: recompute of the first {n} layers per "
-                   f"stage only; parasim recomputes every layer (full)")
-    elif g == "full" and (n or 1) > 1:
+        return g, n or 0
+    if g == "full" and (n or 1) > 1:
         rep.assume(f"--recompute-method uniform --recompute-num-layers {n}: parasim stores each layer's input, "
                    f"not one per {n} layers")
-    return g or "none"
+    return g or "none", 0
 
 
 def _training(f: Fields, dp: int, mbs: int, seq: int, rep: Report) -> dict:

@@ -216,7 +216,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                         sequence_parallel: bool = False, schedule: str = "1f1b", layers_per_stage=None,
                         inference: bool = False, inflight_per_stage=None,
                         overheads: Overheads | None = None, placement=None, rank_class=None,
-                        worst_of=None, inflight_key=None) -> dict[str, np.ndarray]:
+                        worst_of=None, inflight_key=None, recompute_layers: int = 0) -> dict[str, np.ndarray]:
     """Per-stage memory of many layouts at once (vectorisation contract of the sweep).
 
     tp, dp, cp, ep, micro_batch_size, num_microbatches, zero, schedule, recompute and
@@ -275,6 +275,9 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                                                               vpp=vpp), shape)
         a_d = per_mode(layer_activation_bytes, moe=False)[..., None]
         a_m = per_mode(layer_activation_bytes, moe=True)[..., None]
+        if recompute_layers and np.any(np.asarray(recompute) == "full"):  # the other layers keep everything
+            a_d, a_m = (_block_recompute(a, per_mode(layer_activation_bytes, rc="none", moe=moe)[..., None], pl,
+                                         recompute, recompute_layers) for a, moe in ((a_d, False), (a_m, True)))
         emb = per_mode(embedding_activation_bytes, rc=False)[..., None]
         head = per_mode(head_activation_bytes, rc=False)[..., None]
         loss_m = np.asarray(loss_inflight_microbatches(schedule, num_microbatches=num_microbatches))[..., None]
@@ -320,6 +323,21 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                          tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, to_rank_state=to_rank_state)
 
 
+def _block_recompute(a_full, a_none, pl, recompute, recompute_layers: int) -> np.ndarray:
+    """Per-layer bytes of a rank whose chunks recompute only their first `recompute_layers` layers (full
+    recompute): share·a_full + (1 − share)·a_none, share = recomputed_layer_share of a chunk's layers
+    (cost/recompute.py; the rank's layers spread evenly over its chunks). Rows without full recompute
+    keep `a_full` (their own mode's bytes)."""
+    from ..cost.recompute import recomputed_layer_share
+
+    chunks = np.maximum(np.asarray(getattr(pl, "chunks", 1), dtype=float), 1.0)
+    chunks = chunks[..., None] if chunks.ndim else chunks
+    share = recomputed_layer_share(np.asarray(pl.layers, dtype=float) / chunks, recompute_layers)
+    full = np.asarray(recompute) == "full"
+    full = full[..., None] if full.ndim else full
+    return np.where(full, share * a_full + (1.0 - share) * a_none, a_full)
+
+
 def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardware=None, *,
                      inference: bool = False, inflight_per_stage=None,
                      overheads: Overheads | None = None) -> MemoryResult:
@@ -329,6 +347,7 @@ def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardw
         model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp, ep=layout.ep, vpp=layout.vpp,
         micro_batch_size=layout.micro_batch_size, num_microbatches=layout.num_microbatches(training.global_batch_size),
         zero=layout.zero, shard_group_size=layout.shard_group_size, recompute=layout.recompute,
+        recompute_layers=layout.recompute_layers,
         sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,
         layers_per_stage=layout.layers_per_stage, inference=inference, inflight_per_stage=inflight_per_stage,
         overheads=overheads)

@@ -52,6 +52,11 @@ def stage_layers(value, pp: int, *, stages: int | None = None, least: int = 1) -
     return tuple(int(v) for v in value)
 
 
+def recompute_label(recompute: str, recompute_layers: int = 0) -> str:
+    """The recompute mode as printed: 'full (first N layers per stage)' with Layout.recompute_layers."""
+    return f"{recompute} (first {recompute_layers} layers per stage)" if recompute_layers else recompute
+
+
 @dataclass(frozen=True, kw_only=True)
 class Layout:
     """A parallel layout. `dp` may be None and is then derived as num_gpus / (tp·cp·pp)."""
@@ -67,6 +72,9 @@ class Layout:
     zero: int = 0  # 0 none, 1 optimizer, 2 + gradients, 3 + parameters (= FSDP full shard)
     shard_group_size: int | None = None  # ZeRO/FSDP shard group (HSDP); None: the whole DP group
     recompute: str = "none"
+    # with recompute 'full': layers recomputed per virtual pipeline stage, the first ones (Megatron-LM
+    # --recompute-method block --recompute-num-layers N, NeMo activations_checkpoint_method block); 0: all
+    recompute_layers: int = 0
     sequence_parallel: bool = False
     schedule: str = "1f1b"
     cp_algorithm: str = "ring"  # ring (Megatron p2p ring attention) or ulysses (all-to-all)
@@ -100,6 +108,11 @@ class Layout:
             if self.dp % self.shard_group_size:
                 raise InputError(f"shard_group_size({self.shard_group_size}) must divide dp({self.dp})")
         check_choice("recompute", self.recompute, RECOMPUTE)
+        if self.recompute_layers != 0:
+            object.__setattr__(self, "recompute_layers", check_count("recompute_layers", self.recompute_layers))
+            if self.recompute != "full":
+                raise InputError(f"recompute_layers({self.recompute_layers}) needs recompute = 'full' (the layers "
+                                 f"fully recomputed per stage), got {self.recompute!r}")
         check_choice("schedule", self.schedule, SCHEDULES)
         check_choice("cp_algorithm", self.cp_algorithm, CP_ALGORITHMS)
         check_choice("dp_mode", self.dp_mode, DP_MODES)
