@@ -90,3 +90,29 @@ def test_megatron_block_recompute_imports_and_emits_back(tmp_path, capsys):
     code, io = run(["emit", "megatron", out])
     flags = " ".join(io.out.replace("\\\n", " ").split())
     assert code == 0 and "--recompute-method block --recompute-num-layers 5" in flags
+
+
+def test_torchtitan_layer_level_ac_is_full_recompute_of_every_kth_layer(tmp_path, capsys):
+    """torchtitan's selective_ac_option = k checkpoints every k-th block of a stage
+    (activation_checkpoint.py `_apply_ac_to_transformer_block`): ⌊L/k⌋ layers fully recomputed."""
+    from pathlib import Path
+
+    from simulator.cli import main
+    from simulator.spec.scenario import load_scenario
+
+    src = (Path(__file__).parent / "data" / "configs" / "torchtitan_llama3_8b.toml").read_text()
+    assert 'selective_ac_option = "op"' in src
+    job, out = tmp_path / "job.toml", tmp_path / "s.toml"
+    job.write_text(src.replace('selective_ac_option = "op"', 'selective_ac_option = "3"'))
+
+    def run(args):
+        with pytest.raises(SystemExit) as e:
+            main([str(a) for a in args])
+        return e.value.code, capsys.readouterr()
+
+    code, io = run(["import", "torchtitan", job, "--gpus", 16, "--out", out])
+    assert code == 0, io.err
+    sc = load_scenario(str(out))
+    assert (sc.layout.recompute, sc.layout.recompute_layers) == ("full", 32 // 3)  # 32 layers, pp 1
+    code, io = run(["emit", "torchtitan", out])
+    assert code == 0 and 'selective_ac_option = "3"' in io.out

@@ -67,3 +67,11 @@ def recomputed_layer_share(layers, recompute_layers: int):
     if not recompute_layers:
         return np.where(L > 0, 1.0, 0.0)
     return np.divide(np.minimum(float(recompute_layers), L), L, out=np.zeros_like(L), where=L > 0)
+
+
+def every_kth_layer(layers_per_stage: int, k: int) -> int:
+    """Layers of a stage that torchtitan's layer-level selective AC recomputes (`selective_ac_option` = k:
+    torchtitan/distributed/activation_checkpoint.py `_apply_ac_to_transformer_block` checkpoints every k-th
+    block it wraps, counting the stage's blocks from 1): ⌊L/k⌋; as `Layout.recompute_layers` with full
+    recompute it times and stores the same (both depend on the count, not on which layers)."""
+    return int(layers_per_stage) // int(k) if k >= 1 else 0

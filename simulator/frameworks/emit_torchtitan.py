@@ -9,6 +9,7 @@ under torchtitan's rule, when some do.
 """
 from __future__ import annotations
 
+from ..cost.recompute import every_kth_layer
 from ..errors import InputError
 from .emit_megatron import effective_split
 from .scenario_doc import toml_value
@@ -34,16 +35,20 @@ def emit_torchtitan(sc, layout, *, with_model: bool = False) -> tuple[str, list[
         tables.setdefault("model", {})["converters"] = ["mx" if mx else "float8"]
     tables["training"] = _training(sc, layout, notes)
     tables["parallelism"] = _parallelism(sc, layout, notes)
-    if layout.recompute == "op":
+    stage_layers = sc.model.num_layers // (layout.pp * layout.vpp)
+    k = stage_layers // layout.recompute_layers if layout.recompute_layers else 0
+    if layout.recompute in ("op", "selective"):  # (Megatron's attention-core recompute: op-level is nearest)
         tables["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": "op"}
+    elif k > 1 and every_kth_layer(stage_layers, k) == layout.recompute_layers:  # every k-th layer: as many
+        tables["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": str(k)}
     else:
         tables["activation_checkpoint"] = {"mode": layout.recompute}
         if layout.recompute_layers:
-            notes.append(f"recompute_layers {layout.recompute_layers} (the first layers of each stage): torchtitan "
-                         f"recomputes every layer or every k-th one; written as full")
-        if layout.recompute == "selective":
-            notes.append("recompute selective (Megatron's attention-core recompute): torchtitan's 'selective' "
-                         "recomputes by op or by layer, not the attention alone")
+            notes.append(f"recompute_layers {layout.recompute_layers} of {stage_layers} layers per stage: "
+                         f"torchtitan recomputes every layer or every k-th one; written as full")
+    if layout.recompute == "selective":
+        notes.append("recompute selective (Megatron's attention-core recompute): torchtitan's 'selective' "
+                     "recomputes by op or by layer, not the attention alone; written as op-level")
     st = sc.training.stack
     tables["compile"] = {"enable": bool(st.compiled), "components": ["model", "loss"]}
     tables["optimizer"] = {"name": "AdamW" if sc.training.optimizer == "adamw" else "Adam",

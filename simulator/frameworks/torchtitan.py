@@ -19,6 +19,7 @@ configured by TOML files, torchtitan/config/job_config.py; train_configs/llama3_
 """
 from __future__ import annotations
 
+from ..cost.recompute import every_kth_layer
 from ..errors import InputError
 from .fields import Fields, Report, prefixed
 from .torchtitan_flavors import flavor_model, torchtitan_split
@@ -67,7 +68,9 @@ def torchtitan_import(f: Fields, *, gpus: int | None, hardware: str, model: str 
     training, mbs = _training(f, deg, rep)
     layout["micro_batch_size"] = mbs
     layout.update(_pipeline(f, layers, deg["pp"], rep))
-    layout["recompute"] = _recompute(f, rep)
+    layout["recompute"], blocks = _recompute(f, rep, layers // (deg["pp"] * layout.get("vpp", 1)))
+    if blocks:
+        layout["recompute_layers"] = blocks
     stack = _stack(f, training, deg["tp"], rep)
     if kernel:
         stack["attention_kernel"] = kernel
@@ -217,7 +220,10 @@ def _split_fields(split: tuple, layers: int, pp: int, chunks: int, rep: Report) 
     return {}
 
 
-def _recompute(f: Fields, rep: Report) -> str:
+def _recompute(f: Fields, rep: Report, stage_layers: int) -> tuple[str, int]:
+    """(recompute mode, recompute_layers) of [activation_checkpoint]: op-level selective AC is 'op', the
+    layer-level one (every k-th block) full recompute of ⌊L/k⌋ layers per stage (cost/recompute.py
+    every_kth_layer)."""
     a = "activation_checkpoint."
     if not f.has(a + "mode"):
         rep.assume("[activation_checkpoint] mode: torchtitan's default 'selective'")
@@ -226,17 +232,24 @@ def _recompute(f: Fields, rep: Report) -> str:
     if mode == "memory_budget":
         f.take(a + "memory_budget")
         rep.cannot("[activation_checkpoint] mode = 'memory_budget': counted as full recompute")
-        return "full"
+        return "full", 0
     if mode == "selective" and option == "op":
-        return "op"
+        return "op", 0
     if mode == "selective":
-        if option.strip() == "1":
-            return "full"
-        rep.cannot(f"[activation_checkpoint] selective_ac_option = {option!r} (full recompute of every "
-                   f"{option}th layer): counted as op-level selective AC (recompute 'op'), whose stored bytes "
-                   f"and recompute time are close to every second layer's")
-        return "op"
-    return mode
+        if not option.strip().isdigit() or int(option) < 1:
+            raise f.error(a + "selective_ac_option", "is neither 'op' nor a positive layer count")
+        k = int(option)
+        n = every_kth_layer(stage_layers, k)
+        if k == 1 or n >= stage_layers:
+            return "full", 0
+        if n == 0:
+            rep.assume(f"[activation_checkpoint] selective_ac_option = {k}: more than the stage's {stage_layers} "
+                       f"layers, none recomputed")
+            return "none", 0
+        rep.assume(f"[activation_checkpoint] selective_ac_option = {k}: every {k}th layer, {n} of each stage's "
+                   f"{stage_layers} fully recomputed (recompute_layers {n})")
+        return "full", n
+    return mode, 0
 
 
 def _stack(f: Fields, training: dict, tp: int, rep: Report) -> dict:

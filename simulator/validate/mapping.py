@@ -10,8 +10,9 @@ Generic cell rules (every source; a source's table entry overrides the family de
 - vocab: the number, or the first integer of a text cell; blank -> 51200 [assumption].
 - micro_batch blank -> 1 [assumption]; zero_fsdp: none -> 0, ZeRO-k -> k, FSDP/FSDP2 full shard -> 3.
 - recompute: none / 'none stated' -> none (the latter flagged); full* -> full; 'selective (per op)'
-  -> op (torchtitan's op-level SAC); 'selective (per layer)' -> op [approximation]; other selective ->
-  selective (Megatron's attention core).
+  -> op (torchtitan's op-level SAC); 'selective (per layer)' -> full recompute of every 2nd layer
+  (recompute_layers ⌊L/2⌋ per stage; k = 2, torchtitan's default, stated); other selective -> selective
+  (Megatron's attention core).
 - precision: text containing bf16 / fp16 / fp8 / fp32 -> that; 'mixed (not stated)' -> bf16.
 - pipeline_schedule: 1F1B variants -> 1f1b; 'interleaved 1F1B' -> interleaved (vpp column read as
   total chunks when > pp); ZB-V -> zb-v; Zero Bubble p*M_B -> zb-h1, 2p*M_B -> zb-h2; blank -> 1f1b.
@@ -26,6 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..cost.recompute import every_kth_layer
 from ..errors import InputError
 from .cells import _blank, _int, _text
 from .sources import FAMILIES, SOURCE_RULES, SourceRules, _family, _generic_rules, hardware_for_gpu, pad_vocab
@@ -91,23 +93,27 @@ def _zero(v) -> int:
     raise InputError(f"unknown zero_fsdp {v!r}")
 
 
-def _recompute(v, notes) -> str:
+LAYER_SAC_EVERY = 2  # torchtitan's selective_ac_option default ('2') when its layer-level AC names no k
+
+
+def _recompute(v, notes) -> tuple[str, int]:
+    """(recompute mode, k): k > 0 for layer-level selective AC that recomputes every k-th layer."""
     t = _text(v).lower()
     if t in ("", "none"):
-        return "none"
+        return "none", 0
     if t == "none stated":
         notes.append("recompute not stated: none")
-        return "none"
+        return "none", 0
     if t.startswith("full"):
-        return "full"
+        return "full", 0
     if "selective" in t and "per layer" in t:
-        notes.append("layer-level selective recompute (every k-th layer, k not stated) mapped to 'op' "
-                     "[approximation: close in stored bytes and recompute time at k = 2]")
-        return "op"
+        notes.append(f"layer-level selective recompute, every k-th layer (k not stated): k = {LAYER_SAC_EVERY}, "
+                     f"torchtitan's default selective_ac_option")
+        return "full", LAYER_SAC_EVERY
     if t.startswith("selective"):
         if "per op" in t:
-            return "op"  # torchtitan's op-level selective AC
-        return "selective"
+            return "op", 0  # torchtitan's op-level selective AC
+        return "selective", 0
     raise InputError(f"unknown recompute {v!r}")
 
 
@@ -276,11 +282,13 @@ def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str]):
         mbs = _int(row.get("micro_batch"), "micro_batch")
     chunks = 2 if sched in ("zb-v", "dualpipev") else vpp
     lps = _layers_per_stage(num_layers, pp, chunks, _text(row.get("notes")), notes)
+    recompute, every = _recompute(row.get("recompute"), notes)
+    blocks = every_kth_layer(num_layers // (pp * chunks), every) if every else 0
     return Layout(num_gpus=_int(row.get("n_gpus"), "n_gpus"), tp=tp, pp=pp,
                   dp=_int(row.get("dp"), "dp"),
                   cp=1 if _blank(row.get("cp")) else _int(row.get("cp"), "cp"),
                   ep=1 if _blank(row.get("ep")) else _int(row.get("ep"), "ep"), vpp=vpp,
                   micro_batch_size=mbs, zero=_zero(row.get("zero_fsdp")),
-                  recompute=_recompute(row.get("recompute"), notes),
+                  recompute=recompute, recompute_layers=blocks,
                   sequence_parallel=_sp(row.get("sequence_parallel")), schedule=sched,
                   layers_per_stage=lps)
