@@ -94,7 +94,8 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
     layer: row `comm_id` of `comm_table`, from _layer_comm, times the stage's layers): exposed
     forward/backward per category (`tp_f`, `tp_b`, ...) and the part hidden under compute (`hid_f`,
     `hid_b`; by category: TP `hid_t_*`, CP `hid_c_*`, EP `hid_e_*`), which slows it when
-    `comm_slowdown` > 0."""
+    `comm_slowdown` > 0. `recompute_layers` N (full-recompute rows): the recompute forward and its re-run
+    TP collectives of min(N, L) of a stage's L layers only (cost/recompute.py recomputed_layer_share)."""
     k = len(tp)
     comm = {key: v[comm_id] for key, v in comm_table.items()}
     basis = np.zeros((len(BASIS_KEYS), k, 4))
