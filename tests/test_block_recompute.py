@@ -116,3 +116,20 @@ def test_torchtitan_layer_level_ac_is_full_recompute_of_every_kth_layer(tmp_path
     assert (sc.layout.recompute, sc.layout.recompute_layers) == ("full", 32 // 3)  # 32 layers, pp 1
     code, io = run(["emit", "torchtitan", out])
     assert code == 0 and 'selective_ac_option = "3"' in io.out
+
+
+def test_a_sweep_with_recompute_layers_gives_the_estimates_rows():
+    from types import SimpleNamespace
+
+    from simulator.sweep import SweepSpace, run_sweep
+
+    sc = SimpleNamespace(model=MODEL, training=TRAINING, hardware=HW, num_gpus=64, sweep={}, name="t")
+    space = SweepSpace(tp=(8,), pp=(4,), micro_batch_size=(1,), zero=(1,), recompute=("full",),
+                       sequence_parallel=(True,), schedule=("1f1b",), recompute_layers=5)
+    df = run_sweep(sc, space, allow_unsupported=True)
+    row = df[(df.pp == 4) & (df.schedule == "1f1b")].iloc[0]
+    est = _est("full", 5)
+    assert row["step_s"] == pytest.approx(est.step_s, rel=1e-9)
+    assert row["peak_bytes"] == pytest.approx(est.memory.worst.peak_bytes, rel=1e-9)
+    with pytest.raises(InputError, match="recompute_layers must be an integer >= 0"):
+        SweepSpace(recompute_layers=-1)

@@ -28,8 +28,8 @@ _LIST_FLAGS = [
     ("--vpp", "vpp", "virtual pipeline chunks (interleaved schedule)"),
     ("--micro-batch", "micro_batch_size", "micro-batch sizes"),
     ("--zero", "zero", "ZeRO stages 0-3 (3 = FSDP full shard)"),
-    ("--recompute", "recompute", f"recompute modes: {','.join(RECOMPUTE)} (full recomputes every layer: "
-                                 f"estimate --recompute-layers N models the first N per stage)"),
+    ("--recompute", "recompute", f"recompute modes: {','.join(RECOMPUTE)} (full: every layer, or the first N "
+                                 f"per stage with --recompute-layers N)"),
     ("--schedule", "schedule", "pipeline schedules, e.g. 1f1b,interleaved,zb-h1"),
     ("--sequence-parallel", "sequence_parallel", "sequence parallelism: true,false"),
 ]
@@ -41,6 +41,8 @@ _INT_FLAGS = [
     ("--max-vpp", "max_vpp", "largest vpp"),
     ("--min-micro-batch", "min_micro_batch_size", "smallest micro-batch size (default 1)"),
     ("--max-micro-batch", "max_micro_batch_size", "largest micro-batch size (default 8)"),
+    ("--recompute-layers", "recompute_layers", "with full recompute: only the first N layers of each stage "
+                                               "(Megatron --recompute-method block); 0 = every layer"),
 ]
 
 
@@ -130,7 +132,9 @@ def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_i
         return
     nfeas = int(df["feasible"].sum()) if len(df) else 0
     untimed = "" if time_infeasible or nfeas == len(df) else " (only those timed; --time-infeasible times all)"
-    click.echo(f"{sc.name}: {len(df):,} layouts on {sc.num_gpus} GPUs, {nfeas:,} fit{untimed}; "
+    blocks = (f"; full recompute: the first {space.recompute_layers} layers of each stage"
+              if space.recompute_layers else "")
+    click.echo(f"{sc.name}: {len(df):,} layouts on {sc.num_gpus} GPUs, {nfeas:,} fit{untimed}{blocks}; "
                f"{seconds:.2f} s ({len(df) / seconds if seconds > 0 else 0:,.0f} layouts/s)")
     if left and len(df):  # (an empty table says it below, naming the rules)
         click.echo(left)
@@ -205,7 +209,8 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
     with flag_names(given_flags(_SCENARIO_FLAGS, over)):  # an error about a flag's value names the flag
         sc = load_scenario(scenario, require_layout=False, **over)
     space = SweepSpace.from_table(sc.sweep, where=f"[sweep] of {scenario}" if scenario else "[sweep]")
-    changes = {k: kwargs.pop(k) for k in list(kwargs) if k in LIST_FIELDS or k.startswith(("max_", "min_", "account_"))}
+    changes = {k: kwargs.pop(k) for k in list(kwargs)
+               if k in LIST_FIELDS or k.startswith(("max_", "min_", "account_")) or k == "recompute_layers"}
     changes["max_tp_within_node"] = max_tp_within_node
     changes["uneven_layers"] = uneven_layers
     with flag_names(given_flags(_LIST_FLAGS + _INT_FLAGS, changes),

@@ -124,6 +124,21 @@ def _timing(evaluator: Callable, time_infeasible: bool) -> Callable:
     return functools.partial(evaluator, time_infeasible=time_infeasible) if takes else evaluator
 
 
+def _blocks(evaluator: Callable, recompute_layers: int) -> Callable:
+    """`evaluator` with `recompute_layers` set (full-recompute rows re-run the first N layers of each stage,
+    kernel.evaluate_layouts); InputError when N > 0 and the evaluator cannot take it."""
+    if not recompute_layers:
+        return evaluator
+    fn = getattr(evaluator, "func", evaluator)
+    try:
+        takes = "recompute_layers" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes:
+        raise InputError("recompute_layers: this sweep's evaluator recomputes every layer")
+    return functools.partial(evaluator, recompute_layers=recompute_layers)
+
+
 # ---- resumable chunks ------------------------------------------------------------------------------
 def _fingerprint(model, training, hardware, num_gpus, cands: pd.DataFrame, settings) -> str:
     h = hashlib.sha256()
@@ -204,7 +219,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     _check_run_args(executor, chunk_size, workers, out)
     space = space if space is not None else SweepSpace.from_table(getattr(scenario, "sweep", {}))
     model, training, hardware, N = scenario.model, scenario.training, scenario.hardware, scenario.num_gpus
-    evaluator = _timing(evaluator or _default_evaluator(), bool(time_infeasible))
+    evaluator = _blocks(_timing(evaluator or _default_evaluator(), bool(time_infeasible)), space.recompute_layers)
     cands = enumerate_layouts(model, training, N, space, hardware=hardware)
     stack = training.stack
     left_out: dict[str, int] = {}
@@ -215,7 +230,8 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     results: dict[int, pd.DataFrame] = {}
     parts = None
     if out is not None:
-        fp = _fingerprint(model, training, hardware, N, cands, (chunk_size, bool(time_infeasible)))
+        fp = _fingerprint(model, training, hardware, N, cands, (chunk_size, bool(time_infeasible),
+                                                               space.recompute_layers))
         parts, results = _open_parts(out, fp, nchunks, {"rows": n, "chunk_size": chunk_size, "chunks": nchunks},
                                      resume)
     todo = [k for k in range(nchunks) if k not in results]

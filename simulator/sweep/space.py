@@ -72,6 +72,7 @@ class SweepSpace:
     uneven_layers: bool = True
     account_for_embedding_in_pipeline_split: bool = False  # Megatron's split (spec.placement.megatron_split)
     account_for_loss_in_pipeline_split: bool = False
+    recompute_layers: int = 0  # Layout.recompute_layers of the rows with full recompute (0: every layer)
 
     def __post_init__(self):
         for name in LIST_FIELDS:
@@ -84,6 +85,9 @@ class SweepSpace:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(f"sweep {name} must be an integer >= 1, got {v!r}")
+        v = self.recompute_layers
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InputError(f"sweep recompute_layers must be an integer >= 0, got {v!r}")
         if self.min_micro_batch_size > self.max_micro_batch_size:
             raise InputError(f"sweep min_micro_batch_size({self.min_micro_batch_size}) > "
                              f"max_micro_batch_size({self.max_micro_batch_size})")
