@@ -21,6 +21,9 @@ CASES = [
     ("plan", ["--tokens", "-5", "--gpu-counts", "8"], "--tokens", "-5"),
     ("serve-sweep", ["--max-tpot-ms", "-3"], "--max-tpot-ms", "-3"),
     ("serve-sweep", ["--top", "-1"], "--top", "-1"),
+    ("estimate", ["--recompute", "full", "--recompute-layers", "-2"], "--recompute-layers", "-2"),
+    ("memory", ["--recompute", "full", "--recompute-layers", "2.5"], "--recompute-layers", "2.5"),
+    ("sweep", ["--recompute-layers", "-1"], "--recompute-layers", "-1"),
 ]
 
 
