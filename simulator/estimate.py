@@ -152,7 +152,7 @@ def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
     from .cost.attention import attention_table_names, attention_tables
 
     kernel = training.stack.attention_kernel if training.flash_attention else "unfused"
-    d = model.qk_nope_head_dim + model.qk_rope_head_dim if model.is_mla else model.head_dim
+    d = model.qk_head_dim
     fused = training.stack.optimizer_impl == "fused" or training.optimizer not in ("adam", "adamw")
     opt = "optimizer" if fused and hardware.has_efficiency("optimizer") else "memory"  # (cost/optimizer.py)
     roles = {"gemm": "gemm", "attention": None, "attention_bwd": None, "memory": "memory", "optimizer": opt}

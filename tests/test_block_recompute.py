@@ -133,3 +133,16 @@ def test_a_sweep_with_recompute_layers_gives_the_estimates_rows():
     assert row["peak_bytes"] == pytest.approx(est.memory.worst.peak_bytes, rel=1e-9)
     with pytest.raises(InputError, match="recompute_layers must be an integer >= 0"):
         SweepSpace(recompute_layers=-1)
+
+
+@pytest.mark.parametrize("value", ['"four"', "-3", "2.5"])
+def test_a_bad_recompute_layers_in_a_scenario_is_one_line(tmp_path, capsys, value):
+    from simulator.cli import main
+
+    path = tmp_path / "s.toml"
+    path.write_text('[model]\npreset = "llama3-8b"\n[training]\nseq_length = 4096\nglobal_batch_size = 8\n'
+                    f'[hardware]\nnum_gpus = 8\n[layout]\nrecompute = "full"\nrecompute_layers = {value}\n')
+    with pytest.raises(SystemExit) as e:
+        main(["estimate", str(path), "--hardware", "dgx-h100"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "recompute_layers" in err[0], err

@@ -63,6 +63,11 @@ def _bracket(dims: dict[int, str], head_dim: float) -> tuple[str, str, float]:
     return dims[ds[lo]], dims[ds[hi]], float(w)
 
 
+def _bwd_follows_fwd(fd: dict, bd: dict) -> bool:
+    """A backward without head-dim tables of its own follows its forward's head-dim ratio (when it has any)."""
+    return len(bd) == 1 and len(fd) > 1
+
+
 def _at(hardware, dims: dict[int, str], head_dim: float, x) -> np.ndarray:
     lo, hi, w = _bracket(dims, head_dim)
     e = hardware.interp_efficiency(lo, x)
@@ -86,7 +91,7 @@ def attention_efficiency(hardware, kernel: str, head_dim: float, x) -> tuple[np.
     f_base, b_base = attention_tables(hardware, kernel)
     fd, bd = head_dim_tables(hardware, f_base), head_dim_tables(hardware, b_base)
     eff_f = _at(hardware, fd, head_dim, x)
-    if len(bd) > 1 or len(fd) == 1:
+    if not _bwd_follows_fwd(fd, bd):
         return eff_f, _at(hardware, bd, head_dim, x)
     ratio = eff_f / np.maximum(hardware.interp_efficiency(f_base, x), 1e-12)
     return eff_f, hardware.interp_efficiency(b_base, x) * ratio
@@ -103,7 +108,7 @@ def attention_table_names(hardware, kernel: str, head_dim: float) -> tuple[str, 
         return lo if w == 0.0 else f"{lo} + {hi}"
 
     f = name(fd)
-    if len(bd) > 1 or len(fd) == 1 or f == f_base:
+    if not _bwd_follows_fwd(fd, bd) or f == f_base:
         return f, name(bd)
     return f, f"{b_base} x ({f}) / {f_base}"
 

@@ -190,8 +190,7 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
         return _table(t_f, t_b, 0.0 * t, fl, bwd_fl, 0.0 * fl)
     fwd, bwd = fl.sum(axis=0, keepdims=True), bwd_fl.sum(axis=0, keepdims=True)
     x = np.maximum(float(training.seq_length) / (F._f(cp) if cp_algorithm == "ring" else 1.0), 1.0)
-    d_qk = model.qk_nope_head_dim + model.qk_rope_head_dim if model.is_mla else model.head_dim
-    eff_f, eff_b = attention_efficiency(hardware, training.stack.attention_kernel, d_qk, x)
+    eff_f, eff_b = attention_efficiency(hardware, training.stack.attention_kernel, model.qk_head_dim, x)
     tp_, cp_, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
     s = float(training.seq_length)
     ring = cp_algorithm == "ring"

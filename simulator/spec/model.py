@@ -128,11 +128,14 @@ class ModelSpec:
         return self.kv_lora_rank > 0
 
     @property
+    def qk_head_dim(self) -> int:
+        """Head dim of Q and K, the one attention kernels run at: d_h (MLA: d_nope + d_rope)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
     def q_size(self) -> int:
         """q = n_h·d_h, the query projection width (MLA: n_h·(d_nope + d_rope))."""
-        if self.is_mla:
-            return self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
-        return self.num_heads * self.head_dim
+        return self.num_heads * self.qk_head_dim
 
     @property
     def kv_size(self) -> int:

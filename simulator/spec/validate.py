@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..schedules import family
 from .layout import Layout
 from .model import ModelSpec
+from .rules import RECOMPUTE
 from .training import Training
 
 
@@ -104,6 +105,15 @@ def recompute_problem(model: ModelSpec, recompute: str) -> str:
         return (f"recompute 'op' (torchtitan's op-level selective AC) is modelled for dense MHA/GQA layers; "
                 f"{model.name or 'this model'} has {'MoE' if model.is_moe else 'MLA'} layers: use full or none")
     return ""
+
+
+def recompute_modes(model: ModelSpec, asked=None) -> tuple[str, ...]:
+    """The recompute modes a sweep tries: every mode `model` can run (asked=None), or the modes asked for,
+    InputError (`recompute_problem`) if one of them cannot run."""
+    problems = [(r, recompute_problem(model, r)) for r in (RECOMPUTE if asked is None else asked)]
+    if asked is not None and any(p for _, p in problems):
+        raise InputError(next(p for _, p in problems if p))
+    return tuple(r for r, p in problems if not p)
 
 
 def validate(model: ModelSpec, training: Training, layout: Layout) -> None:

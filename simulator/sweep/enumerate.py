@@ -24,10 +24,8 @@ import pandas as pd
 
 from ..schedules import family
 from ..frames import text_column
-from ..errors import InputError
-from ..spec.rules import RECOMPUTE
 from ..spec.placement import megatron_split, uneven_split
-from ..spec.validate import layout_valid_mask, recompute_problem
+from ..spec.validate import layout_valid_mask, recompute_modes
 from .space import AUTO, DEFAULT_SCHEDULES, SweepSpace
 
 # columns of a candidate table, in order (layout fields + derived num_microbatches)
@@ -139,11 +137,7 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
         hardware = _NoHardware(num_gpus)
     base = _numeric_candidates(model, training, hardware, num_gpus, space)
     zeros = (0, 1, 2, 3) if space.zero == AUTO else space.zero
-    recs = RECOMPUTE if space.recompute == AUTO else space.recompute
-    if space.recompute == AUTO:  # modes the model cannot run are not candidates (asked for: an error)
-        recs = tuple(r for r in recs if not recompute_problem(model, r))
-    elif any(recompute_problem(model, r) for r in recs):
-        raise InputError(next(recompute_problem(model, r) for r in recs if recompute_problem(model, r)))
+    recs = recompute_modes(model, None if space.recompute == AUTO else space.recompute)
     sps = (False, True) if space.sequence_parallel == AUTO else space.sequence_parallel
     choices = _schedule_choices(model, space)
     if not any(s == "1f1b" for s, _ in choices):
