@@ -28,6 +28,7 @@ def test_fsdp_harness_dry_run_writes_a_row_and_predicts_it(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     if r.returncode != 0:  # two CPU processes started under a loaded machine: one more try, on a new port
         first = r.stderr[-1500:]
+        out.unlink(missing_ok=True)  # rank 0 may have written its row before another rank failed
         cmd[cmd.index("--master_port") + 1] = str(_free_port())
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert r.returncode == 0, first + "\n--- retry ---\n" + r.stderr[-1500:]

@@ -122,6 +122,7 @@ def measure(args) -> dict | None:
         row = {**{k: getattr(args, k) for k in FIELDS[:11]}, "world_size": world, "nodes": max(world // per_node, 1),
                "device": args.device, "backend": args.backend, "step_s": statistics.median(times),
                "peak_bytes": int(peak.item()), "torch": torch.__version__, "nccl": nccl}
+    dist.barrier()  # no rank tears gloo down while another still reads from it (a reset peer fails the run)
     dist.destroy_process_group()
     return row
 
