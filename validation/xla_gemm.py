@@ -1,0 +1,184 @@
+"""GEMM efficiency by size from OpenXLA's published kernel timings (H100 = sm_90, B200 = sm_100).
+
+    python validation/xla_gemm.py            # the comparison tables (markdown) and the TOML sections
+    python validation/xla_gemm.py --check    # exit 1 if a preset's [efficiency.gemm] differs from them
+
+OpenXLA ships a measured matmul table with its GPU cost model (`kDefaultMatmulPTable`,
+xla/service/gpu/model/matmul_interpolator_data.h; transcribed into `validation/data/xla_matmul.csv` with
+repo, path and commit per row). It was written by xla/tools/matmul_perf_table_gen.cc: one batched `dot`
+per shape (b x m x k times b x k x n, b = 1-4, m, n, k = 256-4096, powers of two), compiled by XLA
+(autotuned cuBLAS / Triton GEMM), one warm-up run, then 5 traced runs; the value is FLOPs (2·b·m·n·k) over
+the **median kernel time from the CUPTI kernel tracer**: device time of the kernel alone, no host issue
+time. That is the quantity the cost model's `[efficiency.gemm]` stands for (the host's issue time of an
+eager framework is the stack's launch bound, cost/launch.py), and what a single call timed with CUDA
+events cannot give below ~1e11 FLOPs, where the call's host time is longer than the kernel.
+
+The table: efficiency = FLOP/s / the GPU's dense BF16 peak (datasheet: H100 SXM 989.4, B200 2250
+TFLOP/s), the median over the shapes of each FLOP count (every shape's FLOPs is a power of two, so each
+power of two is one knot; 3-30 shapes each), linear in log10(FLOPs) between knots and constant outside
+(spec/hardware.py), as every preset's table. The median, not the best shape: a training step's GEMMs are
+the model's shapes, not a shape search's winner (the MAMF maximum, reported beside it).
+
+Which presets read it (`PRESETS`): the Hopper GH100 ones without a GEMM measurement of their own
+(dgx-h200, h200-nvl, dgx-h800: the H100's compute die, [assumption] that memory bandwidth and board power
+leave the GEMM kernels' efficiency unchanged) from sm_90, the B200-based ones (dgx-b200, aws-p6-b200, and
+gb200-nvl72 as a fraction of its own peak [assumption]) from sm_100. They replaced Calculon's step curve
+scaled to the MAMF top. dgx-h100 keeps its own measured table (two calibrations on the lent H100); the
+sm_90 points are its held-out check here. B300 / GB300 (sm_103, not in the table) keep theirs.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parent
+DATA = ROOT / "data" / "xla_matmul.csv"
+PROFILES = ROOT.parent / "hardware_profiles"
+PEAK_FLOPS = {"sm_90": 989.4e12, "sm_100": 2250e12}  # dense BF16, NVIDIA H100 SXM / B200 datasheets
+GPU = {"sm_90": "H100 SXM (GH100)", "sm_100": "B200"}
+PRESETS = {"dgx-h200": "sm_90", "h200-nvl": "sm_90", "dgx-h800": "sm_90",
+           "dgx-b200": "sm_100", "aws-p6-b200": "sm_100", "gb200-nvl72": "sm_100"}
+DTYPE = "bf16xbf16->bf16"
+
+
+def points(arch: str, dtype: str = DTYPE) -> list[tuple[int, int, int, int, float]]:
+    """(b, m, n, k, efficiency) of every measured shape of `arch` in `dtype`."""
+    out = []
+    for r in csv.DictReader(open(DATA)):
+        if r["arch"] == arch and r["dtype"] == dtype:
+            b, m, n, k = (int(r[c]) for c in ("b", "m", "n", "k"))
+            out.append((b, m, n, k, float(r["flops_per_s"]) / PEAK_FLOPS[arch]))
+    return out
+
+
+def flops(b: int, m: int, n: int, k: int) -> float:
+    """FLOPs of a batched GEMM, 2·b·m·n·k (matmul_perf_table_gen.cc GetFlops: 2 per FMA)."""
+    return 2.0 * b * m * n * k
+
+
+def table(arch: str) -> tuple[list[float], list[float], list[int]]:
+    """Knots (FLOPs), median efficiency and shape count per FLOP count of `arch`'s points."""
+    by = defaultdict(list)
+    for b, m, n, k, e in points(arch):
+        by[flops(b, m, n, k)].append(e)
+    x = sorted(by)
+    return x, [round(median(by[v]), 4) for v in x], [len(by[v]) for v in x]
+
+
+def source(arch: str, preset: str) -> str:
+    rows = [r for r in csv.DictReader(open(DATA)) if r["arch"] == arch]
+    where = sorted({(r["repo"], r["path"], r["commit"][:10]) for r in rows})
+    rel = "" if preset in ("dgx-b200", "aws-p6-b200") else (
+        f" The {GPU[arch]}'s efficiencies are used for this GPU [assumption: same compute die; "
+        "memory bandwidth, board power and clocks ignored], as fractions of its own peak.")
+    return (f"measured kernels, published: OpenXLA's default matmul table for {arch} ({GPU[arch]}; "
+            f"{'; '.join(f'{r} {p} at {c}' for r, p, c in where)}; "
+            "validation/data/xla_matmul.csv), written by xla/tools/matmul_perf_table_gen.cc: XLA-compiled "
+            "batched bf16 dot, b 1-4 x m, n, k 256-4096, median CUPTI kernel time of 5 traced runs after a "
+            "warm-up (device time only); efficiency = FLOP/s / dense BF16 peak, median over the shapes of each "
+            f"FLOP count; validation/xla_gemm.py.{rel}")
+
+
+def section(arch: str, preset: str) -> str:
+    x, e, _ = table(arch)
+    return ("[efficiency.gemm]\n"
+            f"x = [{', '.join(f'{v:.12g}' for v in x)}]\n"
+            f"efficiency = [{', '.join(f'{v:.4f}' for v in e)}]\n"
+            'x_unit = "FLOPs per GEMM (2*m*n*k)"\n'
+            f'source = "{source(arch, preset)}"\n')
+
+
+_SECTION = re.compile(r"\[efficiency\.gemm\]\n(?:[^\[\n][^\n]*\n)*")
+
+
+def write(preset: str) -> bool:
+    """Replace `preset`'s [efficiency.gemm] section; True if it changed."""
+    path = PROFILES / f"{preset}.toml"
+    text = path.read_text()
+    new = _SECTION.sub(lambda _: section(PRESETS[preset], preset), text, count=1)
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
+def check() -> list[str]:
+    """Presets whose [efficiency.gemm] is not the section this script writes."""
+    bad = []
+    for preset, arch in PRESETS.items():
+        m = _SECTION.search((PROFILES / f"{preset}.toml").read_text())
+        if m is None or m.group(0) != section(arch, preset):
+            bad.append(preset)
+    return bad
+
+
+def comparison_lines() -> list[str]:
+    """Markdown: the sm_90 medians against dgx-h100's measured table and the datasheet curve; the sm_100
+    medians, their spread over the shapes, and the Calculon/MAMF curve they replaced."""
+    sys.path.insert(0, str(ROOT.parent))
+    from simulator.spec.hardware import load_hardware
+
+    h100, ds = load_hardware("dgx-h100"), load_hardware("dgx-h100-datasheet")
+    out = ["| FLOPs per GEMM | shapes | H100 kernels (XLA sm_90, median) "
+           "| dgx-h100 (two calibrations, event-timed calls) | ratio | dgx-h100-datasheet (Calculon roll-off, MAMF top) | ratio |", "|---|---|---|---|---|---|---|"]
+    x, e, n = table("sm_90")
+    for v, ev, c in zip(x, e, n):
+        a, d = float(h100.interp_efficiency("gemm", v)), float(ds.interp_efficiency("gemm", v))
+        out.append(f"| {v:.3g} | {c} | {ev:.3f} | {a:.3f} | {a / ev:.2f} | {d:.3f} | {d / ev:.2f} |")
+    out += ["", "| FLOPs per GEMM | shapes | B200 kernels (XLA sm_100, median) | min – max over the shapes | "
+            "before: Calculon roll-off, MAMF top | ratio |", "|---|---|---|---|---|---|"]
+    old = dict(zip(*_calculon_b200()))
+    by = defaultdict(list)
+    for b, m, nn, k, ev in points("sm_100"):
+        by[flops(b, m, nn, k)].append(ev)
+    x, e, n = table("sm_100")
+    for v, ev, c in zip(x, e, n):
+        o = _interp(old, v)
+        out.append(f"| {v:.3g} | {c} | {ev:.3f} | {min(by[v]):.3f} – {max(by[v]):.3f} | {o:.3f} | {o / ev:.2f} |")
+    return out
+
+
+def _calculon_b200():
+    """The curve dgx-b200 shipped before this table (up to commit 57fd8c0: Calculon's steps relative to their
+    0.95 top, scaled to the B200 MAMF 0.776), kept only as the docs' 'before' column."""
+    top = 0.776
+    return [1.0e8, 1.0e9, 1.6e10, 1.28e11], [top * f / 0.95 for f in (0.10, 0.60, 0.90, 0.95)]
+
+
+def _interp(curve: dict, v: float) -> float:
+    xs = sorted(curve)
+    if v <= xs[0]:
+        return curve[xs[0]]
+    if v >= xs[-1]:
+        return curve[xs[-1]]
+    for a, b in zip(xs, xs[1:]):
+        if a <= v <= b:
+            t = (math.log10(v) - math.log10(a)) / (math.log10(b) - math.log10(a))
+            return curve[a] + t * (curve[b] - curve[a])
+    raise AssertionError(v)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--check" in argv:
+        bad = check()
+        if bad:
+            print("stale [efficiency.gemm] (run python validation/xla_gemm.py --write): " + ", ".join(bad))
+            return 1
+        return 0
+    if "--write" in argv:
+        for p in PRESETS:
+            print(("wrote " if write(p) else "unchanged ") + p)
+        return 0
+    print("\n".join(comparison_lines()))
+    for arch in ("sm_90", "sm_100"):
+        print("\n# " + arch + "\n" + section(arch, "dgx-b200"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
