@@ -2,8 +2,8 @@
 
 Each loads, carries a source for every section and table, and its key numbers are the ones its `source`
 strings cite (vendor pages, the NVIDIA Blackwell Ultra blog, MLPerf Training v5.1 system JSONs); the GEMM
-top is the MAMF row of ../shared/data/kernel_benchmarks.csv (h200-nvl: OpenXLA's measured H100 kernels,
-tests/test_xla_gemm.py); a Llama-3-70B estimate runs on each and lands where the datasheets put it against dgx-h100; `parasim hardware` lists them.
+top is the MAMF row of ../shared/data/kernel_benchmarks.csv (h200-nvl, b300, gb300-nvl72: OpenXLA's measured
+kernels, tests/test_xla_gemm.py); a Llama-3-70B estimate runs on each and lands where the datasheets put it against dgx-h100; `parasim hardware` lists them.
 """
 import csv
 import json
@@ -99,9 +99,8 @@ def _mamf(shared_data, gpu):
 
 
 @pytest.mark.parametrize("name,gpu,peak", [
-    ("b300", "B300-SXM", 2250), ("gb300-nvl72", "B300-SXM", 2250),  # GB300: no row, its HGX sibling's fraction
     ("mi325x", "MI325X", 1307.4), ("mi355x", "MI355X", 2516.6),
-])  # h200-nvl reads OpenXLA's measured H100 kernels (tests/test_xla_gemm.py)
+])  # h200-nvl, b300 and gb300-nvl72 read OpenXLA's measured kernels (tests/test_xla_gemm.py)
 def test_gemm_top_is_the_measured_mamf_fraction(shared_data, name, gpu, peak):
     top = _mamf(shared_data, gpu) / peak
     p = load_hardware(name)

@@ -19,12 +19,21 @@ power of two is one knot; 3-30 shapes each), linear in log10(FLOPs) between knot
 (spec/hardware.py), as every preset's table. The median, not the best shape: a training step's GEMMs are
 the model's shapes, not a shape search's winner (the MAMF maximum, reported beside it).
 
-Which presets read it (`PRESETS`): the Hopper GH100 ones without a GEMM measurement of their own
-(dgx-h200, h200-nvl, dgx-h800: the H100's compute die, [assumption] that memory bandwidth and board power
-leave the GEMM kernels' efficiency unchanged) from sm_90, the B200-based ones (dgx-b200, aws-p6-b200, and
-gb200-nvl72 as a fraction of its own peak [assumption]) from sm_100. They replaced Calculon's step curve
-scaled to the MAMF top. dgx-h100 keeps its own measured table (two calibrations on the lent H100); the
-sm_90 points are its held-out check here. B300 / GB300 (sm_103, not in the table) keep theirs.
+Which presets read it (`PRESETS`: preset -> (arch, MAMF row of the target GPU or None)):
+- as measured: the GH100 presets without a GEMM measurement of their own (dgx-h200, h200-nvl, dgx-h800: the
+  H100's compute die [assumption: memory bandwidth and board power leave GEMM kernels unchanged]) from
+  sm_90; dgx-b200 and aws-p6-b200 from sm_100.
+- transferred by kernel time (`transfer`), for GPUs the table does not hold: A100 (dgx-a100-80g,
+  dgx-a100-40g, jean-zay-a100) from sm_90; GB200, B300, GB300 from sm_100. A GEMM's efficiency is taken to
+  depend on its ideal time at peak, FLOPs / peak (the fixed per-kernel costs -- launch, wave fill, tail --
+  are times, not FLOPs), scaled by the two GPUs' MAMF fractions (stas00's shape-search maxima,
+  kernel_benchmarks.csv) for what each reaches at saturation:
+      eta_target(x) = eta_source(x * peak_source / peak_target) * MAMF_target / MAMF_source.
+  Held out: the rule predicts the B200's measured kernels from the H100's (docs/compute.md table,
+  tests/test_xla_gemm.py). GB300 has no MAMF row: B300's fraction [assumption, as before].
+They replaced Calculon's step curve scaled to the MAMF top. dgx-h100 keeps its own measured table (two
+calibrations on the lent H100); the sm_90 points are its held-out check here. MI3xx and the datasheet H100
+opt-in keep Calculon's curve (no AMD kernel table; the opt-in is what it says).
 """
 from __future__ import annotations
 
@@ -41,8 +50,16 @@ DATA = ROOT / "data" / "xla_matmul.csv"
 PROFILES = ROOT.parent / "hardware_profiles"
 PEAK_FLOPS = {"sm_90": 989.4e12, "sm_100": 2250e12}  # dense BF16, NVIDIA H100 SXM / B200 datasheets
 GPU = {"sm_90": "H100 SXM (GH100)", "sm_100": "B200"}
-PRESETS = {"dgx-h200": "sm_90", "h200-nvl": "sm_90", "dgx-h800": "sm_90",
-           "dgx-b200": "sm_100", "aws-p6-b200": "sm_100", "gb200-nvl72": "sm_100"}
+MAMF_OF_ARCH = {"sm_90": "H100-SXM", "sm_100": "B200-SXM"}  # the kernel_benchmarks.csv row of each table's GPU
+PRESETS = {  # preset: (arch, the target GPU's MAMF row, or None: the arch's own GPU, efficiencies as measured)
+    "dgx-h200": ("sm_90", None), "h200-nvl": ("sm_90", None), "dgx-h800": ("sm_90", None),
+    "dgx-b200": ("sm_100", None), "aws-p6-b200": ("sm_100", None),
+    "gb200-nvl72": ("sm_100", "GB200"), "b300": ("sm_100", "B300-SXM"), "gb300-nvl72": ("sm_100", "B300-SXM"),
+    "dgx-a100-80g": ("sm_90", "A100-SXM4"), "dgx-a100-40g": ("sm_90", "A100-SXM4"),
+    "jean-zay-a100": ("sm_90", "A100-SXM4"),
+}
+MAMF_PEAK = {"H100-SXM": 989.4e12, "B200-SXM": 2250e12, "GB200": 2500e12, "B300-SXM": 2250e12,
+             "A100-SXM4": 312e12}  # dense BF16 peaks the MAMF fractions are taken against (datasheets)
 DTYPE = "bf16xbf16->bf16"
 
 
@@ -70,12 +87,52 @@ def table(arch: str) -> tuple[list[float], list[float], list[int]]:
     return x, [round(median(by[v]), 4) for v in x], [len(by[v]) for v in x]
 
 
+def mamf_fraction(gpu: str) -> float:
+    """The MAMF maximum of `gpu` (torch.mm bf16 row of kernel_benchmarks.csv) over its dense BF16 peak."""
+    rows = [r for r in csv.DictReader(open(ROOT / "data" / "kernel_benchmarks.csv"))
+            if (r["kind"], r["gpu"], r["dtype"]) == ("gemm", gpu, "bf16") and r["kernel"].startswith("torch.mm")]
+    (row,) = rows
+    return float(row["tflops"]) * 1e12 / MAMF_PEAK[gpu]
+
+
+def transfer(x, e, *, peak_source: float, peak_target: float, mamf_ratio: float):
+    """Knots of a GEMM table moved to another GPU by kernel time (module docstring): the same ideal time
+    at peak, x * peak_target / peak_source FLOPs on the target, at efficiency e * mamf_ratio."""
+    return [v * peak_target / peak_source for v in x], [round(v * mamf_ratio, 4) for v in e]
+
+
+def preset_table(preset: str) -> tuple[list[float], list[float]]:
+    """The [efficiency.gemm] knots of `preset` (PRESETS)."""
+    arch, gpu = PRESETS[preset]
+    x, e, _ = table(arch)
+    if gpu is None:
+        return x, e
+    return transfer(x, e, peak_source=PEAK_FLOPS[arch], peak_target=_peak(preset),
+                    mamf_ratio=mamf_fraction(gpu) / mamf_fraction(MAMF_OF_ARCH[arch]))
+
+
+def _peak(preset: str) -> float:
+    """The preset's own dense BF16 peak ([gpu.peak_tflops] bf16)."""
+    sys.path.insert(0, str(ROOT.parent))
+    from simulator.spec.hardware import load_hardware
+
+    return load_hardware(preset).peak_flops("bf16")
+
+
 def source(arch: str, preset: str) -> str:
     rows = [r for r in csv.DictReader(open(DATA)) if r["arch"] == arch]
     where = sorted({(r["repo"], r["path"], r["commit"][:10]) for r in rows})
-    rel = "" if preset in ("dgx-b200", "aws-p6-b200") else (
-        f" The {GPU[arch]}'s efficiencies are used for this GPU [assumption: same compute die; "
-        "memory bandwidth, board power and clocks ignored], as fractions of its own peak.")
+    gpu = PRESETS[preset][1]
+    if gpu is not None:
+        rel = (f" Transferred to this GPU by kernel time: eta(x) = eta_{arch}(x * {PEAK_FLOPS[arch] / 1e12:g} / "
+               f"{_peak(preset) / 1e12:g}) * MAMF {gpu} {mamf_fraction(gpu):.3f} / MAMF {MAMF_OF_ARCH[arch]} "
+               f"{mamf_fraction(MAMF_OF_ARCH[arch]):.3f} (stas00/ml-engineering MAMF rows of kernel_benchmarks.csv); "
+               "the rule predicts the B200's kernels from the H100's within 7 % at the median (docs/compute.md).")
+    elif preset in ("dgx-b200", "aws-p6-b200"):
+        rel = ""
+    else:
+        rel = (f" The {GPU[arch]}'s efficiencies are used for this GPU [assumption: same compute die; "
+               "memory bandwidth, board power and clocks ignored].")
     return (f"measured kernels, published: OpenXLA's default matmul table for {arch} ({GPU[arch]}; "
             f"{'; '.join(f'{r} {p} at {c}' for r, p, c in where)}; "
             "validation/data/xla_matmul.csv), written by xla/tools/matmul_perf_table_gen.cc: XLA-compiled "
@@ -84,8 +141,9 @@ def source(arch: str, preset: str) -> str:
             f"FLOP count; validation/xla_gemm.py.{rel}")
 
 
-def section(arch: str, preset: str) -> str:
-    x, e, _ = table(arch)
+def section(preset: str) -> str:
+    arch = PRESETS[preset][0]
+    x, e = preset_table(preset)
     return ("[efficiency.gemm]\n"
             f"x = [{', '.join(f'{v:.12g}' for v in x)}]\n"
             f"efficiency = [{', '.join(f'{v:.4f}' for v in e)}]\n"
@@ -100,7 +158,7 @@ def write(preset: str) -> bool:
     """Replace `preset`'s [efficiency.gemm] section; True if it changed."""
     path = PROFILES / f"{preset}.toml"
     text = path.read_text()
-    new = _SECTION.sub(lambda _: section(PRESETS[preset], preset), text, count=1)
+    new = _SECTION.sub(lambda _: section(preset), text, count=1)
     if new != text:
         path.write_text(new)
     return new != text
@@ -109,16 +167,17 @@ def write(preset: str) -> bool:
 def check() -> list[str]:
     """Presets whose [efficiency.gemm] is not the section this script writes."""
     bad = []
-    for preset, arch in PRESETS.items():
+    for preset in PRESETS:
         m = _SECTION.search((PROFILES / f"{preset}.toml").read_text())
-        if m is None or m.group(0) != section(arch, preset):
+        if m is None or m.group(0) != section(preset):
             bad.append(preset)
     return bad
 
 
 def comparison_lines() -> list[str]:
     """Markdown: the sm_90 medians against dgx-h100's measured table and the datasheet curve; the sm_100
-    medians, their spread over the shapes, and the Calculon/MAMF curve they replaced."""
+    medians, their spread over the shapes, and the Calculon/MAMF curve they replaced; the transfer's held-out
+    check (H100 -> B200); the A100 curve before and after."""
     sys.path.insert(0, str(ROOT.parent))
     from simulator.spec.hardware import load_hardware
 
@@ -131,22 +190,37 @@ def comparison_lines() -> list[str]:
         out.append(f"| {v:.3g} | {c} | {ev:.3f} | {a:.3f} | {a / ev:.2f} | {d:.3f} | {d / ev:.2f} |")
     out += ["", "| FLOPs per GEMM | shapes | B200 kernels (XLA sm_100, median) | min – max over the shapes | "
             "before: Calculon roll-off, MAMF top | ratio |", "|---|---|---|---|---|---|"]
-    old = dict(zip(*_calculon_b200()))
+    old = dict(zip(*BEFORE["dgx-b200"]))
     by = defaultdict(list)
     for b, m, nn, k, ev in points("sm_100"):
         by[flops(b, m, nn, k)].append(ev)
     x, e, n = table("sm_100")
+    xh, eh, _ = table("sm_90")
+    moved = dict(zip(*transfer(xh, eh, peak_source=PEAK_FLOPS["sm_90"], peak_target=PEAK_FLOPS["sm_100"],
+                               mamf_ratio=mamf_fraction("B200-SXM") / mamf_fraction("H100-SXM"))))
     for v, ev, c in zip(x, e, n):
         o = _interp(old, v)
         out.append(f"| {v:.3g} | {c} | {ev:.3f} | {min(by[v]):.3f} – {max(by[v]):.3f} | {o:.3f} | {o / ev:.2f} |")
+    out += ["", "Held out, the transfer by kernel time (`transfer`): the H100's kernels moved to the B200 against "
+            "the B200's own.", "", "| FLOPs per GEMM | B200 measured | moved from the H100 | error |", "|---|---|---|---|"]
+    for v, ev in zip(x, e):
+        if min(moved) <= v <= max(moved):
+            p = _interp(moved, v)
+            out.append(f"| {v:.3g} | {ev:.3f} | {p:.3f} | {100 * (p / ev - 1):+.1f} % |")
+    out += ["", "A100 (dgx-a100-80g, dgx-a100-40g, jean-zay-a100), moved from the H100's kernels, against the "
+            "curve it held before (Calculon's steps, MAMF 0.869 top).", "",
+            "| FLOPs per GEMM | before | now | now / before |", "|---|---|---|---|"]
+    before = dict(zip(*BEFORE["dgx-a100-80g"]))
+    for v, ev in zip(*preset_table("dgx-a100-80g")):
+        b = _interp(before, v)
+        out.append(f"| {v:.3g} | {b:.3f} | {ev:.3f} | {ev / b:.2f} |")
     return out
 
 
-def _calculon_b200():
-    """The curve dgx-b200 shipped before this table (up to commit 57fd8c0: Calculon's steps relative to their
-    0.95 top, scaled to the B200 MAMF 0.776), kept only as the docs' 'before' column."""
-    top = 0.776
-    return [1.0e8, 1.0e9, 1.6e10, 1.28e11], [top * f / 0.95 for f in (0.10, 0.60, 0.90, 0.95)]
+# The curves the B200 and A100 presets shipped before this table (up to commit 57fd8c0: Calculon's step curve
+# relative to its 0.95 top, scaled to each GPU's MAMF fraction), kept only for the docs' 'before' columns.
+BEFORE = {"dgx-b200": ([1.0e8, 1.0e9, 1.6e10, 1.28e11], [0.0817, 0.4901, 0.7352, 0.776]),
+          "dgx-a100-80g": ([1.0e8, 1.0e9, 1.6e10, 1.28e11], [0.0915, 0.5488, 0.8233, 0.869])}
 
 
 def _interp(curve: dict, v: float) -> float:
@@ -175,8 +249,8 @@ def main(argv=None) -> int:
             print(("wrote " if write(p) else "unchanged ") + p)
         return 0
     print("\n".join(comparison_lines()))
-    for arch in ("sm_90", "sm_100"):
-        print("\n# " + arch + "\n" + section(arch, "dgx-b200"))
+    for preset in PRESETS:
+        print(f"\n# {preset}\n" + section(preset))
     return 0
 
 
