@@ -376,8 +376,8 @@ def test_compute_only_throughput_bounds_torchtitan_measurements(shared_data):
         total = st["forward_s"] + st["recompute_s"] + st["backward_s"] + st["weight_s"]
         predicted = r.micro_batch * r.seq_len / total[0]  # tokens/s/GPU with zero communication
         # FSDP on 64 GPUs over 8 nodes can only be slower than compute alone (measured/compute-only is
-        # 0.69–0.81 with the shipped A100 profile and torchtitan stack, docs/compute.md); compute alone cannot be more than twice
-        # the measured rate when published MFU is 50–61 % of peak
+        # 0.69–0.81 with the shipped A100 profile and torchtitan stack, docs/compute.md); compute alone
+        # cannot be more than twice the measured rate when published MFU is 50–61 % of peak
         assert r.tokens_per_s_per_gpu <= predicted <= r.tokens_per_s_per_gpu / 0.5, r.run_id
 
 
