@@ -45,6 +45,7 @@ SMALL = {
     "gpt2": dict(n_embd=96, n_layer=2, n_head=4, n_positions=64, vocab_size=300),
     "gpt_neox": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
                      vocab_size=500, tie_word_embeddings=False),
+    "bloom": dict(n_embed=128, n_layer=2, n_head=4, vocab_size=500),  # as bigscience's config.json spells it
 }
 
 
@@ -95,7 +96,7 @@ def test_active_param_count_equals_transformers_expert_fraction(key):
 @pytest.mark.parametrize("preset,model_type", [
     ("llama3-8b", "llama"), ("llama3-70b", "llama"), ("llama3.1-405b", "llama"), ("mixtral-8x7b", "mixtral"),
     ("qwen3-30b-a3b", "qwen3_moe"), ("qwen2-0.5b", "qwen2"), ("gemma-2b", "gemma"), ("gpt2-124m", "gpt2"),
-    ("pythia-1.4b", "gpt_neox"), ("mistral-7b", "mistral"), ("deepseek-v3", "deepseek_v3"),
+    ("pythia-1.4b", "gpt_neox"), ("mistral-7b", "mistral"), ("deepseek-v3", "deepseek_v3"), ("bloom-176b", "bloom"),
 ])
 def test_preset_param_count_equals_transformers(preset, model_type):
     import tomllib
@@ -119,6 +120,17 @@ def test_preset_matches_published_size(preset, billions, active):
     assert round(m.total_params() / 1e9, 2 if billions < 100 else 1) == pytest.approx(billions, abs=1e-9)
     if active:
         assert round(m.active_params() / 1e9, len(str(active).split(".")[1])) == pytest.approx(active, abs=1e-9)
+
+
+def test_bloom_counts_its_published_parameters_exactly():
+    """BLOOM paper (arXiv 2211.05100): 176,247,271,424 parameters; bigscience/bloom-560m: 559,214,592. Both
+    include the LayerNorm on the word embeddings (2·h), which no other supported architecture has."""
+    from simulator.spec.hf import model_from_hf
+
+    assert load_model("bloom-176b").total_params() == 176_247_271_424
+    small = model_from_hf(dict(model_type="bloom", n_embed=1024, n_layer=24, n_head=16, vocab_size=250880),
+                          strict=False)
+    assert small.total_params() == 559_214_592 and small.embedding_norm
 
 
 def test_mha_is_default_and_head_dim_derived():

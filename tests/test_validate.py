@@ -149,10 +149,10 @@ def test_zero_bubble_sizes_rule_out_gpt2_vocab_and_untied_head():
 
 def test_bloom_final_shape_matches_the_released_parameter_count():
     # BLOOM-176B model card: 176,247,271,424 parameters (h 14336, 70 layers, 112 heads, vocab 250880 with TP=4
-    # padding); parasim has no embedding LayerNorm (2h = 28,672 parameters)
+    # padding), the embedding LayerNorm (2h = 28,672 parameters) included
     row, m = next((r, m) for r, m in _mapped("BLOOM_PREQUEL") if r.run_id == "bloom_prequel_L944_103")
     assert m.model.vocab_size == 250880 and m.model.learned_position_embeddings == 0
-    assert m.model.total_params() == 176_247_271_424 - 2 * 14336
+    assert m.model.total_params() == 176_247_271_424 and m.model.embedding_norm
     # its 02-28 notes: the embedding takes a PP slot, so 70 layers + 2 over 12 stages -> 5, 6 x 10, 5
     assert m.layout.layers_per_stage == (5,) + (6,) * 10 + (5,)
     # rows whose notes give the chronicles' size column (e.g. '181B') match it to the nearest billion

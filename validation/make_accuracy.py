@@ -208,11 +208,11 @@ def errors_paragraph(results) -> list[str]:
             "`simulator/memory/framework.py`): ZeRO-1's flattened reduce bucket, the step's flattened and fp32 "
             "gradient partitions, the all-gather output, BF16_Optimizer's bf16 gradients and bf16 all-reduce "
             "copy (02-28 rows), the pipeline engine's kept stage outputs, with the segments the step phase adds to "
-            "the caching allocator kept; the CUDA context is the 1573 MiB the source measured on its software. "
+            "the caching allocator kept; the CUDA context is the 1573 MiB the source measured on its software; "
+            "BLOOM's embedding LayerNorm keeps its input on the first stage for every micro-batch in flight. "
             "What is left is under-predicted and larger at larger micro-batches: terms that grow with the "
-            "activations and are not derived here (BLOOM's embedding LayerNorm input on the first stage, the "
-            "recomputed layer's backward transients, fragmentation among the forward and backward's blocks), "
-            "reported, not tuned in (docs/memory.md).")
+            "activations and are not derived here (the recomputed layer's backward transients, fragmentation "
+            "among the forward and backward's blocks), reported, not tuned in (docs/memory.md).")
     lines.append(
         "- Nothing here was fitted to these runs: every row setting comes from the row, its source or a stated "
         "framework default (`simulator/validate/sources.py`), and no constant was changed to reduce these errors.")

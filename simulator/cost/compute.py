@@ -48,7 +48,7 @@ from ..spec.training import Training
 from . import flops as F
 from .attention import Q_TILE, attention_efficiency, attention_occupancy, unfused_core_times
 from .launch import launch_bound
-from .memory_ops import _embedding_memory_op, _head_memory_ops, _memory_time, fp8_cast_op, memory_ops
+from .memory_ops import _embedding_memory_ops, _head_memory_ops, _memory_time, fp8_cast_op, memory_ops
 
 __all__ = ["OpTime", "BASIS", "BASIS_KEYS", "gemm_dtype", "mfu_peak_flops", "layer_op_times",
            "layer_basis_times_by_mode"]
@@ -295,8 +295,8 @@ def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_
                 m_ops.append(op); m_w.append(n_moe); m_r.append(n_moe * share(op, gemm=False))  # noqa: E702
     for op, w, r in casts:
         m_ops.append(op); m_w.append(w); m_r.append(r)  # noqa: E702
-    m_ops.append(_embedding_memory_op(model, training, sequence_parallel=sequence_parallel, **mkw))
-    m_w.append(first); m_r.append(zero)  # noqa: E702
+    for op in _embedding_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):
+        m_ops.append(op); m_w.append(first); m_r.append(zero)  # noqa: E702
     for op in _head_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):
         m_ops.append(op); m_w.append(last); m_r.append(zero)  # noqa: E702
     return [("gemm", g_ops, np.array(g_w), np.array(g_r)), ("attention", a_ops, np.array(a_w), np.array(a_r)),

@@ -15,7 +15,7 @@ ops (norms, SwiGLU/GeLU, residual adds, RoPE, dropout, softmax when not flash, M
 kernels, torchtitan's or Hugging Face's eager ops, or torch.compile's regions): `memory_op_rows` derives
 the layer's MemoryOps from that graph by elementwise.py's one rule (`region_bytes`), as linear combinations
 of the layer's sizes, once per model and setting; `layer_memory_rows` evaluates them for a layout. The
-embedding lookup (`_embedding_memory_op`, first stage), the final norm and the loss (`_head_memory_ops`,
+embedding lookup and norm (`_embedding_memory_ops`, first stage), the final norm and the loss (`_head_memory_ops`,
 last stage).
 """
 from __future__ import annotations
@@ -170,15 +170,21 @@ def norm_bytes(training, elems, norm: str = "rmsnorm") -> tuple:
             row["backward_kernels"])
 
 
-def _embedding_memory_op(model, training, *, tp, cp, micro_batch_size, sequence_parallel) -> MemoryOp:
+def _embedding_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_parallel) -> tuple[MemoryOp, ...]:
     """Input embedding lookup (first stage): fwd read T rows + write T×h (2·T·h·e, + the position table
-    when learned); the table gradient (a scatter-add: read dy, read + write rows = 3·T·h·e) is W."""
+    when learned); the table gradient (a scatter-add: read dy, read + write rows = 3·T·h·e) is W. With an
+    embedding norm (BLOOM), the stack's norm over T×h (`norm_bytes`, as the final norm)."""
     e = float(training.activation_bytes)
     T = F._f(micro_batch_size) * training.seq_length / F._f(cp)
     tables = 2.0 if model.learned_position_embeddings else 1.0
     h = model.hidden_size
-    return MemoryOp(name="embedding", forward_bytes=tables * 2 * T * h * e, backward_bytes=0.0 * T,
-                    weight_bytes=tables * 3 * T * h * e, kernels=tables)
+    ops = (MemoryOp(name="embedding", forward_bytes=tables * 2 * T * h * e, backward_bytes=0.0 * T,
+                    weight_bytes=tables * 3 * T * h * e, kernels=tables),)
+    if model.embedding_norm:
+        T_sp = T / F._f(tp) if sequence_parallel else T
+        nf, nb, kf, kb = norm_bytes(training, T_sp * h, model.norm)
+        ops += (MemoryOp(name="embedding_norm", forward_bytes=nf, backward_bytes=nb, kernels=kf, backward_kernels=kb),)
+    return ops
 
 
 def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_parallel) -> tuple[MemoryOp, ...]:

@@ -245,10 +245,15 @@ def embedding_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, 
                                sequence_parallel: bool) -> np.ndarray:
     """First stage, per micro-batch: int64 token ids 8·T and, with dropout, the 1-byte embedding-dropout
     mask T·h/t_s (Korthikanti §4.3 "sbhp/t" for p in-flight micro-batches; Megatron
-    theoretical_memory_usage.py adds 8·s·b·p for the ids)."""
+    theoretical_memory_usage.py adds 8·s·b·p for the ids); with an embedding norm (BLOOM: HF
+    `word_embeddings_layernorm`, Megatron-DeepSpeed --embed-layernorm) the norm's saved input and
+    statistics, `norm_bytes` (the first layer keeps its own input, the norm's output, apart)."""
     t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                           sequence_parallel=sequence_parallel)
-    return 8.0 * T + dropout_mask_bytes(tokens=T, hidden=model.hidden_size, t_s=t_s, dropout=training.dropout)
+    out = 8.0 * T + dropout_mask_bytes(tokens=T, hidden=model.hidden_size, t_s=t_s, dropout=training.dropout)
+    if model.embedding_norm:
+        out = out + norm_bytes(tokens=T, hidden=model.hidden_size, e=e, t_s=t_s, layernorm=model.norm == "layernorm")
+    return out
 
 
 def logits_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size) -> np.ndarray:

@@ -1,7 +1,7 @@
 """ModelSpec from a Hugging Face `config.json` (or an inline [model] table using the same key names).
 
 Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2,
-deepseek_v3 (and deepseek_v2), gpt2, gpt_neox. An inline table without `model_type` is read as a
+deepseek_v3 (and deepseek_v2), gpt2, gpt_neox, bloom. An inline table without `model_type` is read as a
 Llama-style model whose FFN, norm and biases can be set with the parasim keys `mlp`, `norm`, `bias`.
 Each architecture's fixed choices (biases, norms, tied embeddings) follow the HF modelling code.
 Key spellings, the keys that change the parameter count, and the dropout keys: spec/hf_keys.py (every
@@ -32,7 +32,7 @@ HF_KEYS = {
 PARASIM_KEYS = {"mlp", "norm", "bias", "name", "source", "qkv_bias", "qk_norm"}
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-             "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neox")
+             "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neox", "bloom")
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
@@ -107,6 +107,8 @@ def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where
     keys = canonical_keys(cfg, mt, where)
     if mt == "gpt2":
         kw = _gpt2_kw(keys, where)
+    elif mt == "bloom":
+        kw = _bloom_kw(keys, where)
     else:
         kw, ffn = _common_kw(keys, mt, where)
         _architecture_kw(keys, mt, kw, where)
@@ -151,6 +153,18 @@ def _gpt2_kw(cfg: Keys, where: str) -> dict:
                 mlp="gelu", norm="layernorm", qkv_bias=True, out_bias=True, mlp_bias=True,
                 tie_word_embeddings=_bool(cfg, "tie_word_embeddings", where, True),
                 learned_position_embeddings=_int(cfg, "max_position_embeddings", where, 1024))
+
+
+def _bloom_kw(cfg: Keys, where: str) -> dict:
+    """BLOOM (transformers models/bloom/modeling_bloom.py): fused QKV with bias, GELU MLP of fixed width 4·h
+    (BloomConfig has no FFN key), LayerNorm, biases everywhere, ALiBi (no position table), tied embeddings by
+    default, and a LayerNorm on the word embeddings (`word_embeddings_layernorm`)."""
+    h = _int(cfg, "hidden_size", where, positive=True)
+    return dict(hidden_size=h, num_layers=_int(cfg, "num_hidden_layers", where, positive=True),
+                num_heads=_int(cfg, "num_attention_heads", where, positive=True), ffn_hidden_size=4 * h,
+                vocab_size=_int(cfg, "vocab_size", where, positive=True), mlp="gelu", norm="layernorm",
+                qkv_bias=True, out_bias=True, mlp_bias=True, embedding_norm=True,
+                tie_word_embeddings=_bool(cfg, "tie_word_embeddings", where, True))
 
 
 def _common_kw(cfg: Keys, mt: str, where: str) -> tuple[dict, int]:

@@ -24,6 +24,7 @@ TRANSFORMERS_ATTRIBUTE_MAPS = {
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
     "gpt2": {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head",
              "num_hidden_layers": "n_layer"},
+    "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
 }
 
 # parasim's name of each setting: the other spellings it accepts for every model_type. The union of the
@@ -31,7 +32,7 @@ TRANSFORMERS_ATTRIBUTE_MAPS = {
 # (d_model, n_layers, n_heads, num_experts_per_token, moe_topk, num_shared_experts, ... in transformers
 # 5.24.0), less the spellings that mean something else in a supported architecture (hidden_dim, dim).
 SPELLINGS = {
-    "hidden_size": ("n_embd", "d_model"),
+    "hidden_size": ("n_embd", "d_model", "n_embed"),  # n_embed: BloomConfig's keyword (its config.json)
     "num_hidden_layers": ("n_layer", "n_layers", "num_layers"),
     "num_attention_heads": ("n_head", "n_heads", "num_heads"),
     "intermediate_size": ("n_inner", "ffn_hidden_size"),
@@ -48,6 +49,7 @@ CANONICAL = {s: name for name, spellings in SPELLINGS.items() for s in spellings
 NATIVE = {
     "gpt2": {"hidden_size": "n_embd", "num_hidden_layers": "n_layer", "num_attention_heads": "n_head",
              "intermediate_size": "n_inner", "max_position_embeddings": "n_positions"},
+    "bloom": {"hidden_size": "n_embed", "num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
     "mixtral": {"num_experts": "num_local_experts"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_experts": "n_routed_experts"},

@@ -46,6 +46,7 @@ class ModelSpec:
     qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on Q and K (2·d_h parameters per layer)
     tie_word_embeddings: bool = False
     learned_position_embeddings: int = 0  # GPT-2: rows of the learned position table (0: RoPE)
+    embedding_norm: bool = False  # BLOOM: a norm on the word embeddings (word_embeddings_layernorm)
     # MoE (num_experts = 0: dense)
     num_experts: int = 0
     experts_per_token: int = 0
@@ -238,8 +239,9 @@ class ModelSpec:
         return np.where(self.moe_layer_mask, moe, dense).astype(np.int64)
 
     def embedding_params(self) -> int:
-        """Input embedding V·h (+ learned positions P·h)."""
-        return self.vocab_size * self.hidden_size + self.learned_position_embeddings * self.hidden_size
+        """Input embedding V·h (+ learned positions P·h, + the embedding norm's η·h: BLOOM)."""
+        return (self.vocab_size * self.hidden_size + self.learned_position_embeddings * self.hidden_size
+                + (self.norm_params if self.embedding_norm else 0))
 
     def head_params(self) -> int:
         """Final norm (η·h) plus the untied LM head (V·h; 0 when tied to the embedding)."""

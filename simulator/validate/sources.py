@@ -47,7 +47,9 @@ ZB24 — Qi et al. 2024, Zero Bubble Pipeline Parallelism, Megatron-LM fork, A10
 
 BLOOM_PREQUEL — bigscience BLOOM-176B topology runs (Megatron-DeepSpeed, Jean Zay A100 80 GB, 2022):
 - BLOOM architecture: LayerNorm, GeLU, biases, tied embeddings, ALiBi (no position table) (BLOOM
-  paper §3.2; tr11 `--position-embedding-type alibi`); the embedding LayerNorm (2h) is not modelled.
+  paper §3.2; tr11 `--position-embedding-type alibi`), and the LayerNorm on the word embeddings
+  (`--embed-layernorm` in train/tr11-200B-ml/tr11-200B-ml.slurm from 2022-02-05, bigscience 628b562, on
+  every run of these tables: their dates are 02-17 and later).
 - vocabulary: the BLOOM tokenizer's 250680 (rows with only '~250k' included) padded to a multiple
   of 128·tp (`--make-vocab-size-divisible-by 128`; tp = 4 gives BLOOM's released 250880).
 - no FlashAttention (not available in Megatron-DeepSpeed then); no dropout (tr11 hidden_dropout =
@@ -119,7 +121,7 @@ GPU_PRESETS = (  # (regex on gpu_type, preset), first match wins
 _BIASED = dict(qkv_bias=True, out_bias=True, mlp_bias=True)
 FAMILIES = {  # architecture kwargs of ModelSpec per family (positions and tying come from SourceRules)
     "gpt": dict(mlp="gelu", norm="layernorm", **_BIASED),
-    "bloom": dict(mlp="gelu", norm="layernorm", **_BIASED),
+    "bloom": dict(mlp="gelu", norm="layernorm", embedding_norm=True, **_BIASED),
     "mpt": dict(mlp="gelu", norm="layernorm", **_BIASED),
     "llama": dict(mlp="swiglu", norm="rmsnorm"),
 }
@@ -186,7 +188,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         stack_overrides=(("cuda_context_mib", 1573.0),),
         grad_dtype=((r"fp16", "fp16"), (r".", "fp32")),
         statements=(
-            "BLOOM: LayerNorm, GeLU, biases, ALiBi (no position table), tied embeddings",
+            "BLOOM: LayerNorm, GeLU, biases, ALiBi (no position table), tied embeddings, embedding LayerNorm "
+            "(--embed-layernorm in tr11-200B-ml.slurm from 2022-02-05)",
             "vocab: BLOOM tokenizer 250680 padded to 128·tp (Megatron-DeepSpeed)",
             "no FlashAttention (Megatron-DeepSpeed 2022)",
             "hardware jean-zay-a100: the A100 nodes' 4 Omni-Path 100 Gb/s links (the rows' interconnect), "
