@@ -48,28 +48,43 @@ from statistics import median
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "xla_matmul.csv"
 PROFILES = ROOT.parent / "hardware_profiles"
-PEAK_FLOPS = {"sm_90": 989.4e12, "sm_100": 2250e12}  # dense BF16, NVIDIA H100 SXM / B200 datasheets
 GPU = {"sm_90": "H100 SXM (GH100)", "sm_100": "B200"}
 MAMF_OF_ARCH = {"sm_90": "H100-SXM", "sm_100": "B200-SXM"}  # the kernel_benchmarks.csv row of each table's GPU
-PRESETS = {  # preset: (arch, the target GPU's MAMF row, or None: the arch's own GPU, efficiencies as measured)
-    "dgx-h200": ("sm_90", None), "h200-nvl": ("sm_90", None), "dgx-h800": ("sm_90", None),
-    "dgx-b200": ("sm_100", None), "aws-p6-b200": ("sm_100", None),
-    "gb200-nvl72": ("sm_100", "GB200"), "b300": ("sm_100", "B300-SXM"), "gb300-nvl72": ("sm_100", "B300-SXM"),
-    "dgx-a100-80g": ("sm_90", "A100-SXM4"), "dgx-a100-40g": ("sm_90", "A100-SXM4"),
-    "jean-zay-a100": ("sm_90", "A100-SXM4"),
+# Per table: the XLA dtype key, the preset peak it is a fraction of, the MAMF rows (kernel_benchmarks.csv).
+KINDS = {"gemm": dict(dtype="bf16xbf16->bf16", peak="bf16", mamf_dtype="bf16", mamf_kernel="torch.mm"),
+         "gemm_fp8": dict(dtype="f8e4m3fnxf8e4m3fn->bf16", peak="fp8", mamf_dtype="fp8_e4m3fn",
+                          mamf_kernel="fp8-scaled-mm")}
+# Dense peaks of the table's and the MAMF rows' GPUs (NVIDIA datasheets; B300 as its preset, b300.toml).
+PEAK_FLOPS = {"gemm": {"sm_90": 989.4e12, "sm_100": 2250e12},
+              "gemm_fp8": {"sm_100": 4500e12}}  # sm_90's fp8 values exceed the H100's FP8 peak: not used
+MAMF_PEAK = {"gemm": {"H100-SXM": 989.4e12, "B200-SXM": 2250e12, "GB200": 2500e12, "B300-SXM": 2250e12,
+                      "A100-SXM4": 312e12},
+             "gemm_fp8": {"H100-SXM": 1978.9e12, "H200-SXM": 1978.9e12, "B200-SXM": 4500e12, "GB200": 5000e12,
+                          "B300-SXM": 4500e12}}
+PRESETS = {  # table -> preset -> (arch, the target GPU's MAMF row, or None: the arch's GPU, as measured)
+    "gemm": {
+        "dgx-h200": ("sm_90", None), "h200-nvl": ("sm_90", None), "dgx-h800": ("sm_90", None),
+        "dgx-b200": ("sm_100", None), "aws-p6-b200": ("sm_100", None),
+        "gb200-nvl72": ("sm_100", "GB200"), "b300": ("sm_100", "B300-SXM"), "gb300-nvl72": ("sm_100", "B300-SXM"),
+        "dgx-a100-80g": ("sm_90", "A100-SXM4"), "dgx-a100-40g": ("sm_90", "A100-SXM4"),
+        "jean-zay-a100": ("sm_90", "A100-SXM4"),
+    },
+    "gemm_fp8": {
+        "dgx-b200": ("sm_100", None), "aws-p6-b200": ("sm_100", None),
+        "gb200-nvl72": ("sm_100", "GB200"), "b300": ("sm_100", "B300-SXM"), "gb300-nvl72": ("sm_100", "B300-SXM"),
+        "dgx-h100": ("sm_100", "H100-SXM"), "gcp-a3-mega": ("sm_100", "H100-SXM"), "dgx-h800": ("sm_100", "H100-SXM"),
+        "dgx-h200": ("sm_100", "H200-SXM"), "h200-nvl": ("sm_100", "H200-SXM"),
+    },
 }
-MAMF_PEAK = {"H100-SXM": 989.4e12, "B200-SXM": 2250e12, "GB200": 2500e12, "B300-SXM": 2250e12,
-             "A100-SXM4": 312e12}  # dense BF16 peaks the MAMF fractions are taken against (datasheets)
-DTYPE = "bf16xbf16->bf16"
 
 
-def points(arch: str, dtype: str = DTYPE) -> list[tuple[int, int, int, int, float]]:
-    """(b, m, n, k, efficiency) of every measured shape of `arch` in `dtype`."""
+def points(arch: str, kind: str = "gemm") -> list[tuple[int, int, int, int, float]]:
+    """(b, m, n, k, efficiency) of every measured shape of `arch` in the `kind` table's dtype."""
     out = []
     for r in csv.DictReader(open(DATA)):
-        if r["arch"] == arch and r["dtype"] == dtype:
+        if r["arch"] == arch and r["dtype"] == KINDS[kind]["dtype"]:
             b, m, n, k = (int(r[c]) for c in ("b", "m", "n", "k"))
-            out.append((b, m, n, k, float(r["flops_per_s"]) / PEAK_FLOPS[arch]))
+            out.append((b, m, n, k, float(r["flops_per_s"]) / PEAK_FLOPS[kind][arch]))
     return out
 
 
@@ -78,21 +93,22 @@ def flops(b: int, m: int, n: int, k: int) -> float:
     return 2.0 * b * m * n * k
 
 
-def table(arch: str) -> tuple[list[float], list[float], list[int]]:
+def table(arch: str, kind: str = "gemm") -> tuple[list[float], list[float], list[int]]:
     """Knots (FLOPs), median efficiency and shape count per FLOP count of `arch`'s points."""
     by = defaultdict(list)
-    for b, m, n, k, e in points(arch):
+    for b, m, n, k, e in points(arch, kind):
         by[flops(b, m, n, k)].append(e)
     x = sorted(by)
     return x, [round(median(by[v]), 4) for v in x], [len(by[v]) for v in x]
 
 
-def mamf_fraction(gpu: str) -> float:
-    """The MAMF maximum of `gpu` (torch.mm bf16 row of kernel_benchmarks.csv) over its dense BF16 peak."""
+def mamf_fraction(gpu: str, kind: str = "gemm") -> float:
+    """The MAMF maximum of `gpu` (its kernel_benchmarks.csv row for the table's dtype) over its dense peak."""
+    k = KINDS[kind]
     rows = [r for r in csv.DictReader(open(ROOT / "data" / "kernel_benchmarks.csv"))
-            if (r["kind"], r["gpu"], r["dtype"]) == ("gemm", gpu, "bf16") and r["kernel"].startswith("torch.mm")]
+            if (r["kind"], r["gpu"], r["dtype"]) == ("gemm", gpu, k["mamf_dtype"]) and r["kernel"].startswith(k["mamf_kernel"])]
     (row,) = rows
-    return float(row["tflops"]) * 1e12 / MAMF_PEAK[gpu]
+    return float(row["tflops"]) * 1e12 / MAMF_PEAK[kind][gpu]
 
 
 def transfer(x, e, *, peak_source: float, peak_target: float, mamf_ratio: float):
@@ -101,33 +117,36 @@ def transfer(x, e, *, peak_source: float, peak_target: float, mamf_ratio: float)
     return [v * peak_target / peak_source for v in x], [round(v * mamf_ratio, 4) for v in e]
 
 
-def preset_table(preset: str) -> tuple[list[float], list[float]]:
-    """The [efficiency.gemm] knots of `preset` (PRESETS)."""
-    arch, gpu = PRESETS[preset]
-    x, e, _ = table(arch)
+def preset_table(preset: str, kind: str = "gemm") -> tuple[list[float], list[float]]:
+    """The [efficiency.<kind>] knots of `preset` (PRESETS)."""
+    arch, gpu = PRESETS[kind][preset]
+    x, e, _ = table(arch, kind)
     if gpu is None:
         return x, e
-    return transfer(x, e, peak_source=PEAK_FLOPS[arch], peak_target=_peak(preset),
-                    mamf_ratio=mamf_fraction(gpu) / mamf_fraction(MAMF_OF_ARCH[arch]))
+    return transfer(x, e, peak_source=PEAK_FLOPS[kind][arch], peak_target=_peak(preset, kind),
+                    mamf_ratio=mamf_fraction(gpu, kind) / mamf_fraction(MAMF_OF_ARCH[arch], kind))
 
 
-def _peak(preset: str) -> float:
-    """The preset's own dense BF16 peak ([gpu.peak_tflops] bf16)."""
+def _peak(preset: str, kind: str = "gemm") -> float:
+    """The preset's own dense peak of the table's dtype ([gpu.peak_tflops])."""
     sys.path.insert(0, str(ROOT.parent))
     from simulator.spec.hardware import load_hardware
 
-    return load_hardware(preset).peak_flops("bf16")
+    return load_hardware(preset).peak_flops(KINDS[kind]["peak"])
 
 
-def source(arch: str, preset: str) -> str:
+def source(preset: str, kind: str = "gemm") -> str:
+    arch, gpu = PRESETS[kind][preset]
     rows = [r for r in csv.DictReader(open(DATA)) if r["arch"] == arch]
     where = sorted({(r["repo"], r["path"], r["commit"][:10]) for r in rows})
-    gpu = PRESETS[preset][1]
+    dt, peak = KINDS[kind]["dtype"], KINDS[kind]["peak"].upper()
     if gpu is not None:
-        rel = (f" Transferred to this GPU by kernel time: eta(x) = eta_{arch}(x * {PEAK_FLOPS[arch] / 1e12:g} / "
-               f"{_peak(preset) / 1e12:g}) * MAMF {gpu} {mamf_fraction(gpu):.3f} / MAMF {MAMF_OF_ARCH[arch]} "
-               f"{mamf_fraction(MAMF_OF_ARCH[arch]):.3f} (stas00/ml-engineering MAMF rows of kernel_benchmarks.csv); "
-               "the rule predicts the B200's kernels from the H100's within 7 % at the median (docs/compute.md).")
+        check = ("the rule predicts the B200's bf16 kernels from the H100's within 7 % at the median (docs/compute.md)"
+                 if kind == "gemm" else "[derived: the rule is checked on bf16 H100 -> B200 only]")
+        rel = (f" Transferred to this GPU by kernel time: eta(x) = eta_{arch}(x * "
+               f"{PEAK_FLOPS[kind][arch] / 1e12:g} / {_peak(preset, kind) / 1e12:g}) * MAMF {gpu} "
+               f"{mamf_fraction(gpu, kind):.3f} / MAMF {MAMF_OF_ARCH[arch]} {mamf_fraction(MAMF_OF_ARCH[arch], kind):.3f} "
+               f"(stas00/ml-engineering MAMF rows of kernel_benchmarks.csv); {check}.")
     elif preset in ("dgx-b200", "aws-p6-b200"):
         rel = ""
     else:
@@ -136,48 +155,54 @@ def source(arch: str, preset: str) -> str:
     return (f"measured kernels, published: OpenXLA's default matmul table for {arch} ({GPU[arch]}; "
             f"{'; '.join(f'{r} {p} at {c}' for r, p, c in where)}; "
             "validation/data/xla_matmul.csv), written by xla/tools/matmul_perf_table_gen.cc: XLA-compiled "
-            "batched bf16 dot, b 1-4 x m, n, k 256-4096, median CUPTI kernel time of 5 traced runs after a "
-            "warm-up (device time only); efficiency = FLOP/s / dense BF16 peak, median over the shapes of each "
+            f"batched {dt} dot, b 1-4 x m, n, k 256-4096, median CUPTI kernel time of 5 traced runs after a "
+            f"warm-up (device time only); efficiency = FLOP/s / dense {peak} peak, median over the shapes of each "
             f"FLOP count; validation/xla_gemm.py.{rel}")
 
 
-def section(preset: str) -> str:
-    arch = PRESETS[preset][0]
-    x, e = preset_table(preset)
-    return ("[efficiency.gemm]\n"
+def section(preset: str, kind: str = "gemm") -> str:
+    x, e = preset_table(preset, kind)
+    return (f"[efficiency.{kind}]\n"
             f"x = [{', '.join(f'{v:.12g}' for v in x)}]\n"
             f"efficiency = [{', '.join(f'{v:.4f}' for v in e)}]\n"
             'x_unit = "FLOPs per GEMM (2*m*n*k)"\n'
-            f'source = "{source(arch, preset)}"\n')
+            f'source = "{source(preset, kind)}"\n')
 
 
-_SECTION = re.compile(r"\[efficiency\.gemm\]\n(?:[^\[\n][^\n]*\n)*")
+def _section_re(kind: str):
+    return re.compile(r"\[efficiency\.%s\]\n(?:[^\[\n][^\n]*\n)*" % kind)
 
 
-def write(preset: str) -> bool:
-    """Replace `preset`'s [efficiency.gemm] section; True if it changed."""
+def write(preset: str, kind: str = "gemm") -> bool:
+    """Replace `preset`'s [efficiency.<kind>] section (a gemm_fp8 section missing is put after gemm's);
+    True if the file changed."""
     path = PROFILES / f"{preset}.toml"
     text = path.read_text()
-    new = _SECTION.sub(lambda _: section(preset), text, count=1)
+    if _section_re(kind).search(text):
+        new = _section_re(kind).sub(lambda _: section(preset, kind), text, count=1)
+    else:
+        m = _section_re("gemm").search(text)
+        new = text[:m.end()] + "\n" + section(preset, kind) + text[m.end():]
     if new != text:
         path.write_text(new)
     return new != text
 
 
 def check() -> list[str]:
-    """Presets whose [efficiency.gemm] is not the section this script writes."""
+    """(preset, table) pairs whose section is not the one this script writes."""
     bad = []
-    for preset in PRESETS:
-        m = _SECTION.search((PROFILES / f"{preset}.toml").read_text())
-        if m is None or m.group(0) != section(preset):
-            bad.append(preset)
+    for kind, presets in PRESETS.items():
+        for preset in presets:
+            m = _section_re(kind).search((PROFILES / f"{preset}.toml").read_text())
+            if m is None or m.group(0) != section(preset, kind):
+                bad.append(f"{preset} [efficiency.{kind}]")
     return bad
 
 
 def comparison_lines() -> list[str]:
     """Markdown: the sm_90 medians against dgx-h100's measured table and the datasheet curve; the sm_100
     medians, their spread over the shapes, and the Calculon/MAMF curve they replaced; the transfer's held-out
-    check (H100 -> B200); the A100 curve before and after."""
+    check (H100 -> B200); the A100 curve before and after; FP8 against BF16 on the B200."""
     sys.path.insert(0, str(ROOT.parent))
     from simulator.spec.hardware import load_hardware
 
@@ -196,7 +221,7 @@ def comparison_lines() -> list[str]:
         by[flops(b, m, nn, k)].append(ev)
     x, e, n = table("sm_100")
     xh, eh, _ = table("sm_90")
-    moved = dict(zip(*transfer(xh, eh, peak_source=PEAK_FLOPS["sm_90"], peak_target=PEAK_FLOPS["sm_100"],
+    moved = dict(zip(*transfer(xh, eh, peak_source=PEAK_FLOPS["gemm"]["sm_90"], peak_target=PEAK_FLOPS["gemm"]["sm_100"],
                                mamf_ratio=mamf_fraction("B200-SXM") / mamf_fraction("H100-SXM"))))
     for v, ev, c in zip(x, e, n):
         o = _interp(old, v)
@@ -214,6 +239,12 @@ def comparison_lines() -> list[str]:
     for v, ev in zip(*preset_table("dgx-a100-80g")):
         b = _interp(before, v)
         out.append(f"| {v:.3g} | {b:.3f} | {ev:.3f} | {ev / b:.2f} |")
+    out += ["", "FP8 (e4m3 x e4m3 -> bf16) on the B200 against bf16, the same shapes: efficiency of each dtype's own "
+            "dense peak and the kernel speed-up (`[efficiency.gemm_fp8]`; before it the bf16 table was read "
+            "against the FP8 peak, a speed-up of 2 at every size).", "",
+            "| FLOPs per GEMM | FP8 (of 4500 TFLOP/s) | BF16 (of 2250) | FP8 / BF16 kernel speed |", "|---|---|---|---|"]
+    for v, e8, e16 in zip(table("sm_100", "gemm_fp8")[0], table("sm_100", "gemm_fp8")[1], table("sm_100")[1]):
+        out.append(f"| {v:.3g} | {e8:.3f} | {e16:.3f} | {e8 * 4500 / (e16 * 2250):.2f} |")
     return out
 
 
@@ -245,12 +276,14 @@ def main(argv=None) -> int:
             return 1
         return 0
     if "--write" in argv:
-        for p in PRESETS:
-            print(("wrote " if write(p) else "unchanged ") + p)
+        for kind, presets in PRESETS.items():
+            for p in presets:
+                print(("wrote " if write(p, kind) else "unchanged ") + f"{p} [efficiency.{kind}]")
         return 0
     print("\n".join(comparison_lines()))
-    for preset in PRESETS:
-        print(f"\n# {preset}\n" + section(preset))
+    for kind, presets in PRESETS.items():
+        for preset in presets:
+            print(f"\n# {preset}\n" + section(preset, kind))
     return 0
 
 
