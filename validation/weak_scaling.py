@@ -3,9 +3,11 @@
     python validation/weak_scaling.py            # rewrite docs/weak-scaling.md
     python validation/weak_scaling.py --check    # exit 1 if the doc is not what it would write
 
-The llm-foundry benchmark table (validation/published_runs.csv, source LLMFOUNDRY: MosaicML's MPT
-throughput table, FSDP on A100 nodes) measures the same model, sequence length and micro-batch per GPU
-on 8 to 512 GPUs with the global batch growing with the GPU count. With a fixed batch per GPU, compute
+The llm-foundry benchmark tables (validation/published_runs.csv, source LLMFOUNDRY: MosaicML's MPT
+throughput tables, FSDP on A100 nodes; validation/llmfoundry_h100.csv, source LLMFOUNDRY_H100: the same on
+H100 nodes, 8-64 GPUs and a 128-512 GPU sweep) measure the same model, sequence length and micro-batch per
+GPU on several GPU counts with the global batch growing with the GPU count (a series never mixes tables:
+they ran different software). With a fixed batch per GPU, compute
 per GPU is constant, so the growth of the step time with the GPU count is what the communication (FSDP
 per-unit gathers and reduce-scatters, their latency across nodes) costs. For each such series the table
 gives measured and predicted step(N) / step(N_min) and their difference; the absolute errors are in
@@ -19,9 +21,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-RUNS = ROOT / "validation" / "published_runs.csv"
+RUNS = (ROOT / "validation" / "published_runs.csv", ROOT / "validation" / "llmfoundry_h100.csv")
+SOURCES = ("LLMFOUNDRY", "LLMFOUNDRY_H100")
 DOC = ROOT / "docs" / "weak-scaling.md"
-KEYS = ["model", "seq_len", "micro_batch", "gpu_type"]
+KEYS = ["model", "seq_len", "micro_batch", "gpu_type", "source_locator"]
 
 
 def series():
@@ -31,8 +34,8 @@ def series():
 
     from simulator.validate import predict_runs, read_runs
 
-    runs = read_runs(RUNS)
-    runs = runs[runs["source_id"] == "LLMFOUNDRY"].copy()
+    runs = pd.concat([read_runs(p) for p in RUNS], ignore_index=True)
+    runs = runs[runs["source_id"].isin(SOURCES)].copy()
     runs["per_gpu_batch"] = pd.to_numeric(runs["global_batch_seqs"]) / pd.to_numeric(runs["n_gpus"])
     res, _ = predict_runs(runs)
     res = res.merge(runs[["run_id", "n_gpus", "per_gpu_batch", *KEYS]].astype({"run_id": str}),
@@ -57,7 +60,7 @@ def generate() -> str:
              "| model | seq | micro-batch | GPU | batch/GPU | GPUs | measured step s | predicted step s "
              "| measured growth | predicted growth | growth error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     errs = []
-    for (model, seq, mb, gpu, per), g in series().items():
+    for (model, seq, mb, gpu, _table, per), g in series().items():
         for r in g.itertuples():
             e = r.predicted_growth / r.measured_growth - 1
             if r.n_gpus != g["n_gpus"].iloc[0]:

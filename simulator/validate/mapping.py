@@ -8,7 +8,8 @@ be read, and tested, without an estimator.
 
 Generic cell rules (every source; a source's table entry overrides the family defaults):
 - vocab: the number, or the first integer of a text cell; blank -> 51200 [assumption].
-- micro_batch blank -> 1 [assumption]; zero_fsdp: none -> 0, ZeRO-k -> k, FSDP/FSDP2 full shard -> 3.
+- micro_batch blank -> 1 [assumption]; zero_fsdp: none -> 0, ZeRO-k -> k, FSDP SHARD_GRAD_OP -> 2,
+  FSDP/FSDP2 full shard -> 3.
 - recompute: none / 'none stated' -> none (the latter flagged); full* -> full; 'selective (per op)'
   -> op (torchtitan's op-level SAC); 'selective (per layer)' -> full recompute of every 2nd layer
   (recompute_layers ⌊L/2⌋ per stage; k = 2, torchtitan's default, stated); other selective -> selective
@@ -85,6 +86,8 @@ def _zero(v) -> int:
     t = _text(v).lower()
     if t in ("", "none") or t.startswith("none"):
         return 0
+    if "shard_grad_op" in t:  # FSDP's ZeRO-2 (gradients and optimizer states sharded, parameters kept)
+        return 2
     if "fsdp" in t or "full_shard" in t or "zero-3" in t:
         return 3
     m = re.search(r"zero-?(\d)", t)
@@ -262,10 +265,16 @@ def _row_training(row: Mapping, seq: int, rules: SourceRules, notes: list[str]):
     prec = _precision(row.get("precision"), notes, rules.precision_unstated)
     from ..spec.stack import load_stack
 
+    overrides = dict(rules.stack_overrides)
+    for pattern, kernel in rules.attention_by_notes:
+        if re.search(pattern, _text(row.get("notes"))):
+            overrides["attention_kernel"] = kernel
+            notes.append(f"attention {kernel} (row notes: {pattern})")
+            break
     return Training(seq_length=seq, global_batch_size=_int(row.get("global_batch_seqs"), "global_batch_seqs"),
                     precision=prec, grad_dtype=_grad_dtype(rules, row.get("precision"), prec, notes),
                     flash_attention=rules.flash_attention, dropout=rules.dropout,
-                    stack=load_stack(rules.stack, **dict(rules.stack_overrides)))
+                    stack=load_stack(rules.stack, **overrides))
 
 
 def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str]):

@@ -148,6 +148,8 @@ class SourceRules:
     stack: str = "megatron"  # the software stack preset (stacks/) the source ran
     stack_overrides: tuple[tuple[str, object], ...] = ()  # Stack fields the source's runs set otherwise
     hardware: str | None = None  # the preset of the source's cluster, when its gpu_type's preset is not it
+    # (regex on the row's notes, attention kernel), first match wins: rows of one source that ran different kernels
+    attention_by_notes: tuple[tuple[str, str], ...] = ()
     statements: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -219,6 +221,22 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "FlashAttention (attn_impl=flash)",
             "no dropout (MPTConfig pdrop 0)",
             "FSDP mixed precision: DEFAULT reduces fp32 gradients, PURE bf16 (Composer)",
+        )),
+    SourceRules(
+        source_id="LLMFOUNDRY_H100", family="mpt", tie_word_embeddings=True, learned_positions=True,
+        flash_attention=True, dropout=False, stack="fsdp",
+        stack_overrides=(("attention_kernel", "triton"), ("fsdp_reduce_dtype", "grad"),
+                         ("cross_entropy", "xentropy")),
+        attention_by_notes=((r"attn_impl=flash", "flash2"), (r"attn_impl=triton", "triton")),
+        grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
+        statements=(
+            "the LLMFOUNDRY rules (MPT architecture, xentropy loss, FSDP reduce dtype, no dropout) for the "
+            "README's H100 tables (validation/llmfoundry_h100.py)",
+            "attention per row (notes): attn_impl=flash -> FlashAttention-2 (the 2024-01 sweep installs "
+            "llm-foundry[gpu-flash2]), attn_impl=triton -> the Triton FlashAttention kernel",
+            "hardware dgx-h100 (the H100 tables state no interconnect: a DGX H100's 8x400 Gb/s assumed)",
+            "FP8 rows: Transformer Engine's delayed scaling (Composer amp_fp8, TE v0.10 installed by "
+            "submit_benchmarks.py at b2a43a1)",
         )),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
