@@ -47,3 +47,9 @@ def test_the_rows_map_with_their_sharding_kernel_and_precision():
     for key in ("foundry_h100_large_70b_s2048_g512", "foundry_h100_bf16_7b_s65536_g8"):
         r = by[key]
         assert abs(map_run(r).model.total_params() / 1e9 - float(r["params_b"])) < 1e-3
+
+
+def test_the_gap_table_in_docs_is_current():
+    import foundry_gap
+
+    assert foundry_gap.summary() in (ROOT / "docs" / "compute.md").read_text()

@@ -186,7 +186,8 @@ def errors_paragraph(results) -> list[str]:
             "agrees with published kernel timings, a third of the step is time the model does not hold: the "
             "same gap as the single-H100 eager harness's idle GPU (docs/validation-h100.md), larger than on "
             "the A100 (LLMFOUNDRY) because the H100's kernels are three times faster while the eager framework's "
-            "host work is not.")
+            "host work is not: the same model, sequence and micro-batch leave about the same milliseconds per "
+            "layer and micro-batch unexplained on both GPUs (validation/foundry_gap.py, docs/compute.md).")
     if "NARAYANAN21" in step_means:
         lines.append(
             f"- NARAYANAN21 (mean {_pct(step_means['NARAYANAN21'])}) compares against step times *derived* from "
