@@ -48,11 +48,20 @@ def test_accuracy_doc_regenerates_identically():
     # one group per (hardware, stack, source): LLMFOUNDRY ran FSDP on both A100 sizes
     assert {(g["hardware"], g["stack"]) for g in groups if g["source"] == "LLMFOUNDRY"} == \
         {("dgx-a100-40g", "fsdp"), ("dgx-a100-80g", "fsdp")}
-    assert sum(g["step"]["runs"] for g in groups) == int(text.split("| **all** | ")[1].split(" |")[0])
+    # every compared row is in a group, but those of sources whose GPUs the preset only approximates
+    from simulator.validate.sources import SOURCE_RULES
+
+    modified = [s for s, r in SOURCE_RULES.items() if r.hardware_overrides]
+    left_out = sum(int(text.split(f"| {s} | ")[1].split(" |")[0]) for s in modified if f"| {s} | " in text)
+    assert sum(g["step"]["runs"] for g in groups) == int(text.split("| **all** | ")[1].split(" |")[0]) - left_out
     for section in ("### Step time", "### Peak memory per GPU", "## What the errors say", "## Assumptions by source",
                     "## Measured quantities and FLOP conventions", "## Runs that went out of memory"):
         assert section in text
-    assert "## Rows not compared" not in text  # every published row maps (tests/test_validate.py)
+    # every published row maps (tests/test_validate.py); of this repository's own sources one row does not:
+    # torchtitan's interleaved 405B run (126 layers over 16 stages, an uneven interleaved split)
+    not_compared = text.split("## Rows not compared")[1] if "## Rows not compared" in text else ""
+    assert [ln.split(" | ")[0].strip("| ") for ln in not_compared.splitlines() if ln.startswith("| ") and
+            "_" in ln.split(" | ")[0]] == ["torchtitan_h100_t5_405B_13"]
 
 
 def test_accuracy_tables_show_per_row_and_summary_errors():

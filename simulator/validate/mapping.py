@@ -46,6 +46,7 @@ class MappedRun:
     training: object | None = None
     layout: object | None = None
     hardware_name: str | None = None
+    hardware_overrides: tuple[tuple[str, float], ...] = ()  # SourceRules.hardware_overrides
     assumptions: tuple[str, ...] = ()
     skip_reason: str = ""
 
@@ -229,7 +230,7 @@ def map_run(row: Mapping, *, hardware: str | None = None) -> MappedRun:
     except InputError as exc:
         return MappedRun(run_id=run_id, assumptions=tuple(notes), skip_reason=str(exc).splitlines()[0])
     return MappedRun(run_id=run_id, model=model, training=training, layout=layout, hardware_name=hw,
-                     assumptions=tuple(notes))
+                     hardware_overrides=() if hardware else rules.hardware_overrides, assumptions=tuple(notes))
 
 
 def _row_rules(source_id: str, name: str, notes: list[str]) -> SourceRules:
@@ -266,11 +267,10 @@ def _row_training(row: Mapping, seq: int, rules: SourceRules, notes: list[str]):
     from ..spec.stack import load_stack
 
     overrides = dict(rules.stack_overrides)
-    for pattern, kernel in rules.attention_by_notes:
+    for pattern, key, value in rules.stack_by_notes:
         if re.search(pattern, _text(row.get("notes"))):
-            overrides["attention_kernel"] = kernel
-            notes.append(f"attention {kernel} (row notes: {pattern})")
-            break
+            overrides[key] = value
+            notes.append(f"stack {key} = {value} (row notes: {pattern})")
     return Training(seq_length=seq, global_batch_size=_int(row.get("global_batch_seqs"), "global_batch_seqs"),
                     precision=prec, grad_dtype=_grad_dtype(rules, row.get("precision"), prec, notes),
                     flash_attention=rules.flash_attention, dropout=rules.dropout,

@@ -245,9 +245,14 @@ def predict_runs(df, *, hardware: str | None = None, estimate_fn: Callable | Non
             skipped.append({"run_id": mr.run_id, "source_id": src, "reason": mr.skip_reason})
             continue
         try:
-            if mr.hardware_name not in hw_cache:
-                hw_cache[mr.hardware_name] = load_hardware_fn(mr.hardware_name)
-            est = estimate_fn(mr.model, mr.training, mr.layout, hw_cache[mr.hardware_name])
+            key = (mr.hardware_name, mr.hardware_overrides)
+            if key not in hw_cache:
+                hw_cache[key] = load_hardware_fn(mr.hardware_name)
+                if mr.hardware_overrides:
+                    from dataclasses import replace
+
+                    hw_cache[key] = replace(hw_cache[key], **dict(mr.hardware_overrides))
+            est = estimate_fn(mr.model, mr.training, mr.layout, hw_cache[key])
         except InputError as exc:
             skipped.append({"run_id": mr.run_id, "source_id": src, "reason": str(exc).splitlines()[0]})
             continue

@@ -148,8 +148,11 @@ class SourceRules:
     stack: str = "megatron"  # the software stack preset (stacks/) the source ran
     stack_overrides: tuple[tuple[str, object], ...] = ()  # Stack fields the source's runs set otherwise
     hardware: str | None = None  # the preset of the source's cluster, when its gpu_type's preset is not it
-    # (regex on the row's notes, attention kernel), first match wins: rows of one source that ran different kernels
-    attention_by_notes: tuple[tuple[str, str], ...] = ()
+    # (regex on the row's notes, Stack field, value): every match applies, after stack_overrides (rows of one
+    # source that ran different kernels, compiled or not, with TP overlap or not)
+    stack_by_notes: tuple[tuple[str, str, object], ...] = ()
+    # HardwareProfile fields the source's GPUs had otherwise than the preset's (SI units), stated
+    hardware_overrides: tuple[tuple[str, float], ...] = ()
     statements: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -227,7 +230,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         flash_attention=True, dropout=False, stack="fsdp",
         stack_overrides=(("attention_kernel", "triton"), ("fsdp_reduce_dtype", "grad"),
                          ("cross_entropy", "xentropy")),
-        attention_by_notes=((r"attn_impl=flash", "flash2"), (r"attn_impl=triton", "triton")),
+        stack_by_notes=((r"attn_impl=flash", "attention_kernel", "flash2"),
+                        (r"attn_impl=triton", "attention_kernel", "triton")),
         grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
         statements=(
             "the LLMFOUNDRY rules (MPT architecture, xentropy loss, FSDP reduce dtype, no dropout) for the "
@@ -237,6 +241,23 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "hardware dgx-h100 (the H100 tables state no interconnect: a DGX H100's 8x400 Gb/s assumed)",
             "FP8 rows: Transformer Engine's delayed scaling (Composer amp_fp8, TE v0.10 installed by "
             "submit_benchmarks.py at b2a43a1)",
+        )),
+    SourceRules(
+        source_id="TORCHTITAN_H100", family="llama", tie_word_embeddings=False, learned_positions=False,
+        flash_attention=True, dropout=False, grad_dtype=((r".", "fp32"),), stack="torchtitan",
+        stack_overrides=(("attention_kernel", "flash2"),),
+        stack_by_notes=((r"torch\.compile", "compiled", True), (r"AsyncTP", "tp_comm_overlap", True)),
+        hardware="dgx-h100", hardware_overrides=(("hbm_bytes", 96e9), ("hbm_bytes_per_s", 2.4e12)),
+        statements=(
+            "hardware: the Grand Teton H100s (96GB HBM2e, 2.4 TB/s, 500 W power limit): dgx-h100 with that memory; "
+            "its SXM peaks and 700 W tables are kept (the source: 'the actual peak TFLOPs number is between SXM "
+            "and NVL, and we don't know its exact value'), so predicted times are lower bounds and the ratios "
+            "between rows (compile, Float8, AsyncTP, schedules, CP) are the check",
+            "attention: SDPA's FlashAttention-2 backend (torch nightly 2024-12; cuDNN attention not first on H100)",
+            "torch.compile and AsyncTP per row (notes); Float8: torchao tensorwise dynamic scaling "
+            "(fp8_recipe current, the torchtitan stack's)",
+            "interleaved 1F1B: 2 stages per rank (torchtitan's looped-schedule split at 9dec370), pp microbatches",
+            "Llama 3.1: SwiGLU, RMSNorm, no biases, RoPE, untied output layer, GQA 8 KV heads",
         )),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,

@@ -23,8 +23,14 @@ def group(*, hardware: str, stack: str, source: str, step_errors, mem_errors, do
 
 
 def groups_from_results(results, *, doc: str, generator: str, what: str) -> list[dict]:
-    """Groups of a `predict_runs` results frame: per (hardware, the source's stack, source_id)."""
+    """Groups of a `predict_runs` results frame: per (hardware, the source's stack, source_id). A source whose
+    rows ran on GPUs the preset only approximates (SourceRules.hardware_overrides: e.g. TORCHTITAN_H100's
+    500 W H100s of unknown peak) says nothing about the preset's error and is left out."""
+    from .sources import SOURCE_RULES
+
     out = []
+    modified = {s for s, r in SOURCE_RULES.items() if r.hardware_overrides}
+    results = results[~results["source_id"].isin(modified)]
     if not len(results):
         return out
     d = results.assign(stack=[stack_of_source(s) for s in results["source_id"]])
