@@ -74,26 +74,38 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
     return out
 
 
+# The GEMM each TP collective of a layer feeds or drains (Megatron-LM / torchtitan TP plans), by pass. With
+# sequence parallelism: forward all-gather -> QKV and FC1 (mlp_up), reduce-scatter <- attention output
+# projection and FC2 (mlp_down); backward the transposes: reduce-scatter of the QKV and FC1 input gradients,
+# all-gather before the projection's and FC2's gradient GEMMs. Without it: one all-reduce after the projection
+# and one after FC2 (forward), after the QKV and FC1 input gradients (backward).
+TP_COLLECTIVE_GEMMS = {True: ("qkv_proj", "out_proj", "mlp_up", "mlp_down"), False: ("out_proj", "mlp_down")}
+TP_COLLECTIVE_GEMMS_BWD = {True: ("qkv_proj", "out_proj", "mlp_up", "mlp_down"), False: ("qkv_proj", "mlp_up")}
+
+
 def _tp_chunked_hidden(model, training, hardware, opt, tp, cp, mbs, sequence_parallel, c):
     """The TP communication per layer that the chunked pipeline of the stack's `tp_comm_overlap` hides,
-    (forward, backward): each of the layer's TP collectives (4 with SP: all-gather before the QKV and FC1
-    GEMMs, reduce-scatter after the projection and FC2; 2 all-reduces without) split into tp chunks against
-    an equal share of the layer's GEMM time (forward: its forward GEMMs; backward: input- and weight-
-    gradient GEMMs), cost/fsdp.py chunked_overlap_exposed_s; hidden = total − exposed."""
+    (forward, backward): each of the layer's TP collectives (4 with SP, 2 all-reduces without; equal
+    messages, s·b·h) split into tp chunks against the GEMM it feeds or drains (`TP_COLLECTIVE_GEMMS`:
+    forward its forward GEMM, backward its input- and weight-gradient GEMMs), cost/fsdp.py
+    chunked_overlap_exposed_s; hidden = total − exposed. A collective whose GEMM is shorter than it stays
+    partly exposed whatever the other GEMMs of the layer take."""
     u, inv = distinct_rows(tp, cp, mbs)
-    gf, gb = np.zeros(len(u)), np.zeros(len(u))
+    k = len(TP_COLLECTIVE_GEMMS[bool(sequence_parallel)])
+    gf, gb = np.zeros((len(u), k)), np.zeros((len(u), k))
     for j, i in enumerate(u):  # scalar layouts: one op table each (few distinct (tp, cp, micro-batch))
-        for o in layer_op_times(model, training, hardware, tp=float(tp[i]), cp=float(cp[i]),
-                                micro_batch_size=float(mbs[i]), sequence_parallel=sequence_parallel,
-                                roofline=opt.roofline):
-            if o.kind == "gemm":
-                gf[j] += float(o.forward_s)
-                gb[j] += float(o.backward_s) + float(o.weight_s)
+        ops = {o.name: o for o in layer_op_times(model, training, hardware, tp=float(tp[i]), cp=float(cp[i]),
+                                                 micro_batch_size=float(mbs[i]), sequence_parallel=sequence_parallel,
+                                                 roofline=opt.roofline) if o.kind == "gemm"}
+        for q, (nf, nb) in enumerate(zip(TP_COLLECTIVE_GEMMS[bool(sequence_parallel)],
+                                         TP_COLLECTIVE_GEMMS_BWD[bool(sequence_parallel)])):
+            gf[j, q] = float(ops[nf].forward_s)
+            gb[j, q] = float(ops[nb].backward_s) + float(ops[nb].weight_s)
     gf, gb = gf[inv], gb[inv]
-    k = 4.0 if sequence_parallel else 2.0
     hidden = []
     for total, g in ((np.asarray(c.forward_s, dtype=float), gf), (np.asarray(c.backward_s, dtype=float), gb)):
-        exposed = k * chunked_overlap_exposed_s(total / k, g / k, tp.astype(float))
+        total = np.broadcast_to(total, tp.shape)
+        exposed = sum(chunked_overlap_exposed_s(total / k, g[:, q], tp.astype(float)) for q in range(k))
         hidden.append(np.where(tp > 1, np.maximum(total - exposed, 0.0), 0.0))
     return hidden[0], hidden[1]
 
