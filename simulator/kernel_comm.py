@@ -79,8 +79,12 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
 # projection and FC2 (mlp_down); backward the transposes: reduce-scatter of the QKV and FC1 input gradients,
 # all-gather before the projection's and FC2's gradient GEMMs. Without it: one all-reduce after the projection
 # and one after FC2 (forward), after the QKV and FC1 input gradients (backward).
-TP_COLLECTIVE_GEMMS = {True: ("qkv_proj", "out_proj", "mlp_up", "mlp_down"), False: ("out_proj", "mlp_down")}
-TP_COLLECTIVE_GEMMS_BWD = {True: ("qkv_proj", "out_proj", "mlp_up", "mlp_down"), False: ("qkv_proj", "mlp_up")}
+# The attention's input GEMMs are the fused QKV projection, or MLA's down and up projections (DeepSeek).
+ATTN_IN = ("qkv_proj", "q_down", "q_up", "kv_down", "kv_up")
+TP_COLLECTIVE_GEMMS = {True: (ATTN_IN, ("out_proj",), ("mlp_up",), ("mlp_down",)),
+                       False: (("out_proj",), ("mlp_down",))}
+TP_COLLECTIVE_GEMMS_BWD = {True: (ATTN_IN, ("out_proj",), ("mlp_up",), ("mlp_down",)),
+                           False: (ATTN_IN, ("mlp_up",))}
 
 
 def _tp_chunked_hidden(model, training, hardware, opt, tp, cp, mbs, sequence_parallel, c):
@@ -99,8 +103,8 @@ def _tp_chunked_hidden(model, training, hardware, opt, tp, cp, mbs, sequence_par
                                                  roofline=opt.roofline) if o.kind == "gemm"}
         for q, (nf, nb) in enumerate(zip(TP_COLLECTIVE_GEMMS[bool(sequence_parallel)],
                                          TP_COLLECTIVE_GEMMS_BWD[bool(sequence_parallel)])):
-            gf[j, q] = float(ops[nf].forward_s)
-            gb[j, q] = float(ops[nb].backward_s) + float(ops[nb].weight_s)
+            gf[j, q] = sum(float(ops[n].forward_s) for n in nf if n in ops)
+            gb[j, q] = sum(float(ops[n].backward_s) + float(ops[n].weight_s) for n in nb if n in ops)
     gf, gb = gf[inv], gb[inv]
     hidden = []
     for total, g in ((np.asarray(c.forward_s, dtype=float), gf), (np.asarray(c.backward_s, dtype=float), gb)):

@@ -245,3 +245,15 @@ def test_each_tp_collective_hides_behind_its_own_gemm_not_the_layers_average():
     short = [float(o.forward_s) for o in ops if o.name in ("qkv_proj", "out_proj")]
     assert all(s < 5.0e-3 for s in short)
     assert 0 < hb[0] <= 4 * 5.0e-3 and 0 < hf[0]
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "mixtral-8x7b", "gpt3-175b"])
+@pytest.mark.parametrize("sp", [True, False])
+def test_tp_overlap_finds_the_gemms_of_every_attention_and_mlp(name, sp):
+    # MLA's attention input is its down and up projections; MoE and GeLU layers keep mlp_up / mlp_down
+    kw = dict(num_gpus=64, tp=8, pp=1, sequence_parallel=sp, recompute="selective")
+    rows = {}
+    for on in (False, True):
+        t = Training(seq_length=4096, global_batch_size=64, stack=load_stack("megatron", tp_comm_overlap=on))
+        rows[on] = evaluate_layouts(load_model(name), t, H100, **kw).iloc[0]
+    assert 0 < rows[True].exposed_tp_s < rows[False].exposed_tp_s
