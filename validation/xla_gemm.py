@@ -20,11 +20,12 @@ power of two is one knot; 3-30 shapes each), linear in log10(FLOPs) between knot
 the model's shapes, not a shape search's winner (the MAMF maximum, reported beside it).
 
 Which presets read it (`PRESETS`: preset -> (arch, MAMF row of the target GPU or None)):
-- as measured: the GH100 presets without a GEMM measurement of their own (dgx-h200, h200-nvl, dgx-h800: the
-  H100's compute die [assumption: memory bandwidth and board power leave GEMM kernels unchanged]) from
-  sm_90; dgx-b200 and aws-p6-b200 from sm_100.
+- as measured: the GH100 presets without a GEMM measurement of their own (dgx-h200, dgx-h800: the H100's
+  compute die at its clocks [assumption: memory bandwidth leaves GEMM kernels unchanged]) from sm_90;
+  dgx-b200 and aws-p6-b200 from sm_100.
 - transferred by kernel time (`transfer`), for GPUs the table does not hold: A100 (dgx-a100-80g,
-  dgx-a100-40g, jean-zay-a100) from sm_90; GB200, B300, GB300 from sm_100. A GEMM's efficiency is taken to
+  dgx-a100-40g, jean-zay-a100) and the 600 W H200 NVL (h200-nvl, 835 TFLOP/s; no MAMF row: the H100 SXM's
+  fraction) from sm_90; GB200, B300, GB300 from sm_100. A GEMM's efficiency is taken to
   depend on its ideal time at peak, FLOPs / peak (the fixed per-kernel costs -- launch, wave fill, tail --
   are times, not FLOPs), scaled by the two GPUs' MAMF fractions (stas00's shape-search maxima,
   kernel_benchmarks.csv) for what each reaches at saturation:
@@ -63,7 +64,7 @@ MAMF_PEAK = {"gemm": {"H100-SXM": 989.4e12, "B200-SXM": 2250e12, "GB200": 2500e1
                           "B300-SXM": 4500e12}}
 PRESETS = {  # table -> preset -> (arch, the target GPU's MAMF row, or None: the arch's GPU, as measured)
     "gemm": {
-        "dgx-h200": ("sm_90", None), "h200-nvl": ("sm_90", None), "dgx-h800": ("sm_90", None),
+        "dgx-h200": ("sm_90", None), "h200-nvl": ("sm_90", "H100-SXM"), "dgx-h800": ("sm_90", None),
         "dgx-b200": ("sm_100", None), "aws-p6-b200": ("sm_100", None),
         "gb200-nvl72": ("sm_100", "GB200"), "b300": ("sm_100", "B300-SXM"), "gb300-nvl72": ("sm_100", "B300-SXM"),
         "dgx-a100-80g": ("sm_90", "A100-SXM4"), "dgx-a100-40g": ("sm_90", "A100-SXM4"),
@@ -106,7 +107,8 @@ def mamf_fraction(gpu: str, kind: str = "gemm") -> float:
     """The MAMF maximum of `gpu` (its kernel_benchmarks.csv row for the table's dtype) over its dense peak."""
     k = KINDS[kind]
     rows = [r for r in csv.DictReader(open(ROOT / "data" / "kernel_benchmarks.csv"))
-            if (r["kind"], r["gpu"], r["dtype"]) == ("gemm", gpu, k["mamf_dtype"]) and r["kernel"].startswith(k["mamf_kernel"])]
+            if (r["kind"], r["gpu"], r["dtype"]) == ("gemm", gpu, k["mamf_dtype"])
+            and r["kernel"].startswith(k["mamf_kernel"])]
     (row,) = rows
     return float(row["tflops"]) * 1e12 / MAMF_PEAK[kind][gpu]
 
@@ -145,7 +147,8 @@ def source(preset: str, kind: str = "gemm") -> str:
                  if kind == "gemm" else "[derived: the rule is checked on bf16 H100 -> B200 only]")
         rel = (f" Transferred to this GPU by kernel time: eta(x) = eta_{arch}(x * "
                f"{PEAK_FLOPS[kind][arch] / 1e12:g} / {_peak(preset, kind) / 1e12:g}) * MAMF {gpu} "
-               f"{mamf_fraction(gpu, kind):.3f} / MAMF {MAMF_OF_ARCH[arch]} {mamf_fraction(MAMF_OF_ARCH[arch], kind):.3f} "
+               f"{mamf_fraction(gpu, kind):.3f} / MAMF {MAMF_OF_ARCH[arch]} "
+               f"{mamf_fraction(MAMF_OF_ARCH[arch], kind):.3f} "
                f"(stas00/ml-engineering MAMF rows of kernel_benchmarks.csv); {check}.")
     elif preset in ("dgx-b200", "aws-p6-b200"):
         rel = ""
@@ -208,7 +211,8 @@ def comparison_lines() -> list[str]:
 
     h100, ds = load_hardware("dgx-h100"), load_hardware("dgx-h100-datasheet")
     out = ["| FLOPs per GEMM | shapes | H100 kernels (XLA sm_90, median) "
-           "| dgx-h100 (two calibrations, event-timed calls) | ratio | dgx-h100-datasheet (Calculon roll-off, MAMF top) | ratio |", "|---|---|---|---|---|---|---|"]
+           "| dgx-h100 (two calibrations, event-timed calls) | ratio "
+           "| dgx-h100-datasheet (Calculon roll-off, MAMF top) | ratio |", "|---|---|---|---|---|---|---|"]
     x, e, n = table("sm_90")
     for v, ev, c in zip(x, e, n):
         a, d = float(h100.interp_efficiency("gemm", v)), float(ds.interp_efficiency("gemm", v))
@@ -221,13 +225,15 @@ def comparison_lines() -> list[str]:
         by[flops(b, m, nn, k)].append(ev)
     x, e, n = table("sm_100")
     xh, eh, _ = table("sm_90")
-    moved = dict(zip(*transfer(xh, eh, peak_source=PEAK_FLOPS["gemm"]["sm_90"], peak_target=PEAK_FLOPS["gemm"]["sm_100"],
+    moved = dict(zip(*transfer(xh, eh, peak_source=PEAK_FLOPS["gemm"]["sm_90"],
+                               peak_target=PEAK_FLOPS["gemm"]["sm_100"],
                                mamf_ratio=mamf_fraction("B200-SXM") / mamf_fraction("H100-SXM"))))
     for v, ev, c in zip(x, e, n):
         o = _interp(old, v)
         out.append(f"| {v:.3g} | {c} | {ev:.3f} | {min(by[v]):.3f} – {max(by[v]):.3f} | {o:.3f} | {o / ev:.2f} |")
     out += ["", "Held out, the transfer by kernel time (`transfer`): the H100's kernels moved to the B200 against "
-            "the B200's own.", "", "| FLOPs per GEMM | B200 measured | moved from the H100 | error |", "|---|---|---|---|"]
+            "the B200's own.", "", "| FLOPs per GEMM | B200 measured | moved from the H100 | error |",
+            "|---|---|---|---|"]
     for v, ev in zip(x, e):
         if min(moved) <= v <= max(moved):
             p = _interp(moved, v)
@@ -242,7 +248,8 @@ def comparison_lines() -> list[str]:
     out += ["", "FP8 (e4m3 x e4m3 -> bf16) on the B200 against bf16, the same shapes: efficiency of each dtype's own "
             "dense peak and the kernel speed-up (`[efficiency.gemm_fp8]`; before it the bf16 table was read "
             "against the FP8 peak, a speed-up of 2 at every size).", "",
-            "| FLOPs per GEMM | FP8 (of 4500 TFLOP/s) | BF16 (of 2250) | FP8 / BF16 kernel speed |", "|---|---|---|---|"]
+            "| FLOPs per GEMM | FP8 (of 4500 TFLOP/s) | BF16 (of 2250) | FP8 / BF16 kernel speed |",
+            "|---|---|---|---|"]
     for v, e8, e16 in zip(table("sm_100", "gemm_fp8")[0], table("sm_100", "gemm_fp8")[1], table("sm_100")[1]):
         out.append(f"| {v:.3g} | {e8:.3f} | {e16:.3f} | {e8 * 4500 / (e16 * 2250):.2f} |")
     return out
