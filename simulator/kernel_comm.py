@@ -74,37 +74,39 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
     return out
 
 
-# The GEMM each TP collective of a layer feeds or drains (Megatron-LM / torchtitan TP plans), by pass. With
-# sequence parallelism: forward all-gather -> QKV and FC1 (mlp_up), reduce-scatter <- attention output
-# projection and FC2 (mlp_down); backward the transposes: reduce-scatter of the QKV and FC1 input gradients,
-# all-gather before the projection's and FC2's gradient GEMMs. Without it: one all-reduce after the projection
-# and one after FC2 (forward), after the QKV and FC1 input gradients (backward).
-# The attention's input GEMMs are the fused QKV projection, or MLA's down and up projections (DeepSeek).
-ATTN_IN = ("qkv_proj", "q_down", "q_up", "kv_down", "kv_up")
-TP_COLLECTIVE_GEMMS = {True: (ATTN_IN, ("out_proj",), ("mlp_up",), ("mlp_down",)),
-                       False: (("out_proj",), ("mlp_down",))}
-TP_COLLECTIVE_GEMMS_BWD = {True: (ATTN_IN, ("out_proj",), ("mlp_up",), ("mlp_down",)),
-                           False: (ATTN_IN, ("mlp_up",))}
+# The GEMMs each TP collective of a layer feeds or drains, as positions in the layer's GEMM list (flops.py:
+# the attention projections ending with out_proj, then the MLP's up and down; Megatron-LM / torchtitan TP
+# plans). With sequence parallelism: forward all-gather -> the attention's input GEMMs (QKV, or MLA's
+# projections) and FC1, reduce-scatter <- out_proj and FC2; backward the transposes, each against the same
+# GEMM's input- and weight-gradient products. Without it: one all-reduce after out_proj and one after FC2
+# (forward), after the attention-input and FC1 input gradients (backward).
+def _tp_collective_gemms(gemms: list, sequence_parallel: bool) -> tuple[tuple, tuple]:
+    """(forward groups, backward groups) of OpTimes, one group per TP collective of the layer."""
+    attn_in, out, up, down = gemms[:-3], gemms[-3:-2], gemms[-2:-1], gemms[-1:]
+    assert out[0].name == "out_proj", [g.name for g in gemms]  # flops.attention_ops ends with it
+    if sequence_parallel:
+        return (attn_in, out, up, down), (attn_in, out, up, down)
+    return (out, down), (attn_in, up)
 
 
 def _tp_chunked_hidden(model, training, hardware, opt, tp, cp, mbs, sequence_parallel, c):
     """The TP communication per layer that the chunked pipeline of the stack's `tp_comm_overlap` hides,
     (forward, backward): each of the layer's TP collectives (4 with SP, 2 all-reduces without; equal
-    messages, s·b·h) split into tp chunks against the GEMM it feeds or drains (`TP_COLLECTIVE_GEMMS`:
+    messages, s·b·h) split into tp chunks against the GEMM it feeds or drains (`_tp_collective_gemms`:
     forward its forward GEMM, backward its input- and weight-gradient GEMMs), cost/fsdp.py
     chunked_overlap_exposed_s; hidden = total − exposed. A collective whose GEMM is shorter than it stays
     partly exposed whatever the other GEMMs of the layer take."""
     u, inv = distinct_rows(tp, cp, mbs)
-    k = len(TP_COLLECTIVE_GEMMS[bool(sequence_parallel)])
+    k = 4 if sequence_parallel else 2
     gf, gb = np.zeros((len(u), k)), np.zeros((len(u), k))
     for j, i in enumerate(u):  # scalar layouts: one op table each (few distinct (tp, cp, micro-batch))
-        ops = {o.name: o for o in layer_op_times(model, training, hardware, tp=float(tp[i]), cp=float(cp[i]),
-                                                 micro_batch_size=float(mbs[i]), sequence_parallel=sequence_parallel,
-                                                 roofline=opt.roofline) if o.kind == "gemm"}
-        for q, (nf, nb) in enumerate(zip(TP_COLLECTIVE_GEMMS[bool(sequence_parallel)],
-                                         TP_COLLECTIVE_GEMMS_BWD[bool(sequence_parallel)])):
-            gf[j, q] = sum(float(ops[n].forward_s) for n in nf if n in ops)
-            gb[j, q] = sum(float(ops[n].backward_s) + float(ops[n].weight_s) for n in nb if n in ops)
+        gemms = [o for o in layer_op_times(model, training, hardware, tp=float(tp[i]), cp=float(cp[i]),
+                                           micro_batch_size=float(mbs[i]), sequence_parallel=sequence_parallel,
+                                           roofline=opt.roofline) if o.kind == "gemm"]
+        fwd, bwd = _tp_collective_gemms(gemms, bool(sequence_parallel))
+        for q in range(k):
+            gf[j, q] = sum(float(o.forward_s) for o in fwd[q])
+            gb[j, q] = sum(float(o.backward_s) + float(o.weight_s) for o in bwd[q])
     gf, gb = gf[inv], gb[inv]
     hidden = []
     for total, g in ((np.asarray(c.forward_s, dtype=float), gf), (np.asarray(c.backward_s, dtype=float), gb)):

@@ -51,3 +51,23 @@ def test_the_first_stage_runs_the_norm_and_a_model_without_it_does_not():
     norm = _embedding_memory_ops(spec, tr, **kw)[1]
     assert np.all(np.asarray(norm.forward_bytes) > 0) and np.all(np.asarray(norm.backward_bytes) > 0)
     assert [op.name for op in _embedding_memory_ops(spec.with_(embedding_norm=False), tr, **kw)] == ["embedding"]
+
+
+@pytest.mark.parametrize("cfg, key", [
+    (dict(BLOOM, n_embed=-5), "n_embed"),
+    (dict(BLOOM, n_embed=64, hidden_size=128), "n_embed"),       # two spellings, two values
+    (dict(BLOOM, num_key_value_heads=2), "num_key_value_heads"),  # BLOOM has no GQA: not counted, refused
+    (dict(BLOOM, n_layer="24"), "n_layer"),
+])
+def test_a_bad_bloom_config_is_one_line_naming_the_key(tmp_path, capsys, cfg, key):
+    import json
+
+    from simulator.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(SystemExit) as e:
+        main(["memory", "--model", str(path), "--hardware", "dgx-h100", "--gpus", "1", "--seq", "128",
+              "--global-batch", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and key in err[0], err

@@ -8,8 +8,8 @@ same commit (mosaicml/llm-foundry 49521837, 2024-04-22), has three H100 tables, 
 value: "H100 80GB BF16 (Large Scale, >= 128 GPUs)" (added in 5e85bd6, 2024-01-06, by the sweep in
 scripts/train/benchmarking/sweep.py at that commit: 128-512 GPUs), "H100 80GB BF16" and "H100 80GB FP8" (added
 in b2a43a1, 2023-10-19: 8-64 GPUs). Each row: the model's shape from the MPT pretraining yamls
-(scripts/train/yamls/pretrain/mpt-*.yaml: d_model, n_heads, n_layers, expansion_ratio 4, vocab_size 50368,
-the shapes of the LLMFOUNDRY rows), the table's sequence length, GPUs, micro-batch, global batch, precision and
+(the shapes of the LLMFOUNDRY rows of published_runs.csv: the MPT pretraining yamls' d_model, n_heads,
+n_layers, expansion_ratio 4, vocab_size 50368), the table's sequence length, GPUs, micro-batch, global batch, precision and
 FSDP mixed-precision mode, sharding strategy (FULL_SHARD -> ZeRO-3, SHARD_GRAD_OP -> ZeRO-2), activation
 checkpointing, measured tokens/s, MFU / HFU; the step time derived as GlobalBatchSize(T) / Throughput(T/s).
 The attention implementation is in the notes: the large-scale sweep passes `--attn_impl flash` for the 1b,
@@ -22,13 +22,22 @@ from __future__ import annotations
 import csv
 import re
 import sys
+from pathlib import Path
 
 SOURCE = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md (MPT training benchmarks on MosaicML "
           "platform; commit 49521837, 2024-04-22)")
-# MPT pretraining yamls (d_model, n_layers, n_heads); f = 4·d_model, vocab 50368
-SHAPES = {"125m": (768, 12, 12), "350m": (1024, 24, 16), "760m": (1536, 24, 12), "1b": (2048, 24, 16),
-          "3b": (2560, 32, 20), "7b": (4096, 32, 32), "13b": (5120, 40, 40), "30b": (7168, 48, 56),
-          "70b": (8192, 80, 64)}
+PUBLISHED = Path(__file__).resolve().parent / "published_runs.csv"
+
+
+def shapes() -> dict:
+    """{size: (d_model, n_layers, n_heads)} of the MPT models, as the LLMFOUNDRY rows of published_runs.csv
+    hold them (the pretraining yamls' shapes; f = 4·d_model, vocab 50368)."""
+    out = {}
+    for r in csv.DictReader(open(PUBLISHED)):
+        if r["source_id"] == "LLMFOUNDRY":
+            out[r["model"].removeprefix("MPT-")] = (int(float(r["hidden"])), int(float(r["layers"])),
+                                                     int(float(r["heads"])))
+    return out
 TABLES = {"H100 80GB BF16 (Large Scale, >= 128 GPUs)": "large", "H100 80GB BF16": "bf16", "H100 80GB FP8": "fp8"}
 LARGE_SCALE_ATTN = {"1b": "flash", "3b": "flash", "7b": "flash", "70b": "flash", "13b": "triton", "30b": "triton"}
 FIELDS = ("run_id,source_id,source,source_locator,model,params_b,layers,hidden,heads,kv_heads,ffn_hidden,vocab,"
@@ -61,7 +70,7 @@ def row(table: str, kind: str, c: list[str], index: int) -> dict:
      offload, nparams) = c
     if offload != "False":
         raise ValueError(f"activation CPU offload in {table}: {c}")
-    d, L, a = SHAPES[size]
+    d, L, a = shapes()[size]
     tf = float(tflop)
     attn = LARGE_SCALE_ATTN[size] if kind == "large" else "triton"
     why = ("sweep.py at 5e85bd6 passes --attn_impl " + attn if kind == "large"

@@ -13,8 +13,8 @@ time. That is the quantity the cost model's `[efficiency.gemm]` stands for (the 
 eager framework is the stack's launch bound, cost/launch.py), and what a single call timed with CUDA
 events cannot give below ~1e11 FLOPs, where the call's host time is longer than the kernel.
 
-The table: efficiency = FLOP/s / the GPU's dense BF16 peak (datasheet: H100 SXM 989.4, B200 2250
-TFLOP/s), the median over the shapes of each FLOP count (every shape's FLOPs is a power of two, so each
+The table: efficiency = FLOP/s / the GPU's dense peak in the table's dtype (the datasheet figure its preset
+holds, `PEAK_PRESET`: H100 SXM 989.4, B200 2250 TFLOP/s BF16), the median over the shapes of each FLOP count (every shape's FLOPs is a power of two, so each
 power of two is one knot; 3-30 shapes each), linear in log10(FLOPs) between knots and constant outside
 (spec/hardware.py), as every preset's table. The median, not the best shape: a training step's GEMMs are
 the model's shapes, not a shape search's winner (the MAMF maximum, reported beside it).
@@ -43,6 +43,7 @@ import math
 import re
 import sys
 from collections import defaultdict
+from functools import lru_cache
 from pathlib import Path
 from statistics import median
 
@@ -55,13 +56,25 @@ MAMF_OF_ARCH = {"sm_90": "H100-SXM", "sm_100": "B200-SXM"}  # the kernel_benchma
 KINDS = {"gemm": dict(dtype="bf16xbf16->bf16", peak="bf16", mamf_dtype="bf16", mamf_kernel="torch.mm"),
          "gemm_fp8": dict(dtype="f8e4m3fnxf8e4m3fn->bf16", peak="fp8", mamf_dtype="fp8_e4m3fn",
                           mamf_kernel="fp8-scaled-mm")}
-# Dense peaks of the table's and the MAMF rows' GPUs (NVIDIA datasheets; B300 as its preset, b300.toml).
-PEAK_FLOPS = {"gemm": {"sm_90": 989.4e12, "sm_100": 2250e12},
-              "gemm_fp8": {"sm_100": 4500e12}}  # sm_90's fp8 values exceed the H100's FP8 peak: not used
-MAMF_PEAK = {"gemm": {"H100-SXM": 989.4e12, "B200-SXM": 2250e12, "GB200": 2500e12, "B300-SXM": 2250e12,
-                      "A100-SXM4": 312e12},
-             "gemm_fp8": {"H100-SXM": 1978.9e12, "H200-SXM": 1978.9e12, "B200-SXM": 4500e12, "GB200": 5000e12,
-                          "B300-SXM": 4500e12}}
+# The preset whose [gpu.peak_tflops] holds each GPU's dense peaks (the XLA tables' GPUs and the MAMF rows'):
+# one place for every peak, the presets' own datasheet figures.
+PEAK_PRESET = {"H100-SXM": "dgx-h100", "B200-SXM": "dgx-b200", "GB200": "gb200-nvl72", "B300-SXM": "b300",
+               "A100-SXM4": "dgx-a100-80g", "H200-SXM": "dgx-h200"}
+FP8_ARCHS = ("sm_100",)  # sm_90's fp8 values exceed the H100's FP8 peak: not used
+
+
+def gpu_peak(gpu: str, kind: str = "gemm") -> float:
+    """Dense peak FLOP/s of `gpu` (a kernel_benchmarks.csv name) in the table's dtype, from its preset."""
+    return _peak(PEAK_PRESET[gpu], kind)
+
+
+def arch_peak(arch: str, kind: str = "gemm") -> float:
+    """Dense peak of the GPU an XLA table was measured on."""
+    if kind == "gemm_fp8" and arch not in FP8_ARCHS:
+        raise ValueError(f"no usable {kind} table for {arch}")
+    return gpu_peak(MAMF_OF_ARCH[arch], kind)
+
+
 PRESETS = {  # table -> preset -> (arch, the target GPU's MAMF row, or None: the arch's GPU, as measured)
     "gemm": {
         "dgx-h200": ("sm_90", None), "h200-nvl": ("sm_90", "H100-SXM"), "dgx-h800": ("sm_90", None),
@@ -85,7 +98,7 @@ def points(arch: str, kind: str = "gemm") -> list[tuple[int, int, int, int, floa
     for r in csv.DictReader(open(DATA)):
         if r["arch"] == arch and r["dtype"] == KINDS[kind]["dtype"]:
             b, m, n, k = (int(r[c]) for c in ("b", "m", "n", "k"))
-            out.append((b, m, n, k, float(r["flops_per_s"]) / PEAK_FLOPS[kind][arch]))
+            out.append((b, m, n, k, float(r["flops_per_s"]) / arch_peak(arch, kind)))
     return out
 
 
@@ -110,7 +123,7 @@ def mamf_fraction(gpu: str, kind: str = "gemm") -> float:
             if (r["kind"], r["gpu"], r["dtype"]) == ("gemm", gpu, k["mamf_dtype"])
             and r["kernel"].startswith(k["mamf_kernel"])]
     (row,) = rows
-    return float(row["tflops"]) * 1e12 / MAMF_PEAK[kind][gpu]
+    return float(row["tflops"]) * 1e12 / gpu_peak(gpu, kind)
 
 
 def transfer(x, e, *, peak_source: float, peak_target: float, mamf_ratio: float):
@@ -125,10 +138,11 @@ def preset_table(preset: str, kind: str = "gemm") -> tuple[list[float], list[flo
     x, e, _ = table(arch, kind)
     if gpu is None:
         return x, e
-    return transfer(x, e, peak_source=PEAK_FLOPS[kind][arch], peak_target=_peak(preset, kind),
+    return transfer(x, e, peak_source=arch_peak(arch, kind), peak_target=_peak(preset, kind),
                     mamf_ratio=mamf_fraction(gpu, kind) / mamf_fraction(MAMF_OF_ARCH[arch], kind))
 
 
+@lru_cache(maxsize=None)
 def _peak(preset: str, kind: str = "gemm") -> float:
     """The preset's own dense peak of the table's dtype ([gpu.peak_tflops])."""
     sys.path.insert(0, str(ROOT.parent))
@@ -146,7 +160,7 @@ def source(preset: str, kind: str = "gemm") -> str:
         check = ("the rule predicts the B200's bf16 kernels from the H100's within 7 % at the median (docs/compute.md)"
                  if kind == "gemm" else "[derived: the rule is checked on bf16 H100 -> B200 only]")
         rel = (f" Transferred to this GPU by kernel time: eta(x) = eta_{arch}(x * "
-               f"{PEAK_FLOPS[kind][arch] / 1e12:g} / {_peak(preset, kind) / 1e12:g}) * MAMF {gpu} "
+               f"{arch_peak(arch, kind) / 1e12:g} / {_peak(preset, kind) / 1e12:g}) * MAMF {gpu} "
                f"{mamf_fraction(gpu, kind):.3f} / MAMF {MAMF_OF_ARCH[arch]} "
                f"{mamf_fraction(MAMF_OF_ARCH[arch], kind):.3f} "
                f"(stas00/ml-engineering MAMF rows of kernel_benchmarks.csv); {check}.")
@@ -225,8 +239,7 @@ def comparison_lines() -> list[str]:
         by[flops(b, m, nn, k)].append(ev)
     x, e, n = table("sm_100")
     xh, eh, _ = table("sm_90")
-    moved = dict(zip(*transfer(xh, eh, peak_source=PEAK_FLOPS["gemm"]["sm_90"],
-                               peak_target=PEAK_FLOPS["gemm"]["sm_100"],
+    moved = dict(zip(*transfer(xh, eh, peak_source=arch_peak("sm_90"), peak_target=arch_peak("sm_100"),
                                mamf_ratio=mamf_fraction("B200-SXM") / mamf_fraction("H100-SXM"))))
     for v, ev, c in zip(x, e, n):
         o = _interp(old, v)
@@ -248,10 +261,12 @@ def comparison_lines() -> list[str]:
     out += ["", "FP8 (e4m3 x e4m3 -> bf16) on the B200 against bf16, the same shapes: efficiency of each dtype's own "
             "dense peak and the kernel speed-up (`[efficiency.gemm_fp8]`; before it the bf16 table was read "
             "against the FP8 peak, a speed-up of 2 at every size).", "",
-            "| FLOPs per GEMM | FP8 (of 4500 TFLOP/s) | BF16 (of 2250) | FP8 / BF16 kernel speed |",
+            f"| FLOPs per GEMM | FP8 (of {arch_peak('sm_100', 'gemm_fp8') / 1e12:g} TFLOP/s) "
+            f"| BF16 (of {arch_peak('sm_100') / 1e12:g}) | FP8 / BF16 kernel speed |",
             "|---|---|---|---|"]
     for v, e8, e16 in zip(table("sm_100", "gemm_fp8")[0], table("sm_100", "gemm_fp8")[1], table("sm_100")[1]):
-        out.append(f"| {v:.3g} | {e8:.3f} | {e16:.3f} | {e8 * 4500 / (e16 * 2250):.2f} |")
+        speed = e8 * arch_peak("sm_100", "gemm_fp8") / (e16 * arch_peak("sm_100"))
+        out.append(f"| {v:.3g} | {e8:.3f} | {e16:.3f} | {speed:.2f} |")
     return out
 
 

@@ -24,6 +24,7 @@ Spearman rank correlation = Pearson correlation of the average ranks (pandas `ra
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable, Mapping
 
 import numpy as np
@@ -249,8 +250,6 @@ def predict_runs(df, *, hardware: str | None = None, estimate_fn: Callable | Non
             if key not in hw_cache:
                 hw_cache[key] = load_hardware_fn(mr.hardware_name)
                 if mr.hardware_overrides:
-                    from dataclasses import replace
-
                     hw_cache[key] = replace(hw_cache[key], **dict(mr.hardware_overrides))
             est = estimate_fn(mr.model, mr.training, mr.layout, hw_cache[key])
         except InputError as exc:

@@ -164,6 +164,11 @@ class SourceRules:
 _MEGATRON_GPT_2022 = dict(family="gpt", tie_word_embeddings=True, learned_positions=True, vocab_pad_per_tp=128,
                           flash_attention=False, dropout=True, stack="megatron",
                           grad_dtype=((r"fp16", "fp16"), (r".", "fp32")))
+# llm-foundry's MPT benchmarks (LLMFOUNDRY, LLMFOUNDRY_H100): one benchmark script, one set of settings
+_LLMFOUNDRY = dict(family="mpt", tie_word_embeddings=True, learned_positions=True, flash_attention=True,
+                   dropout=False, stack="fsdp", grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
+                   stack_overrides=(("attention_kernel", "triton"), ("fsdp_reduce_dtype", "grad"),
+                                    ("cross_entropy", "xentropy")))
 _MEGATRON_GPT_2022_STATEMENTS = (
     "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
     "no FlashAttention (2021-22: materialised scores, Megatron's fused scale-mask-softmax)",
@@ -206,11 +211,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "DeepSpeed buckets at their defaults, 5e8 elements (the tr11 ds_config sets only the ZeRO stage)",
         )),
     SourceRules(
-        source_id="LLMFOUNDRY", family="mpt", tie_word_embeddings=True, learned_positions=True,
-        flash_attention=True, dropout=False, stack="fsdp",
-        stack_overrides=(("attention_kernel", "triton"), ("fsdp_reduce_dtype", "grad"),
-                         ("cross_entropy", "xentropy")),
-        grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
+        source_id="LLMFOUNDRY", **_LLMFOUNDRY,
         statements=(
             "attention: the Triton FlashAttention kernel (scripts/train/benchmarking/submit_benchmarks.py "
             "--attn_impl default 'triton' at b2a43a1, 2023-10-19, the commit that wrote the A100 tables; "
@@ -226,13 +227,9 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "FSDP mixed precision: DEFAULT reduces fp32 gradients, PURE bf16 (Composer)",
         )),
     SourceRules(
-        source_id="LLMFOUNDRY_H100", family="mpt", tie_word_embeddings=True, learned_positions=True,
-        flash_attention=True, dropout=False, stack="fsdp",
-        stack_overrides=(("attention_kernel", "triton"), ("fsdp_reduce_dtype", "grad"),
-                         ("cross_entropy", "xentropy")),
+        source_id="LLMFOUNDRY_H100", **_LLMFOUNDRY,
         stack_by_notes=((r"attn_impl=flash", "attention_kernel", "flash2"),
                         (r"attn_impl=triton", "attention_kernel", "triton")),
-        grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
         statements=(
             "the LLMFOUNDRY rules (MPT architecture, xentropy loss, FSDP reduce dtype, no dropout) for the "
             "README's H100 tables (validation/llmfoundry_h100.py)",
