@@ -1,0 +1,85 @@
+"""The owed one-GPU measurement scripts (validation/gpu_owed.py, validation/idle_gaps.py): a CPU dry run of every
+stage, and the idle-gap split checked on a hand-made trace whose answer is known."""
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "validation"))
+
+
+def _k(ts, dur, corr, stream=7):
+    return {"ph": "X", "cat": "kernel", "name": f"k{corr}", "ts": ts, "dur": dur,
+            "args": {"correlation": corr, "stream": stream}}
+
+
+def _rt(name, ts, dur, corr=None):
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "ts": ts, "dur": dur, "args": {"correlation": corr}}
+
+
+def test_idle_split_on_a_known_trace():
+    import idle_gaps
+
+    trace = {"traceEvents": [
+        _rt("cudaLaunchKernel", -5, 2, 1), _k(0, 10, 1),
+        # the GPU runs dry at 10; the host sits in a stream sync until 12, then in aten::item until the launch at 15
+        {"ph": "X", "cat": "cpu_op", "name": "aten::item", "ts": 8, "dur": 7},
+        _rt("cudaStreamSynchronize", 9, 3),
+        _rt("cudaLaunchKernel", 15, 3, 2), _k(20, 10, 2),  # starts 5 us after its launch began
+        _rt("cudaLaunchKernel", 16, 2, 3), _k(25, 10, 3, stream=8),  # overlaps on another stream: busy to 35
+        _rt("cudaLaunchKernel", 30, 2, 4), _k(35.5, 10, 4),  # a 0.5 us gap: idle, below the split threshold
+        {"ph": "i", "cat": "kernel", "name": "instant", "ts": 50},  # not a complete event: ignored
+    ]}
+    r = idle_gaps.analyse(trace, min_gap_us=1.0)
+    assert r["span_s"] == pytest.approx(45.5e-6)
+    assert r["busy_s"] == pytest.approx(35e-6)
+    assert r["idle_s"] == pytest.approx(10.5e-6)
+    assert r["gaps"] == 1
+    assert r["host_late_s"] == pytest.approx(5e-6)
+    assert r["launch_latency_s"] == pytest.approx(5e-6)
+    assert r["by_cause"] == pytest.approx({"host op: aten::item": 3e-6, "runtime: cudaStreamSynchronize": 2e-6})
+    assert r["gap_histogram"] == {"<20 us": 1}
+
+
+def test_idle_gap_launched_early_is_latency_only():
+    import idle_gaps
+
+    trace = [_rt("cudaLaunchKernel", 0, 1, 1), _k(2, 10, 1), _rt("cudaLaunchKernel", 3, 1, 2), _k(40, 5, 2)]
+    r = idle_gaps.analyse(trace)
+    assert r["host_late_s"] == 0 and r["launch_latency_s"] == pytest.approx(28e-6)
+    assert r["by_cause"] == {} and r["gap_histogram"] == {"<100 us": 1}
+
+
+def test_blocking_calls():
+    import idle_gaps
+
+    assert idle_gaps.blocking("cudaStreamSynchronize") and idle_gaps.blocking("cudaMalloc")
+    assert idle_gaps.blocking("cudaMemcpy") and not idle_gaps.blocking("cudaMemcpyAsync")
+    assert not idle_gaps.blocking("cudaLaunchKernel")
+
+
+def test_dry_runs_write_every_stage(tmp_path):
+    pytest.importorskip("torch")
+    import gpu_owed
+    import idle_gaps
+
+    assert gpu_owed.main(["--out", str(tmp_path), "--device", "cpu", "--tiny", "--sustain-s", "0.3"]) == 0
+    for stage in gpu_owed.STAGES:
+        with open(tmp_path / f"{stage}.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert rows, stage
+    assert "torch" in (tmp_path / "owed_env.txt").read_text()
+    assert idle_gaps.main(["--device", "cpu", "--out", str(tmp_path / "idle.csv"), "--steps", "1"]) == 0
+    with open(tmp_path / "idle.csv") as f:
+        kinds = {r["kind"] for r in csv.DictReader(f)}
+    assert "total" in kinds
+
+
+def test_unknown_stage_is_one_line(capsys):
+    import gpu_owed
+
+    with pytest.raises(SystemExit) as e:
+        gpu_owed.main(["--out", "x", "--stages", "launch,warp"])
+    assert "warp" in str(e.value) and "\n" not in str(e.value)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The owed one-GPU measurements of issues 22 and 23 in one command (about 8 minutes on an H100):
+#
+#   OUT=some/folder bash validation/gpu_owed.sh
+#
+# Each stage has its own time limit and writes its own files into $OUT as it measures (gpu_owed.py's CSVs,
+# idle.csv, fp8.toml and fp8_points.csv, one log per stage), so a lease cut short keeps what was measured.
+# Commit the folder under validation/ with the hardware, versions and protocol (owed_env.txt, this script).
+set -u
+OUT=${OUT:?set OUT to the folder that receives the files}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+PARASIM=(python3 -c 'import sys; from simulator.cli import main; sys.argv[0] = "parasim"; main()')
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv >"$OUT/smi.txt" 2>&1
+
+stage() {  # stage NAME LIMIT_S COMMAND...
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  echo "stage $name: rc $? in $((SECONDS - t0)) s"
+  grep -v "^USDT\|profiler_st" "$OUT/$name.log" | tail -n 60
+}
+
+owed() { stage "$1" "$2" python3 validation/gpu_owed.py --out "$OUT" --stages "$1" --budget-s "$3"; }
+owed launch 60 30
+stage idle 120 python3 validation/idle_gaps.py --out "$OUT/idle.csv"
+owed sdpa 150 120
+owed contention 60 40
+stage sustained 60 python3 validation/gpu_owed.py --out "$OUT" --stages sustained --sustain-s 30
+stage fp8 90 "${PARASIM[@]}" calibrate gemm-fp8 --base dgx-h100 --out "$OUT/fp8.toml" --residuals "$OUT/fp8_points.csv"
+owed decode 60 40
+owed layers 150 120
