@@ -230,7 +230,8 @@ def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_
     (every micro-batch, unless pipelined without resharding: then once per step), the backward's
     all-gathers (when resharded after forward) and reduce-scatters (every micro-batch, or once per step).
     The once-per-step collectives are exposed like one micro-batch's: after the last backward (the
-    reduction) and before the first forward (the gather). The unit times once per distinct (tp, cp, ep,
+    reduction; on a pipelined stage all of it, `accumulated_grad_bytes`' source) and before the first
+    forward (the gather). The unit times once per distinct (tp, cp, ep,
     dp, pipeline shape), the passes once per distinct (base row of `st`, shape). Returns (z3, z3_id):
     per exposure row the exposed and hidden times per micro-batch `f`, `b`, `hid_f`, `hid_b` (K, S) and
     the once-per-step exposure `tail` (K, S) = `tail_ag` (gathers) + `tail_rs` (reduce-scatters); each
@@ -254,7 +255,10 @@ def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_
     ef, hf = forward_pass(cf, np.where(every_ag, g, 0.0), L, d)
     eb, hb = backward_pass(cb, np.where(reshard, g, 0.0), np.where(every_rs, r, 0.0), L, d)
     tail_ag = np.where(every_ag, 0.0, forward_pass(cf, g, L, d)[0])
-    tail_rs = np.where(every_rs, 0.0, backward_pass(cb, 0.0, r, L, d)[0])
+    # reduced once per step: with the last micro-batch's backward (overlapped like it), except on pipelined
+    # stages, whose reduce-scatters all run after their last backward (torch.distributed.pipelining
+    # stage.py run_post_backward), with no compute left to hide them: L·r
+    tail_rs = np.where(every_rs, 0.0, np.where((pp > 1)[:, None], L * r, backward_pass(cb, 0.0, r, L, d)[0]))
     tail = tail_ag + tail_rs
     live = L > 0
     z3 = dict(f=np.where(live, ef, 0.0), b=np.where(live, eb, 0.0), hid_f=np.where(live, hf, 0.0),

@@ -182,3 +182,54 @@ def test_dualpipe_uneven_split_gives_each_rank_two_mirrored_chunks():
     assert pl.layers.tolist() == [lps[r] + lps[15 - r] for r in range(16)]
     assert int(pl.layers.sum()) == 2 * m.num_layers
     assert pl.embedding.tolist() == pl.head.tolist() == [1] + [0] * 14 + [1]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_accumulated_unsharded_grads_are_what_fsdp2_keeps_with_sync_off():
+    """torch itself: FSDP2 with gradient sync off (as pipelining runs every micro-batch of a stage) keeps each
+    parameter's unsharded gradient in the reduce dtype; the model counts R·Ψ for the torchtitan stack."""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from simulator.memory.states import accumulated_grad_bytes
+    from simulator.spec.stack import load_stack
+
+    helper = Path(__file__).parent / "helpers" / "fsdp2_accumulated_grads.py"
+    r = subprocess.run([sys.executable, str(helper), str(_free_port())], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    kept = json.loads(r.stdout.strip().splitlines()[-1])
+    for dtype in ("fp32", "bf16"):
+        stack = load_stack("torchtitan", fsdp_reduce_dtype=dtype)
+        got = accumulated_grad_bytes(kept["params"], stack, grad_bytes=4, pp=2, num_microbatches=1)
+        assert float(got) == kept[dtype]
+    tt = load_stack("torchtitan")
+    # not pipelined: torchtitan reduce-scatters every micro-batch and keeps nothing across them
+    assert float(accumulated_grad_bytes(1e9, tt, grad_bytes=4, pp=1, num_microbatches=8)) == 0.0
+    once = load_stack("fsdp", fsdp_reduce="once")  # no_sync: kept only when a later micro-batch follows
+    assert float(accumulated_grad_bytes(1e9, once, grad_bytes=2, pp=1, num_microbatches=1)) == 0.0
+    assert float(accumulated_grad_bytes(1e9, once, grad_bytes=2, pp=1, num_microbatches=4)) == 2e9
+
+
+def test_pipelined_fsdp2_stage_holds_its_accumulated_grads_at_the_peak():
+    """Llama-3-8B on 2 stages with torchtitan (FSDP2 + PP): the stage's unsharded fp32 gradients (~4e9
+    parameters × 4 bytes) are in the peak; a stack that reduce-scatters every micro-batch has none of them."""
+    from simulator.kernel import evaluate_layouts
+    from simulator.spec.hardware import load_hardware
+    from simulator.spec.stack import load_stack
+
+    m, h = load_model("llama3-8b"), load_hardware("dgx-h100")
+    kw = dict(num_gpus=64, dp=32, pp=2, zero=3)
+    tr = lambda **s: Training(seq_length=4096, global_batch_size=64, stack=load_stack("torchtitan", **s))  # noqa: E731
+    once = evaluate_layouts(m, tr(), h, **kw).iloc[0]
+    every = evaluate_layouts(m, tr(fsdp_reduce="every-microbatch"), h, **kw).iloc[0]
+    assert 14e9 < once.peak_bytes - every.peak_bytes < 18e9

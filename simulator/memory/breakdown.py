@@ -242,7 +242,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     pl = placement if placement is not None else stage_placement(model, pp=pp, vpp=vpp, schedule=schedule,
                                                                  layers_per_stage=layers_per_stage)
     st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero,
-                           shard_group_size=shard_group_size, inference=inference, pp=pp)
+                           shard_group_size=shard_group_size, inference=inference, pp=pp,
+                           num_microbatches=num_microbatches)
     st = with_framework_terms(st, model, training, pl, tp=tp, dp=dp, cp=cp, zero=zero,
                               micro_batch_size=micro_batch_size, inference=inference)
     to_rank, width = _rank_gather(rank_class, int(np.shape(pl.layers)[-1]))

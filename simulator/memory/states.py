@@ -61,7 +61,7 @@ def zero_state_bytes_per_param(*, zero: int, shard_degree, param_bytes: float, g
 
 def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlacement, *, tp, dp, cp, ep,
                       zero: int, shard_group_size: int | None = None,
-                      inference: bool = False, pp=1) -> dict[str, np.ndarray]:
+                      inference: bool = False, pp=1, num_microbatches=1) -> dict[str, np.ndarray]:
     """Weights, gradients, optimizer state (GPU) and host bytes per rank per stage.
 
     Combines `params_per_rank` with `zero_state_bytes_per_param` for the dense (degree d) and expert
@@ -71,7 +71,11 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
     reduce-scatter, 2·P·Ψ_layer + G·Ψ_layer (formulas.md §3.2, [derived]; Playbook: prefetch layer n+1
     during layer n). Where the stack keeps parameters unsharded after forward at this `pp`
     (Stack.fsdp_reshards: torchtitan with PP, `reshard_after_forward = False`), every gathered layer
-    stays until its backward: P·Ψ_rank + G·Ψ_layer. Shapes (pp,) or (N, pp).
+    stays until its backward: P·Ψ_rank + G·Ψ_layer. Where gradients are reduce-scattered once per step
+    (Stack.fsdp_reduces_every_microbatch false) and more than one backward runs before that reduction
+    (m > 1 micro-batches, or any pipelined stage: torch.distributed.pipelining turns gradient sync off for
+    every micro-batch and reduce-scatters after the last one), the stage's unsharded gradients accumulate:
+    + R·Ψ_rank, R the stack's reduce dtype bytes (`accumulated_grad_bytes`). Shapes (pp,) or (N, pp).
     """
     split = stage_param_split(model, placement)
     dense, expert = params_per_rank(split, tp=tp, ep=ep)
@@ -96,11 +100,35 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
         keep = ~training.stack.fsdp_reshards(pp)
         keep = keep[..., None] if np.ndim(keep) else keep
         gather = np.where(keep, P * (dense + expert) + G * per_layer, (2 * P + G) * per_layer)
+        gather = gather + accumulated_grad_bytes(dense + expert, training.stack, grad_bytes=G, pp=pp,
+                                                 num_microbatches=num_microbatches)
         out["gather"] = gather * (z3[..., None] if z3.ndim else 1.0)
     else:
         out["gather"] = zeros
     out["params_count"] = dense + expert
     return out
+
+
+def accumulated_grad_bytes(params_per_rank, stack, *, grad_bytes: float, pp, num_microbatches) -> np.ndarray:
+    """Unsharded gradients FSDP keeps across the micro-batches of a step when it reduce-scatters once:
+
+        R · Ψ_rank   where the stack reduces once per step at this pp, and (pp > 1 or m > 1); else 0
+
+    Ψ_rank the stage's parameters on the rank before sharding, R the reduce dtype's bytes
+    (Stack.fsdp_reduce_bytes). Sources: torch.distributed.pipelining stage.py `backward_maybe_with_nosync`
+    (FSDP2 stages: set_requires_gradient_sync(False) and set_reshard_after_backward(False) for every
+    micro-batch, all reduce-scatters in `run_post_backward` after the last one); FSDP2
+    `FSDPParam.to_accumulated_grad_if_needed` (torch/distributed/fsdp/_fully_shard/_fsdp_param.py: the
+    unsharded gradient is upcast to the reduce dtype and accumulated there); FSDP1 `no_sync` ("gradients
+    are accumulated ... in the unsharded form", torch FullyShardedDataParallel.no_sync docstring). The
+    term is counted beside the peak's in-flight activations: exact when the stage runs more micro-batches
+    than it holds in flight (1F1B's steady state), one micro-batch's activations high otherwise (its first
+    backward frees one before the gradients exist)."""
+    pp = np.asarray(pp)
+    once = ~stack.fsdp_reduces_every_microbatch(pp)
+    acc = once & ((pp > 1) | (np.asarray(num_microbatches) > 1))
+    acc = acc[..., None] if np.ndim(acc) else acc
+    return np.where(acc, float(stack.fsdp_reduce_bytes(grad_bytes)) * np.asarray(params_per_rank, dtype=float), 0.0)
 
 
 def host_bytes_per_gpu_limit(*, host_mem_bytes: float, gpus_per_node: int) -> float:
