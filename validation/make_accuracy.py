@@ -216,7 +216,9 @@ def errors_paragraph(results) -> list[str]:
             f"rows (FSDP2 + PP) {_pct(t.mem_error[t.index.str.contains('_405B_')].median())}: a pipelined FSDP2 "
             "stage keeps its parameters unsharded in bf16 and its gradients unsharded in the fp32 reduce dtype "
             "across the step's micro-batches (memory.states.accumulated_grad_bytes; without the gradients the "
-            "405B rows were -36 % to -43 %); the 70B rows (TP 8, Float8, mbs 16) "
+            "405B rows were -36 % to -43 %); the 70B rows (TP 8, Float8, mbs 16; their loss under torch's "
+            "loss_parallel writes 12 bytes per logit element in backward, not 8: memory.activations."
+            "loss_backward_bytes, measured on CPU; -28 % and -23 % without it) "
             f"{_pct(t.mem_error[t.index.str.contains('_70B_')].median())}: what those keep beyond the modelled "
             "states, activations and FSDP buffers is not established. This source is left out of the validated "
             "error an estimate prints (its GPUs are not dgx-h100's).")

@@ -276,11 +276,16 @@ def logits_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_si
 def loss_backward_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size) -> np.ndarray:
     """Working set of the loss's backward on top of the kept logits, for one micro-batch on the last stage.
 
-    torch-fp32: 8·T·V/t. `nll_loss_backward` writes a dense fp32 gradient of the log-probabilities
-    (4·T·V/t) and `_log_softmax_backward_data` writes the fp32 logit gradient (4·T·V/t) while that
+    torch-fp32: 8·T·V/t (12·T·V/t with t > 1). `nll_loss_backward` writes a dense fp32 gradient of the
+    log-probabilities (4·T·V/t) and `_log_softmax_backward_data` writes the fp32 logit gradient (4·T·V/t) while that
     gradient and the saved log_softmax output (logits_bytes) are still alive (torch autograd,
     derivatives.yaml). Measured on an H100 (validation/h100, docs/validation-h100.md): peak less states
-    and saved tensors 8.1-8.4 bytes per logit element.
+    and saved tensors 8.1-8.4 bytes per logit element. With TP (t > 1) the logits are vocabulary-sharded
+    DTensors and the loss runs under torch's `loss_parallel` (torchtitan's default with TP): its
+    `_log_softmax` and `_nll_loss_and_log_softmax_backward` (torch/distributed/tensor/parallel/loss.py)
+    keep the same fp32 output but write 12·T·V/t in backward (measured on CPU,
+    tests/test_activations_torch.py: peak 16 bytes per local logit element above the bf16 logits, against 12
+    for F.cross_entropy).
     xentropy: e·T·V/t, the logit gradient its backward writes (not in place) beside the kept logits.
     vocab-parallel (Megatron-LM computes the gradient in place in the saved softmax) and fused: 0.
     """
@@ -288,6 +293,8 @@ def loss_backward_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_b
     per = {"torch-fp32": 8.0, "xentropy": float(training.activation_bytes)}.get(training.cross_entropy, 0.0)
     if per == 0.0:
         return zeros
+    if training.cross_entropy == "torch-fp32":
+        per = np.where(_f(tp) > 1, 12.0, 8.0)  # loss_parallel under TP
     T = _f(micro_batch_size) * training.seq_length / _f(cp)
     return zeros + per * model.vocab_size * T / _f(tp)
 
