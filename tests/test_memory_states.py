@@ -233,3 +233,23 @@ def test_pipelined_fsdp2_stage_holds_its_accumulated_grads_at_the_peak():
     once = evaluate_layouts(m, tr(), h, **kw).iloc[0]
     every = evaluate_layouts(m, tr(fsdp_reduce="every-microbatch"), h, **kw).iloc[0]
     assert 14e9 < once.peak_bytes - every.peak_bytes < 18e9
+
+
+def test_logits_follow_the_stacks_loss_sharding_under_tp():
+    """Under TP a vocab-parallel loss (megatron, torchtitan's loss_parallel) holds 1/t of the logits per rank;
+    Hugging Face's tp_plan gathers them (lm_head colwise_rep), so each rank holds and backpropagates all of them
+    with plain F.cross_entropy's working set."""
+    from simulator.memory.activations import logits_bytes, loss_backward_bytes
+    from simulator.spec.stack import load_stack
+
+    m = load_model("llama3-8b")
+    kw = dict(cp=1, micro_batch_size=1)
+    T, V = 4096, m.vocab_size
+    tr = {name: Training(seq_length=T, global_batch_size=8, stack=load_stack(name)) for name in ("torchtitan", "hf")}
+    for tp in (1, 4):
+        assert float(logits_bytes(m, tr["hf"], tp=tp, **kw)) == 4.0 * T * V
+        assert float(loss_backward_bytes(m, tr["hf"], tp=tp, **kw)) == 8.0 * T * V
+        assert float(logits_bytes(m, tr["torchtitan"], tp=tp, **kw)) == 4.0 * T * V / tp
+    assert float(loss_backward_bytes(m, tr["torchtitan"], tp=4, **kw)) == 12.0 * T * V / 4
+    with pytest.raises(InputError, match="loss_parallel"):
+        load_stack("hf", loss_parallel="no")

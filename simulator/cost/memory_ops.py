@@ -190,7 +190,7 @@ def _embedding_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence
 def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_parallel) -> tuple[MemoryOp, ...]:
     """Final norm (the stack's norm, elementwise.py `norm_bytes`) and the loss on the last stage.
 
-    Loss over X = T·V/t logits per rank (training.cross_entropy):
+    Loss over X = T·V/t logits per rank, t the loss's shards (Stack.loss_shards; training.cross_entropy):
     - vocab-parallel (Megatron vocab-parallel CE in PyTorch ops): fwd read logits (e) + write and read
       an fp32 copy (4 + 4) + write fp32 softmax (4) = (e + 12)·X; bwd read the fp32 softmax + write the
       logit gradient = (4 + e)·X.
@@ -204,7 +204,7 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
     tp, cp, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
     T = b * training.seq_length / cp
     T_sp = T / tp if sequence_parallel else T
-    X = T * model.vocab_size / tp
+    X = T * model.vocab_size / F._f(training.stack.loss_shards(tp))
     if training.cross_entropy in ("fused", "xentropy"):
         lf, lb = e * X, 2 * e * X
     elif training.cross_entropy == "torch-fp32":

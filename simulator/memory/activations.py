@@ -257,7 +257,8 @@ def embedding_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, 
 
 
 def logits_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size) -> np.ndarray:
-    """Logits kept for the loss's backward: 4·T·V/t in fp32 (Korthikanti §4.3).
+    """Logits kept for the loss's backward: 4·T·V/t in fp32 (Korthikanti §4.3), t the ranks the loss's
+    logits are split over (Stack.loss_shards: 1 where every TP rank gathers the whole logits).
 
     vocab-parallel: Megatron-LM keeps the fp32 softmax (computed in place on an fp32 copy of the logits);
     torch-fp32: `F.cross_entropy(logits.float())` keeps log_softmax's fp32 output (torch autograd:
@@ -270,7 +271,7 @@ def logits_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_si
         return zeros
     T = _f(micro_batch_size) * training.seq_length / _f(cp)
     per = float(training.activation_bytes) if training.cross_entropy == "xentropy" else 4.0
-    return zeros + per * model.vocab_size * T / _f(tp)
+    return zeros + per * model.vocab_size * T / _f(training.stack.loss_shards(tp))
 
 
 def loss_backward_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size) -> np.ndarray:
@@ -293,10 +294,11 @@ def loss_backward_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_b
     per = {"torch-fp32": 8.0, "xentropy": float(training.activation_bytes)}.get(training.cross_entropy, 0.0)
     if per == 0.0:
         return zeros
+    t_loss = _f(training.stack.loss_shards(tp))
     if training.cross_entropy == "torch-fp32":
-        per = np.where(_f(tp) > 1, 12.0, 8.0)  # loss_parallel under TP
+        per = np.where(t_loss > 1, 12.0, 8.0)  # loss_parallel under TP
     T = _f(micro_batch_size) * training.seq_length / _f(cp)
-    return zeros + per * model.vocab_size * T / _f(tp)
+    return zeros + per * model.vocab_size * T / t_loss
 
 
 def head_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,

@@ -99,6 +99,7 @@ class Stack:
     fsdp_reduce_dtype: str = "grad"
     fsdp_reduce: str = "every-microbatch"
     tp_comm_overlap: bool = False  # TP collectives chunked under their GEMMs (Megatron userbuffers, AsyncTP)
+    loss_parallel: bool = True  # the loss runs on vocabulary-sharded logits under TP (`loss_shards`)
     dp_bucket_mb: float = 25.0  # gradients per data-parallel reduction bucket, MB (PyTorch DDP bucket_cap_mb)
     # memory: framework buffers (memory/framework.py) and the CUDA context (memory/overheads.py)
     zero_buffers: str = "none"  # "deepspeed": DeepSpeed's ZeRO-1/2 and BF16_Optimizer buffers
@@ -126,7 +127,7 @@ class Stack:
             if getattr(self, name) not in allowed:
                 raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
-        for name in ("compiled", "tp_comm_overlap"):
+        for name in ("compiled", "tp_comm_overlap", "loss_parallel"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("kernels_per_layer", "compiled_kernels_per_layer"):
@@ -179,6 +180,13 @@ class Stack:
         if self.fsdp_reduce == "once-if-pipelined":
             return pp <= 1
         return np.full(pp.shape, self.fsdp_reduce == "every-microbatch")
+
+    def loss_shards(self, tp):
+        """The ranks a micro-batch's logits are split over for the loss: tp when the loss runs on
+        vocabulary-sharded logits (Megatron-LM's vocab-parallel cross-entropy, torchtitan's loss_parallel),
+        1 when every TP rank gathers the whole logits first (transformers' tp_plan `lm_head: colwise_rep`)."""
+        tp = np.asarray(tp)
+        return tp if self.loss_parallel else np.ones_like(tp)
 
     def fsdp_reduce_bytes(self, grad_bytes: int) -> int:
         """Bytes per element FSDP reduce-scatters the gradients in (`grad`: the gradients' own dtype)."""
