@@ -114,6 +114,7 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
     layers, moe_layers = counts[:, 0] + counts[:, 1], counts[:, 1]
     zeros = np.zeros_like(F)
     tpf, tpb = comm["tp_f"][:, None] * layers, comm["tp_b"][:, None] * layers
+    tpf = tpf + comm["tp_head_f"][:, None] * counts[:, 3]  # the last stage's logits gather (hf stack)
     hf, hb = comm["tp_hid_f"][:, None] * layers, comm["tp_hid_b"][:, None] * layers  # what TP overlap hides
     if recompute_layers:  # full recompute of the first N layers per stage: the others re-run nothing
         full = (np.asarray(rec) == "full")[:, None]

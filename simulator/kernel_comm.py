@@ -28,15 +28,18 @@ def _take_span(span, idx):
 
 def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp, mbs, pp, sp, rec) -> dict:
     """Per-layer, per-microbatch communication of K layouts, (K,) arrays: TP forward/backward
-    (cost/comm.tp_comm), CP (cp_comm) and the core-attention time that hides ring CP, EP all-to-all
+    (cost/comm.tp_comm; `tp_head_f` the last stage's gather of the logits, comm.loss_gather_s), CP (cp_comm) and the core-attention time that hides ring CP, EP all-to-all
     (ep_comm, per MoE layer), and the PP p2p time of one stage boundary (0 without pipelining)."""
     k = len(tp)
     ab = training.activation_bytes
     s = training.seq_length
     place = dict(order=opt.placement)
     out = {key: np.zeros(k) for key in ("tp_f", "tp_b", "tp_hid_f", "tp_hid_b", "cp_f", "cp_b", "att_f", "att_b",
-                                        "ep_f", "ep_b", "p2p")}
+                                        "ep_f", "ep_b", "p2p", "tp_head_f")}
     span_tp = group_span(hardware, group="tp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
+    if not training.stack.loss_parallel and (tp > 1).any():  # the head's logits gathered for the loss
+        out["tp_head_f"][:] = comm.loss_gather_s(hardware, span_tp, vocab_size=model.vocab_size, seq_length=s,
+                                                 micro_batch_size=mbs.astype(float), bytes_per_element=ab, cp=cp)
     for (r, spv), idx in categories(rec, sp):
         c = comm.tp_comm(hardware, _take_span(span_tp, idx), hidden_size=model.hidden_size, seq_length=s,
                          micro_batch_size=mbs[idx].astype(float), num_layers=1.0, bytes_per_element=ab,

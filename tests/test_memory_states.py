@@ -253,3 +253,24 @@ def test_logits_follow_the_stacks_loss_sharding_under_tp():
     assert float(loss_backward_bytes(m, tr["torchtitan"], tp=4, **kw)) == 12.0 * T * V / 4
     with pytest.raises(InputError, match="loss_parallel"):
         load_stack("hf", loss_parallel="no")
+
+
+def test_gathered_logits_cost_one_all_gather_of_the_logits_per_micro_batch():
+    """hf with TP: the head's column shards are all-gathered (e·T·V bytes out) every micro-batch before the
+    loss, which then runs on the whole logits on every rank; exposed TP time grows by that all-gather."""
+    from simulator.cost import collectives as C
+    from simulator.cost.topology import group_span
+    from simulator.kernel import evaluate_layouts
+    from simulator.spec.hardware import load_hardware
+    from simulator.spec.stack import load_stack
+
+    m, h = load_model("llama3-8b"), load_hardware("dgx-h100")
+    T = 4096
+    rows = {lp: evaluate_layouts(m, Training(seq_length=T, global_batch_size=16,
+                                             stack=load_stack("hf", loss_parallel=lp)), h,
+                                 num_gpus=8, tp=2, dp=4, zero=3, micro_batch_size=1).iloc[0] for lp in (True, False)}
+    mb = rows[False].num_microbatches
+    span = group_span(h, group="tp", tp=np.array([2]), cp=np.array([1]), ep=1, dp=np.array([4]), pp=np.array([1]))
+    gather = float(C.all_gather_s(h, 2.0 * T * m.vocab_size, span)[0])
+    assert rows[False].exposed_tp_s - rows[True].exposed_tp_s == pytest.approx(mb * gather, rel=1e-9)
+    assert rows[False].compute_s > rows[True].compute_s  # the loss's bytes on the whole logits

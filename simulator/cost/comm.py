@@ -178,6 +178,16 @@ def ep_comm(profile: HardwareProfile, span, *, tokens_per_rank, hidden_size, top
                  L * (t_d + t_c), L * 2.0 * t_c, L * 2.0 * (e > 1), L * 2.0 * (e > 1))
 
 
+def loss_gather_s(profile: HardwareProfile, span, *, vocab_size, seq_length, micro_batch_size, bytes_per_element,
+                  cp=1):
+    """Seconds of the forward all-gather of the logits on the last stage, per micro-batch, where every TP rank
+    runs the loss on the whole logits (Stack.loss_parallel false: transformers' `lm_head: colwise_rep`, whose
+    column shards are gathered into replicated logits; its backward keeps the local slice of the gradient, no
+    collective): an all-gather whose output is M = e·T·V bytes, T = b·s/cp tokens. 0 for a TP group of 1."""
+    M = _f(bytes_per_element) * _f(micro_batch_size) * _f(seq_length) / _f(cp) * float(vocab_size)
+    return np.where(_f(span.size) > 1, C.all_gather_s(profile, M, span), 0.0)
+
+
 def pp_comm(profile: HardwareProfile, span, *, hidden_size, seq_length, micro_batch_size, bytes_per_element,
             tp=1, sequence_parallel: bool = False, scatter_gather: bool = True, vpp=1, cp=1) -> CommCost:
     """Pipeline p2p per micro-batch per rank (Narayanan et al. 2021 §2.2, §4.1).
