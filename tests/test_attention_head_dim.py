@@ -134,3 +134,20 @@ def test_the_estimate_names_the_head_dim_table_it_read():
     assert src["attention"]["table"] == "attention_cudnn_hd64"
     assert src["attention_bwd"]["table"] == "attention_bwd_cudnn_hd64"
     assert src["attention"]["source"].startswith("measured")
+
+
+def test_triton_pre_mlir_reads_its_parent_on_the_a100_and_its_derived_tables_on_hopper():
+    """llm-foundry's Triton FlashAttention (pre-MLIR Triton: Ampere mma.sync code): on an A100 the presets'
+    `triton` tables (the FlashAttention-2 chart's Triton); on the H100 the A100 rate times the H100/A100
+    speed-up of the charted Ampere-code kernels (FlashAttention-1 and -2, 1.57-1.79x), far below the Hopper
+    Triton of the FlashAttention-3 charts."""
+    from simulator.cost.attention import attention_efficiency
+    from simulator.spec.hardware import load_hardware
+
+    a100, h100 = load_hardware("dgx-a100-80g"), load_hardware("dgx-h100")
+    for s in (1024, 2048, 8192):
+        assert attention_efficiency(a100, "triton-pre-mlir", 128, s) == attention_efficiency(a100, "triton", 128, s)
+        fa, fh = (float(attention_efficiency(g, "triton-pre-mlir", 128, s)[0]) for g in (a100, h100))
+        speedup = fh * 989.4 / (fa * 312.0)
+        assert 1.57 <= speedup <= 1.79
+        assert fh < 0.5 * float(attention_efficiency(h100, "triton", 128, s)[0])

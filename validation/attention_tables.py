@@ -14,6 +14,12 @@ cost/compute.py reads (forward 4·b·h·s²·d halved for causal; backward 2.5 x
   forward: bwd TFLOP/s = 2.5 / (3.5 / fwd_bwd − 1 / fwd);
 - FlashAttention-3's backward (published without a causal mask only): its non-causal backward x the
   causal / non-causal ratio of its own forward at the same length (stated in the table's source).
+- `triton-pre-mlir` on the H100 (llm-foundry's MPT attn_impl='triton': the 2022 Triton FlashAttention on
+  the pre-MLIR Triton fork, which emits Ampere mma.sync code on sm_90, no Hopper wgmma): no H100 chart
+  shows it, so its A100 rate (the FlashAttention-2 chart's Triton, the A100 presets' `triton` tables) is
+  moved to the H100 by the speed-up the charted Ampere-code kernels get there at the same head dim and
+  length, the mean of FlashAttention-1's and -2's H100/A100 TFLOP/s ratios (1.57-1.79 over the charts):
+  rate_H100 = rate_A100_triton x mean(FA1, FA2 H100/A100) [derived] (`_triton_pre_mlir_h100`).
 No end-to-end run is used. The printed sections are pasted into hardware_profiles/*.toml.
 """
 from __future__ import annotations
@@ -40,9 +46,36 @@ def read(path):
     return t, src
 
 
+def _triton_pre_mlir_h100(t, src):
+    """The H100 sections of `triton-pre-mlir` (module docstring), causal, head dims 128 and 64: both passes at
+    the A100 Triton fwd+bwd rate times the mean FA1/FA2 H100-over-A100 ratio at the same length."""
+    a, h = "A100-SXM4-80GB", "H100-SXM5-80GB"
+    for d in (128, 64):
+        tri = t.get((a, "triton", "true", "fwd+bwd", d), {})
+        ratios = [{s: t[(h, k, "true", "fwd+bwd", d)][s] / t[(a, k, "true", "fwd+bwd", d)][s]
+                   for s in t.get((h, k, "true", "fwd+bwd", d), {}) if s in t.get((a, k, "true", "fwd+bwd", d), {})}
+                  for k in ("flash1", "flash2")]
+        xs = sorted(s for s in tri if all(s in r for r in ratios))
+        if not xs:
+            continue
+        rate = {s: tri[s] * sum(r[s] for r in ratios) / len(ratios) for s in xs}
+        spread = [r[s] for r in ratios for s in xs]
+        how = (f"[derived] the A100 Triton FlashAttention's causal fwd+bwd rate ({src[(a, 'triton', 'true', 'fwd+bwd', d)]})"
+               f" x the mean H100/A100 ratio of flash1 and flash2 at the same length ({min(spread):.2f}-"
+               f"{max(spread):.2f}; {src[(h, 'flash2', 'true', 'fwd+bwd', d)]}): pre-MLIR Triton emits Ampere "
+               f"mma.sync code on sm_90 (validation/attention_tables.py); both passes at that rate")
+        suffix = "" if d == 128 else f"_hd{d}"
+        for table in ("attention", "attention_bwd"):
+            yield (f"[efficiency.{table}_triton-pre-mlir{suffix}]\nx = {xs}\nefficiency = "
+                   f"[{', '.join(f'{rate[x] / PEAK[h]:.3f}' for x in xs)}]\n"
+                   f"x_unit = \"sequence length (keys per query), head dim {d}, causal\"\n"
+                   f"source = \"{how.replace(chr(34), chr(39))}; / {PEAK[h]} TFLOP/s dense peak; "
+                   f"fp16 benchmarks used for bf16\"\n")
+
+
 def sections(path):
     t, src = read(path)
-    out = []
+    out = [("H100-SXM5-80GB", text) for text in _triton_pre_mlir_h100(t, src)]
     for gpu, peak in PEAK.items():
         kernels = sorted({k for (g, k, _, _, _) in t if g == gpu})
         for k in kernels:

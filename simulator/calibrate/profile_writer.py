@@ -138,7 +138,7 @@ def measured_profile_dict(base: Mapping, fits: Mapping[str, CurveFit], *, name: 
         d["description"] = description
     eff = dict(d.get("efficiency", {}))
     if "attention" in fits:  # the measured kernel replaces the base's per-kernel and per-head-dim tables,
-        eff = {k: v for k, v in eff.items() if not re.fullmatch(r"attention(_bwd)?_\w+", k)}  # which would shadow it
+        eff = {k: v for k, v in eff.items() if not re.fullmatch(r"attention(_bwd)?_[\w-]+", k)}  # which would shadow it
     for tname, fit in fits.items():
         eff[tname] = _curve_table(fit)
     d["efficiency"] = eff

@@ -30,11 +30,20 @@ def attention_occupancy(tiles, sm_count: int):
     return np.minimum(occ / ref, 1.0)
 
 
+# A kernel a GPU has no table for reads its parent's: llm-foundry's 2022 Triton FlashAttention on the pre-MLIR
+# Triton fork is on an A100 the kernel the A100 presets' `triton` tables chart (FlashAttention-2's README
+# Triton, Ampere code); Hopper presets give it its own tables (validation/attention_tables.py).
+KERNEL_PARENT = {"triton-pre-mlir": "triton"}
+
+
 def attention_tables(hardware, kernel: str) -> tuple[str, str]:
     """(forward, backward) base efficiency tables (head dim BASE_HEAD_DIM) of attention kernel `kernel`
     (spec/stack.py) on `hardware`: `attention_<kernel>` / `attention_bwd_<kernel>` where the profile has
-    them (published or measured per-kernel benchmarks), else the generic `attention` / `attention_bwd`; a
-    backward without its own table reads the generic backward table, then the forward one."""
+    them (published or measured per-kernel benchmarks), else its parent kernel's (KERNEL_PARENT), else the
+    generic `attention` / `attention_bwd`; a backward without its own table reads the generic backward
+    table, then the forward one."""
+    if not hardware.has_efficiency(f"attention_{kernel}") and kernel in KERNEL_PARENT:
+        return attention_tables(hardware, KERNEL_PARENT[kernel])
     fwd = f"attention_{kernel}" if hardware.has_efficiency(f"attention_{kernel}") else "attention"
     bwd = next((t for t in (f"attention_bwd_{kernel}", "attention_bwd") if hardware.has_efficiency(t)), "attention")
     return fwd, bwd

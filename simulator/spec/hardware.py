@@ -55,7 +55,8 @@ REQUIRED_EFFICIENCY = ("gemm", "attention", "memory", "nvlink_ring", "network")
 EFFICIENCY_TABLES = ("gemm", "gemm_fp8", "attention", "attention_bwd", "memory", "optimizer", "nvlink_ring", "nvls",
                      "nvlink_p2p", "network")
 _EFFICIENCY_PATTERN = (r"nccl_[a-z0-9]+(_[a-z0-9]+)*_(intra|inter)"
-                       r"|attention(_bwd)?_hd[0-9]+|attention_(?!bw)[a-z0-9]+(_hd[0-9]+)?|attention_bwd_[a-z0-9]+(_hd[0-9]+)?")
+                       r"|attention(_bwd)?_hd[0-9]+|attention_(?!bw)[a-z0-9][a-z0-9-]*(_hd[0-9]+)?"
+                       r"|attention_bwd_[a-z0-9][a-z0-9-]*(_hd[0-9]+)?")
 
 
 @dataclass(frozen=True, kw_only=True)

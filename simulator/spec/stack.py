@@ -54,7 +54,7 @@ from ..errors import InputError
 from .framework import FrameworkRules, rules_from_table, summary
 from .presets import check_keys, preset_names, read_toml, resolve
 
-ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "xformers", "unfused")
+ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "triton-pre-mlir", "xformers", "unfused")
 OPTIMIZER_IMPLS = ("fused", "foreach")
 # FP8 scaling recipes (Transformer Engine recipes; torchao's tensorwise dynamic scaling is "current"):
 #   delayed: scale from the amax history, amax taken inside the cast kernel; current: an amax pass over

@@ -167,7 +167,7 @@ _MEGATRON_GPT_2022 = dict(family="gpt", tie_word_embeddings=True, learned_positi
 # llm-foundry's MPT benchmarks (LLMFOUNDRY, LLMFOUNDRY_H100): one benchmark script, one set of settings
 _LLMFOUNDRY = dict(family="mpt", tie_word_embeddings=True, learned_positions=True, flash_attention=True,
                    dropout=False, stack="fsdp", grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
-                   stack_overrides=(("attention_kernel", "triton"), ("fsdp_reduce_dtype", "grad"),
+                   stack_overrides=(("attention_kernel", "triton-pre-mlir"), ("fsdp_reduce_dtype", "grad"),
                                     ("cross_entropy", "xentropy")))
 _MEGATRON_GPT_2022_STATEMENTS = (
     "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
@@ -213,7 +213,9 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="LLMFOUNDRY", **_LLMFOUNDRY,
         statements=(
-            "attention: the Triton FlashAttention kernel (scripts/train/benchmarking/submit_benchmarks.py "
+            "attention: the Triton FlashAttention kernel on the pre-MLIR Triton fork (attention_kernel "
+            "triton-pre-mlir; setup.py pins triton-pre-mlir@...triton_pre_mlir_sm90; "
+            "scripts/train/benchmarking/submit_benchmarks.py "
             "--attn_impl default 'triton' at b2a43a1, 2023-10-19, the commit that wrote the A100 tables; "
             "default image mosaicml/pytorch:1.13.1, before torch SDPA's FlashAttention-2)",
             "loss: flash-attn's xentropy kernel (llmfoundry/models/mpt/modeling_mpt.py at b2a43a1: "
@@ -229,12 +231,14 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="LLMFOUNDRY_H100", **_LLMFOUNDRY,
         stack_by_notes=((r"attn_impl=flash", "attention_kernel", "flash2"),
-                        (r"attn_impl=triton", "attention_kernel", "triton")),
+                        (r"attn_impl=triton", "attention_kernel", "triton-pre-mlir")),
         statements=(
             "the LLMFOUNDRY rules (MPT architecture, xentropy loss, FSDP reduce dtype, no dropout) for the "
             "README's H100 tables (validation/llmfoundry_h100.py)",
             "attention per row (notes): attn_impl=flash -> FlashAttention-2 (the 2024-01 sweep installs "
-            "llm-foundry[gpu-flash2]), attn_impl=triton -> the Triton FlashAttention kernel",
+            "llm-foundry[gpu-flash2]), attn_impl=triton -> the Triton FlashAttention kernel on the pre-MLIR "
+            "Triton fork (setup.py at 5e85bd6: triton-pre-mlir@...triton_pre_mlir_sm90; Ampere mma.sync code on "
+            "the H100: attention_kernel triton-pre-mlir, not the FlashAttention-3 charts' Hopper Triton)",
             "hardware dgx-h100 (the H100 tables state no interconnect: a DGX H100's 8x400 Gb/s assumed)",
             "FP8 rows: Transformer Engine's delayed scaling (Composer amp_fp8, TE v0.10 installed by "
             "submit_benchmarks.py at b2a43a1)",
