@@ -28,8 +28,9 @@ def _take_span(span, idx):
 
 def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp, mbs, pp, sp, rec) -> dict:
     """Per-layer, per-microbatch communication of K layouts, (K,) arrays: TP forward/backward
-    (cost/comm.tp_comm; `tp_head_f` the last stage's gather of the logits, comm.loss_gather_s), CP (cp_comm) and the core-attention time that hides ring CP, EP all-to-all
-    (ep_comm, per MoE layer), and the PP p2p time of one stage boundary (0 without pipelining)."""
+    (cost/comm.tp_comm; `tp_head_f` the last stage's gather of the logits, comm.loss_gather_s), CP
+    (cp_comm) and the core-attention time that hides ring CP, EP all-to-all (ep_comm, per MoE layer), and
+    the PP p2p time of one stage boundary (0 without pipelining)."""
     k = len(tp)
     ab = training.activation_bytes
     s = training.seq_length
@@ -234,9 +235,8 @@ def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_
     all-gathers (when resharded after forward) and reduce-scatters (every micro-batch, or once per step).
     The once-per-step collectives are exposed like one micro-batch's: after the last backward (the
     reduction; on a pipelined stage all of it, `accumulated_grad_bytes`' source) and before the first
-    forward (the gather). The unit times once per distinct (tp, cp, ep,
-    dp, pipeline shape), the passes once per distinct (base row of `st`, shape). Returns (z3, z3_id):
-    per exposure row the exposed and hidden times per micro-batch `f`, `b`, `hid_f`, `hid_b` (K, S) and
+    forward (the gather). The unit times once per distinct (tp, cp, ep, dp, pipeline shape), the passes
+    once per distinct (base row of `st`, shape). Returns (z3, z3_id): per exposure row the exposed and hidden times per micro-batch `f`, `b`, `hid_f`, `hid_b` (K, S) and
     the once-per-step exposure `tail` (K, S) = `tail_ag` (gathers) + `tail_rs` (reduce-scatters); each
     of the n rows' exposure row, −1 where nothing is exposed and nothing slows (it then times like the
     other ZeRO stages); and the once-per-step exposure per rank (n, P), None when there is none."""

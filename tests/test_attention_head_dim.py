@@ -151,3 +151,22 @@ def test_triton_pre_mlir_reads_its_parent_on_the_a100_and_its_derived_tables_on_
         speedup = fh * 989.4 / (fa * 312.0)
         assert 1.57 <= speedup <= 1.79
         assert fh < 0.5 * float(attention_efficiency(h100, "triton", 128, s)[0])
+
+
+@pytest.mark.parametrize("preset", ["dgx-h100", "dgx-h100-datasheet", "dgx-h200", "dgx-h800", "gcp-a3-mega",
+                                    "h200-nvl"])
+def test_hopper_presets_hold_the_triton_pre_mlir_tables_the_script_derives(preset, shared_data):
+    """The derived tables are pasted from validation/attention_tables.py: they cannot drift from the charts."""
+    sys.path.insert(0, str(ROOT / "validation"))
+    import attention_tables
+
+    hw = load_hardware(preset)
+    derived = {}
+    for gpu, text in attention_tables.sections(str(shared_data("kernel_benchmarks.csv"))):
+        m = re.match(r"\[efficiency\.(\S+)\]\nx = (\[.*\])\nefficiency = (\[.*\])", text)
+        if m and "triton-pre-mlir" in m.group(1):
+            derived[m.group(1)] = (eval(m.group(2)), eval(m.group(3)))
+    assert len(derived) == 4
+    for name, (xs, eff) in derived.items():
+        t = hw.efficiency[name]
+        assert list(t.x) == xs and list(t.efficiency) == pytest.approx(eff, abs=1e-12)

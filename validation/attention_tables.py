@@ -60,8 +60,8 @@ def _triton_pre_mlir_h100(t, src):
             continue
         rate = {s: tri[s] * sum(r[s] for r in ratios) / len(ratios) for s in xs}
         spread = [r[s] for r in ratios for s in xs]
-        how = (f"[derived] the A100 Triton FlashAttention's causal fwd+bwd rate ({src[(a, 'triton', 'true', 'fwd+bwd', d)]})"
-               f" x the mean H100/A100 ratio of flash1 and flash2 at the same length ({min(spread):.2f}-"
+        how = (f"[derived] the A100 Triton FlashAttention's causal fwd+bwd rate "
+               f"({src[(a, 'triton', 'true', 'fwd+bwd', d)]}) x the mean H100/A100 ratio of flash1 and flash2 at the same length ({min(spread):.2f}-"
                f"{max(spread):.2f}; {src[(h, 'flash2', 'true', 'fwd+bwd', d)]}): pre-MLIR Triton emits Ampere "
                f"mma.sync code on sm_90 (validation/attention_tables.py); both passes at that rate")
         suffix = "" if d == 128 else f"_hd{d}"

@@ -17,7 +17,8 @@ from .flagnames import flag_names, given_flags
 CROSS_ENTROPY_FLAG = (
     "--cross-entropy", "cross_entropy", click.Choice(list(CROSS_ENTROPY)),
     "how the loss is computed: vocab-parallel (Megatron-LM, in place), torch-fp32 "
-    "(F.cross_entropy(logits.float()): torchtitan, Hugging Face; 8 bytes per logit more at its backward, 12 under TP's loss_parallel), "
+    "(F.cross_entropy(logits.float()): torchtitan, Hugging Face; 8 bytes per logit more at its backward, "
+    "12 under TP's loss_parallel), "
     "fused (no fp32 logits), xentropy (flash-attn's kernel: bf16 logits kept, llm-foundry's default)")
 _FLAGS = [
     ("--model", "model", str, "model preset name, path to a Hugging Face config.json (or its folder), or a Hub id "

@@ -278,8 +278,8 @@ def loss_backward_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_b
     """Working set of the loss's backward on top of the kept logits, for one micro-batch on the last stage.
 
     torch-fp32: 8·T·V/t (12·T·V/t with t > 1). `nll_loss_backward` writes a dense fp32 gradient of the
-    log-probabilities (4·T·V/t) and `_log_softmax_backward_data` writes the fp32 logit gradient (4·T·V/t) while that
-    gradient and the saved log_softmax output (logits_bytes) are still alive (torch autograd,
+    log-probabilities (4·T·V/t) and `_log_softmax_backward_data` writes the fp32 logit gradient (4·T·V/t)
+    while that gradient and the saved log_softmax output (logits_bytes) are still alive (torch autograd,
     derivatives.yaml). Measured on an H100 (validation/h100, docs/validation-h100.md): peak less states
     and saved tensors 8.1-8.4 bytes per logit element. With TP (t > 1) the logits are vocabulary-sharded
     DTensors and the loss runs under torch's `loss_parallel` (torchtitan's default with TP): its
