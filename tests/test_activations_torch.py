@@ -266,8 +266,11 @@ def _model(h, n_h, n_kv, f, *, mlp="swiglu", norm="rmsnorm"):
                      vocab_size=128, mlp=mlp, norm=norm)
 
 
-def _predicted(model, *, s, b, flash=True, dropout=False, recompute="none", precision="bf16"):
-    tr = Training(seq_length=s, global_batch_size=b, flash_attention=flash, dropout=dropout, precision=precision)
+def _predicted(model, *, s, b, flash=True, dropout=False, recompute="none", precision="bf16", stack="megatron"):
+    from simulator.spec.stack import load_stack
+
+    tr = Training(seq_length=s, global_batch_size=b, flash_attention=flash, dropout=dropout, precision=precision,
+                  stack=load_stack(stack))
     return float(layer_activation_bytes(model, tr, tp=1, cp=1, micro_batch_size=b, sequence_parallel=False,
                                         recompute=recompute))
 
@@ -342,6 +345,16 @@ def test_hugging_face_llama_layer_stores_more_than_the_fused_model():
     assert 1.2 < measured / predicted < 2.5
 
 
+@pytest.mark.parametrize("shape", LLAMA_SHAPES)
+def test_the_hf_stack_keeps_what_transformers_llama_layer_saves(shape):
+    """Memory follows the stack: with the `hf` stack (transformers' modelling code) the layer's bytes are those
+    torch saves for transformers' own LlamaDecoderLayer (fp32 RMSNorm inputs, unfused SwiGLU): the extra comes
+    from the stack's op list (cost/elementwise.py), not from a factor."""
+    h, n_h, n_kv, f, s, b = shape
+    measured = measure_hf_llama_layer(h=h, n_h=n_h, n_kv=n_kv, f=f, s=s, b=b)
+    assert _predicted(_model(h, n_h, n_kv, f), s=s, b=b, stack="hf") == pytest.approx(measured, rel=0.01)
+
+
 def _error_table():  # pragma: no cover - prints the table of docs/memory.md
     rows = []
     for h, n_h, n_kv, f, s, b in LLAMA_SHAPES:
@@ -349,7 +362,9 @@ def _error_table():  # pragma: no cover - prints the table of docs/memory.md
         p = _predicted(m, s=s, b=b)
         rows.append((f"reference (fused) flash, h={h} n_h={n_h} n_kv={n_kv} f={f} s={s} b={b}",
                      measure_reference_layer(h=h, n_h=n_h, n_kv=n_kv, f=f, s=s, b=b), p))
-        rows.append((f"HF LlamaDecoderLayer sdpa, same shape", measure_hf_llama_layer(h=h, n_h=n_h, n_kv=n_kv, f=f, s=s, b=b), p))
+        hf = measure_hf_llama_layer(h=h, n_h=n_h, n_kv=n_kv, f=f, s=s, b=b)
+        rows.append(("HF LlamaDecoderLayer sdpa, same shape (megatron stack)", hf, p))
+        rows.append(("HF LlamaDecoderLayer sdpa, same shape (hf stack)", hf, _predicted(m, s=s, b=b, stack="hf")))
     h, n_h, f, s, b = 128, 4, 344, 64, 2
     m = _model(h, n_h, n_h, f)
     rows.append(("reference, no flash, dropout 0.1", measure_reference_layer(h=h, n_h=n_h, n_kv=n_h, f=f, s=s, b=b, flash=False, dropout=0.1),
@@ -357,8 +372,9 @@ def _error_table():  # pragma: no cover - prints the table of docs/memory.md
     rows.append(("reference, no flash, dropout, selective recompute",
                  measure_reference_layer(h=h, n_h=n_h, n_kv=n_h, f=f, s=s, b=b, flash=False, dropout=0.1, selective=True),
                  _predicted(m, s=s, b=b, flash=False, dropout=True, recompute="selective")))
-    rows.append(("HF LlamaDecoderLayer eager (MHA)", measure_hf_llama_layer(h=h, n_h=n_h, n_kv=n_h, f=f, s=s, b=b, attn="eager"),
-                 _predicted(m, s=s, b=b, flash=False)))
+    hf = measure_hf_llama_layer(h=h, n_h=n_h, n_kv=n_h, f=f, s=s, b=b, attn="eager")
+    rows.append(("HF LlamaDecoderLayer eager (MHA) (megatron stack)", hf, _predicted(m, s=s, b=b, flash=False)))
+    rows.append(("HF LlamaDecoderLayer eager (MHA) (hf stack)", hf, _predicted(m, s=s, b=b, flash=False, stack="hf")))
     h, n_h, n_kv, f, s, b = 256, 8, 2, 688, 128, 2
     rows.append(("reference, full recompute (3 layers)", measure_reference_layer(h=h, n_h=n_h, n_kv=n_kv, f=f, s=s, b=b, checkpoint=True, layers=3),
                  3 * _predicted(_model(h, n_h, n_kv, f), s=s, b=b, recompute="full")))
@@ -457,3 +473,10 @@ def test_loss_parallel_under_tp_peaks_four_bytes_per_logit_above_plain_cross_ent
         per_local_element = float(logits_bytes(model, tr, **kw) + loss_backward_bytes(model, tr, **kw)) / (
             2 * 128 * 1000 / tp)
         assert per_local_element == pytest.approx(got[key], abs=0.05)
+
+
+def test_the_hf_stack_keeps_transformers_eager_attention_softmax():
+    """transformers' eager attention keeps its softmax in fp32: the hf stack's op list holds that too."""
+    h, n_h, f, s, b = 128, 4, 344, 64, 2
+    measured = measure_hf_llama_layer(h=h, n_h=n_h, n_kv=n_h, f=f, s=s, b=b, attn="eager")
+    assert _predicted(_model(h, n_h, n_h, f), s=s, b=b, flash=False, stack="hf") == pytest.approx(measured, rel=0.01)

@@ -38,7 +38,7 @@ from .elementwise_ops import (Graph, Lin, Op, accumulate, act_backward, act_forw
                               norm_forward, rope_backward, rope_forward, rope_tables, softmax_backward,
                               softmax_forward)
 
-__all__ = ["SETTINGS", "layer_graph", "cached_graph", "layer_sizes", "region_bytes", "block_kernels",
+__all__ = ["SETTINGS", "layer_graph", "cached_graph", "layer_sizes", "region_bytes", "saved_bytes", "block_kernels",
            "compiled_regions", "kernel_counts"]
 
 SETTINGS = {  # Stack.elementwise -> the implementation of each block (elementwise_ops.py)
@@ -302,6 +302,23 @@ def region_bytes(g: Graph, units, readers: dict | None = None) -> Lin:
     inside = {id(u) for u in units}
     outs = [t for t in writes if readers is None or not readers.get(t) or readers[t] - inside]
     return _size(g, [t for t in reads if t not in writes]) + _size(g, outs)
+
+
+def saved_bytes(g: Graph, *, core: bool = True) -> Lin:
+    """Bytes the layer keeps for backward under the graph's code: the forward's tensors (the input x included)
+    that its backward reads, per aten op where a block runs as ops, else over the block's interface (autograd
+    keeps what its backward formulas read). `core` False leaves out what the core-attention blocks write
+    (selective recompute re-runs them). GEMM boundaries list what the elementwise code moves, not all their
+    saved inputs, so only differences between settings of one model are meaningful (`memory.activations.
+    stack_saved_extra_bytes`)."""
+    written, read = {"x"}, set()
+    for b in g.blocks:
+        units = b.ops if b.ops else (b,)
+        if b.phase == "forward" and (core or not b.core):
+            written.update(t for u in units for t in u.writes)
+        elif b.phase != "forward":
+            read.update(t for u in units for t in u.reads)
+    return _size(g, sorted(written & read))
 
 
 def block_kernels(b) -> tuple:

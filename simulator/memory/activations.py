@@ -175,6 +175,7 @@ def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
       TP:                   s·b·h·(10 + 24/t + 5·a·s/(h·t))  (Eq. 2); TP+SP: ÷ t (Eq. 3)
       selective:            the 5·a·s/h term removed         (Table 2)
       Llama-style (flash):  s·b·(8h + 4q + 4kv + 6f)         (formulas.md §3.4) + small fp32 stats
+      + what the stack's unfused elementwise code keeps beyond that (`stack_saved_extra_bytes`)
     recompute 'full': only the layer input e·T·h/t_s (Korthikanti Table 2, "2sbh"); the working set of
       one recomputed layer is added once per stage by `stage_activation_bytes`.
     recompute 'op': `op_sac_bytes` (torchtitan's op-level selective AC), with the same working set.
@@ -195,7 +196,35 @@ def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
     else:
         out = out + mlp_bytes(tokens=T, hidden=h, ffn=model.ffn_hidden_size, e=e, t=t, t_s=t_s,
                               glu=model.glu_matrices == 3)
+    out = out + stack_saved_extra_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                                        sequence_parallel=sequence_parallel, recompute=recompute, moe=moe)
     return out + dropout_mask_bytes(tokens=T, hidden=h, t_s=t_s, dropout=training.dropout)
+
+
+def stack_saved_extra_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
+                            sequence_parallel: bool, recompute: str, moe: bool = False) -> np.ndarray:
+    """Bytes a layer keeps for backward beyond the fused layer the formulas above describe, under its stack's
+    elementwise code (Stack.elementwise, cost/elementwise.py `saved_bytes`): what the stack's backward reads
+    from its forward, less what the fused (Megatron-LM / Transformer Engine) layer's does. transformers'
+    LlamaDecoderLayer ("hf"): its RMSNorms keep the fp32 input (+4 bytes per element each) and its unfused
+    SwiGLU silu(gate) (+e per FFN element), exact against the bytes torch saves for that layer on CPU
+    (tests/test_activations_torch.py); torchtitan ("eager"): the unfused SwiGLU's silu(gate). 0 for fused
+    stacks, for compiled ones (Inductor's min-cut partitioner recomputes the elementwise intermediates:
+    torch/_functorch/partitioners.py, the default for torch.compile) and for recompute 'full' and 'op'
+    (they keep the layer input or the policy's outputs; their recomputed layer is evaluated as 'none').
+    Selective recompute re-runs the core attention: its tensors are left out."""
+    from ..cost.elementwise import layer_graph, layer_sizes, saved_bytes
+
+    zeros = np.zeros_like(_f(tp) * _f(cp) * _f(micro_batch_size))
+    setting = training.stack.elementwise
+    if setting == "fused" or training.stack.compiled or recompute not in ("none", "selective"):
+        return zeros
+    core = recompute == "none"
+    kw = dict(moe=moe and model.is_moe, sequence_parallel=sequence_parallel)
+    extra = (saved_bytes(layer_graph(model, training, setting=setting, **kw), core=core)
+             + saved_bytes(layer_graph(model, training, setting="fused", **kw), core=core) * -1.0)
+    sizes = layer_sizes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size, **kw)
+    return zeros + extra.value(sizes)
 
 
 def op_sac_bytes(model: ModelSpec, training: Training, *, tokens, e: int, t, t_s) -> np.ndarray:
