@@ -139,17 +139,55 @@ def rows(run_id: str, res: dict) -> list[dict]:
     return out
 
 
-def profile_trace(cfg, *, device: str, warmup: int = 3, steps: int = 3) -> dict:
-    """Run the harness's training step (validation/train_step.py, fused AdamW, persistent gradients) under
-    torch.profiler (CPU + CUDA activities) and return the exported Chrome trace."""
+WRAPS = ("none", "fsdp1", "fsdp2")
+_OWN_GROUP: list = []
+
+
+def _wrap(model, wrap: str, torch, device: str, td):
+    """The harness model as plain torch, or sharded per decoder layer by FSDP1 (FullyShardedDataParallel with a
+    per-layer wrap policy, bf16 mixed precision, limit_all_gathers: llm-foundry / accelerate) or FSDP2
+    (fully_shard per layer then the root, fp32 reduce: torchtitan), on a one-rank process group: the
+    collectives are trivial, so what FSDP adds to the step is its host work and synchronisation."""
+    if wrap == "none":
+        return model
+    import os
+    import socket
+
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(sk.getsockname()[1]))
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", rank=0, world_size=1)
+        _OWN_GROUP.append(True)  # main() destroys it: a caller's process keeps no group of ours
+    layer = type(model.layers[0])
+    if wrap == "fsdp2":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        mp = MixedPrecisionPolicy(param_dtype=td, reduce_dtype=torch.float32)
+        for m in model.layers:
+            fully_shard(m, mp_policy=mp)
+        return fully_shard(model, mp_policy=mp)
+    from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    return FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({layer}), use_orig_params=True,
+                                    mixed_precision=MixedPrecision(param_dtype=td, reduce_dtype=td, buffer_dtype=td),
+                                    limit_all_gathers=True,
+                                    device_id=torch.device(device) if device.startswith("cuda") else None)
+
+
+def profile_trace(cfg, *, device: str, warmup: int = 3, steps: int = 3, wrap: str = "none") -> dict:
+    """Run the harness's training step (validation/train_step.py, AdamW, persistent gradients; `wrap`: plain,
+    FSDP1 or FSDP2 per layer, `_wrap`) under torch.profiler (CPU + CUDA activities) and return the exported
+    Chrome trace."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     import train_step
 
     td = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.dtype]
-    model = train_step.build_model(cfg, torch, device, td)
-    opt = torch.optim.AdamW(list(model.parameters()), lr=1e-4, **({"fused": True} if device != "cpu" else {}))
+    model = _wrap(train_step.build_model(cfg, torch, device, td), wrap, torch, device, td)
+    impl = {"fused": True} if device != "cpu" and wrap == "none" else {}
+    opt = torch.optim.AdamW(list(model.parameters()), lr=1e-4, **impl)
     g = torch.Generator(device="cpu").manual_seed(1)
     tokens = torch.randint(0, cfg.vocab, (cfg.micro_batch, cfg.seq + 1), generator=g).to(device)
     inp, lab = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
@@ -184,6 +222,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", action="append", help="harness run id (repeatable; default: three SDPA runs)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--wrap", default="none", help=f"comma-separated, of {', '.join(WRAPS)} (FSDP on one rank)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     import torch
@@ -192,15 +231,27 @@ def main(argv=None) -> int:
     default = (["L8-h4096-a32-kv8-f14336-s2048-b1-none-bf16-sdpa", "L8-h4096-a32-kv8-f14336-s4096-b1-none-bf16-sdpa",
                 "L8-h1024-a16-kv16-f2816-s1024-b8-none-bf16-sdpa"] if device != "cpu"
                else [train_step.CPU_GRID[0].run_id])
+    wraps = [w for w in a.wrap.split(",") if w]
+    if any(w not in WRAPS for w in wraps):
+        raise SystemExit(f"idle_gaps.py: --wrap {a.wrap!r}: each must be one of {', '.join(WRAPS)}")
     out = []
     for rid in a.config or default:
         if rid not in grid:
             raise SystemExit(f"idle_gaps.py: --config {rid!r} is not a harness run id (validation/train_step.py)")
-        res = analyse(profile_trace(grid[rid], device=device, steps=a.steps))
-        r = rows(rid, res)
-        print(rid, {k: round(v, 6) if isinstance(v, float) else v for k, v in res.items() if k != "by_cause"},
-              dict(list(res["by_cause"].items())[:6]), flush=True)
-        out += r
+        for w in wraps:
+            name = rid if w == "none" else f"{rid}+{w}"
+            try:
+                res = analyse(profile_trace(grid[rid], device=device, steps=a.steps, wrap=w))
+            except RuntimeError as e:  # (FSDP1 needs an accelerator): the other runs still count
+                print(name, "failed:", str(e).splitlines()[0][:160], flush=True)
+                continue
+            print(name, {k: round(v, 6) if isinstance(v, float) else v for k, v in res.items() if k != "by_cause"},
+                  dict(list(res["by_cause"].items())[:6]), flush=True)
+            out += rows(name, res)
+    if _OWN_GROUP:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+        _OWN_GROUP.clear()
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["run_id", "kind", "name", "value"])
         w.writeheader()
