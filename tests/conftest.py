@@ -52,3 +52,16 @@ def require_shared(name: str, start: Path = Path(__file__).resolve().parent) -> 
 def shared_data():
     """`require_shared` (name[, start]) -> Path: a shared/data file, or skip/fail as it documents."""
     return require_shared
+
+
+@pytest.fixture
+def free_port():
+    """A function returning a TCP port no other process holds now (for one-rank process groups in
+    subprocesses; a fixed port clashed with a concurrent run)."""
+    import socket
+
+    def port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    return port

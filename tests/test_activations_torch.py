@@ -445,22 +445,19 @@ def test_torch_fp32_cross_entropy_peaks_at_the_kept_logits_plus_the_backward_wor
         assert float(loss_backward_bytes(model, Training(seq_length=s, global_batch_size=b, cross_entropy=other), **kw)) == 0
 
 
-def test_loss_parallel_under_tp_peaks_four_bytes_per_logit_above_plain_cross_entropy():
+def test_loss_parallel_under_tp_peaks_four_bytes_per_logit_above_plain_cross_entropy(free_port):
     # torch's own allocations (profiler memory events, one gloo rank on CPU): F.cross_entropy(logits.float())
     # peaks at 12 bytes per logit element above the bf16 logits, torch's loss_parallel on vocabulary-sharded
     # DTensor logits (torchtitan with TP) at 16; the model's kept logits + backward working set per local
     # logit element at tp = 1 and tp > 1
     import json
-    import socket
     import subprocess
     import sys
     from pathlib import Path
 
     from simulator.memory.activations import logits_bytes, loss_backward_bytes
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     helper = Path(__file__).parent / "helpers" / "loss_parallel_bytes.py"
     r = subprocess.run([sys.executable, str(helper), str(port)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -11,17 +11,9 @@ ROOT = Path(__file__).resolve().parent.parent
 torch = pytest.importorskip("torch")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:  # a port no other test run holds (a fixed one clashed with a concurrent run)
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_fsdp_harness_dry_run_writes_a_row_and_predicts_it(tmp_path):
+def test_fsdp_harness_dry_run_writes_a_row_and_predicts_it(tmp_path, free_port):
     out = tmp_path / "rows.csv"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(ROOT / "validation" / "fsdp_step.py"), "--device", "cpu", "--backend", "gloo", "--layers", "2",
            "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--ffn", "128", "--vocab", "256", "--seq", "32",
            "--steps", "2", "--warmup", "1", "--out", str(out)]
@@ -29,7 +21,7 @@ def test_fsdp_harness_dry_run_writes_a_row_and_predicts_it(tmp_path):
     if r.returncode != 0:  # two CPU processes started under a loaded machine: one more try, on a new port
         first = r.stderr[-1500:]
         out.unlink(missing_ok=True)  # rank 0 may have written its row before another rank failed
-        cmd[cmd.index("--master_port") + 1] = str(_free_port())
+        cmd[cmd.index("--master_port") + 1] = str(free_port())
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert r.returncode == 0, first + "\n--- retry ---\n" + r.stderr[-1500:]
     rows = list(csv.DictReader(out.open()))

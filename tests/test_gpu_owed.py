@@ -85,3 +85,13 @@ def test_unknown_stage_is_one_line(capsys):
     with pytest.raises(SystemExit) as e:
         gpu_owed.main(["--out", "x", "--stages", "launch,warp"])
     assert "warp" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("args, key", [(["--wrap", "none,fsdp3"], "--wrap"), (["--config", "L1-nope"], "--config")])
+def test_bad_idle_gaps_arguments_are_one_line(args, key):
+    pytest.importorskip("torch")
+    import idle_gaps
+
+    with pytest.raises(SystemExit) as e:
+        idle_gaps.main(["--device", "cpu", "--out", "x.csv", *args])
+    assert key in str(e.value) and "\n" not in str(e.value)

@@ -204,7 +204,6 @@ def stage_sdpa(B: Bench, out: Path, tiny: bool, budget_s: float):
             tb = tb - tf
             row(**base, fwd_kernel_s=tf, fwd_queued_s=tq, bwd_kernel_s=tb, fwd_tflops=ff / tf / 1e12 if B.cuda else "",
                 bwd_tflops=2.5 * ff / tb / 1e12 if B.cuda and tb > 0 else "", status="ok")
-            del q, k, v, go
     f.close()
 
 
@@ -234,7 +233,6 @@ def stage_contention(B: Bench, out: Path, tiny: bool, budget_s: float):
             t_both, t_copy_both = float("nan"), float("nan")
         row(gemm_n=n, copy_mib=mib, gemm_alone_s=t_gemm, gemm_beside_copy_s=t_both, gemm_slowdown=t_both / t_gemm - 1,
             copy_alone_gb_s=2 * src.numel() / t_copy / 1e9, copy_beside_gemm_gb_s=2 * src.numel() / t_copy_both / 1e9)
-        del a, c, src, dst
     f.close()
 
 
@@ -330,7 +328,6 @@ def stage_decode(B: Bench, out: Path, tiny: bool, budget_s: float):
             tq = B.queued_s(step, calls)
             tk, kn = B.kernel_s(step, calls)
         row(layers=L, batch=b, kv_len=T, queued_s_per_layer=tq / L, kernel_s_per_layer=tk / L, kernels_per_layer=kn / L)
-        del caches
     f.close()
 
 
@@ -363,7 +360,6 @@ def stage_layers(B: Bench, out: Path, tiny: bool, budget_s: float):
             tq = B.queued_s(step, calls)
             tk, kn = B.kernel_s(step, calls)
             row(run_id=cfg.run_id, mode=mode, step_queued_s=tq, kernel_s=tk, kernels_per_layer=kn / cfg.layers)
-            del model, fwd
     f.close()
 
 

@@ -40,6 +40,9 @@ class Lin(dict):
 
     __radd__ = __add__  # sum() starts from 0
 
+    def __sub__(self, other):
+        return self + Lin(other) * -1.0
+
     def __mul__(self, c):
         return Lin({k: v * c for k, v in self.items()})
 

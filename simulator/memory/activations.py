@@ -222,7 +222,7 @@ def stack_saved_extra_bytes(model: ModelSpec, training: Training, *, tp, cp, mic
     core = recompute == "none"
     kw = dict(moe=moe and model.is_moe, sequence_parallel=sequence_parallel)
     extra = (saved_bytes(layer_graph(model, training, setting=setting, **kw), core=core)
-             + saved_bytes(layer_graph(model, training, setting="fused", **kw), core=core) * -1.0)
+             - saved_bytes(layer_graph(model, training, setting="fused", **kw), core=core))
     sizes = layer_sizes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size, **kw)
     return zeros + extra.value(sizes)
 
