@@ -92,13 +92,10 @@ class Bench:
             self.sync()
         if not self.cuda:
             return float("nan"), sum(1 for e in prof.events() if e.name.startswith("aten::")) / calls
-        total, n = 0.0, 0
-        for e in prof.events():
-            if not str(getattr(e, "device_type", "")).endswith("CUDA") or "#" in e.name:
-                continue
-            us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
-            total, n = total + us, n + 1
-        return total * 1e-6 / calls, n / calls
+        from profile_step import device_kernels
+
+        times = [us for _, us in device_kernels(prof)]
+        return sum(times) * 1e-6 / calls, len(times) / calls
 
     def graph_s(self, fn, calls: int) -> float:
         """Per-call time of `calls` calls captured in one CUDA graph and replayed (no host work); nan on CPU."""

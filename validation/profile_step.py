@@ -38,6 +38,19 @@ def kernel_category(name: str) -> str:
     return "other"
 
 
+def device_kernels(prof):
+    """(event, device µs) of every kernel, memcpy and memset a torch.profiler run recorded on the GPU (user
+    ranges such as Optimizer.step#AdamW.step and zero-length events left out)."""
+    for e in prof.events():
+        if not str(getattr(e, "device_type", "")).endswith("CUDA"):
+            continue
+        if getattr(e, "is_user_annotation", False) or "#" in e.name:
+            continue
+        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
+        if us:
+            yield e, us
+
+
 def _union_s(intervals) -> float:
     """Total length of the union of [start, end) intervals (microseconds in, seconds out)."""
     total, end_max = 0.0, None
@@ -87,14 +100,7 @@ def profile_config(cfg, *, device: str, warmup: int, steps: int, optimizer_impl:
     sums: dict[str, float] = {}
     names: dict[str, float] = {}
     intervals = []
-    for e in prof.events():
-        if not (cuda and str(getattr(e, "device_type", "")).endswith("CUDA")):
-            continue
-        if getattr(e, "is_user_annotation", False) or "#" in e.name:  # ranges such as Optimizer.step#AdamW.step
-            continue
-        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
-        if not us:
-            continue
+    for e, us in (device_kernels(prof) if cuda else ()):
         cat = kernel_category(e.name)
         sums[cat] = sums.get(cat, 0.0) + us * 1e-6 / steps
         names[e.name] = names.get(e.name, 0.0) + us * 1e-6 / steps
