@@ -1,5 +1,6 @@
 """Software-stack profiles (spec/stack.py, stacks/*.toml) and the physics they switch."""
 import csv
+import json
 import re
 from pathlib import Path
 
@@ -43,6 +44,7 @@ def test_training_takes_the_stacks_defaults_unless_given():
 @pytest.mark.parametrize("over, msg", [
     ({"attention_kernel": "flash9"}, "attention_kernel must be one of"),
     ({"optimizer_impl": "loop"}, "optimizer_impl must be one of"),
+    ({"grad_buffer": "none"}, "grad_buffer must be one of"),
     ({"kernels_per_layer": (1,)}, "kernels_per_layer must be [forward, backward]"),
     ({"kernels_per_layer": (-1, 2)}, "kernels_per_layer must be [forward, backward]"),
     ({"host_s_per_kernel": -1e-6}, "host_us_per_kernel must be in"),
@@ -206,6 +208,26 @@ def test_cli_stack_flag_scenario_section_and_compile(tmp_path, capsys):
     assert code == 2 and err.strip().count("\n") == 0 and "optimiser" in err and "[stack]" in err
     code, out, err = _cli(base + ["--stack", "megatorn"], capsys)
     assert code == 2 and "unknown stack preset 'megatorn'" in err and "megatron" in err
+    sc.write_text(sc.read_text().replace('optimiser = "foreach"', 'grad_buffer = "sometimes"'))
+    code, out, err = _cli(["estimate", str(sc)], capsys)
+    assert code == 2 and err.strip().count("\n") == 0 and "grad_buffer" in err and "sometimes" in err
+
+
+def test_cli_grad_buffer_flag_moves_the_peak_and_says_which_moment_it_is(capsys):
+    # one micro-batch per GPU, ZeRO-1: gradients set to None are not allocated yet at the activation peak
+    base = ["memory", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8", "--zero", "1", "--seq", "8192",
+            "--global-batch", "8", "--stack", "hf"]
+    code, kept, err = _cli(base + ["--grad-buffer", "persistent", "--format", "json"], capsys)
+    assert code == 0, err
+    code, freed, err = _cli(base + ["--format", "json"], capsys)  # the hf stack's own: set-to-none
+    k, f = json.loads(kept)["memory"], json.loads(freed)["memory"]
+    assert f["grads_bytes"] == 0.0 and f["peak_bytes"] < k["peak_bytes"] and k["grads_bytes"] > 0
+    code, out, err = _cli(base + ["--seq", "128"], capsys)  # tiny activations: the step's phase is the peak
+    assert code == 0 and "peak at the optimizer step" in out and "foreach" in out
+    code, out, err = _cli(base, capsys)
+    assert code == 0 and "gradients not yet allocated" in out
+    code, out, err = _cli(base + ["--grad-buffer", "later"], capsys)
+    assert code == 2 and "--grad-buffer" in err
 
 
 def test_cli_lists_the_stacks(capsys):

@@ -6,7 +6,7 @@ Training(seq_length=seq, global_batch_size=micro_batch, precision=dtype, grad_dt
 master_weights=False, optimizer='adamw', optimizer_dtype=dtype, flash_attention=(attention == 'sdpa'),
 cross_entropy='torch-fp32' (the harness's loss is F.cross_entropy(logits.float())), stack = torchtitan's
 (the same plain-torch layer: its kernel counts were taken from this harness's layer) with the row's AdamW
-implementation and its attention (SDPA: cuDNN's kernels on the H100, as profiled; eager: unfused);
+implementation, its gradient buffer (kept, or set to None by zero_grad) and its attention (SDPA: cuDNN's kernels on the H100, as profiled; eager: unfused);
 Layout(num_gpus=1, micro_batch_size=micro_batch, recompute). The hardware is the calibrated profile
 (`--hardware hardware_profiles/measured/NAME.toml`); calibrate on the same device first.
 
@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
 
 
-def specs_for_row(row, *, cross_entropy: str = "torch-fp32", elementwise: str | None = None):
+def specs_for_row(row, *, cross_entropy: str = "torch-fp32", elementwise: str | None = None, stack: dict | None = None):
     """(ModelSpec, Training, Layout) of one harness row (module docstring). `cross_entropy` other than the
-    harness's own torch-fp32, or an `elementwise` op list other than the stack's (None), shows what another
-    model would predict (docs/validation-h100.md)."""
+    harness's own torch-fp32, an `elementwise` op list other than the stack's (None), or other `stack` fields
+    than the row's shows what another model would predict (docs/validation-h100.md)."""
     from simulator.spec.layout import Layout
     from simulator.spec.model import ModelSpec
     from simulator.spec.stack import load_stack
@@ -42,9 +42,10 @@ def specs_for_row(row, *, cross_entropy: str = "torch-fp32", elementwise: str | 
     model = ModelSpec(name=str(row["run_id"]), hidden_size=int(row["hidden"]), num_layers=int(row["layers"]),
                       num_heads=int(row["heads"]), num_kv_heads=int(row["kv_heads"]), ffn_hidden_size=int(row["ffn_hidden"]),
                       vocab_size=int(row["vocab"]), mlp="swiglu", norm="rmsnorm", tie_word_embeddings=False)
-    stack = load_stack("torchtitan", attention_kernel="cudnn" if str(row["attention"]) == "sdpa" else "unfused",
-                       optimizer_impl=str(row.get("optimizer_impl", "foreach")),
-                       elementwise=elementwise)
+    fields = dict(attention_kernel="cudnn" if str(row["attention"]) == "sdpa" else "unfused",
+                  optimizer_impl=str(row.get("optimizer_impl", "foreach")),
+                  grad_buffer=str(row.get("grad_buffer", "persistent")), elementwise=elementwise)
+    stack = load_stack("torchtitan", **{**fields, **(stack or {})})
     training = Training(seq_length=int(row["seq_len"]), global_batch_size=int(row["micro_batch"]), precision=dt,
                         grad_dtype=dt, master_weights=False, optimizer="adamw", optimizer_dtype=dt,
                         flash_attention=str(row["attention"]) == "sdpa", cross_entropy=cross_entropy, stack=stack)
@@ -52,7 +53,8 @@ def specs_for_row(row, *, cross_entropy: str = "torch-fp32", elementwise: str | 
     return model, training, layout
 
 
-def compare(df, hardware, *, estimate_fn=None, cross_entropy: str = "torch-fp32", elementwise: str | None = None):
+def compare(df, hardware, *, estimate_fn=None, cross_entropy: str = "torch-fp32", elementwise: str | None = None,
+            stack: dict | None = None):
     """DataFrame: run_id, measured/predicted step and memory and their signed errors (fractions)."""
     import pandas as pd
 
@@ -62,7 +64,7 @@ def compare(df, hardware, *, estimate_fn=None, cross_entropy: str = "torch-fp32"
         from simulator.estimate import estimate as estimate_fn
     rows = []
     for _, r in df[df["status"] == "ok"].iterrows():
-        m, t, lay = specs_for_row(r, cross_entropy=cross_entropy, elementwise=elementwise)
+        m, t, lay = specs_for_row(r, cross_entropy=cross_entropy, elementwise=elementwise, stack=stack)
         e = estimate_fn(m, t, lay, hardware)
         w = e.memory.worst
         tensors = float(w.peak_bytes - w.overhead_bytes)  # what torch's allocator counts (module docstring)

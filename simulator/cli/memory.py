@@ -38,7 +38,27 @@ def _table(result) -> str:
     verdict = "fits" if result.feasible else "does NOT fit"
     lines.append(f"worst stage {w.stage}: peak {w.peak_bytes / GiB:.2f} GiB -> {verdict}"
                  + (f" ({result.reason})" if result.reason else ""))
+    note = _phase_note(result, w)
+    if note:
+        lines.append(note)
     return "\n".join(lines)
+
+
+def _phase_note(result, w) -> str:
+    """Which moment of the step the worst stage's consumers are from, where it is not the activation peak with
+    every state alive (memory/worst.py `peak_terms`); '' otherwise."""
+    from ..units import GiB
+
+    if result.inference:
+        return ""
+    if w.activations_bytes == 0.0 and w.optimizer_step_bytes > 0.0:
+        return (f"peak at the optimizer step: activations freed, its own buffers "
+                f"{w.optimizer_step_bytes / GiB:.2f} GiB in other (stack optimizer_impl "
+                f"{result.training.stack.optimizer_impl!r})")
+    if w.grads_bytes == 0.0 and result.training.stack.grad_buffer == "set-to-none":
+        return ("peak before the step's first backward: gradients not yet allocated (stack grad_buffer "
+                "'set-to-none': zero_grad frees them between steps)")
+    return ""
 
 
 @click.command("memory")

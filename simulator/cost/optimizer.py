@@ -103,7 +103,9 @@ def optimizer_params_step_s(training: Training, hardware, *, non_expert, expert,
     timed over parameter counts) and η_memory where the profile has none. With `offload_optimizer` the step
     runs on the host: `offload_step_s` (PCIe transfers and the CPU Adam pass; the profile's host fields,
     spec/hardware.py HOST_DEFAULTS where absent). With the stack's `optimizer_impl = "foreach"` (Adam/AdamW):
-    torch's foreach step, `foreach_adam_bytes_per_param` in len(FOREACH_ADAMW_OPS) passes at η_memory."""
+    torch's foreach step, `foreach_adam_bytes_per_param` in len(FOREACH_ADAMW_OPS) passes at η_memory; with
+    "for-loop" the same passes one parameter at a time (torch `_single_tensor_adam` runs FOREACH_ADAMW_OPS'
+    ops per tensor: the same bytes; its per-tensor launches are not modelled)."""
     params = non_expert / shard_degree + expert / expert_shard_degree
     if training.offload_optimizer:
         from ..spec.hardware import HOST_DEFAULTS
@@ -114,7 +116,7 @@ def optimizer_params_step_s(training: Training, hardware, *, non_expert, expert,
                               pcie_bytes_per_s=host["host_pcie_bytes_per_s"],
                               host_mem_bytes_per_s=host["host_mem_bytes_per_s"],
                               gpus_per_node=getattr(hardware, "gpus_per_node", 1))
-    if training.stack.optimizer_impl == "foreach" and training.optimizer in ("adam", "adamw"):
+    if training.stack.optimizer_impl in ("foreach", "for-loop") and training.optimizer in ("adam", "adamw"):
         bytes_ = params * foreach_adam_bytes_per_param(training)  # one pass per op: η_memory per pass
         return _memory_time(bytes_, float(len(FOREACH_ADAMW_OPS)), hardware)
     bytes_ = params * optimizer_bytes_per_param(training)

@@ -261,9 +261,7 @@ def _stack(f: Fields, training: dict, tp: int, rep: Report) -> dict:
         compiled = f.flag("training.compile")
     st["compiled"] = compiled
     impl = f.text("optimizer.implementation", "fused", choices=("for-loop", "foreach", "fused"))
-    st["optimizer_impl"] = "fused" if impl == "fused" else "foreach"
-    if impl == "for-loop":
-        rep.cannot("[optimizer] implementation = 'for-loop': counted as foreach")
+    st["optimizer_impl"] = impl
     reshard = RESHARD[f.text("parallelism.fsdp_reshard_after_forward", "default", choices=tuple(RESHARD))]
     if reshard:
         st["fsdp_reshard_after_forward"] = reshard

@@ -5,8 +5,12 @@
     other = runtime overheads (overheads.py) + transient ZeRO-3/FSDP gather buffers (states.py)
             + the stack's framework buffers (framework.py: DeepSpeed's, with the activations, and the
               segments its optimizer step keeps cached)
-    allocated = max(states + activations + transient, states + the step's buffers): what
+    allocated = max(the larger phase's tensors, states + the framework's step buffers): what
                 torch.cuda.max_memory_allocated sees (no context, NCCL or reserve)
+The consumers are those alive in the step's larger phase (worst.py `peak_terms`): the activation phase
+(without the gradients where the stack frees them between steps and no backward ran before the peak:
+states.absent_grad_bytes) or the optimizer step's (all states + the step's own buffers,
+states.optimizer_step_bytes; no activations).
     activations = in_flight · (per-micro-batch bytes of the rank's layers + embedding extras)
                   + loss_in_flight · (head + logits)
                   [+ max(one layer's working set with full recompute, the loss's backward working set
@@ -39,10 +43,10 @@ from .activations import (embedding_activation_bytes, head_activation_bytes, hea
 from .framework import pipe_output_bytes, with_framework_terms
 from .inflight import inflight_microbatches, loss_inflight_microbatches
 from .kv_cache import kv_cache_bytes
-from .overheads import Overheads, context_bytes, overhead_bytes
+from .overheads import Overheads, context_bytes
 from .result import MemoryResult, memory_result
-from .states import model_state_bytes
-from .worst import at_worst_stage, worst_stage_by_class, worst_stage_of_ranks
+from .states import absent_grad_bytes, model_state_bytes
+from .worst import at_worst_stage, peak_terms, worst_stage_by_class, worst_stage_of_ranks
 
 
 def _check_inflight(inflight_per_stage, pp: int) -> np.ndarray:
@@ -183,31 +187,33 @@ def _with_stash(st, to_rank, stash, shape) -> dict:
 
 
 def _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of, *, tp, pp, dp, cp, ep,
-                  to_rank_state=None) -> dict:
+                  to_rank_state=None, grads_off=None) -> dict:
     """The per-stage arrays (or, with `worst_of`, the consumers at each layout's worst stage) from the
-    model states `st` (per class; per rank with `to_rank_state` the identity), activations, KV cache and
-    in-flight counts: peak = params + grads + optimizer + activations + KV cache + other, other = gather
-    buffers + overheads (module docstring)."""
+    model states `st` (per class; per rank with `to_rank_state` the identity), activations, KV cache,
+    in-flight counts and the gradients absent at the activation peak (`grads_off`, per rank; None: none):
+    the peak and its consumers by `peak_terms` (module docstring)."""
     to_rank_state = to_rank if to_rank_state is None else to_rank_state
-    params, grads, opt, transient, cached = (np.broadcast_to(to_rank_state(st[k]), zeros.shape)
-                                             for k in ("params", "grads", "optimizer", "gather", "cached"))
-    tensor = params + grads + opt + act + kv + transient
-    over = overhead_bytes(overheads, tensor_bytes=tensor, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
-    other = transient + over + cached
-    peak = params + grads + opt + act + kv + other
+    params, grads, opt, transient, cached, ostep = (
+        np.broadcast_to(to_rank_state(st[k]), zeros.shape)
+        for k in ("params", "grads", "optimizer", "gather", "cached", "optimizer_step"))
+    t = peak_terms(overheads, params, grads, opt, act, kv=kv, gather=transient, cached=cached,
+                   ostep=ostep if np.any(ostep) else None, grads_off=grads_off, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
     if worst_of is not None:  # the consumers at each layout's worst stage only
-        return at_worst_stage({"peak_bytes": peak, "params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt,
-                               "activations_bytes": act, "kv_cache_bytes": kv, "other_bytes": other}, worst_of)
+        return at_worst_stage({"peak_bytes": t["peak"], "params_bytes": params, "grads_bytes": t["grads"],
+                               "optimizer_bytes": opt, "activations_bytes": t["activations"], "kv_cache_bytes": kv,
+                               "other_bytes": t["other"]}, worst_of)
     st = {k: to_rank_state(v) for k, v in st.items()
-          if k not in ("params", "grads", "optimizer", "gather", "cached")}
-    params, grads, opt, transient = (zeros + x for x in (params, grads, opt, transient))
-    allocated = np.maximum(tensor, params + grads + opt + st["step"])  # the larger phase (framework.py)
+          if k not in ("params", "grads", "optimizer", "gather", "cached", "optimizer_step")}
+    params, opt, transient = (zeros + x for x in (params, opt, transient))
+    allocated = np.maximum(t["tensor"], params + grads + opt + st["step"])  # the larger phase (framework.py)
     ctx = zeros + np.asarray(context_bytes(overheads, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep))[..., None]
-    return {"params_bytes": params, "grads_bytes": grads, "optimizer_bytes": opt, "activations_bytes": act,
-            "kv_cache_bytes": kv, "other_bytes": other, "peak_bytes": peak, "host_bytes": zeros + st["host"],
-            "overhead_bytes": over, "transient_bytes": transient, "inflight_microbatches": inflight,
+    return {"params_bytes": params, "grads_bytes": zeros + t["grads"], "optimizer_bytes": opt,
+            "activations_bytes": zeros + t["activations"], "kv_cache_bytes": kv, "other_bytes": zeros + t["other"],
+            "peak_bytes": zeros + t["peak"], "host_bytes": zeros + st["host"],
+            "overhead_bytes": zeros + t["overhead"], "transient_bytes": transient, "inflight_microbatches": inflight,
             "layers": zeros + to_rank(pl.layers), "params": zeros + st["params_count"],
-            "framework_bytes": zeros + st["framework"], "context_bytes": ctx, "allocated_bytes": allocated}
+            "framework_bytes": zeros + st["framework"], "context_bytes": ctx, "allocated_bytes": allocated,
+            "optimizer_step_bytes": zeros + ostep}
 
 
 def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp, cp=1, ep=1, vpp: int = 1,
@@ -268,7 +274,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         zeros = np.zeros(shape)
         act, kv = _inference_terms(model, training, pl, working_set(), to_rank, zeros, tp=tp, dp=dp, cp=cp,
                                    micro_batch_size=micro_batch_size)
-        inflight = zeros + 1.0
+        inflight, grads_off = zeros + 1.0, None
     else:
         # (a read-only view of the given counts: the per-class path below reads them, never copies them)
         inflight = np.broadcast_to(_check_inflight(inflight_per_stage, width) if inflight_per_stage is not None
@@ -296,8 +302,11 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         if stashing.any():  # PipeDream: weight versions per rank, so the states are per rank, not per class
             stash = stashed_weight_bytes(to_rank(st["params"]), inflight) * stashing[..., None]
             st, to_rank_state = _with_stash(st, to_rank, stash, shape), (lambda x: x)
+        grads_off = absent_grad_bytes(np.broadcast_to((to_rank_state or to_rank)(st["grads"]), shape), training.stack,
+                                      inflight=inflight, num_microbatches=num_microbatches, zero=zero)
+        grads_off = grads_off if np.any(grads_off) else None
         if (worst_of is not None and rank_class is not None and inflight_key is not None
-                and inflight_per_stage is not None and to_rank_state is None):
+                and inflight_per_stage is not None and to_rank_state is None and grads_off is None):
             ws = working_set() * (full[..., None] if full.ndim else 1.0) if full.any() else None
             if loss is not None:
                 ws = pl.head * loss if ws is None else np.maximum(ws, pl.head * loss)
@@ -317,11 +326,11 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     if worst_of is not None and rank_class is not None and not inference:
         if to_rank_state is not None:  # states per rank: each rank its own class
             return worst_stage_of_ranks(overheads, st, act, to_rank_state, np.broadcast_to(np.arange(width), shape),
-                                        worst_of, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
-        return worst_stage_of_ranks(overheads, st, act, to_rank, rank_class, worst_of, tp=tp, pp=pp, dp=dp, cp=cp,
-                                    ep=ep)
+                                        worst_of, grads_off=grads_off, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep)
+        return worst_stage_of_ranks(overheads, st, act, to_rank, rank_class, worst_of, grads_off=grads_off, tp=tp,
+                                    pp=pp, dp=dp, cp=cp, ep=ep)
     return _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of,
-                         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, to_rank_state=to_rank_state)
+                         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, to_rank_state=to_rank_state, grads_off=grads_off)
 
 
 def _block_recompute(a_full, a_none, pl, recompute, recompute_layers: int) -> np.ndarray:

@@ -22,7 +22,8 @@ class MemoryBreakdown:
 
     other_bytes = overhead_bytes (CUDA context, NCCL, allocator reserve) + transient_bytes (buffers alive
     with the activations: ZeRO-3 gather buffers, the stack's framework buffers) + the framework's cached
-    step segments. host_bytes: CPU memory per GPU for offloaded states (not part of peak).
+    step segments + what the optimizer step holds beyond the activation phase where that phase is the
+    larger (optimizer_step_bytes: the step's own buffers, e.g. foreach Adam's denominator). host_bytes: CPU memory per GPU for offloaded states (not part of peak).
     peak_bytes is the device's total (what nvidia-smi shows). framework_bytes: the stack's buffers in it
     (memory/framework.py); context_bytes: CUDA context + NCCL buffers, outside the caching allocator;
     allocated_bytes: the allocator's allocated peak (torch.cuda.max_memory_allocated); the allocator's
@@ -46,6 +47,7 @@ class MemoryBreakdown:
     framework_bytes: float = 0.0
     context_bytes: float = 0.0
     allocated_bytes: float = 0.0
+    optimizer_step_bytes: float = 0.0
 
     def biggest_consumer(self) -> tuple[str, float]:
         """(name, bytes) of the largest of params, grads, optimizer, activations, kv_cache, other."""

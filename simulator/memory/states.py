@@ -24,6 +24,7 @@ from ..spec.model import ModelSpec
 from ..spec.training import Training
 from ..spec.placement import StagePlacement, params_per_rank, stage_param_split  # noqa: F401 (re-exported)
 from ..spec.rules import shard_degrees
+from ..units import DTYPE_BYTES
 
 
 def zero_state_bytes_per_param(*, zero: int, shard_degree, param_bytes: float, grad_bytes: float,
@@ -83,7 +84,7 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
     zeros = np.zeros_like(dense + expert)
     if inference:
         return {"params": P * (dense + expert), "grads": zeros, "optimizer": zeros, "host": zeros,
-                "gather": zeros, "params_count": dense + expert}
+                "gather": zeros, "optimizer_step": zeros, "params_count": dense + expert}
     if training.offload_params and np.any(np.asarray(zero) != 3):
         from ..errors import InputError
         raise InputError(f"offload_params needs zero = 3, got zero({np.asarray(zero).ravel()[0]})")
@@ -105,8 +106,66 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
         out["gather"] = gather * (z3[..., None] if z3.ndim else 1.0)
     else:
         out["gather"] = zeros
+    out["optimizer_step"] = optimizer_step_bytes(out["optimizer"], training)
     out["params_count"] = dense + expert
     return out
+
+
+def optimizer_step_bytes(optimizer_bytes, training: Training) -> np.ndarray:
+    """Bytes the optimizer step allocates beyond the model states, alive while the step runs:
+
+        foreach Adam / AdamW:  (b_m / K) · optimizer_bytes  = b_m · Ψ_opt     (one second-moment copy)
+        otherwise:             0
+
+    torch's multi-tensor Adam (torch/optim/adam.py `_multi_tensor_adam`, the `foreach` implementation,
+    torch's default on CUDA tensors) computes the denominator out of place, `exp_avg_sq_sqrt =
+    torch._foreach_sqrt(device_exp_avg_sqs)`, then divides and adds eps into it in place and frees it after
+    `_foreach_addcdiv_`: one new tensor per second moment, b_m bytes (the moments' dtype) for each of the
+    rank's Ψ_opt optimizer-owned parameters, all alive at once (one call over the whole list). AdamW's
+    decay (`_foreach_mul_` on the parameters) and the moment updates (`_foreach_lerp_`, `_foreach_mul_`,
+    `_foreach_addcmul_`) work in place. The fused kernels (torch `fused=True`, Apex / Megatron / DeepSpeed
+    FusedAdam) update in registers: nothing. The for-loop implementations (torch `_single_tensor_adam`,
+    Composer's DecoupledAdamW `adamw`) compute the denominator one parameter at a time, `exp_avg_sq.sqrt()`
+    then its division by a scalar (a second new tensor): at most 2·b_m bytes of the largest parameter at
+    once, not counted (one tensor of a transformer's many; the embedding, the largest, is ~3-7 % of Llama 3
+    8B-70B's parameters). SGD's foreach step without Nesterov or weight decay updates
+    in place: nothing. `optimizer_bytes` is the rank's K·Ψ_opt (K = Training.optimizer_bytes: master copy +
+    moments; 0 when offloaded), so the share b_m / K of it is one moment's bytes."""
+    k = float(training.optimizer_bytes)
+    foreach_adam = training.stack.optimizer_impl == "foreach" and training.optimizer in ("adam", "adamw")
+    if not foreach_adam or k <= 0.0:
+        return np.zeros_like(np.asarray(optimizer_bytes, dtype=float))
+    return np.asarray(optimizer_bytes, dtype=float) * (DTYPE_BYTES[training.optimizer_dtype] / k)
+
+
+def absent_grad_bytes(grads_bytes, stack, *, inflight, num_microbatches, zero) -> np.ndarray:
+    """Gradient bytes not yet allocated when a rank's activations peak:
+
+        G_rank   where the stack frees gradients between steps (grad_buffer "set-to-none"), the rank runs
+                 every forward of the step before its first backward (m ≤ its in-flight micro-batches: one
+                 micro-batch without a pipeline, GPipe, a 1F1B stage that holds all m) and autograd
+                 allocates them on the compute stream (zero ≤ 1); else 0
+
+    `zero_grad(set_to_none=True)` (torch.optim.Optimizer and nn.Module default since torch 2.0) drops every
+    `.grad`; autograd's AccumulateGrad allocates each gradient when the backward first reaches its
+    parameter, while that backward frees the activations saved for it. The step's activation peak (all
+    micro-batches in flight, the loss's backward working set) therefore holds no gradients when no backward
+    ran before it; once one has, they stay allocated until the next zero_grad, so a forward after a
+    backward (gradient accumulation, 1F1B's steady state) peaks with them, as persistent buffers do
+    (Megatron-Core's contiguous grad buffer, zeroed in place). Sharded gradients (ZeRO-2/3: FSDP1's
+    SHARD_GRAD_OP / FULL_SHARD, FSDP2) are the reduce-scatter's outputs, allocated on its own stream (FSDP1
+    `_reduce_grad` on the post-backward stream, FSDP2 `foreach_reduce` on the reduce-scatter stream); the
+    CUDA caching allocator reuses a freed block only for allocations on the stream it was allocated on
+    (torch.Tensor.record_stream docs, "CUDA semantics: memory management"), so the activations freed on the
+    compute stream cannot hold them and the device's reserved peak keeps them: 0 there. `grads_bytes` the
+    rank's G_rank, `inflight` its in-flight micro-batches, `zero` the ZeRO stage; shapes broadcast."""
+    shape = np.broadcast_shapes(np.shape(grads_bytes), np.shape(inflight))
+    if stack.grad_buffer != "set-to-none":
+        return np.zeros(shape)
+    m, z = np.asarray(num_microbatches, dtype=float), np.asarray(zero)
+    m, z = (m[..., None] if m.ndim else m), (z[..., None] if z.ndim else z)
+    off = (m <= np.asarray(inflight, dtype=float)) & (z <= 1)
+    return np.where(off, np.asarray(grads_bytes, dtype=float), 0.0)
 
 
 def accumulated_grad_bytes(params_per_rank, stack, *, grad_bytes: float, pp, num_microbatches) -> np.ndarray:

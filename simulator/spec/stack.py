@@ -7,8 +7,14 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   `attention_<kernel>` / `attention_bwd_<kernel>`, falling back to `attention` / `attention_bwd`);
   "unfused" is attention written out as matmuls and a softmax (no FlashAttention);
 - `cross_entropy`: how the loss is computed (Training.cross_entropy's choices);
-- `optimizer_impl`: "fused" (one multi-tensor kernel pass: Megatron FusedAdam, torch fused AdamW) or
-  "foreach" (torch's default multi-tensor AdamW: one pass per elementwise op, cost/optimizer.py);
+- `optimizer_impl`: "fused" (one multi-tensor kernel pass: Megatron FusedAdam, torch fused AdamW),
+  "foreach" (torch's default multi-tensor AdamW: one pass per elementwise op, cost/optimizer.py; its step
+  allocates one second-moment copy, memory/states.py `optimizer_step_bytes`) or "for-loop" (the same ops one
+  parameter at a time: torch `foreach=False`, Composer's DecoupledAdamW);
+- `grad_buffer`: "persistent" (gradients stay allocated between steps, zeroed in place: Megatron-Core's
+  contiguous grad buffer, `zero_grad(set_to_none=False)`) or "set-to-none" (torch's `zero_grad()` default
+  frees them, so a step's first backward allocates them while activations are freed:
+  memory/states.py `absent_grad_bytes`);
 - `fp8_recipe`: how FP8 training scales its casts (cost/memory_ops.py `fp8_cast_op`);
 - `elementwise`: which elementwise ops the framework's layer code runs, and so the non-GEMM bytes per layer
   (cost/elementwise.py): "fused" (Megatron-LM / Transformer Engine / apex fused kernels: one kernel per norm,
@@ -55,7 +61,8 @@ from .framework import FrameworkRules, rules_from_table, summary
 from .presets import check_keys, preset_names, read_toml, resolve
 
 ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "triton-pre-mlir", "xformers", "unfused")
-OPTIMIZER_IMPLS = ("fused", "foreach")
+OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
+GRAD_BUFFERS = ("persistent", "set-to-none")  # grad_buffer: gradients kept between steps or freed by zero_grad
 # FP8 scaling recipes (Transformer Engine recipes; torchao's tensorwise dynamic scaling is "current"):
 #   delayed: scale from the amax history, amax taken inside the cast kernel; current: an amax pass over
 #   the tensor before the cast; mxfp8: one 1-byte scale per 32 elements (block scaling)
@@ -87,6 +94,7 @@ class Stack:
     attention_kernel: str = "cudnn"
     cross_entropy: str = "vocab-parallel"
     optimizer_impl: str = "fused"
+    grad_buffer: str = "persistent"
     fp8_recipe: str = "delayed"
     elementwise: str = "fused"  # ELEMENTWISE: the layer's elementwise op list (cost/elementwise.py)
     compiled: bool = False
@@ -120,7 +128,8 @@ class Stack:
         if not isinstance(self.runs, FrameworkRules):
             raise InputError(f"stack {self.name!r}: runs must be a [runs] table, got {self.runs!r}")
         for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("cross_entropy", CROSS_ENTROPY),
-                              ("optimizer_impl", OPTIMIZER_IMPLS), ("fp8_recipe", FP8_RECIPES),
+                              ("optimizer_impl", OPTIMIZER_IMPLS), ("grad_buffer", GRAD_BUFFERS),
+                              ("fp8_recipe", FP8_RECIPES),
                               ("elementwise", ELEMENTWISE),
                               ("fsdp_reshard_after_forward", RESHARD), ("fsdp_reduce_dtype", tuple(REDUCE_DTYPES)),
                               ("fsdp_reduce", REDUCE)):
@@ -260,7 +269,7 @@ def list_stacks():
     for n in stack_names():
         s = load_stack(n)
         rows.append({"name": n, "framework": s.framework, "attention_kernel": s.attention_kernel,
-                     "cross_entropy": s.cross_entropy, "optimizer_impl": s.optimizer_impl,
+                     "cross_entropy": s.cross_entropy, "optimizer_impl": s.optimizer_impl, "grad_buffer": s.grad_buffer,
                      "elementwise": s.elementwise, "compiled": s.compiled,
                      "kernels_fwd_bwd": "/".join(map(str, s.kernels_per_layer)),
                      "host_us_per_kernel": s.host_s_per_kernel * 1e6, "runs": summary(s.runs)})

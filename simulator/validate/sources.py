@@ -168,7 +168,7 @@ _MEGATRON_GPT_2022 = dict(family="gpt", tie_word_embeddings=True, learned_positi
 _LLMFOUNDRY = dict(family="mpt", tie_word_embeddings=True, learned_positions=True, flash_attention=True,
                    dropout=False, stack="fsdp", grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
                    stack_overrides=(("attention_kernel", "triton-pre-mlir"), ("fsdp_reduce_dtype", "grad"),
-                                    ("cross_entropy", "xentropy")))
+                                    ("cross_entropy", "xentropy"), ("optimizer_impl", "for-loop")))
 _MEGATRON_GPT_2022_STATEMENTS = (
     "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
     "no FlashAttention (2021-22: materialised scores, Megatron's fused scale-mask-softmax)",
@@ -222,6 +222,9 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "loss_fn default 'fused_crossentropy' = flash_attn.losses.cross_entropy.CrossEntropyLoss; the "
             "benchmark yamls set none): keeps the bf16 logits, no fp32 copy (cross_entropy = xentropy)",
             "FSDP reduces gradients in the mixed-precision mode's dtype (fsdp_reduce_dtype = grad)",
+            "optimizer: Composer's DecoupledAdamW (the yamls/pretrain/mpt-*.yaml the benchmark reads: optimizer "
+            "name decoupled_adamw), a loop over the parameters (composer/optim/decoupled_weight_decay.py "
+            "adamw): optimizer_impl for-loop",
             "MPT benchmark config (MPTConfig defaults): LayerNorm with bias, GeLU f=4h, biases, "
             "learned positions, tied embeddings",
             "FlashAttention (attn_impl=flash)",
@@ -233,7 +236,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         stack_by_notes=((r"attn_impl=flash", "attention_kernel", "flash2"),
                         (r"attn_impl=triton", "attention_kernel", "triton-pre-mlir")),
         statements=(
-            "the LLMFOUNDRY rules (MPT architecture, xentropy loss, FSDP reduce dtype, no dropout) for the "
+            "the LLMFOUNDRY rules (MPT architecture, xentropy loss, FSDP reduce dtype, DecoupledAdamW, no dropout) for the "
             "README's H100 tables (validation/llmfoundry_h100.py)",
             "attention per row (notes): attn_impl=flash -> FlashAttention-2 (the 2024-01 sweep installs "
             "llm-foundry[gpu-flash2]), attn_impl=triton -> the Triton FlashAttention kernel on the pre-MLIR "
@@ -246,7 +249,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="TORCHTITAN_H100", family="llama", tie_word_embeddings=False, learned_positions=False,
         flash_attention=True, dropout=False, grad_dtype=((r".", "fp32"),), stack="torchtitan",
-        stack_overrides=(("attention_kernel", "flash2"),),
+        stack_overrides=(("attention_kernel", "flash2"), ("grad_buffer", "set-to-none")),
         stack_by_notes=((r"torch\.compile", "compiled", True), (r"AsyncTP", "tp_comm_overlap", True)),
         hardware="dgx-h100", hardware_overrides=(("hbm_bytes", 96e9), ("hbm_bytes_per_s", 2.4e12)),
         statements=(
@@ -258,13 +261,17 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "torch.compile and AsyncTP per row (notes); Float8: torchao tensorwise dynamic scaling "
             "(fp8_recipe current, the torchtitan stack's)",
             "interleaved 1F1B: 2 stages per rank (torchtitan's looped-schedule split at 9dec370), pp microbatches",
+            "gradients freed between steps (grad_buffer set-to-none): train.py at 9dec370 calls "
+            "optimizers.zero_grad(), torch's default set_to_none=True (torchtitan/optimizer.py)",
             "Llama 3.1: SwiGLU, RMSNorm, no biases, RoPE, untied output layer, GQA 8 KV heads",
         )),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
         flash_attention=True, dropout=False, grad_dtype=((r".", "fp32"),), stack="torchtitan",
-        stack_overrides=(("attention_kernel", "flash2"),),
+        stack_overrides=(("attention_kernel", "flash2"), ("grad_buffer", "set-to-none")),
         statements=(
+            "gradients freed between steps (grad_buffer set-to-none): train.py at 04133643 calls "
+            "optimizer.zero_grad(), torch's default set_to_none=True",
             "attention: torch SDPA's flash backend, FlashAttention-2 on A100 since torch 2.2 (PyTorch 2.2 "
             "release notes: 'FlashAttention-2 in scaled_dot_product_attention')",
             "Llama: SwiGLU, RMSNorm, no biases, RoPE, untied output layer",

@@ -1,0 +1,135 @@
+"""The step's two memory phases against torch itself on CPU (memory/states.py `optimizer_step_bytes`,
+`absent_grad_bytes`; memory/worst.py `peak_terms`): the bytes torch's optimizers allocate while they step, and
+what gradients freed by zero_grad change at the activation peak, read from torch.profiler's allocation events.
+"""
+import json
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+from simulator.memory import memory_breakdown
+from simulator.memory.states import absent_grad_bytes, optimizer_step_bytes
+from simulator.spec.layout import Layout
+from simulator.spec.model import ModelSpec
+from simulator.spec.stack import load_stack
+from simulator.spec.training import Training
+
+
+def _peak_above_start(torch, fn) -> int:
+    """Bytes above those live when `fn()` starts, at its peak (torch.profiler's [memory] events in time order)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    live = peak = 0
+    for e in sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"]):
+        live += e["args"]["Bytes"]
+        peak = max(peak, live)
+    return peak
+
+
+def _adamw_step_bytes(impl: str, dtype: str) -> tuple[int, int, int]:
+    """(peak bytes torch's AdamW step allocates above the states, parameter count, largest parameter) on CPU."""
+    torch = pytest.importorskip("torch")
+    td = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    g = torch.Generator().manual_seed(0)
+    params = [torch.randn(s, generator=g).to(td).requires_grad_() for s in ((384, 512), (512,), (1000, 96), (96, 384))]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g).to(td)
+    kw = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[impl]
+    opt = torch.optim.AdamW(params, lr=1e-3, **kw)
+    opt.step()  # the first step allocates the moments (state initialisation): not the step's transient
+    return _peak_above_start(torch, opt.step), sum(p.numel() for p in params), max(p.numel() for p in params)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("impl", ["fused", "foreach", "for-loop"])
+def test_optimizer_step_buffers_are_what_torch_allocates(impl, dtype):
+    # torch's foreach AdamW allocates one second-moment copy for its denominator; the fused step nothing; the
+    # per-parameter loop two copies of one parameter at a time (sqrt, then the division; not counted)
+    measured, n, largest = _adamw_step_bytes(impl, dtype)
+    b = {"fp32": 4, "bf16": 2}[dtype]
+    tr = Training(seq_length=16, global_batch_size=1, precision=dtype, grad_dtype=dtype, master_weights=False,
+                  optimizer="adamw", optimizer_dtype=dtype, stack=load_stack("megatron", optimizer_impl=impl))
+    predicted = float(optimizer_step_bytes(tr.optimizer_bytes * n, tr))
+    if impl == "for-loop":
+        assert predicted == 0.0 and 0 < measured <= 2 * b * largest * 1.01
+    else:
+        assert measured == pytest.approx(predicted, rel=0.01, abs=1024)
+    assert (predicted > 0) == (impl == "foreach")
+
+
+def _step_peak(micro_batches: int, set_to_none: bool) -> tuple[int, int, int]:
+    """(peak bytes above the parameters of one training step of `micro_batches` on CPU, gradient bytes, the
+    largest parameter's gradient bytes): an MLP whose activations outweigh its gradients, gradients kept
+    (zeroed in place) or set to None before the step."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(*[m for _ in range(3) for m in (torch.nn.Linear(256, 2048), torch.nn.GELU(),
+                                                              torch.nn.Linear(2048, 256))])
+    x = torch.randn(micro_batches, 512, 256)
+    net(x[0]).square().mean().backward()  # a first step allocates the gradients
+
+    def step():
+        net.zero_grad(set_to_none=set_to_none)
+        for i in range(micro_batches):
+            net(x[i]).square().mean().backward()
+
+    grads = sum(p.numel() * p.element_size() for p in net.parameters())
+    largest = max(p.numel() * p.element_size() for p in net.parameters())
+    return _peak_above_start(torch, step) + (0 if set_to_none else grads), grads, largest
+
+
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_gradients_set_to_none_are_absent_at_the_activation_peak_of_a_steps_first_backward(micro_batches):
+    # one micro-batch: the peak (all activations alive, the backward about to start) holds no gradients when
+    # zero_grad set them to None; with two, the second forward runs with the first backward's gradients (then
+    # the kept buffer costs at most one more gradient: the one AccumulateGrad adds into it, a temporary the
+    # first backward of set-to-None gradients steals instead)
+    kept, grads, largest = _step_peak(micro_batches, set_to_none=False)
+    freed, _, _ = _step_peak(micro_batches, set_to_none=True)
+    off = float(absent_grad_bytes(grads, load_stack("hf"), inflight=1.0, num_microbatches=micro_batches, zero=0))
+    assert off == (grads if micro_batches == 1 else 0.0)
+    assert off <= kept - freed <= off + largest
+
+
+def test_sharded_gradients_stay_counted_and_persistent_buffers_never_leave():
+    # ZeRO-2/3 gradients are reduce-scatter outputs on another stream (the freed activations cannot hold them);
+    # a persistent buffer is there at every moment
+    hf, mg = load_stack("hf"), load_stack("megatron")
+    g = np.array([[8.0, 8.0]])
+    assert absent_grad_bytes(g, hf, inflight=np.array([[1.0, 1.0]]), num_microbatches=np.array([1]),
+                             zero=np.array([3])).tolist() == [[0.0, 0.0]]
+    assert absent_grad_bytes(g, hf, inflight=np.array([[2.0, 1.0]]), num_microbatches=np.array([2]),
+                             zero=np.array([1])).tolist() == [[8.0, 0.0]]  # 1F1B: the stage that holds all m
+    assert not absent_grad_bytes(g, mg, inflight=1.0, num_microbatches=1, zero=0).any()
+
+
+def _tiny_training(stack, **kw):
+    model = ModelSpec(name="tiny", hidden_size=1024, num_layers=8, num_heads=16, ffn_hidden_size=4096, vocab_size=32000,
+                      mlp="swiglu", norm="rmsnorm", tie_word_embeddings=False)
+    tr = Training(seq_length=256, global_batch_size=1, precision="bf16", grad_dtype="bf16", master_weights=False,
+                  optimizer="adamw", optimizer_dtype="bf16", stack=stack, **kw)
+    return model, tr
+
+
+def test_a_peak_in_the_optimizer_step_reports_that_phases_consumers():
+    # small activations, foreach AdamW: the step phase (all states + the denominator copy) is the peak; its
+    # consumers add up to it, with no activations and the step's buffer in `other`
+    model, tr = _tiny_training(load_stack("hf"))
+    w = memory_breakdown(model, tr, Layout(num_gpus=1, micro_batch_size=1)).worst
+    states = w.params_bytes + w.grads_bytes + w.optimizer_bytes
+    assert w.activations_bytes == 0.0 and w.optimizer_step_bytes == pytest.approx(w.optimizer_bytes / 2)
+    assert w.peak_bytes == pytest.approx(states + w.other_bytes)
+    assert w.other_bytes == pytest.approx(w.optimizer_step_bytes + w.overhead_bytes)
+    assert w.allocated_bytes == pytest.approx(states + w.optimizer_step_bytes)
+    fused = memory_breakdown(model, *_tiny_training(load_stack("hf", optimizer_impl="fused"))[1:],
+                             Layout(num_gpus=1, micro_batch_size=1)).worst
+    assert fused.optimizer_step_bytes == 0.0 and fused.peak_bytes < w.peak_bytes
