@@ -2,10 +2,6 @@
 `absent_grad_bytes`; memory/worst.py `peak_terms`): the bytes torch's optimizers allocate while they step, and
 what gradients freed by zero_grad change at the activation peak, read from torch.profiler's allocation events.
 """
-import json
-import os
-import tempfile
-
 import numpy as np
 import pytest
 
@@ -21,18 +17,11 @@ def _peak_above_start(torch, fn) -> int:
     """Bytes above those live when `fn()` starts, at its peak (torch.profiler's [memory] events in time order)."""
     from torch.profiler import ProfilerActivity, profile
 
+    from helpers.profiler_peak import peak_bytes
+
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "trace.json")
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            events = json.load(f)["traceEvents"]
-    live = peak = 0
-    for e in sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"]):
-        live += e["args"]["Bytes"]
-        peak = max(peak, live)
-    return peak
+    return peak_bytes(prof)
 
 
 def _adamw_step_bytes(impl: str, dtype: str) -> tuple[int, int, int]:

@@ -8,7 +8,6 @@ tests/test_activations_torch.py in a subprocess.
 import json
 import os
 import sys
-import tempfile
 
 import torch
 import torch.distributed as dist
@@ -17,6 +16,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.parallel import loss_parallel
 from torch.profiler import ProfilerActivity, profile
+
+from profiler_peak import peak_bytes  # this script's folder (tests/helpers) is on sys.path
 
 os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", sys.argv[1]
 dist.init_process_group("gloo", rank=0, world_size=1)
@@ -33,16 +34,7 @@ def peak_per_element(parallel: bool) -> float:
                 F.cross_entropy(DTensor.from_local(logits, mesh, [Shard(-1)]).float(), labels).backward()
         else:
             F.cross_entropy(logits.float(), labels).backward()
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "trace.json")
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            events = json.load(f)["traceEvents"]
-    live = peak = 0
-    for e in sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"]):
-        live += e["args"]["Bytes"]
-        peak = max(peak, live)
-    return (peak - 2 * T * V) / (T * V)
+    return (peak_bytes(prof) - 2 * T * V) / (T * V)
 
 
 print(json.dumps({"torch-fp32": peak_per_element(False), "loss_parallel": peak_per_element(True)}))
