@@ -302,9 +302,11 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         if stashing.any():  # PipeDream: weight versions per rank, so the states are per rank, not per class
             stash = stashed_weight_bytes(to_rank(st["params"]), inflight) * stashing[..., None]
             st, to_rank_state = _with_stash(st, to_rank, stash, shape), (lambda x: x)
-        grads_off = absent_grad_bytes(np.broadcast_to((to_rank_state or to_rank)(st["grads"]), shape), training.stack,
-                                      inflight=inflight, num_microbatches=num_microbatches, zero=zero)
-        grads_off = grads_off if np.any(grads_off) else None
+        grads_off = None
+        if training.stack.grad_buffer == "set-to-none":  # (persistent buffers: nothing to gather)
+            off = absent_grad_bytes(np.broadcast_to((to_rank_state or to_rank)(st["grads"]), shape), training.stack,
+                                    inflight=inflight, num_microbatches=num_microbatches, zero=zero)
+            grads_off = off if np.any(off) else None
         if (worst_of is not None and rank_class is not None and inflight_key is not None
                 and inflight_per_stage is not None and to_rank_state is None and grads_off is None):
             ws = working_set() * (full[..., None] if full.ndim else 1.0) if full.any() else None
