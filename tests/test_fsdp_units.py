@@ -117,6 +117,32 @@ def test_torchtitan_keeps_parameters_and_reduces_once_when_pipelined():
     assert tt.fsdp_reduces_every_microbatch([1, 4]).tolist() == [True, False]
 
 
+def test_a_pipelined_stage_exposes_all_its_once_per_step_reduce_scatters():
+    # torch.distributed.pipelining reduce-scatters a stage's gradients after its last backward, with no compute
+    # left to hide them: the stage's exposure is at least its units' reduce-scatters, whatever the compute
+    # (recompute adds backward compute) and the micro-batch count (m = 2 or 4 per step)
+    from simulator.cost import collectives as C
+    from simulator.cost.topology import group_span
+
+    m = load_model("llama3-8b")
+    tt = load_stack("torchtitan")
+    rows = [evaluate_layouts(m, Training(seq_length=4096, global_batch_size=g, stack=tt), H100, num_gpus=16, pp=2,
+                             dp=8, zero=3, recompute=rc).iloc[0] for g in (32, 64) for rc in ("none", "full")]
+    exposed = [r.exposed_zero3_s for r in rows]
+    assert exposed == pytest.approx([exposed[0]] * 4, rel=1e-12)
+    assert rows[2].compute_s > 1.9 * rows[0].compute_s and rows[1].compute_s > rows[0].compute_s
+    layer = (m.total_params() - 2 * m.vocab_size * m.hidden_size) / m.num_layers  # a layer's parameters
+    span = group_span(H100, group="dp", dp=8, pp=2)
+    units = m.num_layers // 2
+    r = float(C.reduce_scatter_s(H100, layer * tt.fsdp_reduce_bytes(4), span))  # fp32 reduce (torchtitan)
+    g = float(C.all_gather_s(H100, layer * 2, span))
+    assert units * r <= exposed[0] <= units * 1.1 * (r + g)  # every reduce-scatter; at most every collective
+    # without the pipeline, the reductions run every micro-batch behind the backward and hide
+    flat = evaluate_layouts(m, Training(seq_length=4096, global_batch_size=16, stack=tt), H100, num_gpus=8, dp=8,
+                            zero=3).iloc[0]
+    assert flat.exposed_zero3_s < 0.25 * units * 2 * r
+
+
 @pytest.mark.parametrize("key, value", [("fsdp_prefetch", -1), ("fsdp_unit_layers", 0),
                                         ("fsdp_reshard_after_forward", "maybe"), ("fsdp_reduce", "sometimes"),
                                         ("fsdp_reduce_dtype", "fp8"), ("fsdp_prefetch", 1.5)])
