@@ -17,10 +17,17 @@ def _peak_above_start(torch, fn) -> int:
     """Bytes above those live when `fn()` starts, at its peak (torch.profiler's [memory] events in time order)."""
     from torch.profiler import ProfilerActivity, profile
 
+    import gc
+
     from helpers.profiler_peak import peak_bytes
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
+    gc.collect()  # earlier tests' garbage is not freed inside the profile (it would lower the peak)
+    gc.disable()
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+    finally:
+        gc.enable()
     return peak_bytes(prof)
 
 
@@ -122,3 +129,47 @@ def test_a_peak_in_the_optimizer_step_reports_that_phases_consumers():
     fused = memory_breakdown(model, *_tiny_training(load_stack("hf", optimizer_impl="fused"))[1:],
                              Layout(num_gpus=1, micro_batch_size=1)).worst
     assert fused.optimizer_step_bytes == 0.0 and fused.peak_bytes < w.peak_bytes
+
+
+def test_ddp_keeps_a_second_gradient_copy_in_its_buckets_unless_the_gradients_are_views(free_port):
+    # torch's DDP allocates buckets covering every gradient; with gradient_as_bucket_view=False (its default:
+    # Composer, accelerate) the gradients are copied into them, so both stay allocated (one gloo rank on CPU)
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from simulator.memory.states import ddp_bucket_bytes
+
+    helper = Path(__file__).parent / "helpers" / "ddp_bucket_bytes.py"
+    kept = {}
+    for mode in ("copied", "views"):
+        r = subprocess.run([sys.executable, str(helper), str(free_port()), mode], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        kept[mode], kept["grads"] = out["kept"], out["grads"]
+    assert kept["copied"] == pytest.approx(2 * kept["grads"], rel=0.01)  # buckets + the gradients
+    assert kept["views"] == pytest.approx(kept["grads"], rel=0.01)  # the buckets, the gradients their views
+    psi = kept["grads"] / 4  # fp32 parameters
+    for stack, extra in (("fsdp", kept["grads"]), ("hf", kept["grads"]), ("megatron", 0.0), ("torchtitan", 0.0)):
+        tr = Training(seq_length=16, global_batch_size=8, precision="fp32", grad_dtype="fp32",
+                      stack=load_stack(stack))
+        assert float(ddp_bucket_bytes(psi, tr, zero=0, shard_degree=8)) == pytest.approx(extra)
+        assert float(ddp_bucket_bytes(psi, tr, zero=0, shard_degree=1)) == 0.0  # no DDP on one rank
+        assert float(ddp_bucket_bytes(psi, tr, zero=2, shard_degree=8)) == 0.0  # FSDP's own buffers
+
+
+def test_ddp_bucket_copy_counts_with_the_gradients_and_stays_when_they_are_set_to_none():
+    model, _ = _tiny_training(load_stack("hf"))
+    tr = Training(seq_length=4096, global_batch_size=8, precision="bf16", grad_dtype="fp32", stack=load_stack("hf"))
+    lay = Layout(num_gpus=8, micro_batch_size=1)
+    copied = memory_breakdown(model, tr, lay).worst
+    views = memory_breakdown(model, Training(seq_length=4096, global_batch_size=8, precision="bf16", grad_dtype="fp32",
+                                             stack=load_stack("hf", ddp_bucket_view=True)), lay).worst
+    g = 4.0 * model.total_params()
+    # one micro-batch per rank: the .grad tensors are set to None at the activation peak, the buckets are not
+    assert views.grads_bytes == 0.0 and copied.grads_bytes == pytest.approx(g)
+    tensors = lambda w: w.peak_bytes - w.overhead_bytes  # noqa: E731 (the allocator's reserve grows with them)
+    assert tensors(copied) - tensors(views) == pytest.approx(g, rel=1e-9)

@@ -304,7 +304,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
             st, to_rank_state = _with_stash(st, to_rank, stash, shape), (lambda x: x)
         grads_off = None
         if training.stack.grad_buffer == "set-to-none":  # (persistent buffers: nothing to gather)
-            off = absent_grad_bytes(np.broadcast_to((to_rank_state or to_rank)(st["grads"]), shape), training.stack,
+            rank = to_rank_state or to_rank  # DDP's bucket copy stays allocated: only the .grad tensors are freed
+            off = absent_grad_bytes(np.broadcast_to(rank(st["grads"] - st["grad_buckets"]), shape), training.stack,
                                     inflight=inflight, num_microbatches=num_microbatches, zero=zero)
             grads_off = off if np.any(off) else None
         if (worst_of is not None and rank_class is not None and inflight_key is not None

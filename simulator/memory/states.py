@@ -84,7 +84,7 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
     zeros = np.zeros_like(dense + expert)
     if inference:
         return {"params": P * (dense + expert), "grads": zeros, "optimizer": zeros, "host": zeros,
-                "gather": zeros, "optimizer_step": zeros, "params_count": dense + expert}
+                "gather": zeros, "optimizer_step": zeros, "grad_buckets": zeros, "params_count": dense + expert}
     if training.offload_params and np.any(np.asarray(zero) != 3):
         from ..errors import InputError
         raise InputError(f"offload_params needs zero = 3, got zero({np.asarray(zero).ravel()[0]})")
@@ -106,9 +106,33 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
         out["gather"] = gather * (z3[..., None] if z3.ndim else 1.0)
     else:
         out["gather"] = zeros
+    out["grad_buckets"] = ddp_bucket_bytes(dense + expert, training, zero=zero, shard_degree=d)
+    out["grads"] = out["grads"] + out["grad_buckets"]
     out["optimizer_step"] = optimizer_step_bytes(out["optimizer"], training)
     out["params_count"] = dense + expert
     return out
+
+
+def ddp_bucket_bytes(params_per_rank, training: Training, *, zero, shard_degree) -> np.ndarray:
+    """The second copy of the gradients torch's DistributedDataParallel keeps in its communication buckets:
+
+        G · Ψ_rank   under ZeRO-0 with more than one data-parallel rank, where the stack's DDP copies the
+                     gradients into its buckets (Stack.ddp_bucket_view false); else 0
+
+    torch's Reducer allocates one flat tensor per bucket covering every parameter (reducer.cpp
+    `initialize_buckets`, `bucket.gradients`) and, with `gradient_as_bucket_view=False` (DDP's default),
+    copies each gradient into it before the all-reduce (`copy_grad_to_bucket`), so both stay allocated;
+    with True the parameters' `.grad` are views of the buckets ("the saved memory size will be equal to the
+    total gradients size", DDP docs; pytorch/pytorch#41954: ~1 GB less peak for a model of ~1 GB of
+    parameters). Megatron-Core's DDP keeps one contiguous buffer that is both; FSDP and DeepSpeed reduce
+    their own buffers (memory/framework.py). In the gradients' dtype (G bytes), counted with the gradients
+    and kept between steps (DDP allocates the buckets once)."""
+    z = np.asarray(zero)
+    ddp = (z == 0) & (np.asarray(shard_degree) > 1)
+    ddp = ddp[..., None] if ddp.ndim else ddp
+    if training.stack.ddp_bucket_view or not np.any(ddp):
+        return np.zeros_like(np.asarray(params_per_rank, dtype=float))
+    return np.where(ddp, float(training.grad_bytes) * np.asarray(params_per_rank, dtype=float), 0.0)
 
 
 def optimizer_step_bytes(optimizer_bytes, training: Training) -> np.ndarray:

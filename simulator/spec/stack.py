@@ -11,6 +11,9 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   "foreach" (torch's default multi-tensor AdamW: one pass per elementwise op, cost/optimizer.py; its step
   allocates one second-moment copy, memory/states.py `optimizer_step_bytes`) or "for-loop" (the same ops one
   parameter at a time: torch `foreach=False`, Composer's DecoupledAdamW);
+- `ddp_bucket_view`: under plain data parallelism (ZeRO-0), whether the gradients are views of the
+  all-reduce buckets (Megatron-Core's grad buffer, torch DDP `gradient_as_bucket_view=True`) or copied into
+  them (torch DDP's default: a second copy of the gradients, memory/states.py `ddp_bucket_bytes`);
 - `grad_buffer`: "persistent" (gradients stay allocated between steps, zeroed in place: Megatron-Core's
   contiguous grad buffer, `zero_grad(set_to_none=False)`) or "set-to-none" (torch's `zero_grad()` default
   frees them, so a step's first backward allocates them while activations are freed:
@@ -95,6 +98,7 @@ class Stack:
     cross_entropy: str = "vocab-parallel"
     optimizer_impl: str = "fused"
     grad_buffer: str = "persistent"
+    ddp_bucket_view: bool = True
     fp8_recipe: str = "delayed"
     elementwise: str = "fused"  # ELEMENTWISE: the layer's elementwise op list (cost/elementwise.py)
     compiled: bool = False
@@ -136,7 +140,7 @@ class Stack:
             if getattr(self, name) not in allowed:
                 raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
-        for name in ("compiled", "tp_comm_overlap", "loss_parallel"):
+        for name in ("compiled", "tp_comm_overlap", "loss_parallel", "ddp_bucket_view"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("kernels_per_layer", "compiled_kernels_per_layer"):
