@@ -64,7 +64,7 @@ def test_optimizer_step_buffers_are_what_torch_allocates(impl, dtype):
 
 def _step_peak(micro_batches: int, set_to_none: bool) -> tuple[int, int, int]:
     """(peak bytes above the parameters of one training step of `micro_batches` on CPU, gradient bytes, the
-    largest parameter's gradient bytes): an MLP whose activations outweigh its gradients, gradients kept
+    largest layer's gradient bytes): an MLP whose activations outweigh its gradients, gradients kept
     (zeroed in place) or set to None before the step."""
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
@@ -79,7 +79,7 @@ def _step_peak(micro_batches: int, set_to_none: bool) -> tuple[int, int, int]:
             net(x[i]).square().mean().backward()
 
     grads = sum(p.numel() * p.element_size() for p in net.parameters())
-    largest = max(p.numel() * p.element_size() for p in net.parameters())
+    largest = max(sum(p.numel() * p.element_size() for p in m.parameters()) for m in net)  # one layer's
     return _peak_above_start(torch, step) + (0 if set_to_none else grads), grads, largest
 
 
@@ -87,13 +87,13 @@ def _step_peak(micro_batches: int, set_to_none: bool) -> tuple[int, int, int]:
 def test_gradients_set_to_none_are_absent_at_the_activation_peak_of_a_steps_first_backward(micro_batches):
     # one micro-batch: the peak (all activations alive, the backward about to start) holds no gradients when
     # zero_grad set them to None; with two, the second forward runs with the first backward's gradients (then
-    # the kept buffer costs at most one more gradient: the one AccumulateGrad adds into it, a temporary the
-    # first backward of set-to-None gradients steals instead)
+    # the kept buffer costs at most one layer's gradients more: those AccumulateGrad adds into it, temporaries
+    # the first backward of set-to-None gradients steals instead)
     kept, grads, largest = _step_peak(micro_batches, set_to_none=False)
     freed, _, _ = _step_peak(micro_batches, set_to_none=True)
     off = float(absent_grad_bytes(grads, load_stack("hf"), inflight=1.0, num_microbatches=micro_batches, zero=0))
     assert off == (grads if micro_batches == 1 else 0.0)
-    assert off <= kept - freed <= off + largest
+    assert off <= kept - freed <= off + largest + 65536  # (+ the step's scalars: losses, their gradients)
 
 
 def test_sharded_gradients_stay_counted_and_persistent_buffers_never_leave():
