@@ -1,6 +1,7 @@
-"""The step's two memory phases against torch itself on CPU (memory/states.py `optimizer_step_bytes`,
-`absent_grad_bytes`; memory/worst.py `peak_terms`): the bytes torch's optimizers allocate while they step, and
-what gradients freed by zero_grad change at the activation peak, read from torch.profiler's allocation events.
+"""The step's two memory phases and the gradients' copies against torch itself on CPU (memory/states.py
+`optimizer_step_bytes`, `absent_grad_bytes`, `ddp_bucket_bytes`; memory/worst.py `peak_terms`): the bytes torch's
+optimizers allocate while they step, what gradients freed by zero_grad change at the activation peak, and the
+copy DDP's buckets keep, read from torch.profiler's allocation events.
 """
 import numpy as np
 import pytest

@@ -20,10 +20,13 @@ CONSUMERS = ("params", "grads", "optimizer", "activations", "kv_cache", "other")
 class MemoryBreakdown:
     """Memory of one GPU of one pipeline stage, bytes. peak = the six consumers above `peak_bytes`.
 
-    other_bytes = overhead_bytes (CUDA context, NCCL, allocator reserve) + transient_bytes (buffers alive
-    with the activations: ZeRO-3 gather buffers, the stack's framework buffers) + the framework's cached
-    step segments + what the optimizer step holds beyond the activation phase where that phase is the
-    larger (optimizer_step_bytes: the step's own buffers, e.g. foreach Adam's denominator). host_bytes: CPU memory per GPU for offloaded states (not part of peak).
+    The consumers are those alive in the step's larger phase (memory/worst.py `peak_terms`): the
+    activation phase, where other_bytes = overhead_bytes (CUDA context, NCCL, allocator reserve) +
+    transient_bytes (buffers alive with the activations: ZeRO-3 gather buffers, the stack's framework
+    buffers) + the framework's cached step segments, and grads_bytes leaves out gradients not allocated yet
+    (set to None between steps); or the optimizer step, where activations_bytes is 0 and other_bytes holds
+    the step's own buffers (optimizer_step_bytes: foreach Adam's denominator copy) + the overheads.
+    host_bytes: CPU memory per GPU for offloaded states (not part of peak).
     peak_bytes is the device's total (what nvidia-smi shows). framework_bytes: the stack's buffers in it
     (memory/framework.py); context_bytes: CUDA context + NCCL buffers, outside the caching allocator;
     allocated_bytes: the allocator's allocated peak (torch.cuda.max_memory_allocated); the allocator's

@@ -152,8 +152,8 @@ def optimizer_step_bytes(optimizer_bytes, training: Training) -> np.ndarray:
     Composer's DecoupledAdamW `adamw`) compute the denominator one parameter at a time, `exp_avg_sq.sqrt()`
     then its division by a scalar (a second new tensor): at most 2·b_m bytes of the largest parameter at
     once, not counted (one tensor of a transformer's many; the embedding, the largest, is ~3-7 % of Llama 3
-    8B-70B's parameters). SGD's foreach step without Nesterov or weight decay updates
-    in place: nothing. `optimizer_bytes` is the rank's K·Ψ_opt (K = Training.optimizer_bytes: master copy +
+    8B-70B's parameters). SGD's foreach step without Nesterov or weight decay updates in place:
+    nothing. `optimizer_bytes` is the rank's K·Ψ_opt (K = Training.optimizer_bytes: master copy +
     moments; 0 when offloaded), so the share b_m / K of it is one moment's bytes."""
     k = float(training.optimizer_bytes)
     foreach_adam = training.stack.optimizer_impl == "foreach" and training.optimizer in ("adam", "adamw")

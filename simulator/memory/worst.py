@@ -102,7 +102,8 @@ def worst_stage_of_ranks(overheads, st, act, to_rank, rank_class, worst_of, grad
         return to_rank(st[k]).reshape(act.shape)
 
     params, grads, opt = ranks("params"), ranks("grads"), ranks("optimizer")
-    gather, cached, ostep = (ranks(k) if np.any(st.get(k, 0.0)) else None for k in ("gather", "cached", "optimizer_step"))
+    gather, cached, ostep = (ranks(k) if np.any(st.get(k, 0.0)) else None
+                             for k in ("gather", "cached", "optimizer_step"))
     t = peak_terms(overheads, params, grads, opt, act, gather=gather, cached=cached, ostep=ostep, grads_off=grads_off,
                    **degrees)
     w = np.argmax(np.where(worst_of, t["peak"], -np.inf), axis=-1)
@@ -114,7 +115,8 @@ def worst_stage_by_class(overheads, st, per_mb, head, ws, loss_m, inflight, key,
     Within a class every rank holds the same contents, so its peak (`peak_terms`) differs only through its
     in-flight microbatches i: activations = i·per_mb + min(loss_m, max(i, 1))·head (+ the full-
     recompute working set `ws`; formulas.md §3.4-3.5), and overhead_bytes grows with the tensor bytes.
-    With per_mb > 0 the peak rises strictly with i, so the class's worst rank is its first with the
+    With per_mb > 0 the peak rises strictly with i (where the optimizer step's phase may hold a class's
+    peak, its ranks may tie and this shortcut steps aside), so the class's worst rank is its first with the
     most microbatches in flight; those ranks depend only on `key` (found once per distinct key), and
     each class's terms are evaluated there with the same operations as the per-rank arrays (the same
     values to the last bit). The worst stage is the class peaks' maximum, the lowest rank on ties (as

@@ -1,8 +1,10 @@
 """Bytes torch DistributedDataParallel keeps allocated on CPU (one gloo rank) after its construction and one
-backward, with the gradients copied into DDP's buckets (gradient_as_bucket_view=False, DDP's default) and as
-views of them (True), from torch.profiler's allocation events; and the gradients' bytes. Prints JSON; run by tests/test_memory_phases.py in a subprocess.
+backward, with the gradients copied into DDP's buckets (`copied`: gradient_as_bucket_view=False, DDP's
+default) or as views of them (`views`), from torch.profiler's allocation events; and the gradients' bytes.
+One mode per process (an earlier DDP freed inside the profile would be counted). Prints JSON; run by
+tests/test_memory_phases.py in a subprocess.
 
-    python tests/helpers/ddp_bucket_bytes.py PORT
+    python tests/helpers/ddp_bucket_bytes.py PORT copied|views
 """
 import gc
 import json
