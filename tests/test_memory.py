@@ -174,7 +174,7 @@ def test_worst_stage_form_picks_the_per_stage_maximum():
 
 @pytest.mark.parametrize("phases", [False, True])
 @pytest.mark.parametrize("flat", [False, True])
-@pytest.mark.parametrize("zero", [1, 3])
+@pytest.mark.parametrize("zero", [0, 1, 3])
 def test_worst_stage_form_with_rank_classes_equals_the_per_rank_arrays(zero, flat, phases):
     # the sweep's form (rank classes + worst_of) takes shorter paths (state summed per class, zero terms
     # left out; with an in-flight key, each class evaluated only at its first rank with the most
@@ -184,9 +184,10 @@ def test_worst_stage_form_with_rank_classes_equals_the_per_rank_arrays(zero, fla
     # ranks of a class tie, the first one is the worst), rows sharing a key counted once
     from simulator.structure import pipeline_table
 
-    # (phases: foreach AdamW's step buffers and gradients set to None, so some ranks peak in the optimizer step
-    # and some without their gradients: worst.peak_terms' two phases)
-    m, tr = _l70(stack=load_stack("megatron", optimizer_impl="foreach", grad_buffer="set-to-none")) if phases else _l70()
+    # (phases: foreach AdamW's step buffers, gradients set to None and DDP's bucket copy of them, so some ranks
+    # peak in the optimizer step and some without their .grad tensors: worst.peak_terms' two phases)
+    phased = load_stack("megatron", optimizer_impl="foreach", grad_buffer="set-to-none", ddp_bucket_view=False)
+    m, tr = _l70(stack=phased) if phases else _l70()
     pp, tp = np.tile([2, 4, 8, 4], 2), np.tile([8, 4, 2, 8], 2)
     dp = 512 // (pp * tp)
     mb = tr.global_batch_size // dp
@@ -211,10 +212,11 @@ def test_worst_stage_form_with_rank_classes_equals_the_per_rank_arrays(zero, fla
                   "kv_cache_bytes", "other_bytes"):
             assert np.array_equal(worst[k], full[k][rows, w]), k
     assert (full["transient_bytes"] > 0).any() == (zero == 3)  # both branches of the short paths ran
-    if phases and zero == 1:  # both phases and the absent gradients occur among the ranks compared (ZeRO-3's
-        # sharded gradients are small beside the activations, and stay counted: absent_grad_bytes)
+    if phases and zero < 3:  # both phases and the absent gradients occur among the ranks compared (ZeRO-3's
+        # sharded gradients are small beside the activations, and stay counted: absent_grad_bytes); under ZeRO-0
+        # the bucket copy stays where the .grad tensors are absent
         in_step = (full["activations_bytes"] == 0) & pt.rank_valid
-        no_grads = (full["grads_bytes"] == 0) & pt.rank_valid
+        no_grads = (full["grads_bytes"] == (full["params"] * 4.0 if zero == 0 else 0.0)) & pt.rank_valid
         assert in_step.any() and (~in_step & pt.rank_valid).any() and no_grads.any()
     if flat:  # equal in-flight counts: the first rank of a class wins its ties (rank 1 of ranks 1 and 2)
         assert w[3] == w[7] == 1
