@@ -79,6 +79,22 @@ def test_dry_runs_write_every_stage(tmp_path):
     assert any(r["run_id"].endswith("+fsdp2") for r in got) and any("+" not in r["run_id"] for r in got)
 
 
+def test_memory_phase_cases_run_on_cpu(tmp_path):
+    # the dry run of validation/gpu_memory_phases.py: every case (plain, DDP with and without bucket views, FSDP2;
+    # foreach and fused AdamW; gradients kept and set to None) trains a step; the peaks need a GPU
+    pytest.importorskip("torch")
+    import gpu_memory_phases
+
+    assert gpu_memory_phases.main(["--device", "cpu", "--out", str(tmp_path / "m.csv")]) == 0
+    with open(tmp_path / "m.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["wrap"], r["optimizer_impl"], r["grad_buffer"]) for r in rows] == list(gpu_memory_phases.CASES)
+    assert all(r["status"] == "ok" and int(r["grad_bytes"]) == int(r["param_bytes"]) for r in rows)  # one rank
+    with pytest.raises(SystemExit) as e:
+        gpu_memory_phases.main(["--device", "cpu", "--out", str(tmp_path / "x.csv"), "--config", "L1-nope"])
+    assert "--config" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_unknown_stage_is_one_line(capsys):
     import gpu_owed
 

@@ -139,15 +139,17 @@ def rows(run_id: str, res: dict) -> list[dict]:
     return out
 
 
-WRAPS = ("none", "fsdp1", "fsdp2")
+WRAPS = ("none", "fsdp1", "fsdp2", "ddp", "ddp-views")
 _OWN_GROUP: list = []
 
 
-def _wrap(model, wrap: str, torch, device: str, td):
+def wrap_model(model, wrap: str, torch, device: str, td):
     """The harness model as plain torch, or sharded per decoder layer by FSDP1 (FullyShardedDataParallel with a
     per-layer wrap policy, bf16 mixed precision, limit_all_gathers: llm-foundry / accelerate) or FSDP2
-    (fully_shard per layer then the root, fp32 reduce: torchtitan), on a one-rank process group: the
-    collectives are trivial, so what FSDP adds to the step is its host work and synchronisation."""
+    (fully_shard per layer then the root, fp32 reduce: torchtitan), or replicated by torch DDP (`ddp`: its
+    default gradient_as_bucket_view=False, the buckets copy the gradients; `ddp-views`: True), on a one-rank
+    process group: the collectives are trivial, so what the wrapper adds to the step is its host work,
+    synchronisation and buffers."""
     if wrap == "none":
         return model
     import os
@@ -161,6 +163,10 @@ def _wrap(model, wrap: str, torch, device: str, td):
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", rank=0, world_size=1)
         _OWN_GROUP.append(True)  # main() destroys it: a caller's process keeps no group of ours
     layer = type(model.layers[0])
+    if wrap in ("ddp", "ddp-views"):
+        from torch.nn.parallel import DistributedDataParallel
+        ids = [torch.device(device).index or 0] if device.startswith("cuda") else None
+        return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=wrap == "ddp-views")
     if wrap == "fsdp2":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         mp = MixedPrecisionPolicy(param_dtype=td, reduce_dtype=torch.float32)
@@ -175,9 +181,17 @@ def _wrap(model, wrap: str, torch, device: str, td):
                                     device_id=torch.device(device) if device.startswith("cuda") else None)
 
 
+def release_group() -> None:
+    """Destroy the one-rank process group `wrap_model` created, if it did (a caller's own group is kept)."""
+    if _OWN_GROUP:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+        _OWN_GROUP.clear()
+
+
 def profile_trace(cfg, *, device: str, warmup: int = 3, steps: int = 3, wrap: str = "none") -> dict:
     """Run the harness's training step (validation/train_step.py, AdamW, persistent gradients; `wrap`: plain,
-    FSDP1 or FSDP2 per layer, `_wrap`) under torch.profiler (CPU + CUDA activities) and return the exported
+    FSDP1 or FSDP2 per layer, `wrap_model`) under torch.profiler (CPU + CUDA activities) and return the exported
     Chrome trace."""
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -185,7 +199,7 @@ def profile_trace(cfg, *, device: str, warmup: int = 3, steps: int = 3, wrap: st
     import train_step
 
     td = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.dtype]
-    model = _wrap(train_step.build_model(cfg, torch, device, td), wrap, torch, device, td)
+    model = wrap_model(train_step.build_model(cfg, torch, device, td), wrap, torch, device, td)
     impl = {"fused": True} if device != "cpu" and wrap == "none" else {}
     opt = torch.optim.AdamW(list(model.parameters()), lr=1e-4, **impl)
     g = torch.Generator(device="cpu").manual_seed(1)
@@ -248,10 +262,7 @@ def main(argv=None) -> int:
             print(name, {k: round(v, 6) if isinstance(v, float) else v for k, v in res.items() if k != "by_cause"},
                   dict(list(res["by_cause"].items())[:6]), flush=True)
             out += rows(name, res)
-    if _OWN_GROUP:
-        import torch.distributed as dist
-        dist.destroy_process_group()
-        _OWN_GROUP.clear()
+    release_group()
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["run_id", "kind", "name", "value"])
         w.writeheader()
