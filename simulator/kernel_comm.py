@@ -13,7 +13,7 @@ import numpy as np
 from .cost import collectives as C
 from .cost import comm
 from .cost.compute import layer_op_times
-from .cost.fsdp import backward_pass, chunked_overlap_exposed_s, forward_pass, unit_count
+from .cost.fsdp import backward_pass, chunked_overlap_exposed_s, forward_pass, fsdp_copy_s, unit_count
 from .cost.optimizer import optimizer_params_step_s
 from .cost.topology import group_span
 from .dedup import categories, distinct_rows, gather_rows, once_per_distinct
@@ -139,9 +139,11 @@ def _class_params(model, pt, shape, tp, ep):
 
 def _zero3_unit_times(model, training, hardware, opt, pt, shard_group_size, *, tp, cp, ep, dp, pp, shape):
     """ZeRO-3/FSDP per FSDP unit of each virtual stage, (K, S) each: the parameter all-gather time of one
-    unit, its gradient reduce-scatter time (in the stack's reduce dtype) and the stage's unit count
-    (cost/fsdp.py `unit_count`). A stage's share of its rank's non-expert parameters, split evenly over its
-    units, over the data-parallel (shard) group; every unit is its own collective and pays its latency."""
+    unit, its gradient reduce-scatter time (in the stack's reduce dtype), the stage's unit count
+    (cost/fsdp.py `unit_count`) and, for a stack with FSDP2's compute-stream copies (`fsdp_copies`), one
+    unit's copy-out and copy-in time (cost/fsdp.py `fsdp_copy_s`; 0 otherwise). A stage's share of its rank's
+    non-expert parameters, split evenly over its units, over the data-parallel (shard) group; every unit is its
+    own collective and pays its latency."""
     ptg = pt.of_shapes(shape)
     stack = training.stack
     ne_cls, _ = _class_params(model, pt, shape, tp, ep)
@@ -152,7 +154,11 @@ def _zero3_unit_times(model, training, hardware, opt, pt, shard_group_size, *, t
     live = ptg.stage_valid
     g = C.all_gather_s(hardware, unit_params * training.param_bytes, span)
     r = C.reduce_scatter_s(hardware, unit_params * stack.fsdp_reduce_bytes(training.grad_bytes), span)
-    return np.where(live, g, 0.0), np.where(live, r, 0.0), np.where(live, units, 0.0)
+    co = ci = np.zeros_like(g)
+    if stack.fsdp_copies:
+        co, ci = fsdp_copy_s(hardware, unit_params, param_bytes=float(training.param_bytes),
+                             reduce_bytes=float(stack.fsdp_reduce_bytes(training.grad_bytes)))
+    return tuple(np.where(live, x, 0.0) for x in (g, r, units, co, ci))
 
 
 def _dp_tail_traffic(model, training, hardware, opt, pt, shard_group_size, span_shard_group, *, tp, cp, ep, dp, pp,
@@ -235,16 +241,19 @@ def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_
     all-gathers (when resharded after forward) and reduce-scatters (every micro-batch, or once per step).
     The once-per-step collectives are exposed like one micro-batch's: after the last backward (the
     reduction; on a pipelined stage all of it, `accumulated_grad_bytes`' source) and before the first
-    forward (the gather). The unit times once per distinct (tp, cp, ep, dp, pipeline shape), the passes
-    once per distinct (base row of `st`, shape). Returns (z3, z3_id): per exposure row the exposed and hidden times per micro-batch `f`, `b`, `hid_f`, `hid_b` (K, S) and
+    forward (the gather). FSDP2's copies (`fsdp_copies`) are compute: they lengthen each unit's compute in the
+    replay, and `copy_f`, `copy_b` (K, S) are their time per micro-batch and virtual stage. The unit times once
+    per distinct (tp, cp, ep, dp, pipeline shape), the passes once per distinct (base row of `st`, shape).
+    Returns (z3, z3_id): per exposure row the exposed and hidden times per micro-batch `f`, `b`, `hid_f`, `hid_b` (K, S) and
     the once-per-step exposure `tail` (K, S) = `tail_ag` (gathers) + `tail_rs` (reduce-scatters); each
     of the n rows' exposure row, −1 where nothing is exposed and nothing slows (it then times like the
     other ZeRO stages); and the once-per-step exposure per rank (n, P), None when there is none."""
     z3_id = np.full(n, -1)
     if not len(r3):
         return None, z3_id, None
-    (gu, ru, units), g_inv = once_per_distinct(_zero3_unit_times, cols3, model=model, training=training,
-                                               hardware=hardware, opt=opt, pt=pt, shard_group_size=shard_group_size)
+    (gu, ru, units, cou, ciu), g_inv = once_per_distinct(_zero3_unit_times, cols3, model=model, training=training,
+                                                         hardware=hardware, opt=opt, pt=pt,
+                                                         shard_group_size=shard_group_size)
     pf, p_inv = distinct_rows(b_inv[r3], pt.shape_index[r3])
     g, r, L, bb = gu[g_inv[pf]], ru[g_inv[pf]], units[g_inv[pf]], b_inv[r3[pf]]
     stack, d = training.stack, training.stack.fsdp_prefetch
@@ -254,7 +263,11 @@ def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_
     every_ag = reshard | (pp <= 1)[:, None]  # kept unsharded across micro-batches only when pipelined
     f_b, b_b, w_b = (gather_rows(st[k], bb) for k in ("F", "B", "W"))
     Lc = np.maximum(L, 1.0)
-    cf, cb = f_b / Lc, (b_b + w_b) / Lc
+    # FSDP2's copies run on the compute stream with each micro-batch's collectives: a unit's compute grows by
+    # them (copy-out after each gather, copy-in before each reduce-scatter; the once-per-step ones are left out)
+    co, ci = cou[g_inv[pf]], ciu[g_inv[pf]]
+    copy_f, copy_b = np.where(every_ag, co, 0.0), np.where(reshard, co, 0.0) + np.where(every_rs, ci, 0.0)
+    cf, cb = f_b / Lc + copy_f, (b_b + w_b) / Lc + copy_b
     ef, hf = forward_pass(cf, np.where(every_ag, g, 0.0), L, d)
     eb, hb = backward_pass(cb, np.where(reshard, g, 0.0), np.where(every_rs, r, 0.0), L, d)
     tail_ag = np.where(every_ag, 0.0, forward_pass(cf, g, L, d)[0])
@@ -266,8 +279,9 @@ def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_
     live = L > 0
     z3 = dict(f=np.where(live, ef, 0.0), b=np.where(live, eb, 0.0), hid_f=np.where(live, hf, 0.0),
               hid_b=np.where(live, hb, 0.0), tail=np.where(live, tail, 0.0), tail_ag=np.where(live, tail_ag, 0.0),
-              tail_rs=np.where(live, tail_rs, 0.0))
-    seen = (z3["f"] + z3["b"]).any(axis=1) | (opt.comm_slowdown > 0)
+              tail_rs=np.where(live, tail_rs, 0.0), copy_f=np.where(live, L * copy_f, 0.0),
+              copy_b=np.where(live, L * copy_b, 0.0))
+    seen = (z3["f"] + z3["b"] + z3["copy_f"] + z3["copy_b"]).any(axis=1) | (opt.comm_slowdown > 0)
     z3_id[r3] = np.where(seen[p_inv], p_inv, -1)
     z3["rows"] = np.full(n, -1)  # every ZeRO-3 row's exposure row, exposed or not (the timeline's view)
     z3["rows"][r3] = p_inv

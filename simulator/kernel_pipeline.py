@@ -121,13 +121,21 @@ def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> d
     zk = z3_id[has]
     # Overlapped communication occupies SMs and slows the compute it hides under (Calculon's
     # `processor_usage`; formulas.md §7.1): that compute takes comm_slowdown × the hidden time longer.
-    # F_eff = F + tp_f + cp_f + ep_f + zf + comm_slowdown · (hid_f + zhf), likewise B_eff
+    # F_eff = F + tp_f + cp_f + ep_f + zf + copy_f + comm_slowdown · (hid_f + zhf), likewise B_eff (copy_f, copy_b:
+    # FSDP2's compute-stream copies, counted as compute in `pure`)
     F_eff = gather_rows(_sum_terms(st["F"], st["tp_f"], st["cp_f"], st["ep_f"]), g)
     B_eff = gather_rows(_sum_terms(st["B"], st["tp_b"], st["cp_b"], st["ep_b"]), g)
     slow = None  # the compute's slowdown under overlapped communication, per stage (counted as compute)
+    copies = None  # FSDP2's compute-stream copies per micro-batch (kernel_comm._zero3_exposure): compute
+    if len(has) and (z3["copy_f"].any() or z3["copy_b"].any()):
+        copies = {d: np.zeros_like(F_eff) for d in ("f", "b")}
+        for d in ("f", "b"):
+            copies[d][has] = z3["copy_" + d][zk]
     for eff, d in ((F_eff, "f"), (B_eff, "b")):
         if len(has):
             eff[has] += z3[d][zk]
+        if copies is not None:
+            eff += copies[d]
         if opt.comm_slowdown != 0:
             h = gather_rows(st["hid_" + d], g)
             if len(has):
@@ -149,10 +157,13 @@ def pipeline_times(opt, pt, st, g, z3, z3_id, *, sched, pp, chunks, m, p2p) -> d
     on_star = pt.held_by(r_star)
     pure = st["F"] + st["B"] + st["W"]
     contention = (mb * row_sums(np.where(on_star, slow, 0.0)) if slow is not None and slow.any() else np.zeros(n))
+    pure_rows = gather_rows(pure, g)
+    if copies is not None:
+        pure_rows = pure_rows + copies["f"] + copies["b"]
     out = dict(makespan=makespan, makespan0=makespan0, busy_sum=row_sums(busy), r_star=r_star,
                F_eff=F_eff, B_eff=B_eff, W_eff=W_eff,  # what was replayed (report/step_timeline.py replays it)
                last_bwd=pt.rank_sum(B_eff + W_eff), contention=contention,
-               pure=mb * row_sums(np.where(on_star, gather_rows(pure, g), 0.0)) + contention)
+               pure=mb * row_sums(np.where(on_star, pure_rows, 0.0)) + contention)
     for k in ("tp", "cp", "ep"):
         f, b = st[k + "_f"], st[k + "_b"]
         out["exposed_" + k] = (mb * row_sums(np.where(on_star, gather_rows(f + b, g), 0.0)) if f.any() or b.any()

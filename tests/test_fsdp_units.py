@@ -287,3 +287,47 @@ def test_tp_overlap_finds_the_gemms_of_every_attention_and_mlp(name, sp):
         t = Training(seq_length=4096, global_batch_size=64, stack=load_stack("megatron", tp_comm_overlap=on))
         rows[on] = evaluate_layouts(m, t, H100, **kw).iloc[0]
     assert 0 < rows[True].exposed_tp_s < rows[False].exposed_tp_s
+
+
+def test_fsdp2_copies_are_compute_per_unit_and_micro_batch():
+    # FSDP2 copies each all-gather's output into the parameters and each unit's gradients into the
+    # reduce-scatter input on the compute stream: torchtitan's step grows by, per micro-batch and unit,
+    # a copy-out in forward, another in backward (parameters resharded after forward) and a copy-in; FSDP1
+    # (the fsdp stack) has none; the breakdown still adds up, the copies counted as compute
+    from simulator.cost.fsdp import fsdp_copy_s
+
+    m = load_model("llama3-8b")
+    off = load_stack("torchtitan", fsdp_copies=False)
+    rows = {}
+    for name, st in (("on", load_stack("torchtitan")), ("off", off)):
+        t = Training(seq_length=4096, global_batch_size=16, stack=st)
+        rows[name] = evaluate_layouts(m, t, H100, num_gpus=8, dp=8, zero=3).iloc[0]
+    on, no = rows["on"], rows["off"]
+    assert on.num_microbatches == 2
+    unit = m.total_params() / m.num_layers  # (the units share the embedding and head evenly: kernel_comm)
+    co, ci = (float(x) for x in fsdp_copy_s(H100, unit, param_bytes=2.0, reduce_bytes=4.0))  # bf16, fp32 reduce
+    expected = on.num_microbatches * m.num_layers * (2 * co + ci)
+    assert on.compute_s - no.compute_s == pytest.approx(expected, rel=1e-9)
+    assert on.step_s - no.step_s == pytest.approx(on.compute_s - no.compute_s, rel=0.2)
+    for r in (on, no):
+        assert r.step_s == pytest.approx(r.compute_s + r.exposed_comm_s + r.bubble_s, rel=1e-12)
+    assert not load_stack("fsdp").fsdp_copies and load_stack("torchtitan").fsdp_copies
+
+
+def test_fsdp2_copies_one_gather_output_per_gather_and_one_reduce_input_per_unit(free_port):
+    # torch itself (two gloo ranks on CPU): per forward + backward of 4 resharded units, 8 copy-outs of a unit's
+    # bf16 parameters (4 forward, 4 backward gathers) and 4 copy-ins into an fp32 reduce-scatter input: the
+    # counts and sizes fsdp_copy_s times (each copy reads one buffer and writes one of these sizes)
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    helper = Path(__file__).parent / "helpers" / "fsdp2_copies.py"
+    r = subprocess.run([sys.executable, str(helper), str(free_port())], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    units, psi = got["units"], got["unit_params"]
+    assert got["copy_out"] == [2 * psi] * (2 * units)  # bf16 parameters, forward and backward gathers
+    assert got["copy_in"] == [4 * psi] * units  # the fp32 reduce dtype

@@ -27,9 +27,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import native
+from .memory_ops import _memory_time
 
 __all__ = ["forward_pass", "backward_pass", "reduce_behind_compute_exposed_s", "chunked_overlap_exposed_s",
-           "unit_count"]
+           "unit_count", "fsdp_copy_s"]
 
 
 def unit_count(layers, unit_layers: int):
@@ -38,6 +39,24 @@ def unit_count(layers, unit_layers: int):
     form the one unit)."""
     lay = np.asarray(layers, dtype=float)
     return np.maximum(np.ceil(lay / float(unit_layers)), 1.0)
+
+
+def fsdp_copy_s(hardware, unit_params, *, param_bytes: float, reduce_bytes: float):
+    """(copy-out, copy-in) seconds of FSDP2's compute-stream copies for one unit of `unit_params` parameters
+    (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py):
+
+        copy-out, after each all-gather:   2·P·Ψ_u bytes   (split_with_sizes_copy reads the all-gather output
+                                                            and writes the unsharded parameters, in P bytes)
+        copy-in, before each reduce-scatter: (P + R)·Ψ_u bytes  (chunk_cat reads the unsharded gradients, in
+                                                            the parameters' dtype, and writes the reduce-scatter
+                                                            input in the reduce dtype, R bytes)
+
+    Both run on the current (compute) stream (`foreach_all_gather_copy_out` after waiting for the all-gather;
+    `foreach_reduce` before the reduce-scatter stream waits for it), so they add to the unit's compute. Timed
+    as one memory-bound kernel each at η_memory of its bytes (cost/memory_ops.py)."""
+    psi = np.asarray(unit_params, dtype=float)
+    return (_memory_time(2.0 * param_bytes * psi, 1.0, hardware),
+            _memory_time((param_bytes + reduce_bytes) * psi, 1.0, hardware))
 
 
 def _f(x, shape):

@@ -199,7 +199,8 @@ def _op_parts(est, d, a, S, duration) -> dict:
     total = sum(exposed.values())
     compute = np.maximum(duration - total, 0.0)
     F, B, W = (st[k][0, :S][a.stage] for k in ("F", "B", "W"))
-    pure = np.where(fwd, F, np.where(bwd, B + np.where(a.includes_weight, W, 0.0), W))
+    copy = per_op("copy_f", "copy_b", z3)  # FSDP2's compute-stream copies: compute, not contention
+    pure = np.where(fwd, F, np.where(bwd, B + np.where(a.includes_weight, W, 0.0), W)) + copy
     return {"exposed": exposed, "hidden": hidden, "compute": compute,
             "contention": np.where(wgt, 0.0, np.maximum(compute - pure, 0.0)), "names": _names(est),
             "fwd": fwd}

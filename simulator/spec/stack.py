@@ -34,6 +34,8 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   are reduced in, and whether they are reduce-scattered every micro-batch or once per step. Two of them
   may depend on pipelining ("unless-pipelined", "once-if-pipelined"): torchtitan keeps parameters after
   forward and torch.distributed.pipelining reduces once when PP is on;
+- `fsdp_copies`: FSDP2's copies on the compute stream (cost/fsdp.py `fsdp_copy_s`): each all-gather's output
+  copied into the unsharded parameters, each unit's unsharded gradients copied into the reduce-scatter input;
 - `tp_comm_overlap`: tensor-parallel collectives split into chunks pipelined with the GEMMs they feed
   (cost/fsdp.py `chunked_overlap_exposed_s`);
 - `dp_bucket_mb`: the gradient bucket of its data-parallel reduction (DDP, ZeRO-1/2): buckets are reduced
@@ -110,6 +112,7 @@ class Stack:
     fsdp_reshard_after_forward: str = "yes"
     fsdp_reduce_dtype: str = "grad"
     fsdp_reduce: str = "every-microbatch"
+    fsdp_copies: bool = False  # FSDP2's copy-out / copy-in kernels on the compute stream (cost/fsdp.py)
     tp_comm_overlap: bool = False  # TP collectives chunked under their GEMMs (Megatron userbuffers, AsyncTP)
     loss_parallel: bool = True  # the loss runs on vocabulary-sharded logits under TP (`loss_shards`)
     dp_bucket_mb: float = 25.0  # gradients per data-parallel reduction bucket, MB (PyTorch DDP bucket_cap_mb)
@@ -140,7 +143,7 @@ class Stack:
             if getattr(self, name) not in allowed:
                 raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
-        for name in ("compiled", "tp_comm_overlap", "loss_parallel", "ddp_bucket_view"):
+        for name in ("compiled", "tp_comm_overlap", "loss_parallel", "ddp_bucket_view", "fsdp_copies"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("kernels_per_layer", "compiled_kernels_per_layer"):
