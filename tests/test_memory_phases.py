@@ -88,13 +88,14 @@ def _step_peak(micro_batches: int, set_to_none: bool) -> tuple[int, int, int]:
 def test_gradients_set_to_none_are_absent_at_the_activation_peak_of_a_steps_first_backward(micro_batches):
     # one micro-batch: the peak (all activations alive, the backward about to start) holds no gradients when
     # zero_grad set them to None; with two, the second forward runs with the first backward's gradients (then
-    # the kept buffer costs at most one layer's gradients more: those AccumulateGrad adds into it, temporaries
-    # the first backward of set-to-None gradients steals instead)
+    # the kept buffer costs only the temporaries AccumulateGrad adds into it, which the first backward of
+    # set-to-None gradients steals instead: one or two layers' gradients here, by the allocator's timing)
     kept, grads, largest = _step_peak(micro_batches, set_to_none=False)
     freed, _, _ = _step_peak(micro_batches, set_to_none=True)
     off = float(absent_grad_bytes(grads, load_stack("hf"), inflight=1.0, num_microbatches=micro_batches, zero=0))
     assert off == (grads if micro_batches == 1 else 0.0)
-    assert off <= kept - freed <= off + largest + 65536  # (+ the step's scalars: losses, their gradients)
+    assert off <= kept - freed <= off + 2 * largest + 65536  # (+ the step's scalars: losses, their gradients)
+    assert 2 * largest < 0.4 * grads  # (so the two cases stay apart: G against at most 0.4 G)
 
 
 def test_sharded_gradients_stay_counted_and_persistent_buffers_never_leave():
