@@ -42,7 +42,8 @@ def run(rank: int, port: str) -> None:
     fully_shard(net, mp_policy=mp_policy)
     net(torch.randn(8, WIDTH)).float().square().mean().backward()
     if rank == 0:
-        print(json.dumps({"units": UNITS, "unit_params": WIDTH * WIDTH, **seen}))
+        print(json.dumps({"units": UNITS, "unit_params": WIDTH * WIDTH, **seen}), flush=True)
+    dist.barrier()  # both ranks done before either tears the group down (a rank left alone aborts)
     dist.destroy_process_group()
 
 
