@@ -59,16 +59,7 @@ def measure(cfg, *, device: str, wrap: str, impl: str, grads: str, warmup: int =
     cuda = device.startswith("cuda")
     model = wrap_model(train_step.build_model(cfg, torch, device, td), wrap, torch, device, td)
     params = list(model.parameters())
-    opt = torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if impl == "fused" else {"foreach": True}))
-    g = torch.Generator(device="cpu").manual_seed(1)
-    tokens = torch.randint(0, cfg.vocab, (cfg.micro_batch, cfg.seq + 1), generator=g).to(device)
-    inp, lab = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-
-    def step():
-        opt.zero_grad(set_to_none=grads == "set-to-none")
-        model(inp, lab).backward()
-        opt.step()
-
+    step, opt = train_step.training_step(model, cfg, torch, device, optimizer_impl=impl, grad_buffer=grads)
     for _ in range(warmup):
         step()
     if cuda:

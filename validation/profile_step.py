@@ -74,17 +74,8 @@ def profile_config(cfg, *, device: str, warmup: int, steps: int, optimizer_impl:
     td = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.dtype]
     cuda = device.startswith("cuda")
     model = train_step.build_model(cfg, torch, device, td)
-    params = list(model.parameters())
-    opt = torch.optim.AdamW(params, lr=1e-4, **{optimizer_impl: True})
-    g = torch.Generator(device="cpu").manual_seed(1)
-    tokens = torch.randint(0, cfg.vocab, (cfg.micro_batch, cfg.seq + 1), generator=g).to(device)
-    inp, lab = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-
-    def step():
-        opt.zero_grad(set_to_none=grad_buffer == "set-to-none")
-        model(inp, lab).backward()
-        opt.step()
-
+    step, _ = train_step.training_step(model, cfg, torch, device, optimizer_impl=optimizer_impl,
+                                       grad_buffer=grad_buffer)
     for _ in range(warmup):
         step()
     if cuda:

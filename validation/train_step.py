@@ -130,6 +130,24 @@ CPU_GRID = [
 ]
 
 
+def training_step(model, cfg: StepConfig, torch, device, *, optimizer_impl: str = "fused",
+                  grad_buffer: str = "persistent"):
+    """(step, optimizer) of the harness protocol for `model` (plain or wrapped): AdamW in `optimizer_impl`
+    ("fused" or "foreach"), a fixed batch of random tokens, and `step()` = zero_grad (gradients kept or set
+    to None, `grad_buffer`), forward with the loss, backward, optimizer step."""
+    opt = torch.optim.AdamW(list(model.parameters()), lr=1e-4, **{optimizer_impl: True})
+    g = torch.Generator(device="cpu").manual_seed(1)
+    tokens = torch.randint(0, cfg.vocab, (cfg.micro_batch, cfg.seq + 1), generator=g).to(device)
+    inp, lab = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    def step():
+        opt.zero_grad(set_to_none=grad_buffer == "set-to-none")
+        model(inp, lab).backward()
+        opt.step()
+
+    return step, opt
+
+
 def build_model(cfg: StepConfig, torch, device, dtype):
     """A Llama-style decoder (pre-norm RMSNorm, RoPE, GQA attention, SwiGLU MLP, untied head)."""
     nn = torch.nn
