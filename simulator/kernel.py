@@ -188,7 +188,7 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
     inflight = inflight_per_rank(opt, pt, sched=sched, pp=ppa, chunks=chunks, m=m)
     mem = stage_memory_arrays(model, training, tp=tp, pp=ppa, dp=dp, cp=cp, ep=ep, vpp=chunks, micro_batch_size=mbs,
                               num_microbatches=m, zero=zz, shard_group_size=batch.shard_group_size, recompute=rec,
-                              recompute_layers=batch.recompute_layers,
+                              recompute_layers=batch.recompute_layers, dp_mode=batch.dp_mode,
                               sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
                               placement=pt.classes, rank_class=pt.rank_class,
                               worst_of=None if per_stage else pt.rank_valid,

@@ -161,6 +161,9 @@ def test_ddp_keeps_a_second_gradient_copy_in_its_buckets_unless_the_gradients_ar
         assert float(ddp_bucket_bytes(psi, tr, zero=0, shard_degree=8)) == pytest.approx(extra)
         assert float(ddp_bucket_bytes(psi, tr, zero=0, shard_degree=1)) == 0.0  # no DDP on one rank
         assert float(ddp_bucket_bytes(psi, tr, zero=2, shard_degree=8)) == 0.0  # FSDP's own buffers
+        # torch's single-process DataParallel (the hf stack's other mode) and async data parallelism: no buckets
+        for mode in ("dataparallel", "async"):
+            assert float(ddp_bucket_bytes(psi, tr, zero=0, shard_degree=8, dp_mode=mode)) == 0.0
 
 
 def test_ddp_bucket_copy_counts_with_the_gradients_and_stays_when_they_are_set_to_none():
@@ -175,3 +178,11 @@ def test_ddp_bucket_copy_counts_with_the_gradients_and_stays_when_they_are_set_t
     assert views.grads_bytes == 0.0 and copied.grads_bytes == pytest.approx(g)
     tensors = lambda w: w.peak_bytes - w.overhead_bytes  # noqa: E731 (the allocator's reserve grows with them)
     assert tensors(copied) - tensors(views) == pytest.approx(g, rel=1e-9)
+    # the estimate (the kernel's memory path) agrees, and torch DataParallel keeps no bucket copy
+    from simulator.estimate import estimate
+    from simulator.spec.hardware import load_hardware
+
+    e = estimate(model, tr, lay, load_hardware("dgx-h100"))
+    assert e.memory.worst.peak_bytes == pytest.approx(copied.peak_bytes, rel=1e-12)
+    single = memory_breakdown(model, tr, Layout(num_gpus=8, micro_batch_size=1, dp_mode="dataparallel")).worst
+    assert single.grads_bytes == 0.0 and tensors(single) == pytest.approx(tensors(views), rel=1e-12)

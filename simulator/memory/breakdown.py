@@ -222,11 +222,13 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                         sequence_parallel: bool = False, schedule: str = "1f1b", layers_per_stage=None,
                         inference: bool = False, inflight_per_stage=None,
                         overheads: Overheads | None = None, placement=None, rank_class=None,
-                        worst_of=None, inflight_key=None, recompute_layers: int = 0) -> dict[str, np.ndarray]:
+                        worst_of=None, inflight_key=None, recompute_layers: int = 0,
+                        dp_mode: str = "ddp") -> dict[str, np.ndarray]:
     """Per-stage memory of many layouts at once (vectorisation contract of the sweep).
 
     tp, dp, cp, ep, micro_batch_size, num_microbatches, zero, schedule, recompute and
-    sequence_parallel are scalars or arrays of shape (N,). The pipeline shape comes from pp, vpp,
+    sequence_parallel are scalars or arrays of shape (N,) (dp_mode a scalar: DDP keeps its bucket copy of the
+    gradients, memory/states.py `ddp_bucket_bytes`). The pipeline shape comes from pp, vpp,
     schedule and layers_per_stage (scalars), or from `placement`: a StagePlacement whose arrays are
     (N, P) (structure.pipeline_table pads layouts of different pp to P ranks; pp is then (N,)).
     With `rank_class` (N, P), `placement` holds one column per rank class (structure.PipelineTable):
@@ -247,7 +249,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     _check_categorical(recompute=recompute, schedule=schedule, zero=zero)
     pl = placement if placement is not None else stage_placement(model, pp=pp, vpp=vpp, schedule=schedule,
                                                                  layers_per_stage=layers_per_stage)
-    st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero,
+    st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, dp_mode=dp_mode,
                            shard_group_size=shard_group_size, inference=inference, pp=pp,
                            num_microbatches=num_microbatches)
     st = with_framework_terms(st, model, training, pl, tp=tp, dp=dp, cp=cp, zero=zero,
@@ -363,5 +365,5 @@ def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardw
         recompute_layers=layout.recompute_layers,
         sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,
         layers_per_stage=layout.layers_per_stage, inference=inference, inflight_per_stage=inflight_per_stage,
-        overheads=overheads)
+        overheads=overheads, dp_mode=layout.dp_mode)
     return memory_result(arrays, model, training, layout, hardware, inference=inference)

@@ -62,7 +62,7 @@ def zero_state_bytes_per_param(*, zero: int, shard_degree, param_bytes: float, g
 
 def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlacement, *, tp, dp, cp, ep,
                       zero: int, shard_group_size: int | None = None,
-                      inference: bool = False, pp=1, num_microbatches=1) -> dict[str, np.ndarray]:
+                      inference: bool = False, pp=1, num_microbatches=1, dp_mode: str = "ddp") -> dict[str, np.ndarray]:
     """Weights, gradients, optimizer state (GPU) and host bytes per rank per stage.
 
     Combines `params_per_rank` with `zero_state_bytes_per_param` for the dense (degree d) and expert
@@ -106,18 +106,19 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
         out["gather"] = gather * (z3[..., None] if z3.ndim else 1.0)
     else:
         out["gather"] = zeros
-    out["grad_buckets"] = ddp_bucket_bytes(dense + expert, training, zero=zero, shard_degree=d)
+    out["grad_buckets"] = ddp_bucket_bytes(dense + expert, training, zero=zero, shard_degree=d, dp_mode=dp_mode)
     out["grads"] = out["grads"] + out["grad_buckets"]
     out["optimizer_step"] = optimizer_step_bytes(out["optimizer"], training)
     out["params_count"] = dense + expert
     return out
 
 
-def ddp_bucket_bytes(params_per_rank, training: Training, *, zero, shard_degree) -> np.ndarray:
+def ddp_bucket_bytes(params_per_rank, training: Training, *, zero, shard_degree, dp_mode: str = "ddp") -> np.ndarray:
     """The second copy of the gradients torch's DistributedDataParallel keeps in its communication buckets:
 
-        G · Ψ_rank   under ZeRO-0 with more than one data-parallel rank, where the stack's DDP copies the
-                     gradients into its buckets (Stack.ddp_bucket_view false); else 0
+        G · Ψ_rank   under ZeRO-0 with more than one data-parallel rank in DDP mode (`dp_mode` "ddp"; torch's
+                     single-process DataParallel and asynchronous data parallelism have no buckets), where the
+                     stack's DDP copies the gradients into its buckets (Stack.ddp_bucket_view false); else 0
 
     torch's Reducer allocates one flat tensor per bucket covering every parameter (reducer.cpp
     `initialize_buckets`, `bucket.gradients`) and, with `gradient_as_bucket_view=False` (DDP's default),
@@ -130,7 +131,7 @@ def ddp_bucket_bytes(params_per_rank, training: Training, *, zero, shard_degree)
     z = np.asarray(zero)
     ddp = (z == 0) & (np.asarray(shard_degree) > 1)
     ddp = ddp[..., None] if ddp.ndim else ddp
-    if training.stack.ddp_bucket_view or not np.any(ddp):
+    if training.stack.ddp_bucket_view or dp_mode != "ddp" or not np.any(ddp):
         return np.zeros_like(np.asarray(params_per_rank, dtype=float))
     return np.where(ddp, float(training.grad_bytes) * np.asarray(params_per_rank, dtype=float), 0.0)
 
