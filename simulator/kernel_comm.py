@@ -73,8 +73,9 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
     piped = np.flatnonzero(pp > 1)
     if len(piped):
         span_pp = group_span(hardware, group="pp", tp=tp[piped], cp=cp[piped], ep=1, dp=dp[piped], pp=pp[piped], **place)
-        msg = ab * mbs[piped] * (s / cp[piped]) * model.hidden_size / np.where(sp[piped], tp[piped], 1)
-        out["p2p"][piped] = C.p2p_s(hardware, msg.astype(float), span_pp)
+        msg = comm.pp_message_bytes(hidden_size=model.hidden_size, seq_length=s, micro_batch_size=mbs[piped],
+                                    bytes_per_element=ab, tp=tp[piped], cp=cp[piped], sequence_parallel=sp[piped])
+        out["p2p"][piped] = C.p2p_s(hardware, np.asarray(msg, dtype=float), span_pp)
     return out
 
 

@@ -188,20 +188,31 @@ def loss_gather_s(profile: HardwareProfile, span, *, vocab_size, seq_length, mic
     return np.where(_f(span.size) > 1, C.all_gather_s(profile, M, span), 0.0)
 
 
+def pp_message_bytes(*, hidden_size, seq_length, micro_batch_size, bytes_per_element, tp=1, cp=1,
+                     sequence_parallel=False, scatter_gather: bool = True):
+    """Bytes each TP rank sends across a stage boundary per micro-batch and direction (Narayanan et al. 2021
+    §4.1): the activation A (`activation_bytes`), or A/t with sequence parallelism (the tensor is already
+    split over the TP ranks) or Megatron's scatter/gather optimisation (each TP rank sends its 1/t slice and
+    the receiving stage all-gathers it over NVLink, not counted here; on by default in Megatron-LM, and what
+    DeepSpeed's partitioned pipe tensors and torchtitan's sequence-sharded stage outputs send too). Shapes
+    broadcast."""
+    A = activation_bytes(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size,
+                         bytes_per_element=bytes_per_element, cp=cp)
+    return np.where(np.asarray(sequence_parallel) | scatter_gather, A / _f(tp), A)
+
+
 def pp_comm(profile: HardwareProfile, span, *, hidden_size, seq_length, micro_batch_size, bytes_per_element,
             tp=1, sequence_parallel: bool = False, scatter_gather: bool = True, vpp=1, cp=1) -> CommCost:
     """Pipeline p2p per micro-batch per rank (Narayanan et al. 2021 §2.2, §4.1).
 
-    Each stage boundary sends the activation A forward and its gradient A backward; with
-    interleaving every one of the v model chunks is a hop (×v). With SP, or with Megatron's
-    scatter/gather optimisation over TP, each TP rank sends A/t (the all-gather that rebuilds A over
-    NVLink is not counted here). Time per hop: p2p over the slowest adjacent pair of the PP span.
-    The first/last stage send one direction only; this returns the interior-stage (busiest) rank.
-    p = 1 ⇒ zero.
+    Each stage boundary sends the activation A forward and its gradient A backward (`pp_message_bytes` per TP
+    rank); with interleaving every one of the v model chunks is a hop (×v). Time per hop: p2p over the slowest
+    adjacent pair of the PP span. The first/last stage send one direction only; this returns the
+    interior-stage (busiest) rank. p = 1 ⇒ zero.
     """
-    A = activation_bytes(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size,
-                         bytes_per_element=bytes_per_element, cp=cp)
-    msg = np.where(sequence_parallel or scatter_gather, A / _f(tp), A)
+    msg = pp_message_bytes(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size,
+                           bytes_per_element=bytes_per_element, tp=tp, cp=cp, sequence_parallel=sequence_parallel,
+                           scatter_gather=scatter_gather)
     p = _f(span.size)
     hops = _f(vpp) * (p > 1)
     t = C.p2p_s(profile, msg, span)
