@@ -153,12 +153,12 @@ def _zero3_unit_times(model, training, hardware, opt, pt, shard_group_size, *, t
     span = _col_span(_dp_spans(hardware, opt.placement, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp,
                                shard_group_size=shard_group_size)[0])
     live = ptg.stage_valid
+    rb = float(stack.fsdp_reduce_bytes(training.grad_bytes))
     g = C.all_gather_s(hardware, unit_params * training.param_bytes, span)
-    r = C.reduce_scatter_s(hardware, unit_params * stack.fsdp_reduce_bytes(training.grad_bytes), span)
+    r = C.reduce_scatter_s(hardware, unit_params * rb, span)
     co = ci = np.zeros_like(g)
     if stack.fsdp_copies:
-        co, ci = fsdp_copy_s(hardware, unit_params, param_bytes=float(training.param_bytes),
-                             reduce_bytes=float(stack.fsdp_reduce_bytes(training.grad_bytes)))
+        co, ci = fsdp_copy_s(hardware, unit_params, param_bytes=float(training.param_bytes), reduce_bytes=rb)
     return tuple(np.where(live, x, 0.0) for x in (g, r, units, co, ci))
 
 

@@ -200,16 +200,8 @@ def profile_trace(cfg, *, device: str, warmup: int = 3, steps: int = 3, wrap: st
 
     td = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.dtype]
     model = wrap_model(train_step.build_model(cfg, torch, device, td), wrap, torch, device, td)
-    impl = {"fused": True} if device != "cpu" and wrap == "none" else {}
-    opt = torch.optim.AdamW(list(model.parameters()), lr=1e-4, **impl)
-    g = torch.Generator(device="cpu").manual_seed(1)
-    tokens = torch.randint(0, cfg.vocab, (cfg.micro_batch, cfg.seq + 1), generator=g).to(device)
-    inp, lab = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-
-    def step():
-        opt.zero_grad(set_to_none=False)
-        model(inp, lab).backward()
-        opt.step()
+    impl = "fused" if device != "cpu" and wrap == "none" else "foreach"
+    step, _ = train_step.training_step(model, cfg, torch, device, optimizer_impl=impl)
 
     for _ in range(warmup):
         step()
