@@ -1,0 +1,121 @@
+"""Do kernels and training steps slow down once the GPU has run at its power limit for a while?
+
+    python validation/gpu_power_step.py --out power.csv [--sustain-s 15]
+    python validation/gpu_power_step.py --out power.csv --device cpu --tiny     # dry run (the tests run it)
+
+The calibration (`parasim calibrate`) times each shape's calls one by one after a short warm-up, and the H100
+harness (`validation/train_step.py`) times 10 steps after 3: both seconds at most. A training job runs for
+hours. This measures, on one GPU, in one run:
+- `gemm`: an 8192^3 bf16 GEMM timed the calibration's way (`simulator.calibrate.microbench.time_callable`)
+  after 5 s idle ("cold"), then back to back for --sustain-s seconds (one row per second with the SM clock,
+  power and temperature nvidia-smi reports), then the calibration's way again at once ("hot");
+- `step`: the same for harness training steps (fused AdamW, persistent gradients): the harness protocol
+  (3 warm-up, 10 timed steps, CUDA events, median) cold, steps back to back for --sustain-s seconds, the
+  protocol again hot.
+Every row is printed and flushed as it is measured.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpu_owed import Bench, _smi  # noqa: E402
+
+STEP_CONFIGS = ("L2-h8192-a64-kv64-f22016-s2048-b1-none-bf16-sdpa", "L8-h4096-a32-kv8-f14336-s4096-b1-none-bf16-sdpa")
+FIELDS = ["what", "run_id", "phase", "second", "calls", "time_s", "tflops", "sm_clock_mhz", "power_w", "temperature_c"]
+
+
+def _protocol_s(B: Bench, fn, warmup: int, calls: int) -> float:
+    """Median of `calls` calls, each between two CUDA events after `warmup` untimed ones (perf_counter on CPU)."""
+    for _ in range(warmup):
+        fn()
+    B.sync()
+    ts = []
+    for _ in range(calls):
+        if B.cuda:
+            a, b = B.torch.cuda.Event(enable_timing=True), B.torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ts.append(a.elapsed_time(b) * 1e-3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def measure(B: Bench, row, what: str, run_id: str, fn, flops: float, *, sustain_s: float, idle_s: float,
+            warmup: int, calls: int) -> None:
+    """Cold protocol, `sustain_s` seconds back to back (a row per second), hot protocol."""
+    def emit(phase, second, n, t):
+        row(what=what, run_id=run_id, phase=phase, second=second, calls=n, time_s=t,
+            tflops=flops / t / 1e12 if flops else float("nan"), **_smi())
+
+    time.sleep(idle_s)
+    emit("cold", "", calls, _protocol_s(B, fn, warmup, calls))
+    t0, sec = time.perf_counter(), 0
+    while time.perf_counter() - t0 < sustain_s:
+        k, w0 = 0, time.perf_counter()
+        while time.perf_counter() - w0 < 1.0:
+            fn()
+            k += 1
+        B.sync()
+        emit("sustained", sec, k, (time.perf_counter() - w0) / k)
+        sec += 1
+    emit("hot", "", calls, _protocol_s(B, fn, 0, calls))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--sustain-s", type=float, default=15.0)
+    ap.add_argument("--idle-s", type=float, default=5.0)
+    a = ap.parse_args(argv)
+    import torch
+
+    import train_step
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
+    B = Bench(torch, device)
+    f = open(a.out, "w", newline="")
+    w = csv.DictWriter(f, fieldnames=FIELDS)
+    w.writeheader()
+
+    def row(**r):
+        w.writerow(r)
+        f.flush()
+        print({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()}, flush=True)
+
+    n = 256 if a.tiny else 8192
+    dt = torch.bfloat16 if B.cuda else torch.float32
+    x = torch.randn(n, n, device=device, dtype=dt)
+    y = torch.empty(n, n, device=device, dtype=dt)
+    measure(B, row, "gemm", f"{n}^3", lambda: torch.matmul(x, x, out=y), 2.0 * n**3, sustain_s=a.sustain_s,
+            idle_s=a.idle_s, warmup=5, calls=20)
+    del x, y
+    grid = {c.run_id: c for c in train_step.GPU_GRID + train_step.HOLDOUT_GRID + train_step.CPU_GRID}
+    for rid in ([train_step.CPU_GRID[0].run_id] if a.tiny else STEP_CONFIGS):
+        cfg = grid[rid]
+        model = train_step.build_model(cfg, torch, device, {"fp32": torch.float32, "bf16": torch.bfloat16}[cfg.dtype])
+        step, opt = train_step.training_step(model, cfg, torch, device)
+        measure(B, row, "step", rid, step, 0.0, sustain_s=a.sustain_s, idle_s=a.idle_s, warmup=3, calls=10)
+        del model, opt, step
+        if B.cuda:
+            torch.cuda.empty_cache()
+    f.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
