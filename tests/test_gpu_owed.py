@@ -111,3 +111,23 @@ def test_bad_idle_gaps_arguments_are_one_line(args, key):
     with pytest.raises(SystemExit) as e:
         idle_gaps.main(["--device", "cpu", "--out", "x.csv", *args])
     assert key in str(e.value) and "\n" not in str(e.value)
+
+
+def test_power_and_queued_gemm_dry_runs(tmp_path):
+    # validation/gpu_power_step.py (cold / sustained / hot GEMMs and harness steps) and validation/gpu_gemm_queued.py
+    # (one call vs queued, bf16; FP8 needs an sm89+ GPU) run on CPU with tiny shapes and write every phase
+    pytest.importorskip("torch")
+    import gpu_gemm_queued
+    import gpu_power_step
+
+    assert gpu_power_step.main(["--out", str(tmp_path / "p.csv"), "--device", "cpu", "--tiny", "--sustain-s", "1.2",
+                                "--idle-s", "0"]) == 0
+    with open(tmp_path / "p.csv") as f:
+        got = list(csv.DictReader(f))
+    assert {(r["what"], r["phase"]) for r in got} == {(w, p) for w in ("gemm", "step") for p in ("cold", "sustained", "hot")}
+    assert all(float(r["time_s"]) > 0 for r in got)
+    assert gpu_gemm_queued.main(["--out", str(tmp_path / "q.csv"), "--device", "cpu", "--tiny", "--iters", "2",
+                                 "--warmup", "1"]) == 0
+    with open(tmp_path / "q.csv") as f:
+        got = list(csv.DictReader(f))
+    assert got and {r["dtype"] for r in got} == {"bf16"} and all(float(r["queued_s"]) > 0 for r in got)

@@ -86,7 +86,7 @@ PRESETS = {  # table -> preset -> (arch, the target GPU's MAMF row, or None: the
     "gemm_fp8": {
         "dgx-b200": ("sm_100", None), "aws-p6-b200": ("sm_100", None),
         "gb200-nvl72": ("sm_100", "GB200"), "b300": ("sm_100", "B300-SXM"), "gb300-nvl72": ("sm_100", "B300-SXM"),
-        "dgx-h100": ("sm_100", "H100-SXM"), "gcp-a3-mega": ("sm_100", "H100-SXM"), "dgx-h800": ("sm_100", "H100-SXM"),
+        "gcp-a3-mega": ("sm_100", "H100-SXM"), "dgx-h800": ("sm_100", "H100-SXM"),
         "dgx-h200": ("sm_100", "H200-SXM"), "h200-nvl": ("sm_100", "H200-SXM"),
     },
 }

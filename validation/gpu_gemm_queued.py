@@ -1,0 +1,88 @@
+"""BF16 and FP8 GEMMs timed two ways on one GPU: one call at a time (the calibration's protocol) and queued.
+
+    python validation/gpu_gemm_queued.py --out gemm_queued.csv
+    python validation/gpu_gemm_queued.py --out gemm_queued.csv --device cpu --tiny     # dry run (the tests run it)
+
+`parasim calibrate` times each call between two CUDA events and waits for it (`microbench.time_callable`): a
+small GEMM's time then includes the host's issue of the call, which a training step hides by queueing kernels
+ahead. `queued` times `--iters` back-to-back calls between two events (the host issues ahead; per call the
+kernel's time plus the GPU's gap between kernels). Shapes: the calibration's GPU grid of transformer-layer GEMMs
+(`calibrate.run.GRIDS['gpu']`); bf16 with `torch.matmul`, FP8 with `torch._scaled_mm` (e4m3, per-tensor scales,
+bf16 out; k and n divisible by 16). Both dtypes on the same machine in one run, so their ratio is free of the
+machine-to-machine spread. Rows are written as they are measured.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+FIELDS = ["op", "m", "n", "k", "dtype", "flops", "one_call_s", "queued_s"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20)
+    a = ap.parse_args(argv)
+    import torch
+
+    from simulator.calibrate import microbench as mb
+    from simulator.calibrate.run import GRIDS
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
+    cuda = device.startswith("cuda")
+    g = GRIDS["cpu" if a.tiny else "gpu"]
+    shapes = mb.transformer_gemm_shapes(hidden_sizes=g.hidden_sizes, tokens=g.tokens, tp_degrees=g.tp_degrees,
+                                        kv_fraction=g.kv_fraction)
+    fp8 = cuda and hasattr(torch, "_scaled_mm") and torch.cuda.get_device_capability(device) >= (8, 9)
+    if cuda:
+        mb.warm_up(device=device, dtype="bf16")
+    f = open(a.out, "w", newline="")
+    w = csv.DictWriter(f, fieldnames=FIELDS)
+    w.writeheader()
+    gen = torch.Generator(device=device).manual_seed(0)
+    one = torch.ones((), dtype=torch.float32, device=device)
+
+    def queued_s(fn) -> float:
+        for _ in range(a.warmup):
+            fn()
+        if not cuda:
+            return mb.time_callable(fn, device=device, warmup=0, iters=a.iters).median_s
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        e0.record()
+        for _ in range(a.iters):
+            fn()
+        e1.record()
+        e1.synchronize()
+        return e0.elapsed_time(e1) * 1e-3 / a.iters
+
+    for s in shapes:
+        dt = torch.bfloat16 if cuda else torch.float32
+        x = torch.randn(s.m, s.k, generator=gen, device=device).to(dt)
+        y = torch.randn(s.k, s.n, generator=gen, device=device).to(dt)
+        cases = [("bf16", lambda: torch.matmul(x, y))]
+        if fp8 and not (s.k % 16 or s.n % 16):
+            x8 = x.to(torch.float8_e4m3fn)
+            y8 = y.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+            cases.append(("fp8", lambda: torch._scaled_mm(x8, y8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)))
+        for dtype, fn in cases:
+            r = {"op": s.op, "m": s.m, "n": s.n, "k": s.k, "dtype": dtype, "flops": mb.gemm_flops(s.m, s.n, s.k),
+                 "one_call_s": mb.time_callable(fn, device=device, warmup=a.warmup, iters=a.iters).median_s,
+                 "queued_s": queued_s(fn)}
+            w.writerow(r)
+            f.flush()
+            print(r, flush=True)
+    f.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
