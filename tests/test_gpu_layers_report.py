@@ -21,13 +21,29 @@ def test_eager_forward_backward_is_the_kernels_on_gpu_bound_runs():
         assert p == pytest.approx(float(r["kernel_s"]), rel=0.05), r["run_id"]
 
 
-def test_the_host_bound_run_is_slower_than_the_launch_bound_says():
-    """The small run queues 11.5 ms eager for 5.4 ms of kernels; the stacks' CPU-measured 13.4 µs per op puts
-    its launch bound lower: the comparison must keep showing the measured host time above the bound."""
-    r = next(r for r in R._read("layers.csv") if r["mode"] == "eager" and r["run_id"].startswith("L4-h2048"))
+def test_the_stacks_carry_the_host_time_per_op_measured_on_the_gpu_host():
+    """The host-bound eager run (11.5 ms queued for 5.4 ms of kernels) over the ops it dispatches, counted on a
+    CPU as the stacks' kernel counts are: 20.3 µs per op, the value every stack carries (it was 13.4 µs timed on
+    a CPU without the CUDA driver)."""
+    from simulator.spec.stack import load_stack, stack_names
+
+    assert R.host_bound_ops() == 569
+    h = R.host_s_per_op()
+    assert 18e-6 < h < 23e-6
+    for name in stack_names():
+        s = load_stack(name)
+        assert s.host_s_per_kernel == pytest.approx(round(h * 1e6, 1) * 1e-6), name
+        assert "layers_cpu_ops.csv" in dict(s.source)["host_us_per_kernel"]
+
+
+def test_the_host_bound_run_is_predicted_from_its_host_time():
+    """The run the host time per op was taken from is predicted within 10 % of its queued time with the eager
+    stack (the per-pass launch bound plus the GPU time of what the bound leaves out); with the CPU-timed 13.4 µs
+    it was 24 % short. Not a held-out check: the training-step grids are (docs/validation-h100.md)."""
+    r = next(r for r in R._read("layers.csv") if r["mode"] == "eager" and r["run_id"] == R.HOST_BOUND_RUN)
     p, bound = R.predicted_fwd_bwd_s(r["run_id"], compiled=False)
-    assert float(r["step_queued_s"]) > 2 * float(r["kernel_s"]) and bound < float(r["step_queued_s"])
-    assert p < float(r["step_queued_s"])
+    assert float(r["step_queued_s"]) > 2 * float(r["kernel_s"])  # the host sets the pace
+    assert p == pytest.approx(float(r["step_queued_s"]), rel=0.10) and bound < p
 
 
 def test_steps_hold_their_time_at_the_power_limit():

@@ -124,7 +124,8 @@ def test_power_and_queued_gemm_dry_runs(tmp_path):
                                 "--idle-s", "0"]) == 0
     with open(tmp_path / "p.csv") as f:
         got = list(csv.DictReader(f))
-    assert {(r["what"], r["phase"]) for r in got} == {(w, p) for w in ("gemm", "step") for p in ("cold", "sustained", "hot")}
+    phases = {(w, p) for w in ("gemm", "step") for p in ("cold", "sustained", "hot")}
+    assert {(r["what"], r["phase"]) for r in got} == phases
     assert all(float(r["time_s"]) > 0 for r in got)
     assert gpu_gemm_queued.main(["--out", str(tmp_path / "q.csv"), "--device", "cpu", "--tiny", "--iters", "2",
                                  "--warmup", "1"]) == 0

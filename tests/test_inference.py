@@ -181,8 +181,10 @@ def test_eager_decode_is_never_faster_and_is_launch_bound_for_small_models():
     tr = Training(seq_length=512, global_batch_size=1)
     graphs = estimate_inference(tiny, tr, layout, H100, InferenceSetup(batch=1, prompt_tokens=512))
     eager = estimate_inference(tiny, tr, layout, H100, InferenceSetup(batch=1, prompt_tokens=512, eager_decode=True))
-    kernels, host = tr.stack.layer_kernels[0], tr.stack.host_s_per_kernel
+    kernels, host = tr.stack.layer_kernels[0], tr.stack.decode_host_s_per_kernel  # no_grad: decode's host time
+    assert 0 < host < tr.stack.host_s_per_kernel
     assert eager.decode_s_per_token >= tiny.num_layers * kernels * host
+    assert eager.decode_s_per_token < tiny.num_layers * kernels * tr.stack.host_s_per_kernel  # not the training one
     assert eager.decode_s_per_token > graphs.decode_s_per_token
 
 

@@ -25,7 +25,7 @@ def test_the_presets_exist_and_every_value_names_its_source():
         st = load_stack(name)
         sourced = dict(st.source)
         for key in ("attention_kernel", "cross_entropy", "optimizer_impl", "kernels_per_layer",
-                    "compiled_kernels_per_layer", "host_us_per_kernel"):
+                    "compiled_kernels_per_layer", "host_us_per_kernel", "decode_host_us_per_kernel"):
             assert sourced.get(key, "").strip(), (name, key)
     assert list(list_stacks()["name"]) == stack_names()
 
@@ -46,11 +46,13 @@ def test_training_takes_the_stacks_defaults_unless_given():
     ({"optimizer_impl": "loop"}, "optimizer_impl must be one of"),
     ({"grad_buffer": "none"}, "grad_buffer must be one of"),
     ({"ddp_bucket_view": "yes"}, "ddp_bucket_view must be true or false"),
+    ({"ddp_one_rank": 1}, "ddp_one_rank must be true or false"),
     ({"fsdp_copies": 1}, "fsdp_copies must be true or false"),
     ({"optimizer_impl": "for_loop"}, "optimizer_impl must be one of"),
     ({"kernels_per_layer": (1,)}, "kernels_per_layer must be [forward, backward]"),
     ({"kernels_per_layer": (-1, 2)}, "kernels_per_layer must be [forward, backward]"),
     ({"host_s_per_kernel": -1e-6}, "host_us_per_kernel must be in"),
+    ({"decode_host_s_per_kernel": 1.0}, "decode_host_us_per_kernel must be in"),
     ({"compiled": "yes"}, "compiled must be true or false"),
     ({"nonsense": 1}, "unknown stack key 'nonsense'"),
 ])

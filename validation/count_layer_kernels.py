@@ -1,6 +1,7 @@
 """Kernels one transformer layer launches, and the host time to issue one, measured on CPU.
 
     python validation/count_layer_kernels.py [--out validation/cpu/layer_kernels.csv]
+    python validation/count_layer_kernels.py --model-ops validation/h100_owed/layers_cpu_ops.csv
 
 For each layer implementation (the Hugging Face transformers LlamaDecoderLayer with SDPA and with eager
 attention; the plain-torch layer of validation/train_step.py), one forward and one backward run under
@@ -11,7 +12,9 @@ two), so the counts stand for the eager kernels per layer of those stacks (stack
 Host time per kernel: the same layer at a tiny size (hidden 64, 8 tokens), forward + backward timed
 without the profiler (median of 200 after 20 warm-up), divided by the kernel count: the framework's
 dispatch per op (Python, autograd, the ATen dispatcher) on this machine's CPU. The CUDA driver's own
-launch cost is not in it (no GPU here): the figure is a lower bound for a GPU host.
+launch cost is not in it (no GPU here): the figure is a lower bound for a GPU host. `--model-ops` counts the
+whole harness models the lent H100 timed (validation/h100_owed/layers.csv); their host-bound time over that
+count is the host time per op on a GPU host (validation/gpu_layers_report.py), which the stacks now carry.
 """
 from __future__ import annotations
 
@@ -106,10 +109,47 @@ def host_time(torch, run, h, s, reps=200, warm=20) -> float:
     return statistics.median(ts)
 
 
+def harness_model_ops(torch, run_id: str) -> int:
+    """Leaf aten ops (counted as above) of one forward + loss + backward of the whole harness model of `run_id`
+    (validation/train_step.py: embedding, layers, final norm, head, fp32 cross-entropy) at a tiny width: the
+    count does not depend on the width, only on the structure (layers, attention kernel, recompute)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from train_step import StepConfig, build_model
+
+    p = run_id.split("-")
+    cfg = StepConfig(layers=int(p[0][1:]), hidden=256, heads=8, kv_heads=2, ffn=704, vocab=1024, seq=64, micro_batch=1,
+                     recompute=p[7], dtype="bf16", attention=p[9])
+    model = build_model(cfg, torch, "cpu", torch.bfloat16)
+    tok = torch.randint(0, cfg.vocab, (1, cfg.seq + 1))
+    model(tok[:, :-1], tok[:, 1:]).backward()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model(tok[:, :-1], tok[:, 1:]).backward()
+    return len(leaf_kernels(prof))
+
+
+def write_model_ops(out: str) -> None:
+    """validation/h100_owed/layers_cpu_ops.csv: the CPU-counted ops of the models the GPU's layers stage timed
+    (validation/h100_owed/layers.csv), which turn its host-bound time into a host time per op (gpu_layers_report)."""
+    import torch
+
+    torch.manual_seed(0)
+    ids = sorted({r["run_id"] for r in csv.DictReader(open(ROOT / "validation" / "h100_owed" / "layers.csv"))})
+    with open(out, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["run_id", "cpu_ops_fwd_bwd", "torch"])
+        w.writeheader()
+        for rid in ids:
+            w.writerow({"run_id": rid, "cpu_ops_fwd_bwd": harness_model_ops(torch, rid), "torch": torch.__version__})
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "validation" / "cpu" / "layer_kernels.csv"))
+    ap.add_argument("--model-ops", metavar="CSV", help="instead: write the harness models' op counts (layers stage)")
     a = ap.parse_args(argv)
+    if a.model_ops:
+        write_model_ops(a.model_ops)
+        return 0
     import torch
     import transformers
 

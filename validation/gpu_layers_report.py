@@ -53,17 +53,34 @@ def predicted_fwd_bwd_s(run_id: str, *, compiled: bool) -> tuple[float, float]:
             model.num_layers * (kf + kb) * training.stack.host_s_per_kernel)
 
 
+HOST_BOUND_RUN = "L4-h2048-a16-kv8-f5632-s2048-b1-none-bf16-sdpa"  # queued 2.1x its kernels: the host sets its pace
+
+
+def host_bound_ops() -> int:
+    """CPU-counted ops of one forward + backward of the host-bound run (layers_cpu_ops.csv)."""
+    return int(next(r["cpu_ops_fwd_bwd"] for r in _read("layers_cpu_ops.csv") if r["run_id"] == HOST_BOUND_RUN))
+
+
+def host_s_per_op() -> float:
+    """Host seconds per dispatched op on the lent H100's host: the host-bound eager run's queued time (the GPU
+    waits for the host, so the time is the host's) over its CPU-counted ops. What the stacks carry as
+    `host_us_per_kernel` (per op counted on a CPU, as their `kernels_per_layer` are)."""
+    r = next(r for r in _read("layers.csv") if r["run_id"] == HOST_BOUND_RUN and r["mode"] == "eager")
+    return float(r["step_queued_s"]) / host_bound_ops()
+
+
 def launch_lines() -> list[str]:
     from simulator.spec.stack import load_stack
 
-    h = {n: load_stack(n).host_s_per_kernel * 1e6 for n in ("torchtitan", "hf", "fsdp")}
+    h = {n: load_stack(n).host_s_per_kernel * 1e6 for n in ("torchtitan",)}
     out = ["| op | host issue µs | queued µs | CUDA graph µs | kernel µs |", "|---|---|---|---|---|"]
     for r in _read("launch.csv"):
-        out.append(f"| {r['op']} | {float(r['host_us']):.1f} | {float(r['queued_us']):.1f} | {float(r['graph_us']):.2f} "
+        out.append(f"| {r['op']} | {float(r['host_us']):.1f} | {float(r['queued_us']):.1f} "
+                   f"| {float(r['graph_us']):.2f} "
                    f"| {float(r['kernel_us']):.2f} |")
     host = [float(r["host_us"]) for r in _read("launch.csv")]
-    out += ["", f"The stacks charge {h['torchtitan']:.1f} µs of host time per kernel (torchtitan, hf and fsdp alike: "
-            f"PyTorch's eager dispatch per op measured on a CPU, validation/cpu/layer_kernels.csv). The lent H100's "
+    out += ["", f"The stacks charge {h['torchtitan']:.1f} µs of host time per dispatched op (every stack alike: the "
+            "eager harness's host-bound time on this GPU's host per op, next section). The lent H100's "
             f"host issues a bare eager CUDA op in {min(host):.1f}-{max(host):.1f} µs, the kernels themselves take "
             "1.2-3.4 µs, and replayed from a CUDA graph the host's part disappears (the graph column is the "
             "kernel's time plus at most 0.4 µs).", ""]
@@ -78,7 +95,8 @@ def layers_lines() -> list[str]:
     for r in rows:
         q, k = float(r["step_queued_s"]), float(r["kernel_s"])
         p, lb = predicted_fwd_bwd_s(r["run_id"], compiled=r["mode"] == "compiled")
-        out.append(f"| {r['run_id']} | {r['mode']} | {1e3 * q:.1f} | {1e3 * k:.1f} | {float(r['kernels_per_layer']):.1f} "
+        out.append(f"| {r['run_id']} | {r['mode']} | {1e3 * q:.1f} | {1e3 * k:.1f} "
+                   f"| {float(r['kernels_per_layer']):.1f} "
                    f"| {1e3 * p:.1f} | {100 * (p / q - 1):+.1f} % | {1e3 * lb:.1f} |")
     return out + [""]
 
@@ -190,11 +208,16 @@ def _layers_findings() -> list[str]:
     ke, kc = float(e["kernels_per_layer"]), float(c["kernels_per_layer"])
     per_kernel_e = float(e["step_queued_s"]) / (4 * ke) * 1e6
     per_kernel_c = float(c["step_queued_s"]) / (4 * kc) * 1e6
+    ops = host_bound_ops()
     return [f"- **The small run is host-bound in both modes.** {small}: eager {1e3 * float(e['step_queued_s']):.1f} ms "
-            f"queued for {1e3 * float(e['kernel_s']):.1f} ms of kernels; compiled {1e3 * float(c['step_queued_s']):.1f} "
+            f"queued for {1e3 * float(e['kernel_s']):.1f} ms of kernels; compiled "
+            f"{1e3 * float(c['step_queued_s']):.1f} "
             f"ms for {1e3 * float(c['kernel_s']):.1f} ms. Per GPU kernel the host spends {per_kernel_e:.0f} µs eager "
-            f"(autograd and the modules' Python included) and {per_kernel_c:.0f} µs compiled, against the stacks' "
-            "13.4 µs per CPU-counted op; the larger runs are GPU-bound and the modes' kernel times agree within 2 %.",
+            f"(autograd and the modules' Python included) and {per_kernel_c:.0f} µs compiled. Over the {ops} ops the "
+            "same model dispatches when counted on a CPU (the stacks' counting, validation/count_layer_kernels.py "
+            f"--model-ops) the eager time is {1e6 * host_s_per_op():.1f} µs per op: the stacks' `host_us_per_kernel` "
+            "since this measurement (13.4 µs before: the same dispatch timed on a CPU, without the CUDA driver); the "
+            "larger runs are GPU-bound and the modes' kernel times agree within 2 %.",
             f"- **torch.compile launched {ke - kc:.1f} fewer kernels per layer here ({ke:.1f} -> {kc:.1f}, the "
             "embedding, head and loss included)**: the harness's layer already calls fused RMSNorm and SDPA, so "
             "Inductor has little left to fuse; the stacks' `compiled_kernels_per_layer` (12 forward, 21 backward) is "

@@ -154,7 +154,8 @@ def comparison_lines() -> list[str]:
             "| transferred table (before) | BF16 efficiency, queued | FP8 / BF16 speed-up, same shapes "
             "| one call / queued time, BF16 | one call / queued time, FP8 |", "|---|---|---|---|---|---|---|---|---|"]
     for k, (e, n) in eff_f.items():
-        out.append(f"| {k} | {n} | {e:.3f} | {shipped[k]:.3f} | {trans[k]:.3f} | {eff_b.get(k, (float('nan'),))[0]:.3f} "
+        out.append(f"| {k} | {n} | {e:.3f} | {shipped[k]:.3f} | {trans[k]:.3f} "
+                   f"| {eff_b.get(k, (float('nan'),))[0]:.3f} "
                    f"| {sp[k][0]:.2f} | {pb.get(k, (float('nan'),))[0]:.2f} | {pf[k][0]:.2f} |")
     return out + [""]
 

@@ -153,7 +153,7 @@ def decode_layer(model: ModelSpec, training: Training, hardware, *, moe: bool, t
     read in the share `experts_touched_fraction(b·e)`. Attention: KV cache bytes at c (memory/kv_cache.py)
     plus Q and O, FLOPs `decode_attention_flops`, one kernel. Norms, residual adds, RoPE and the FFN
     activation: memory_ops.py's bytes for T = b, at η_mem per kernel. `launch_bound`: the layer takes at
-    least the stack's forward kernels × host time per kernel (eager; compute.py launch_bound) — off for
+    least the stack's forward kernels × its host time per kernel under no_grad (eager; launch.py) — off for
     CUDA-graph decode (vLLM, TensorRT-LLM, SGLang capture decode steps in CUDA graphs).
     """
     one = replace(training, seq_length=1, dropout=False)
@@ -179,7 +179,8 @@ def decode_layer(model: ModelSpec, training: Training, hardware, *, moe: bool, t
         t = _memory_time(op.forward_bytes, op.kernels, hardware)
         cost = cost + DecodeCost(activation_bytes=op.forward_bytes, memory_s=t, time_s=t)
     if launch_bound:
-        floor = training.stack.layer_kernels[0] * training.stack.host_s_per_kernel
+        st = training.stack
+        floor = st.layer_kernels[0] * (st.decode_host_s_per_kernel or st.host_s_per_kernel)
         cost = replace(cost, time_s=np.maximum(cost.time_s, floor))
     return cost
 

@@ -187,11 +187,13 @@ def _with_stash(st, to_rank, stash, shape) -> dict:
 
 
 def _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of, *, tp, pp, dp, cp, ep,
-                  to_rank_state=None, grads_off=None) -> dict:
+                  to_rank_state=None, grads_off=None, grads_off_allocated=None) -> dict:
     """The per-stage arrays (or, with `worst_of`, the consumers at each layout's worst stage) from the
     model states `st` (per class; per rank with `to_rank_state` the identity), activations, KV cache,
     in-flight counts and the gradients absent at the activation peak (`grads_off`, per rank; None: none):
-    the peak and its consumers by `peak_terms` (module docstring)."""
+    the peak and its consumers by `peak_terms` (module docstring). `grads_off_allocated`: those absent from
+    the allocated peak where they differ (states.absent_grad_bytes, counter "allocated": ZeRO-2/3 gradients
+    set to None; None: the same as grads_off)."""
     to_rank_state = to_rank if to_rank_state is None else to_rank_state
     params, grads, opt, transient, cached, ostep = (
         np.broadcast_to(to_rank_state(st[k]), zeros.shape)
@@ -205,7 +207,11 @@ def _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of
     st = {k: to_rank_state(v) for k, v in st.items()
           if k not in ("params", "grads", "optimizer", "gather", "cached", "optimizer_step")}
     params, opt, transient = (zeros + x for x in (params, opt, transient))
-    allocated = np.maximum(t["tensor"], params + grads + opt + st["step"])  # the larger phase (framework.py)
+    tensor = t["tensor"] if grads_off_allocated is None else peak_terms(
+        overheads, params, grads, opt, act, kv=kv, gather=transient, cached=cached,
+        ostep=ostep if np.any(ostep) else None, grads_off=grads_off_allocated, tp=tp, pp=pp, dp=dp, cp=cp,
+        ep=ep)["tensor"]
+    allocated = np.maximum(tensor, params + grads + opt + st["step"])  # the larger phase (framework.py)
     ctx = zeros + np.asarray(context_bytes(overheads, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep))[..., None]
     return {"params_bytes": params, "grads_bytes": zeros + t["grads"], "optimizer_bytes": opt,
             "activations_bytes": zeros + t["activations"], "kv_cache_bytes": kv, "other_bytes": zeros + t["other"],
@@ -276,7 +282,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         zeros = np.zeros(shape)
         act, kv = _inference_terms(model, training, pl, working_set(), to_rank, zeros, tp=tp, dp=dp, cp=cp,
                                    micro_batch_size=micro_batch_size)
-        inflight, grads_off = zeros + 1.0, None
+        inflight, grads_off, grads_off_allocated = zeros + 1.0, None, None
     else:
         # (a read-only view of the given counts: the per-class path below reads them, never copies them)
         inflight = np.broadcast_to(_check_inflight(inflight_per_stage, width) if inflight_per_stage is not None
@@ -304,12 +310,16 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         if stashing.any():  # PipeDream: weight versions per rank, so the states are per rank, not per class
             stash = stashed_weight_bytes(to_rank(st["params"]), inflight) * stashing[..., None]
             st, to_rank_state = _with_stash(st, to_rank, stash, shape), (lambda x: x)
-        grads_off = None
+        grads_off = grads_off_allocated = None
         if training.stack.grad_buffer == "set-to-none":  # (persistent buffers: nothing to gather)
             rank = to_rank_state or to_rank  # DDP's bucket copy stays allocated: only the .grad tensors are freed
-            off = absent_grad_bytes(np.broadcast_to(rank(st["grads"] - st["grad_buckets"]), shape), training.stack,
-                                    inflight=inflight, num_microbatches=num_microbatches, zero=zero)
+            kw_off = dict(inflight=inflight, num_microbatches=num_microbatches, zero=zero)
+            g_rank = np.broadcast_to(rank(st["grads"] - st["grad_buckets"]), shape)
+            off = absent_grad_bytes(g_rank, training.stack, **kw_off)
             grads_off = off if np.any(off) else None
+            if np.any(np.asarray(zero) >= 2):  # sharded gradients leave the allocated peak, not the reserved one
+                off_a = absent_grad_bytes(g_rank, training.stack, counter="allocated", **kw_off)
+                grads_off_allocated = off_a if np.any(off_a != off) else None
         if (worst_of is not None and rank_class is not None and inflight_key is not None
                 and inflight_per_stage is not None and to_rank_state is None and grads_off is None):
             ws = working_set() * (full[..., None] if full.ndim else 1.0) if full.any() else None
@@ -335,7 +345,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         return worst_stage_of_ranks(overheads, st, act, to_rank, rank_class, worst_of, grads_off=grads_off, tp=tp,
                                     pp=pp, dp=dp, cp=cp, ep=ep)
     return _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of,
-                         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, to_rank_state=to_rank_state, grads_off=grads_off)
+                         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, to_rank_state=to_rank_state, grads_off=grads_off,
+                         grads_off_allocated=grads_off_allocated)
 
 
 def _block_recompute(a_full, a_none, pl, recompute, recompute_layers: int) -> np.ndarray:

@@ -116,12 +116,16 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
 def ddp_bucket_bytes(params_per_rank, training: Training, *, zero, shard_degree, dp_mode: str = "ddp") -> np.ndarray:
     """The second copy of the gradients torch's DistributedDataParallel keeps in its communication buckets:
 
-        G · Ψ_rank   under ZeRO-0 with more than one data-parallel rank in DDP mode (`dp_mode` "ddp"; torch's
-                     single-process DataParallel and asynchronous data parallelism have no buckets), where the
-                     stack's DDP copies the gradients into its buckets (Stack.ddp_bucket_view false); else 0
+        G · Ψ_rank   under ZeRO-0 in DDP mode (`dp_mode` "ddp"; torch's single-process DataParallel and
+                     asynchronous data parallelism have no buckets) where the model is wrapped in DDP (more
+                     than one data-parallel rank, or one where the stack wraps a one-rank group too:
+                     Stack.ddp_one_rank) and the stack's DDP copies the gradients into its buckets
+                     (Stack.ddp_bucket_view false); else 0
 
     torch's Reducer allocates one flat tensor per bucket covering every parameter (reducer.cpp
-    `initialize_buckets`, `bucket.gradients`) and, with `gradient_as_bucket_view=False` (DDP's default),
+    `initialize_buckets`: `bucket.gradients = at::empty(...)`, with no world-size condition, so a one-rank
+    group has them too: +G·Ψ measured on an H100 at world size 1, validation/gpu_memory_report.py; a one-rank
+    gloo group on CPU, tests/test_memory_phases.py) and, with `gradient_as_bucket_view=False` (DDP's default),
     copies each gradient into it before the all-reduce (`copy_grad_to_bucket`), so both stay allocated;
     with True the parameters' `.grad` are views of the buckets ("the saved memory size will be equal to the
     total gradients size", DDP docs; pytorch/pytorch#41954: ~1 GB less peak for a model of ~1 GB of
@@ -129,7 +133,7 @@ def ddp_bucket_bytes(params_per_rank, training: Training, *, zero, shard_degree,
     their own buffers (memory/framework.py). In the gradients' dtype (G bytes), counted with the gradients
     and kept between steps (DDP allocates the buckets once)."""
     z = np.asarray(zero)
-    ddp = (z == 0) & (np.asarray(shard_degree) > 1)
+    ddp = (z == 0) & ((np.asarray(shard_degree) > 1) | training.stack.ddp_one_rank)
     ddp = ddp[..., None] if ddp.ndim else ddp
     if training.stack.ddp_bucket_view or dp_mode != "ddp" or not np.any(ddp):
         return np.zeros_like(np.asarray(params_per_rank, dtype=float))
@@ -163,13 +167,16 @@ def optimizer_step_bytes(optimizer_bytes, training: Training) -> np.ndarray:
     return np.asarray(optimizer_bytes, dtype=float) * (DTYPE_BYTES[training.optimizer_dtype] / k)
 
 
-def absent_grad_bytes(grads_bytes, stack, *, inflight, num_microbatches, zero) -> np.ndarray:
-    """Gradient bytes not yet allocated when a rank's activations peak:
+def absent_grad_bytes(grads_bytes, stack, *, inflight, num_microbatches, zero,
+                      counter: str = "reserved") -> np.ndarray:
+    """Gradient bytes not yet allocated when a rank's activations peak, as `counter` sees them:
 
         G_rank   where the stack frees gradients between steps (grad_buffer "set-to-none"), the rank runs
                  every forward of the step before its first backward (m ≤ its in-flight micro-batches: one
-                 micro-batch without a pipeline, GPipe, a 1F1B stage that holds all m) and autograd
-                 allocates them on the compute stream (zero ≤ 1); else 0
+                 micro-batch without a pipeline, GPipe, a 1F1B stage that holds all m) and, for the device's
+                 reserved peak (`counter` "reserved", what parasim's peak is), autograd allocates them on the
+                 compute stream (zero ≤ 1); for the allocator's allocated peak (`counter` "allocated":
+                 torch.cuda.max_memory_allocated, MemoryBreakdown.allocated_bytes) at every zero; else 0
 
     `zero_grad(set_to_none=True)` (torch.optim.Optimizer and nn.Module default since torch 2.0) drops every
     `.grad`; autograd's AccumulateGrad allocates each gradient when the backward first reaches its
@@ -182,14 +189,18 @@ def absent_grad_bytes(grads_bytes, stack, *, inflight, num_microbatches, zero) -
     `_reduce_grad` on the post-backward stream, FSDP2 `foreach_reduce` on the reduce-scatter stream); the
     CUDA caching allocator reuses a freed block only for allocations on the stream it was allocated on
     (torch.Tensor.record_stream docs, "CUDA semantics: memory management"), so the activations freed on the
-    compute stream cannot hold them and the device's reserved peak keeps them: 0 there. `grads_bytes` the
-    rank's G_rank, `inflight` its in-flight micro-batches, `zero` the ZeRO stage; shapes broadcast."""
+    compute stream cannot hold them and the device's reserved peak keeps them: 0 there. They are still not
+    allocated at that moment, so the allocated peak drops by them all the same (FSDP2 on one H100 rank:
+    −G_rank allocated, −15 % of it reserved; validation/gpu_memory_report.py). `grads_bytes` the rank's
+    G_rank, `inflight` its in-flight micro-batches, `zero` the ZeRO stage; shapes broadcast."""
+    if counter not in ("reserved", "allocated"):
+        raise ValueError(f"counter must be 'reserved' or 'allocated', got {counter!r}")
     shape = np.broadcast_shapes(np.shape(grads_bytes), np.shape(inflight))
     if stack.grad_buffer != "set-to-none":
         return np.zeros(shape)
     m, z = np.asarray(num_microbatches, dtype=float), np.asarray(zero)
     m, z = (m[..., None] if m.ndim else m), (z[..., None] if z.ndim else z)
-    off = (m <= np.asarray(inflight, dtype=float)) & (z <= 1)
+    off = (m <= np.asarray(inflight, dtype=float)) & ((z <= 1) | (counter == "allocated"))
     return np.where(off, np.asarray(grads_bytes, dtype=float), 0.0)
 
 

@@ -19,7 +19,7 @@ from .model import ModelSpec
 from .presets import check_keys, read_toml, resolve
 from .rules import check_count
 from .run import run_table
-from .stack import Stack, load_stack
+from .stack import US_KEYS, Stack, load_stack, seconds_from_us
 from .training import Training
 from .validate import validate
 
@@ -177,11 +177,8 @@ def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
         raise InputError(f"stack in {where} must be a table [stack] (preset = \"megatron\", ...)")
     name = overrides.pop("stack", None) or table.pop("preset", None)
     table.pop("preset", None)
-    if "host_us_per_kernel" in table:
-        us = table.pop("host_us_per_kernel")
-        if not isinstance(us, (int, float)) or isinstance(us, bool):
-            raise InputError(f"host_us_per_kernel in [stack] of {where} must be a number, got {us!r}")
-        table["host_s_per_kernel"] = float(us) * 1e-6
+    seconds = seconds_from_us(table, where=f"[stack] of {where}")
+    table = {k: v for k, v in table.items() if k not in US_KEYS} | seconds
     for k in ("kernels_per_layer", "compiled_kernels_per_layer"):
         if isinstance(table.get(k), list):
             table[k] = tuple(table[k])

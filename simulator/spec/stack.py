@@ -14,6 +14,9 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
 - `ddp_bucket_view`: under plain data parallelism (ZeRO-0), whether the gradients are views of the
   all-reduce buckets (Megatron-Core's grad buffer, torch DDP `gradient_as_bucket_view=True`) or copied into
   them (torch DDP's default: a second copy of the gradients, memory/states.py `ddp_bucket_bytes`);
+- `ddp_one_rank`: whether the model is wrapped in torch DDP also when its data-parallel group has one rank
+  (a script that always wraps; torch's Reducer allocates and fills its buckets at any world size), or only
+  with more than one (the frameworks: Composer wraps when `dist.get_world_size() > 1`);
 - `grad_buffer`: "persistent" (gradients stay allocated between steps, zeroed in place: Megatron-Core's
   contiguous grad buffer, `zero_grad(set_to_none=False)`) or "set-to-none" (torch's `zero_grad()` default
   frees them, so a step's first backward allocates them while activations are freed:
@@ -28,7 +31,8 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   between GEMMs, reading the region's inputs and writing its outputs);
 - `kernels_per_layer` (eager) and `compiled_kernels_per_layer`: kernels one transformer layer launches
   in its forward and backward, and `host_s_per_kernel`, the host time to issue one: a layer pass can
-  not finish before its kernels are issued (cost/compute.py `launch_bound_s`);
+  not finish before its kernels are issued (cost/launch.py `launch_bound`); `decode_host_s_per_kernel`, the
+  same for an eager forward under no_grad (no autograd bookkeeping: eager decode, cost/inference.py);
 - `fsdp_*`: how its FSDP / ZeRO-3 runs (cost/fsdp.py): layers per FSDP unit, units prefetched ahead,
   whether parameters are freed after forward (and so gathered again in backward), the dtype gradients
   are reduced in, and whether they are reduce-scattered every micro-batch or once per step. Two of them
@@ -101,12 +105,14 @@ class Stack:
     optimizer_impl: str = "fused"
     grad_buffer: str = "persistent"
     ddp_bucket_view: bool = True
+    ddp_one_rank: bool = False  # torch DDP wraps a one-rank data-parallel group too (memory/states.py)
     fp8_recipe: str = "delayed"
     elementwise: str = "fused"  # ELEMENTWISE: the layer's elementwise op list (cost/elementwise.py)
     compiled: bool = False
     kernels_per_layer: tuple[int, int] = (0, 0)  # (forward, backward), eager; (0, 0): not launch-bound
     compiled_kernels_per_layer: tuple[int, int] = (0, 0)
     host_s_per_kernel: float = 0.0
+    decode_host_s_per_kernel: float = 0.0  # an eager forward under no_grad (decode); 0: host_s_per_kernel
     fsdp_unit_layers: int = 1
     fsdp_prefetch: int = 1
     fsdp_reshard_after_forward: str = "yes"
@@ -143,7 +149,8 @@ class Stack:
             if getattr(self, name) not in allowed:
                 raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
-        for name in ("compiled", "tp_comm_overlap", "loss_parallel", "ddp_bucket_view", "fsdp_copies"):
+        for name in ("compiled", "tp_comm_overlap", "loss_parallel", "ddp_bucket_view", "ddp_one_rank",
+                     "fsdp_copies"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("kernels_per_layer", "compiled_kernels_per_layer"):
@@ -153,10 +160,11 @@ class Stack:
                 raise InputError(f"stack {self.name!r}: {name} must be [forward, backward] kernel counts "
                                  f"(integers 0..100000), got {v!r}")
             object.__setattr__(self, name, tuple(v))
-        h = self.host_s_per_kernel
-        if not isinstance(h, (int, float)) or isinstance(h, bool) or not 0.0 <= h < 1e-2:
-            raise InputError(f"stack {self.name!r}: host_us_per_kernel must be in [0, 10000) microseconds, "
-                             f"got {h * 1e6 if isinstance(h, (int, float)) else h!r}")
+        for key, h in (("host_us_per_kernel", self.host_s_per_kernel),
+                       ("decode_host_us_per_kernel", self.decode_host_s_per_kernel)):
+            if not isinstance(h, (int, float)) or isinstance(h, bool) or not 0.0 <= h < 1e-2:
+                raise InputError(f"stack {self.name!r}: {key} must be in [0, 10000) microseconds, "
+                                 f"got {h * 1e6 if isinstance(h, (int, float)) else h!r}")
         b = self.dp_bucket_mb
         if not isinstance(b, (int, float)) or isinstance(b, bool) or not 0.0 < b <= 1e6:
             raise InputError(f"stack {self.name!r}: dp_bucket_mb must be a number of MB in (0, 1e6], got {b!r}")
@@ -219,25 +227,38 @@ class Stack:
         return self.attention_kernel != "unfused"
 
 
-_KEYS = {f.name for f in fields(Stack)} - {"host_s_per_kernel", "source"} | {"host_us_per_kernel"}
+US_KEYS = {"host_us_per_kernel": "host_s_per_kernel", "decode_host_us_per_kernel": "decode_host_s_per_kernel"}
+_KEYS = {f.name for f in fields(Stack)} - set(US_KEYS.values()) - {"source"} | set(US_KEYS)
 
 
 def stack_from_dict(d: dict, *, where: str) -> Stack:
-    """A Stack from a preset's table (`host_us_per_kernel` in microseconds, `[source]` per key)."""
+    """A Stack from a preset's table (`host_us_per_kernel`, `decode_host_us_per_kernel` in microseconds, `[source]`
+    per key)."""
     check_keys(d, where=where, required=("name", "framework"), optional=tuple(_KEYS | {"source"}))
     src = d.get("source", {})
     if not isinstance(src, dict):
         raise InputError(f"[source] in {where} must be a table of key = \"source\" lines")
-    kw = {k: v for k, v in d.items() if k not in ("source", "host_us_per_kernel")}
+    kw = {k: v for k, v in d.items() if k != "source" and k not in US_KEYS}
     for k in ("kernels_per_layer", "compiled_kernels_per_layer"):
         if k in kw and isinstance(kw[k], list):
             kw[k] = tuple(kw[k])
     if "runs" in kw:
         kw["runs"] = rules_from_table(kw["runs"], framework=str(d["name"]), where=where)
-    us = d.get("host_us_per_kernel", 0.0)
-    if not isinstance(us, (int, float)) or isinstance(us, bool):
-        raise InputError(f"host_us_per_kernel in {where} must be a number of microseconds, got {us!r}")
-    return Stack(**kw, host_s_per_kernel=float(us) * 1e-6, source=tuple((str(k), str(v)) for k, v in src.items()))
+    kw.update(seconds_from_us({k: d.get(k, 0.0) for k in US_KEYS}, where=where))
+    return Stack(**kw, source=tuple((str(k), str(v)) for k, v in src.items()))
+
+
+def seconds_from_us(table: dict, *, where: str) -> dict:
+    """The Stack fields in seconds of a table's `*_us_per_kernel` keys (microseconds: the presets' and
+    scenarios' unit); other keys are left out."""
+    out = {}
+    for key, name in US_KEYS.items():
+        if key in table:
+            us = table[key]
+            if not isinstance(us, (int, float)) or isinstance(us, bool):
+                raise InputError(f"{key} in {where} must be a number of microseconds, got {us!r}")
+            out[name] = float(us) * 1e-6
+    return out
 
 
 def load_stack(name_or_path: str | None = None, **overrides) -> Stack:
