@@ -132,3 +132,8 @@ def test_power_and_queued_gemm_dry_runs(tmp_path):
     with open(tmp_path / "q.csv") as f:
         got = list(csv.DictReader(f))
     assert got and {r["dtype"] for r in got} == {"bf16"} and all(float(r["queued_s"]) > 0 for r in got)
+    assert gpu_gemm_queued.main(["--out", str(tmp_path / "m.csv"), "--device", "cpu", "--tiny", "--memory", "--iters",
+                                 "2", "--warmup", "1"]) == 0
+    with open(tmp_path / "m.csv") as f:
+        got = list(csv.DictReader(f))
+    assert {r["kernel"] for r in got} == {"copy", "add", "rmsnorm", "silu"} and len(got) == 12

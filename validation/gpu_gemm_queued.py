@@ -2,6 +2,7 @@
 
     python validation/gpu_gemm_queued.py --out gemm_queued.csv
     python validation/gpu_gemm_queued.py --out gemm_queued.csv --device cpu --tiny     # dry run (the tests run it)
+    python validation/gpu_gemm_queued.py --memory --out memory_queued.csv                # the memory-bound kernels
 
 `parasim calibrate` times each call between two CUDA events and waits for it (`microbench.time_callable`): a
 small GEMM's time then includes the host's issue of the call, which a training step hides by queueing kernels
@@ -9,7 +10,9 @@ ahead. `queued` times `--iters` back-to-back calls between two events (the host 
 kernel's time plus the GPU's gap between kernels). Shapes: the calibration's GPU grid of transformer-layer GEMMs
 (`calibrate.run.GRIDS['gpu']`); bf16 with `torch.matmul`, FP8 with `torch._scaled_mm` (e4m3, per-tensor scales,
 bf16 out; k and n divisible by 16). Both dtypes on the same machine in one run, so their ratio is free of the
-machine-to-machine spread. Rows are written as they are measured.
+machine-to-machine spread. `--memory`: the calibration's memory-bound kernels instead (`microbench.bench_memory`'s
+copy, add, RMSNorm and SiLU, bf16, one input tensor of 64 KiB to 1 GiB), the same two ways. Rows are written as
+they are measured.
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 FIELDS = ["op", "m", "n", "k", "dtype", "flops", "one_call_s", "queued_s"]
+MEMORY_FIELDS = ["kernel", "dtype", "size_bytes", "bytes_moved", "one_call_s", "queued_s"]
+MOVED = {"copy": 2, "add": 3, "rmsnorm": 2, "silu": 2}  # bytes moved per input byte (microbench.bench_memory)
 
 
 def main(argv=None) -> int:
@@ -30,6 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--memory", action="store_true", help="the memory-bound kernels instead of the GEMMs")
     a = ap.parse_args(argv)
     import torch
 
@@ -45,7 +51,7 @@ def main(argv=None) -> int:
     if cuda:
         mb.warm_up(device=device, dtype="bf16")
     f = open(a.out, "w", newline="")
-    w = csv.DictWriter(f, fieldnames=FIELDS)
+    w = csv.DictWriter(f, fieldnames=MEMORY_FIELDS if a.memory else FIELDS)
     w.writeheader()
     gen = torch.Generator(device=device).manual_seed(0)
     one = torch.ones((), dtype=torch.float32, device=device)
@@ -64,6 +70,10 @@ def main(argv=None) -> int:
         e1.synchronize()
         return e0.elapsed_time(e1) * 1e-3 / a.iters
 
+    if a.memory:
+        _memory(torch, mb, w, f, device, cuda, a.tiny, queued_s)
+        f.close()
+        return 0
     for s in shapes:
         dt = torch.bfloat16 if cuda else torch.float32
         x = torch.randn(s.m, s.k, generator=gen, device=device).to(dt)
@@ -82,6 +92,29 @@ def main(argv=None) -> int:
             print(r, flush=True)
     f.close()
     return 0
+
+
+def _memory(torch, mb, w, f, device, cuda, tiny, queued_s):
+    """bench_memory's kernels on one input tensor of each size, one call at a time and queued."""
+    dt, row = (torch.bfloat16 if cuda else torch.float32), 4096
+    el = torch.empty((), dtype=dt).element_size()
+    for e in range(16, 19 if tiny else 31):
+        numel = max(row, 2**e // el // row * row)
+        x, y = torch.rand(numel, device=device, dtype=dt), torch.rand(numel, device=device, dtype=dt)
+        out, wt = torch.empty_like(x), torch.ones(row, device=device, dtype=dt)
+        x2 = x.view(-1, row)
+        fns = {"copy": lambda: out.copy_(x), "add": lambda: torch.add(x, y, out=out),
+               "rmsnorm": lambda: mb._rms_norm(torch, x2, wt),
+               "silu": lambda: torch.nn.functional.silu(x)}
+        for k, fn in fns.items():
+            r = {"kernel": k, "dtype": str(dt).removeprefix("torch."), "size_bytes": numel * el,
+                 "bytes_moved": MOVED[k] * numel * el, "one_call_s": mb.time_callable(fn, device=device, warmup=5,
+                                                                                       iters=20).median_s,
+                 "queued_s": queued_s(fn)}
+            w.writerow(r)
+            f.flush()
+            print(r, flush=True)
+        del x, y, out
 
 
 if __name__ == "__main__":
