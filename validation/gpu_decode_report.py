@@ -142,15 +142,10 @@ def cpu_op_count() -> int | None:
              n1=torch.ones(h, dtype=dt), n2=torch.ones(h, dtype=dt))
     kc, vc, x0 = mk(b, kv, T, d), mk(b, kv, T, d), mk(b, 1, h)
 
+    from gpu_owed import decode_layer
+
     def layer(x):  # gpu_owed.py stage_decode's loop body, one layer
-        y = F.rms_norm(x, (h,), p["n1"])
-        q, k, v = F.linear(y, p["wqkv"]).view(b, 1, H + 2 * kv, d).transpose(1, 2).split([H, kv, kv], 1)
-        kc[:, :, -1:].copy_(k)
-        vc[:, :, -1:].copy_(v)
-        a = F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
-        x = x + F.linear(a.transpose(1, 2).reshape(b, 1, h), p["wo"])
-        g, u = F.linear(F.rms_norm(x, (h,), p["n2"]), p["wgu"]).chunk(2, -1)
-        return x + F.linear(F.silu(g) * u, p["wd"])
+        return decode_layer(F, x, p, kc, vc, heads=H, kv_heads=kv)
 
     with torch.no_grad():
         layer(x0)

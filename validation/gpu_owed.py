@@ -287,6 +287,24 @@ def stage_sustained(B: Bench, out: Path, tiny: bool, budget_s: float):
     f.close()
 
 
+def decode_layer(F, x, p: dict, kc, vc, *, heads: int, kv_heads: int):
+    """One decode step of a Llama-style layer for x [b, 1, h] (no RoPE): RMSNorm, fused QKV, the new K and V
+    written into the caches' last slot, SDPA with GQA over the cache, O, RMSNorm, fused gate/up, SiLU x up, down;
+    weights in `p` (wqkv, wo, wgu, wd, n1, n2). Shared by the decode stage and its CPU op count
+    (gpu_decode_report.py)."""
+    b, h = x.shape[0], x.shape[-1]
+    d = h // heads
+    y = F.rms_norm(x, (h,), p["n1"])
+    q, k, v = F.linear(y, p["wqkv"]).view(b, 1, heads + 2 * kv_heads, d).transpose(1, 2).split(
+        [heads, kv_heads, kv_heads], 1)
+    kc[:, :, -1:].copy_(k)
+    vc[:, :, -1:].copy_(v)
+    a = F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
+    x = x + F.linear(a.transpose(1, 2).reshape(b, 1, h), p["wo"])
+    g, u = F.linear(F.rms_norm(x, (h,), p["n2"]), p["wgu"]).chunk(2, -1)
+    return x + F.linear(F.silu(g) * u, p["wd"])
+
+
 def stage_decode(B: Bench, out: Path, tiny: bool, budget_s: float):
     """Decode steps of Llama-3-8B-shaped layers: x [b, 1, h] against a KV cache of T tokens."""
     torch, F = B.torch, B.torch.nn.functional
@@ -310,14 +328,7 @@ def stage_decode(B: Bench, out: Path, tiny: bool, budget_s: float):
         def step():
             x = x0
             for p, (kc, vc) in zip(layers, caches):
-                y = F.rms_norm(x, (h,), p["n1"])
-                q, k, v = F.linear(y, p["wqkv"]).view(b, 1, H + 2 * kv, d).transpose(1, 2).split([H, kv, kv], 1)
-                kc[:, :, -1:].copy_(k)
-                vc[:, :, -1:].copy_(v)
-                a = F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
-                x = x + F.linear(a.transpose(1, 2).reshape(b, 1, h), p["wo"])
-                g, u = F.linear(F.rms_norm(x, (h,), p["n2"]), p["wgu"]).chunk(2, -1)
-                x = x + F.linear(F.silu(g) * u, p["wd"])
+                x = decode_layer(F, x, p, kc, vc, heads=H, kv_heads=kv)
             return x
 
         with torch.no_grad():
