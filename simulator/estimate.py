@@ -131,7 +131,8 @@ def stack_summary(stack) -> dict:
     return {"name": stack.name, "framework": stack.framework, "attention_kernel": stack.attention_kernel,
             "compiled": stack.compiled, "optimizer_impl": stack.optimizer_impl, "grad_buffer": stack.grad_buffer,
             "cross_entropy": stack.cross_entropy,
-            "kernels_per_layer": list(stack.layer_kernels), "host_us_per_kernel": stack.host_s_per_kernel * 1e6}
+            "kernels_per_layer": list(stack.layer_kernels), "host_us_per_kernel": stack.host_s_per_kernel * 1e6,
+            "decode_host_us_per_kernel": (stack.decode_host_s_per_kernel or stack.host_s_per_kernel) * 1e6}
 
 
 def validated_error(hardware, stack) -> dict:

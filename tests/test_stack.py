@@ -203,11 +203,13 @@ def test_cli_stack_flag_scenario_section_and_compile(tmp_path, capsys):
     sc = tmp_path / "s.toml"
     sc.write_text('[model]\npreset = "llama3-8b"\n[hardware]\npreset = "dgx-h100"\nnum_gpus = 8\n'
                   '[training]\nseq_length = 4096\nglobal_batch_size = 64\n[layout]\ntp = 1\nzero = 3\n'
-                  '[stack]\npreset = "torchtitan"\noptimizer_impl = "foreach"\nhost_us_per_kernel = 20\n')
+                  '[stack]\npreset = "torchtitan"\noptimizer_impl = "foreach"\nhost_us_per_kernel = 20\n'
+                  'decode_host_us_per_kernel = 7.5\n')
     code, out, err = _cli(["estimate", str(sc), "--format", "json"], capsys)
     assert code == 0, err
     st = json.loads(out)["stack"]
     assert (st["name"], st["optimizer_impl"], st["host_us_per_kernel"]) == ("torchtitan", "foreach", pytest.approx(20))
+    assert st["decode_host_us_per_kernel"] == pytest.approx(7.5)
     sc.write_text(sc.read_text().replace('optimizer_impl = "foreach"', 'optimiser = "foreach"'))
     code, out, err = _cli(["estimate", str(sc)], capsys)
     assert code == 2 and err.strip().count("\n") == 0 and "optimiser" in err and "[stack]" in err
