@@ -137,3 +137,25 @@ def test_power_and_queued_gemm_dry_runs(tmp_path):
     with open(tmp_path / "m.csv") as f:
         got = list(csv.DictReader(f))
     assert {r["kernel"] for r in got} == {"copy", "add", "rmsnorm", "silu"} and len(got) == 12
+
+
+def test_the_allocator_history_replays_to_its_peak_and_names_the_owners():
+    # validation/gpu_memory_snapshot.py on a hand-made history: 100 bytes before the step; FSDP allocates 50,
+    # autograd 30 (no Python frame), a pre-step block of 20 is freed, the harness allocates 40: the peak is
+    # 100 + 50 + 30 - 20 + 40 = 200 after the last alloc, with the pre-step part at 80
+    import gpu_memory_snapshot as S
+
+    fsdp = [{"filename": "/x/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", "line": 7, "name": "f"},
+            {"filename": "/x/validation/train_step.py", "line": 3, "name": "step"}]
+    events = [{"action": "alloc", "addr": 1, "size": 50, "frames": fsdp},
+              {"action": "alloc", "addr": 2, "size": 30, "frames": []},
+              {"action": "segment_alloc", "addr": 9, "size": 4096},
+              {"action": "free_completed", "addr": 7, "size": 20},
+              {"action": "alloc", "addr": 3, "size": 40, "frames": fsdp[1:]},
+              {"action": "free_requested", "addr": 1, "size": 50},
+              {"action": "free_completed", "addr": 1, "size": 50}]
+    peak, owners = S.peak_live(events, 100)
+    assert peak == 200 and sum(owners.values()) == 200
+    assert owners["before the step"] == 80 and owners["(no Python frame)"] == 30
+    assert owners["FSDP: _fsdp_collectives.py:7 f"] == 50 and owners["harness: train_step.py:3 step"] == 40
+    assert S.peak_live([], 64) == (64, {"before the step": 64})

@@ -22,9 +22,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-FIELDS = ["op", "m", "n", "k", "dtype", "flops", "one_call_s", "queued_s"]
-MEMORY_FIELDS = ["kernel", "dtype", "size_bytes", "bytes_moved", "one_call_s", "queued_s"]
+FIELDS = ["op", "m", "n", "k", "dtype", "flops", "one_call_s", "queued_s", "kernel_s"]
+MEMORY_FIELDS = ["kernel", "dtype", "size_bytes", "bytes_moved", "one_call_s", "queued_s", "kernel_s"]
 MOVED = {"copy": 2, "add": 3, "rmsnorm": 2, "silu": 2}  # bytes moved per input byte (microbench.bench_memory)
 
 
@@ -55,6 +56,12 @@ def main(argv=None) -> int:
     w.writeheader()
     gen = torch.Generator(device=device).manual_seed(0)
     one = torch.ones((), dtype=torch.float32, device=device)
+    from gpu_owed import Bench
+
+    bench = Bench(torch, device)
+
+    def kernel_s(fn) -> float:
+        return bench.kernel_s(fn, a.iters)[0]
 
     def queued_s(fn) -> float:
         for _ in range(a.warmup):
@@ -71,7 +78,7 @@ def main(argv=None) -> int:
         return e0.elapsed_time(e1) * 1e-3 / a.iters
 
     if a.memory:
-        _memory(torch, mb, w, f, device, cuda, a.tiny, queued_s)
+        _memory(torch, mb, w, f, device, cuda, a.tiny, queued_s, kernel_s)
         f.close()
         return 0
     for s in shapes:
@@ -86,7 +93,7 @@ def main(argv=None) -> int:
         for dtype, fn in cases:
             r = {"op": s.op, "m": s.m, "n": s.n, "k": s.k, "dtype": dtype, "flops": mb.gemm_flops(s.m, s.n, s.k),
                  "one_call_s": mb.time_callable(fn, device=device, warmup=a.warmup, iters=a.iters).median_s,
-                 "queued_s": queued_s(fn)}
+                 "queued_s": queued_s(fn), "kernel_s": kernel_s(fn)}
             w.writerow(r)
             f.flush()
             print(r, flush=True)
@@ -94,7 +101,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _memory(torch, mb, w, f, device, cuda, tiny, queued_s):
+def _memory(torch, mb, w, f, device, cuda, tiny, queued_s, kernel_s):
     """bench_memory's kernels on one input tensor of each size, one call at a time and queued."""
     dt, row = (torch.bfloat16 if cuda else torch.float32), 4096
     el = torch.empty((), dtype=dt).element_size()
@@ -110,11 +117,10 @@ def _memory(torch, mb, w, f, device, cuda, tiny, queued_s):
             r = {"kernel": k, "dtype": str(dt).removeprefix("torch."), "size_bytes": numel * el,
                  "bytes_moved": MOVED[k] * numel * el, "one_call_s": mb.time_callable(fn, device=device, warmup=5,
                                                                                        iters=20).median_s,
-                 "queued_s": queued_s(fn)}
+                 "queued_s": queued_s(fn), "kernel_s": kernel_s(fn)}
             w.writerow(r)
             f.flush()
             print(r, flush=True)
-        del x, y, out
 
 
 if __name__ == "__main__":

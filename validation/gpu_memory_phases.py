@@ -3,6 +3,7 @@ AdamW, gradients kept or set to None, plain, under torch DDP (the buckets copy t
 are views of them) and under FSDP2 on a one-rank group.
 
     python validation/gpu_memory_phases.py --out memory_phases.csv [--config RUN_ID] [--device cuda]
+        [--snapshot peak_owners.csv]     # also: what holds each case's peak (gpu_memory_snapshot.py; a GPU only)
 
 What it checks (memory/states.py, memory/worst.py `peak_terms`), each as a difference between two cases of the
 same model, so nothing of the model's own accounting enters:
@@ -33,6 +34,7 @@ CASES = (("none", "foreach", "persistent"), ("none", "foreach", "set-to-none"), 
          ("fsdp2", "foreach", "persistent"), ("fsdp2", "foreach", "set-to-none"))
 FIELDS = ("run_id", "device", "torch_version", "wrap", "optimizer_impl", "grad_buffer", "param_bytes", "grad_bytes",
           "optimizer_state_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "status")
+SNAPSHOT_FIELDS = ("run_id", "wrap", "optimizer_impl", "grad_buffer", "peak_bytes", "owner", "bytes")
 
 
 def _local_bytes(tensors) -> int:
@@ -47,9 +49,12 @@ def _local_bytes(tensors) -> int:
     return total
 
 
-def measure(cfg, *, device: str, wrap: str, impl: str, grads: str, warmup: int = 2) -> dict:
+def measure(cfg, *, device: str, wrap: str, impl: str, grads: str, warmup: int = 2,
+            owners: dict | None = None) -> dict:
     """One case: the peak allocated and reserved bytes of one training step after `warmup` steps, and the bytes
-    of the parameters, gradients and optimizer states it holds (local shards)."""
+    of the parameters, gradients and optimizer states it holds (local shards). With `owners` (a dict, on a GPU)
+    a second measured step is recorded and `owners` gets the live bytes at its peak by allocating code
+    (gpu_memory_snapshot.py)."""
     import torch
 
     import train_step
@@ -74,6 +79,10 @@ def measure(cfg, *, device: str, wrap: str, impl: str, grads: str, warmup: int =
                                                  if torch.is_tensor(v) and v.numel() > 1),
            "peak_allocated_bytes": torch.cuda.max_memory_allocated(device) if cuda else "",
            "peak_reserved_bytes": torch.cuda.max_memory_reserved(device) if cuda else ""}
+    if owners is not None and cuda:
+        from gpu_memory_snapshot import record
+
+        owners["peak_bytes"], owners["by_owner"] = record(torch, device, step)
     return row
 
 
@@ -94,6 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default=None, help="harness run id (default: L8-h2048, s2048, b2 on a GPU)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--snapshot", default=None, help="CSV of what holds each case's peak (allocator history)")
     a = ap.parse_args(argv)
     import torch
 
@@ -104,13 +114,24 @@ def main(argv=None) -> int:
                        else train_step.CPU_GRID[0].run_id)
     if rid not in grid:
         raise SystemExit(f"gpu_memory_phases.py: --config {rid!r} is not a harness run id (validation/train_step.py)")
+    snap = open(a.snapshot, "w", newline="") if a.snapshot else None
+    sw = csv.DictWriter(snap, fieldnames=SNAPSHOT_FIELDS) if snap else None
+    if sw:
+        sw.writeheader()
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for wrap, impl, grads in CASES:
             base = {"run_id": rid, "device": device, "torch_version": torch.__version__}
+            owners = {} if sw else None
             try:
-                row = {**base, **measure(grid[rid], device=device, wrap=wrap, impl=impl, grads=grads), "status": "ok"}
+                row = {**base, **measure(grid[rid], device=device, wrap=wrap, impl=impl, grads=grads, owners=owners),
+                       "status": "ok"}
+                for lab, b in sorted((owners or {}).get("by_owner", {}).items(), key=lambda kv: -kv[1]):
+                    sw.writerow({"run_id": rid, "wrap": wrap, "optimizer_impl": impl, "grad_buffer": grads,
+                                 "peak_bytes": owners["peak_bytes"], "owner": lab, "bytes": b})
+                if snap:
+                    snap.flush()
             except (RuntimeError, ValueError) as e:  # (e.g. a fused AdamW the device lacks): the others still count
                 row = {**base, "wrap": wrap, "optimizer_impl": impl, "grad_buffer": grads,
                        "status": "failed: " + str(e).splitlines()[0][:160]}
@@ -118,6 +139,8 @@ def main(argv=None) -> int:
             print({k: row.get(k, "") for k in FIELDS[3:]}, flush=True)
             w.writerow(row)
             f.flush()
+    if snap:
+        snap.close()
     release_group()
     return 0
 

@@ -10,10 +10,11 @@ Stages (times per call; 'kernel' = summed device time of the call's kernels from
   synchronisation); queued_us; graph_us: the same kernels replayed from a CUDA graph (no host); kernel_us.
   For a tiny add_, a LayerNorm and a small linear. Feeds the stacks' host_us_per_kernel (today measured on CPU,
   without the driver's launch cost).
-- sdpa: F.scaled_dot_product_attention per backend (flash, efficient, cudnn, math) over seq x head dim x
-  causal at 16k tokens per call (FlashAttention's benchmark shape: batch = 16384 / seq, heads x head dim =
-  2048) and at batch 1 with 32 heads (the calibration's shape): forward and backward kernel time, TFLOP/s in
-  the FlashAttention convention (forward 4·b·h·s²·d, halved when causal; backward 2.5x forward).
+- sdpa: F.scaled_dot_product_attention per backend (flash, efficient, cudnn, math): first causal batch x heads
+  (1-8 x 8-32) at seq 1024 and 4096 (the shape term), then over seq x head dim x causal at 16k tokens per call
+  (FlashAttention's benchmark shape: batch = 16384 / seq, heads x head dim = 2048) and at batch 1 with 32 heads
+  (the calibration's shape): forward and backward kernel time, TFLOP/s in the FlashAttention convention
+  (forward 4·b·h·s²·d, halved when causal; backward 2.5x forward).
 - contention: a bf16 GEMM timed alone and while a bandwidth-bound copy streams on a second CUDA stream
   (issue 23's SM-contention measurement), and the copy's bandwidth (read + write bytes) alone and beside
   the GEMM.
@@ -154,7 +155,9 @@ def _sdpa_points(tiny: bool):
     """(label, batch, heads, seq, head_dim, causal), the most wanted first."""
     if tiny:
         return [("16k-tokens", 2, 4, 64, 32, True), ("batch-1", 1, 4, 128, 32, False)]
-    pts = []
+    # batch x heads at two lengths, causal, head dim 128: the shape term the 16k-token and batch-1 families leave
+    # open (docs/gpu-measurements.md, attention: batch 1 runs at 0.43-0.84 of the 16k-token rate at seq 512-2048)
+    pts = [("grid", b, h, s, 128, True) for s in (1024, 4096) for b in (1, 2, 4, 8) for h in (8, 16, 32)]
     for hd in (128, 64):
         for causal in (True, False):
             for s in (512, 1024, 2048, 4096, 8192, 16384):

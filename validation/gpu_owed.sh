@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The owed one-GPU measurements of issues 22 and 23 in one command (about 9 minutes on an H100):
+# (more than 8 files: run it with OUT=/tmp/x and tar the folder into the tool's $OUT, as validation/h100_owed/ was)
 #
 #   OUT=some/folder bash validation/gpu_owed.sh
 #
-# Each stage has its own time limit and writes its own files into $OUT as it measures (gpu_owed.py's CSVs,
-# memory_phases.csv (the step's peak allocated / reserved bytes: foreach vs fused AdamW, gradients kept or set
-# to None, plain, DDP and FSDP2 on one rank: gpu_memory_phases.py),
-# idle_fsdp.csv (the same step plain, FSDP1 and FSDP2 on one rank: FSDP's host work; idle.csv, three plain SDPA
-# runs, only with OWED_IDLE_PLAIN=1),
-# fp8.toml and fp8_points.csv, one log per stage), so a lease cut short keeps what was measured.
+# Each stage has its own time limit and writes its own files into $OUT as it measures, so a lease cut short keeps
+# what was measured: the allocator's history at the FSDP2 / DDP / plain peaks by allocating code
+# (gpu_memory_phases.py --snapshot), GEMM and memory-bound kernels one call at a time, queued and by CUPTI
+# kernel time (gpu_gemm_queued.py), gpu_owed.py's CSVs (sdpa with its batch x heads grid first, layers, launch,
+# decode, contention), FSDP's host work (idle_gaps.py), one log per stage.
 # Commit the folder under validation/ with the hardware, versions and protocol (owed_env.txt, this script).
 set -u
 OUT=${OUT:?set OUT to the folder that receives the files}
@@ -26,16 +26,17 @@ stage() {  # stage NAME LIMIT_S COMMAND...
 }
 
 owed() { stage "$1" "$2" python3 validation/gpu_owed.py --out "$OUT" --stages "$1" --budget-s "$3"; }
-# In priority order, sized to one 10-minute call with the machine's start inside a 15-minute lease (about 530 s):
-owed launch 45 20
-stage memory 75 python3 validation/gpu_memory_phases.py --out "$OUT/memory_phases.csv"
-owed layers 100 70
-owed sdpa 75 55
-stage fp8 60 "${PARASIM[@]}" calibrate gemm-fp8 --base dgx-h100 --out "$OUT/fp8.toml" --residuals "$OUT/fp8_points.csv"
-stage idle_fsdp 70 python3 validation/idle_gaps.py --out "$OUT/idle_fsdp.csv" --wrap none,fsdp1,fsdp2 \
+# In priority order: first what the 2026-11-27 lease left open (docs/gpu-measurements.md; validation/h100_owed/),
+# then the earlier stages again on the new machine. Sized to one 10-minute call (about 540 s of limits).
+stage snapshot 90 python3 validation/gpu_memory_phases.py --config L8-h4096-a32-kv8-f14336-s2048-b1-none-bf16-sdpa \
+  --out "$OUT/memory_phases_h4096.csv" --snapshot "$OUT/peak_owners_h4096.csv"
+stage gemm_kernels 120 python3 validation/gpu_gemm_queued.py --out "$OUT/gemm_queued.csv"
+stage memory_kernels 40 python3 validation/gpu_gemm_queued.py --memory --out "$OUT/memory_queued.csv"
+owed sdpa 100 80
+owed layers 60 45
+owed launch 30 15
+stage idle_fsdp 60 python3 validation/idle_gaps.py --out "$OUT/idle_fsdp.csv" --wrap none,fsdp1,fsdp2 \
   --config L8-h4096-a32-kv8-f14336-s2048-b1-none-bf16-sdpa
-owed decode 35 20
-owed contention 35 20
-stage sustained 30 python3 validation/gpu_owed.py --out "$OUT" --stages sustained --sustain-s 15
-[ -n "${OWED_IDLE_PLAIN:-}" ] && stage idle 120 python3 validation/idle_gaps.py --out "$OUT/idle.csv"
+owed decode 30 15
+owed contention 20 10
 exit 0
