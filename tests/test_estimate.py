@@ -261,7 +261,9 @@ def test_one_call_over_mixed_pipeline_shapes_equals_one_call_per_layout(scenario
         for col in ("step_s", "compute_s", "exposed_comm_s", "exposed_pp_s", "exposed_dp_s", "exposed_tp_s",
                     "exposed_ep_s", "exposed_zero3_s", "bubble_fraction", "peak_bytes", "activations_bytes",
                     "optimizer_s", "worst_stage"):
-            assert both[col][i] == pytest.approx(one[col][0], rel=1e-12, abs=1e-15), (i, col, c.iloc[i].to_dict())
+            # abs 1e-12 (a picosecond): the exposed times are differences of second-scale replay times, whose
+            # summation order differs between the padded batch and one layout (a few ULPs of the step time)
+            assert both[col][i] == pytest.approx(one[col][0], rel=1e-12, abs=1e-12), (i, col, c.iloc[i].to_dict())
 
 
 @pytest.mark.parametrize("schedule", ["zb-h2", "zb-v", "dualpipe", "dualpipev"])

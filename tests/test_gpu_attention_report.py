@@ -101,11 +101,14 @@ def test_the_spread_is_the_lease_spread_plus_the_largest_repeat():
 
 def test_the_rule_ships_what_is_off_and_transfers(decisions):
     """flash2's published tables are within the spread on the fit family (median 3.6 % / 1.8 %); cuDNN's are
-    not, but measured 16k-token tables would raise the held-out batch-1 forward error (12.4 -> 19.0 %): the
-    shape dependence is the occupancy rule's; xformers read FlashAttention-3's table (-72 %) and transfer."""
+    not, and measured 16k-token tables would lower the held-out batch-1 error too, but they would raise the error
+    on the cuDNN kernels profiled in the H100 training runs (median 1.6 -> 8.8 %); xformers read
+    FlashAttention-3's table (-72 %) and transfer."""
     lim = T.spread()
     assert {k: c["ship"] for k, c in decisions.items()} == {"flash2": False, "cudnn": False, "xformers": True}
-    assert not decisions["flash2"]["off"] and decisions["cudnn"]["off"] and not decisions["cudnn"]["transfers"]
+    assert not decisions["flash2"]["off"] and decisions["cudnn"]["off"] and decisions["cudnn"]["transfers"]
+    assert not decisions["cudnn"]["in_step"]
+    assert decisions["cudnn"]["training_after"][0] > decisions["cudnn"]["training_before"][0]
     for k, c in decisions.items():
         assert c["off"] == any(c["fit_before"][p][0] > lim for p in ("fwd", "bwd")), k
         assert max(c["fit_after"][p][0] for p in ("fwd", "bwd")) < 0.01, k  # the tables reproduce their points
@@ -127,13 +130,19 @@ def test_the_datasheet_preset_keeps_the_published_tables():
     assert not any("xformers" in n for n in att)
 
 
-def test_parasims_shape_term_is_flat_where_the_measured_rate_is_not():
-    """The finding the report states: between the families parasim's occupancy factor is 1 at every point,
-    while batch 1 runs the fused kernels at well under the 16k-token rate up to seq 2048."""
+def test_the_causal_occupancy_follows_the_measured_shape_term():
+    """Between the families (batch 1 x 32 heads against 16k tokens, equal seq and head dim) batch 1 runs the fused
+    kernels at well under the 16k-token rate up to seq 2048; equal-work wave quantization put 1 at every point,
+    cost/attention.py causal_occupancy (list scheduling of the causal tiles, no parameter, not fitted to these
+    points) follows the measured ratio within 0.03 at the median and 0.20 at most (60 ratios: three fused
+    backends, two head dims, five lengths, two passes)."""
     rows = R.measured_rows()
-    assert R.occupancy_ratios(rows) == pytest.approx([1.0] * 10)
     short = R.family_ratios(rows, max_seq=2048)
     assert len(short) == 3 * 2 * 3 * 2 and max(short) < 0.9 and min(short) > 0.3
+    occ = R.occupancy_ratios(rows)
+    assert len(occ) == 10 and min(occ) < 0.7 and max(occ) == pytest.approx(1.0)
+    e = sorted(abs(v) for v in R.occupancy_errors(rows))
+    assert len(e) == 60 and e[30] <= 0.04 and e[-1] <= 0.21
 
 
 def test_the_section_names_every_backend_its_kernel_and_the_held_out_family():

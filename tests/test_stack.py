@@ -300,6 +300,24 @@ def test_a_small_per_gpu_attention_runs_at_its_occupancy():
     assert big.forward_s == pytest.approx(_attention(tr, replace(hw, sm_count=0), micro_batch_size=8).forward_s)
 
 
+def test_causal_occupancy_is_one_at_the_benchmarks_grid_and_falls_with_few_long_rows():
+    """cost/attention.py causal_occupancy: the benchmarks' grid (16k tokens x 2048 / d heads) is the reference at
+    every length and head dim; fewer rows than it leave SMs idle behind the last rows' long tiles; larger grids
+    are capped at 1; the closed form beyond 32768 blocks joins the simulation (the measured check against the
+    H100's SDPA kernels is tests/test_gpu_attention_report.py)."""
+    from simulator.cost.attention import _list_occupancy, causal_occupancy
+
+    for T in (4, 16, 128):
+        assert float(causal_occupancy(2048 // T, T, 132)) == pytest.approx(1.0)
+        assert float(causal_occupancy(4096 // T, T, 132, 64)) == pytest.approx(1.0)
+        assert float(causal_occupancy(8 * 2048 // T, T, 132)) == 1.0
+    few = causal_occupancy(np.array([4, 8, 16, 32, 64, 128]), 16, 132)
+    assert np.all(np.diff(few) > 0) and few[0] < 0.3 and few[-1] == pytest.approx(1.0)
+    assert float(causal_occupancy(32, 16, 0)) == 1.0  # no SM count: not modelled
+    sim, closed = _list_occupancy(256, 128, 132), (lambda w: w / (w + 64.0))(256 * 128 * 129 / 2 / 132)
+    assert sim == pytest.approx(closed, abs=0.005)
+
+
 @pytest.mark.parametrize("value, needle", [("8,8,x", "--layers-per-stage must be comma-separated whole numbers"),
                                            ("16,16", "--layers-per-stage has 2 entries")])
 def test_cli_layers_per_stage_bad_values_are_one_line(value, needle, capsys):

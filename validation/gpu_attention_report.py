@@ -196,28 +196,42 @@ def family_ratios(rows: list[dict], *, min_seq: int = 0, max_seq: int = 1 << 30)
             for p in ("fwd", "bwd")]
 
 
-def occupancy_ratios(rows: list[dict]) -> list[float]:
-    """parasim's occupancy factor at each batch-1 point over the one at the 16k-token point of equal seq and
-    head dim (cost/attention.py attention_occupancy)."""
+def _occ_ratio(one: dict, full: dict) -> float:
+    """parasim's occupancy factor of the batch-1 call over the 16k-token call's at equal seq and head dim
+    (cost/attention.py causal_occupancy, the factor the cost model applies to a causal kernel)."""
     import math
 
-    from simulator.cost.attention import Q_TILE, attention_occupancy
+    from simulator.cost.attention import Q_TILE, causal_occupancy
     from simulator.spec.hardware import load_hardware
 
-    sms = load_hardware("dgx-h100").sm_count
+    sms, s, d = load_hardware("dgx-h100").sm_count, one["seq"], one["head_dim"]
+    t = math.ceil(s / Q_TILE)
+    return (float(causal_occupancy(one["batch"] * one["heads"], t, sms, d))
+            / float(causal_occupancy(full["batch"] * full["heads"], t, sms, d)))
+
+
+def occupancy_ratios(rows: list[dict]) -> list[float]:
+    """parasim's occupancy ratio (`_occ_ratio`) at each batch-1 point (the cuDNN rows: the ratio does not depend
+    on the backend)."""
     key = {(r["shape"], r["head_dim"], r["seq"]): r for r in rows if r["backend"] == "cudnn"}
+    return [_occ_ratio(one, key[("16k-tokens", d, s)]) for (fam, d, s), one in key.items() if fam == "batch-1"]
+
+
+def occupancy_errors(rows: list[dict]) -> list[float]:
+    """parasim's occupancy ratio less the measured batch-1 / 16k-token rate ratio, per fused backend, head dim,
+    seq and pass."""
+    key = {(r["backend"], r["shape"], r["head_dim"], r["seq"]): r for r in rows}
     out = []
-    for (fam, d, s), one in key.items():
-        if fam == "batch-1":
-            t1, t16 = (r["batch"] * r["heads"] * math.ceil(s / Q_TILE) for r in (one, key[("16k-tokens", d, s)]))
-            out.append(float(attention_occupancy(t1, sms)) / float(attention_occupancy(t16, sms)))
+    for (b, fam, d, s), one in key.items():
+        if fam == "batch-1" and b != "math":
+            full = key[(b, "16k-tokens", d, s)]
+            out += [_occ_ratio(one, full) - one[f"{p}_tflops"] / full[f"{p}_tflops"] for p in ("fwd", "bwd")]
     return out
 
 
 def occupancy_lines(rows: list[dict]) -> list[str]:
     """The two shape families at equal seq and head dim: measured batch-1 / 16k-token rate ratio per backend
-    against the ratio of parasim's occupancy factors (cost/attention.py attention_occupancy: wave
-    quantization of batch x heads x query tiles over the SMs, the only shape term besides seq and head dim)."""
+    against parasim's occupancy ratio (`_occ_ratio`) and the equal-work wave quantization it replaced."""
     import math
 
     from simulator.cost.attention import Q_TILE, attention_occupancy
@@ -226,19 +240,20 @@ def occupancy_lines(rows: list[dict]) -> list[str]:
     sms = load_hardware("dgx-h100").sm_count
     key = {(r["backend"], r["shape"], r["head_dim"], r["seq"]): r for r in rows}
     backends = [b for b in BACKEND_KERNEL if b != "math"]
-    out = ["| head dim | seq | tiles batch-1 / 16k tokens | parasim occupancy ratio | "
-           + " | ".join(f"{b}: fwd / bwd measured ratio" for b in backends) + " |",
-           "|---|---|---|---|" + "---|" * len(backends)]
+    out = ["| head dim | seq | tiles batch-1 / 16k tokens | parasim occupancy ratio (causal) | equal-work waves "
+           "(before) | " + " | ".join(f"{b}: fwd / bwd measured ratio" for b in backends) + " |",
+           "|---|---|---|---|---|" + "---|" * len(backends)]
     for d in (128, 64):
         for s in sorted({r["seq"] for r in rows if r["shape"] == "batch-1"}):
             one, full = key[(backends[0], "batch-1", d, s)], key[(backends[0], "16k-tokens", d, s)]
             t1, t16 = (r["batch"] * r["heads"] * math.ceil(s / Q_TILE) for r in (one, full))
-            occ = float(attention_occupancy(t1, sms)) / float(attention_occupancy(t16, sms))
+            old = float(attention_occupancy(t1, sms)) / float(attention_occupancy(t16, sms))
             cells = []
             for b in backends:
                 p, q = key[(b, "batch-1", d, s)], key[(b, "16k-tokens", d, s)]
                 cells.append(f"{p['fwd_tflops'] / q['fwd_tflops']:.2f} / {p['bwd_tflops'] / q['bwd_tflops']:.2f}")
-            out.append(f"| {d} | {s} | {t1} / {t16} | {occ:.2f} | " + " | ".join(cells) + " |")
+            out.append(f"| {d} | {s} | {t1} / {t16} | {_occ_ratio(one, full):.2f} | {old:.2f} | "
+                       + " | ".join(cells) + " |")
     return out
 
 
@@ -281,9 +296,9 @@ def reading_lines(results: dict) -> list[str]:
             f"published tables are {med('flash', '16k-tokens', 'fwd')} / {med('flash', '16k-tokens', 'bwd')}, "
             f"the measured cuDNN tables of the earlier calibration {med('cudnn', '16k-tokens', 'fwd')} / "
             f"{med('cudnn', '16k-tokens', 'bwd')} (built from batch-1 calls and, below 4096, the published "
-            "chart's shape); at batch 1 the fused kernels are predicted too fast at seq 1024-2048 (flash2's "
-            f"median over the batch-1 points {med('flash', 'batch-1', 'fwd')} / {med('flash', 'batch-1', 'bwd')}): "
-            "the shape term below. Where two fused kernels are predicted the same forward time, the memory "
+            "chart's shape); at batch 1 flash2's median over the batch-1 points is "
+            f"{med('flash', 'batch-1', 'fwd')} / {med('flash', 'batch-1', 'bwd')}, with the causal occupancy of the "
+            "shape term below (-15.3 % / -20.0 % before it). Where two fused kernels are predicted the same forward time, the memory "
             "roofline sets it (Q, K, V, O at the preset's measured elementwise-kernel bandwidth for that many "
             f"bytes), not the tables: {mem_cells or 'nowhere'}. The math path runs in fp32 (mapping table): "
             f"measured / predicted {_span(slow, 'x')} (forward and backward, both families) against the bf16 "
@@ -325,15 +340,18 @@ def section() -> list[str]:
     for be, k in BACKEND_KERNEL.items():
         out += [f"**{be} (parasim `{k}`)**, causal:", "", *backend_lines(results, be), ""]
     occ, short, top = occupancy_ratios(rows), family_ratios(rows, max_seq=2048), family_ratios(rows, min_seq=4096)
+    oe = sorted(abs(v) for v in occupancy_errors(rows))
     out += ["**The shape term.** At equal seq and head dim the two families differ only in batch x heads (the "
-            "16k-token one runs 16384 / seq sequences of 2048 / head dim heads, batch-1 one of 32). parasim's only "
-            "shape term is the occupancy factor (wave quantization of the thread blocks over the SMs, relative "
-            f"to the 16k-token grid), {_span(occ)} between the families here; measured, batch 1 "
-            f"runs at {min(short):.2f}-{max(short):.2f} of the 16k-token rate at seq 512-2048 and at "
+            "16k-token one runs 16384 / seq sequences of 2048 / head dim heads, batch-1 one of 32). Measured, batch "
+            f"1 runs at {min(short):.2f}-{max(short):.2f} of the 16k-token rate at seq 512-2048 and at "
             f"{min(top):.2f}-{max(top):.2f} from 4096, in all three fused kernels alike. A causal kernel's query "
-            "tiles carry 1, 2, ..., s/128 key blocks of work, and with few "
-            "waves the last, longest tiles leave SMs idle; wave quantization of equal blocks does not see that. "
-            "This is the part of the held-out error below that no table keyed on seq and head dim can remove.", "",
+            "tiles carry 1, 2, ..., s/128 key blocks of work and launch row by row; with few waves the last rows' "
+            "long tiles leave SMs idle. parasim's occupancy factor was wave quantization of equal blocks, 1 at "
+            "every point here; since 2026-11-27 it is `causal_occupancy` (cost/attention.py: greedy list "
+            f"scheduling of the tiles in launch order, no parameter), {_span(occ)} between the families, within "
+            f"{oe[len(oe) // 2]:.2f} of the measured ratio at the median and {oe[-1]:.2f} at most (fused "
+            "backends, both passes). The cuDNN tables were rebuilt over the same factor (their batch-1 "
+            "calibration points divided by their grid's occupancy, validation/h100_attention_tables.py).", "",
             *occupancy_lines(rows), "",
             "**Causal against non-causal** (16k tokens; parasim has no non-causal FlashAttention path, so these "
             "are measured only; half the FLOPs would give 0.50):", "", *causal_lines(rows_all), "",

@@ -28,6 +28,8 @@ INTRO = [
     "- `dgx-h100` `[efficiency.gemm_fp8]`: FP8 GEMMs measured with `torch._scaled_mm` (docs/compute.md, finding (6); "
     "`validation/h100_fp8_table.py`).",
     "- `dgx-h100` `attention_xformers` tables: torch's memory-efficient SDPA backend (attention section below).",
+    "- causal attention's occupancy (`cost/attention.py` `causal_occupancy`, every preset) and dgx-h100's cuDNN "
+    "tables rebuilt over it: the shape term of the attention section.",
     "- every stack's `host_us_per_kernel` (20.3 µs, the host-bound eager harness on this GPU's host; 13.4 µs timed "
     "on a CPU before) and the new `decode_host_us_per_kernel` (10.3 µs: an eager forward under no_grad; "
     "launch and decode sections).",

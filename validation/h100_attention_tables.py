@@ -10,9 +10,11 @@ and `[efficiency.attention_bwd_cudnn*]` sections of hardware_profiles/dgx-h100.t
 cost/compute.py reads (forward 4·b·h·s²·d / 2 causal; backward 2.5 × forward, FlashAttention's recompute
 of S included):
 
-- Each point's efficiency = FLOPs / (time · 989.4 TFLOP/s), the faster of the two calibrations per point
+- Each point's efficiency = FLOPs / (time · 989.4 TFLOP/s) / occ, the faster of the two calibrations per point
   (the rule of the preset's other measured tables: a kernel's slow timings come from clocks and
-  interference).
+  interference); occ = cost/attention.py `causal_occupancy` of the measured grid (1 × 32 heads), which the
+  cost model multiplies back in: a table holds the rate at the published benchmarks' grid (0.93 of it at 4096
+  tokens, 1 from 8192, before 2026-11-27 taken as 1).
 - Measured lengths are used from `MIN_SEQ` = 4096 tokens up. Below it one call of batch 1 issues less
   GPU work than the host takes to issue the call (the shortest calls take 30-50 µs forward and 120-220 µs
   backward whatever their work), so the events time the host, not the kernel; at 4096 the timed call
@@ -31,20 +33,25 @@ tests/test_attention_head_dim.py).
 from __future__ import annotations
 
 import csv
+import math
 import re
 import sys
 from pathlib import Path
 from statistics import median
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent))
+from simulator.cost.attention import Q_TILE, causal_occupancy  # noqa: E402
 CALIB = (ROOT / "h100" / "calib_points.csv", ROOT / "h100" / "calib_points2.csv")
 CHART = ROOT / "data" / "kernel_benchmarks.csv"
 PEAK = 989.4e12  # H100 SXM dense bf16 FLOP/s (NVIDIA datasheet)
+SMS = 132  # H100 SXM streaming multiprocessors (dgx-h100's sm_count)
 MIN_SEQ = 4096
 SOURCE = ("measured: torch 2.11 scaled_dot_product_attention (cuDNN fused attention, "
           "cudnn_generated_fort_native_sdpa_sm90_flash_fprop/bprop) on one NVIDIA H100 80GB HBM3 SXM, two "
           "`parasim calibrate` leases (validation/h100/calib_points.csv, calib_points2.csv; faster of the two "
-          "per point), batch 1, 32 heads, causal, from 4096 tokens; below 4096 the published cuDNN causal forward "
+          "per point), batch 1, 32 heads, causal, from 4096 tokens, over cost/attention.py causal_occupancy of that "
+          "grid; below 4096 the published cuDNN causal forward "
           "chart's shape at this head dim anchored at the measured 4096 point (FlashAttention-3 README figure, "
           "kernel_benchmarks.csv); validation/h100_attention_tables.py")
 
@@ -64,7 +71,8 @@ def measured() -> dict:
             b, h, s, d = (int(float(r[k])) for k in ("batch", "heads", "seq", "head_dim"))
             fl = forward_flops(b, h, s, d) * (2.5 if r["pass"] == "bwd" else 1.0)
             key = (r["pass"], d, s)
-            best[key] = max(best.get(key, 0.0), fl / float(r["time_s"]) / PEAK)
+            occ = float(causal_occupancy(b * h, math.ceil(s / Q_TILE), SMS, d))
+            best[key] = max(best.get(key, 0.0), fl / float(r["time_s"]) / PEAK / occ)
     return best
 
 

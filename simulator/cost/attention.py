@@ -2,7 +2,9 @@
 and how much of the GPU one kernel fills (split from compute.py, which times the ops)."""
 from __future__ import annotations
 
+import heapq
 import re
+from functools import lru_cache
 
 import numpy as np
 
@@ -28,6 +30,47 @@ def attention_occupancy(tiles, sm_count: int):
     occ = n / (sm_count * np.ceil(n / sm_count))
     ref = REFERENCE_TILES / (sm_count * np.ceil(REFERENCE_TILES / sm_count))
     return np.minimum(occ / ref, 1.0)
+
+
+def causal_occupancy(rows, tiles_per_row, sm_count, head_dim=BASE_HEAD_DIM):
+    """How much of the GPU a causal attention kernel keeps busy, relative to the benchmark grid its tables come
+    from, when its thread blocks carry unequal work.
+
+    A causal kernel's `rows` = batch × heads-per-rank rows of T = `tiles_per_row` query tiles launch in order,
+    the query tile fastest (FlashAttention-2's grid(num_m_blocks, b, h)); tile i of a row sees i key tiles, so
+    its work is i units. The GPU's block scheduler hands each block to the SM that frees first: greedy list
+    scheduling on `sm_count` SMs, one block each. occ = W / (SMs · makespan), W = rows · T(T+1)/2; simulated
+    for up to 32768 blocks, above that makespan ≈ W/SMs + T/2 (the last row's heavy tiles, within 0.5 % of the
+    simulation there). The factor is occ over the occupancy of the published benchmarks' grid at the same T
+    (16k tokens × 2048/d heads: REFERENCE_TILES · 128/d blocks), at most 1 (grids larger than the benchmarks'
+    are not measured here). Measured on an H100 (validation/h100_owed/sdpa.csv): batch 1 × 32 heads runs at
+    0.43-0.84 of the 16k-token rate at 512-2048 tokens and 0.83-1.03 from 4096, which equal-work wave
+    quantization (`attention_occupancy`, 1 at every point there) cannot see. 1 when the profile gives no
+    sm_count."""
+    rows, tiles, d = np.broadcast_arrays(np.asarray(rows, dtype=float), np.asarray(tiles_per_row, dtype=float),
+                                         np.asarray(head_dim, dtype=float))
+    if not sm_count:
+        return np.ones(rows.shape)
+    keys = np.stack([np.maximum(np.rint(rows), 1), np.maximum(np.rint(tiles), 1), np.maximum(d, 1.0)], -1)
+    uniq, inverse = np.unique(keys.reshape(-1, 3), axis=0, return_inverse=True)  # (a sweep: few distinct shapes)
+    vals = np.array([min(_list_occupancy(int(r), int(T), int(sm_count))
+                         / _list_occupancy(max(int(round(REFERENCE_TILES * BASE_HEAD_DIM / dd / T)), 1), int(T),
+                                           int(sm_count)), 1.0) for r, T, dd in uniq])
+    return vals[inverse.reshape(-1)].reshape(rows.shape)
+
+
+@lru_cache(maxsize=4096)
+def _list_occupancy(rows: int, T: int, sms: int) -> float:
+    """W / (SMs · makespan) of `rows` rows of tiles with work 1..T, launched row by row onto `sms` SMs
+    (causal_occupancy)."""
+    work = rows * T * (T + 1) / 2.0
+    if rows * T > 32768:
+        return (work / sms) / (work / sms + T / 2.0)
+    free = [0.0] * sms
+    for _ in range(rows):
+        for w in range(1, T + 1):
+            heapq.heappush(free, heapq.heappop(free) + w)
+    return work / (sms * max(free))
 
 
 # A kernel a GPU has no table for reads its parent's: llm-foundry's 2022 Triton FlashAttention on the pre-MLIR
