@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.cost import attention as A
 from simulator.cost import compute as C
 from simulator.cost import optimizer as O
 from simulator.errors import InputError
@@ -218,6 +219,11 @@ def test_cli_stack_flag_scenario_section_and_compile(tmp_path, capsys):
     sc.write_text(sc.read_text().replace('optimiser = "foreach"', 'grad_buffer = "sometimes"'))
     code, out, err = _cli(["estimate", str(sc)], capsys)
     assert code == 2 and err.strip().count("\n") == 0 and "grad_buffer" in err and "sometimes" in err
+    for bad, needle in (('decode_host_us_per_kernel = "fast"', "'fast'"), ("decode_host_us_per_kernel = -3", "-3")):
+        text = re.sub(r"decode_host_us_per_kernel = [^\n]*", bad, sc.read_text())
+        sc.write_text(text.replace("sometimes", "persistent"))
+        code, out, err = _cli(["estimate", str(sc)], capsys)
+        assert code == 2 and err.strip().count("\n") == 0 and "decode_host_us_per_kernel" in err and needle in err
 
 
 def test_cli_grad_buffer_flag_moves_the_peak_and_says_which_moment_it_is(capsys):
@@ -279,11 +285,11 @@ def test_fp8_training_adds_casts_only_to_fp8_gemms():
 def test_attention_occupancy_is_wave_quantization_against_the_benchmarks_grid():
     # H100: 132 SMs; the benchmarks' 2048 blocks run in 16 waves (0.970 busy)
     ref = 2048 / (132 * 16)
-    assert float(C.attention_occupancy(2048, 132)) == pytest.approx(1.0)
-    assert float(C.attention_occupancy(132 * 40, 132)) == pytest.approx(1.0)  # full waves: capped at 1
-    assert float(C.attention_occupancy(33, 132)) == pytest.approx((33 / 132) / ref)  # a quarter-full single wave
-    assert float(C.attention_occupancy(133, 132)) == pytest.approx((133 / 264) / ref)
-    assert float(C.attention_occupancy(33, 0)) == 1.0  # no SM count: not modelled
+    assert float(A.attention_occupancy(2048, 132)) == pytest.approx(1.0)
+    assert float(A.attention_occupancy(132 * 40, 132)) == pytest.approx(1.0)  # full waves: capped at 1
+    assert float(A.attention_occupancy(33, 132)) == pytest.approx((33 / 132) / ref)  # a quarter-full single wave
+    assert float(A.attention_occupancy(133, 132)) == pytest.approx((133 / 264) / ref)
+    assert float(A.attention_occupancy(33, 0)) == 1.0  # no SM count: not modelled
 
 
 def test_a_small_per_gpu_attention_runs_at_its_occupancy():

@@ -59,6 +59,18 @@ def causal_occupancy(rows, tiles_per_row, sm_count, head_dim=BASE_HEAD_DIM):
     return vals[inverse.reshape(-1)].reshape(rows.shape)
 
 
+def flash_occupancy(micro_batch_size, heads, seq_length, *, tp, cp, ring: bool, sm_count, head_dim):
+    """The occupancy factor of one FlashAttention call on a rank: its b · heads/t rows (heads/(t·c) under Ulysses
+    CP) of ⌈queries/Q_TILE⌉ causal query tiles (queries s/c under ring CP, else s), `causal_occupancy`; under
+    ring CP over c > 1 ranks the steps' work is balanced across ranks, so equal-work waves of all the blocks,
+    `attention_occupancy`."""
+    tp, cp, b = (np.asarray(x, dtype=float) for x in (tp, cp, micro_batch_size))
+    rows = b * heads / (tp if ring else tp * cp)
+    per_row = np.ceil((seq_length / cp if ring else seq_length) / Q_TILE)
+    return np.where(ring & (cp > 1), attention_occupancy(rows * per_row, sm_count),
+                    causal_occupancy(rows, per_row, sm_count, head_dim))
+
+
 @lru_cache(maxsize=4096)
 def _list_occupancy(rows: int, T: int, sms: int) -> float:
     """W / (SMs · makespan) of `rows` rows of tiles with work 1..T, launched row by row onto `sms` SMs

@@ -46,7 +46,7 @@ from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
-from .attention import Q_TILE, attention_efficiency, attention_occupancy, causal_occupancy, unfused_core_times
+from .attention import attention_efficiency, flash_occupancy, unfused_core_times
 from .launch import launch_bound
 from .memory_ops import _embedding_memory_ops, _head_memory_ops, _memory_time, fp8_cast_op, memory_ops
 
@@ -169,8 +169,7 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
     FlashAttention (one fused kernel per pass): forward t = FLOPs_fwd / (peak · η_attention(x, d) · occ),
     backward t = (2·FLOPs_fwd + QKᵀ recompute) / (peak · η_attention_bwd(x, d) · occ) (η at the QK head dim d:
     attention.attention_efficiency), x = s/c (ring CP: each kernel sees s/c queries) or s (Ulysses),
-    occ = `causal_occupancy` of its b · heads-per-rank rows of ⌈queries/128⌉ causal query tiles (ring CP over c > 1
-    ranks: `attention_occupancy` of the blocks, its steps' work balanced);
+    occ = attention.flash_occupancy of the kernel's grid;
     memory: Q, K, V, O once in the forward, twice in the backward. Peak: bf16 (fp16/fp32 when training
     in those), also under fp8 training.
     Without FlashAttention: QKᵀ and A·V are batched GEMMs (b·n_h/t heads), timed from the profile's
@@ -194,12 +193,8 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
     eff_f, eff_b = attention_efficiency(hardware, training.stack.attention_kernel, model.qk_head_dim, x)
     tp_, cp_, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
     s = float(training.seq_length)
-    ring = cp_algorithm == "ring"
-    rows = b * model.num_heads / (tp_ if ring else tp_ * cp_)
-    per_row = np.ceil((s / cp_ if ring else s) / Q_TILE)
-    # causal tiles carry unequal work; ring CP's steps balance it across ranks: equal-work waves there
-    occ = np.where(ring & (cp_ > 1), attention_occupancy(rows * per_row, hardware.sm_count),
-                   causal_occupancy(rows, per_row, hardware.sm_count, model.qk_head_dim))
+    occ = flash_occupancy(b, model.num_heads, s, tp=tp_, cp=cp_, ring=cp_algorithm == "ring",
+                          sm_count=hardware.sm_count, head_dim=model.qk_head_dim)
     eff_f, eff_b = eff_f * occ, eff_b * occ
     if model.is_mla:
         qk_w = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
