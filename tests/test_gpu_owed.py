@@ -159,3 +159,20 @@ def test_the_allocator_history_replays_to_its_peak_and_names_the_owners():
     assert owners["before the step"] == 80 and owners["(no Python frame)"] == 30
     assert owners["FSDP: _fsdp_collectives.py:7 f"] == 50 and owners["harness: train_step.py:3 step"] == 40
     assert S.peak_live([], 64) == (64, {"before the step": 64})
+
+
+def test_gpu_spread_dry_run(tmp_path):
+    # validation/gpu_spread.py on the CPU: one one-call row and per-second loaded rows, each with the device's
+    # identity; bad arguments are one line
+    pytest.importorskip("torch")
+    import gpu_spread
+
+    assert gpu_spread.main(["--out", str(tmp_path / "s.csv"), "--device", "cpu", "--tiny", "--seconds", "0.5"]) == 0
+    with open(tmp_path / "s.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["phase"] for r in rows][0] == "one_call" and any(r["phase"] == "all_loaded" for r in rows)
+    assert all(float(r["tflops"]) > 0 and r["uuid"] for r in rows)
+    for args in (["--device", "cuda:7"], ["--seconds", "nan"]):
+        with pytest.raises(SystemExit) as e:
+            gpu_spread.main(["--out", str(tmp_path / "x.csv"), *args])
+        assert args[0] in str(e.value) and "\n" not in str(e.value)
