@@ -134,14 +134,14 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gathe
     if trace or plot:
         check_traceable(sc, pipeline, inference)
     spec = run_spec(sc.run, run_flags)
+    with flag_names({"tp_overlap": "--tp-overlap", "comm_slowdown": "--comm-slowdown"}):  # checked with --inference too
+        opts = EstimateOptions(pipeline=pipeline, tp_overlap=tp_overlap, comm_slowdown=comm_slowdown,
+                               grad_reduce_overlap=grad_overlap, param_gather_overlap=param_gather_overlap)
     setup = inference_setup(sc, inference, prompt_tokens=prompt_tokens, output_tokens=output_tokens, batch=batch,
                             eager_decode=eager_decode)
     if setup is not None and fmt == "table":  # the table shows the inference breakdown only
         click.echo(inference_table(sc, setup))
         return
-    with flag_names({"tp_overlap": "--tp-overlap", "comm_slowdown": "--comm-slowdown"}):
-        opts = EstimateOptions(pipeline=pipeline, tp_overlap=tp_overlap, comm_slowdown=comm_slowdown,
-                               grad_reduce_overlap=grad_overlap, param_gather_overlap=param_gather_overlap)
     e = estimate_scenario(sc, options=opts, keep_stage_times=bool(trace or plot))
     plan = plan_for_estimate(e, spec).to_dict() if spec else None
     # as printed: integer bytes, rounding residues (a bubble of 7.8e-16 s with pp = 1) as 0

@@ -117,6 +117,7 @@ def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where
             _inline_kw(keys, kw, ffn, where)
         kw["ffn_hidden_size"] = _ffn_hidden_size(mt, kw, ffn, where)
     kw["config_dropout"] = config_dropout(keys, where)
+    _int(keys, "max_position_embeddings", where, 1, positive=True)  # GPT-2 reads it; a count for every model
     spec = ModelSpec(name=str(cfg.get("name", name)), source=str(cfg.get("source", "")), **kw)
     check_unread(keys, cfg.get("model_type"), spec, where)
     return spec
@@ -152,7 +153,7 @@ def _gpt2_kw(cfg: Keys, where: str) -> dict:
                 vocab_size=_int(cfg, "vocab_size", where, positive=True),
                 mlp="gelu", norm="layernorm", qkv_bias=True, out_bias=True, mlp_bias=True,
                 tie_word_embeddings=_bool(cfg, "tie_word_embeddings", where, True),
-                learned_position_embeddings=_int(cfg, "max_position_embeddings", where, 1024))
+                learned_position_embeddings=_int(cfg, "max_position_embeddings", where, 1024, positive=True))
 
 
 def _bloom_kw(cfg: Keys, where: str) -> dict:

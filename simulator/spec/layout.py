@@ -100,7 +100,7 @@ class Layout:
                              f"!= num_gpus({self.num_gpus})")
         if (self.dp * self.cp) % self.ep:
             raise InputError(f"ep({self.ep}) must divide dp({self.dp}) * cp({self.cp}) = {self.dp * self.cp}")
-        check_zero(self.zero)
+        check_zero(self.zero, scalar=True)
         if self.shard_group_size is not None:
             object.__setattr__(self, "shard_group_size", check_count("shard_group_size", self.shard_group_size))
             if self.zero == 0:

@@ -83,10 +83,12 @@ def check_choices(name: str, values, allowed) -> None:
         raise choice_error(name, sorted(bad, key=str)[0], allowed)
 
 
-def check_zero(zero) -> None:
-    """ZeRO stage 0-3 (a scalar or an array of them)."""
+def check_zero(zero, *, scalar: bool = False) -> None:
+    """ZeRO stage 0-3 (a scalar or an array of them; one stage only when `scalar`: a layout's, where a list,
+    even an empty one, is no stage)."""
     z = np.asarray(zero)
-    if z.dtype == bool or (z.ndim == 0 and isinstance(zero, bool)) or not np.isin(z, ZERO_STAGES).all():
+    if z.dtype == bool or (z.ndim == 0 and isinstance(zero, bool)) or not np.isin(z, ZERO_STAGES).all() \
+            or (scalar and z.ndim):
         shown = z.ravel()[:4].tolist() if z.ndim else zero
         raise InputError(f"zero must be 0, 1, 2 or 3, got {shown!r}")
 

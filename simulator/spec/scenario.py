@@ -175,8 +175,11 @@ def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
     table = dict(doc.get("stack", {}))
     if "stack" in doc and not isinstance(doc["stack"], dict):
         raise InputError(f"stack in {where} must be a table [stack] (preset = \"megatron\", ...)")
-    name = overrides.pop("stack", None) or table.pop("preset", None)
-    table.pop("preset", None)
+    name, preset = overrides.pop("stack", None), table.pop("preset", None)
+    for key, v in (("stack", name), (f"preset in [stack] of {where}", preset)):
+        if v is not None and (not isinstance(v, str) or not v.strip()):  # not the default stack in silence
+            raise InputError(f"{key} must be a stack preset name or a stack TOML path, got {v!r}")
+    name = preset if name is None else name
     seconds = seconds_from_us(table, where=f"[stack] of {where}")
     table = {k: v for k, v in table.items() if k not in US_KEYS} | seconds
     for k in ("kernels_per_layer", "compiled_kernels_per_layer"):

@@ -166,8 +166,10 @@ class Stack:
                 raise InputError(f"stack {self.name!r}: {key} must be in [0, 10000) microseconds, "
                                  f"got {h * 1e6 if isinstance(h, (int, float)) else h!r}")
         b = self.dp_bucket_mb
-        if not isinstance(b, (int, float)) or isinstance(b, bool) or not 0.0 < b <= 1e6:
-            raise InputError(f"stack {self.name!r}: dp_bucket_mb must be a number of MB in (0, 1e6], got {b!r}")
+        if not isinstance(b, (int, float)) or isinstance(b, bool) or not 1e-6 <= b <= 1e6:  # from one byte:
+            # a smaller bucket made its count overflow (1e-300 printed a step of 1e300 s)
+            raise InputError(f"stack {self.name!r}: dp_bucket_mb must be a number of MB in [1e-06, 1e6] (one byte "
+                             f"to 1 TB), got {b!r}")
         self._check_memory_fields()
         for name, lo in (("fsdp_unit_layers", 1), ("fsdp_prefetch", 0)):
             v = getattr(self, name)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError, check_positive
 from ..units import DTYPE_BYTES
-from .rules import check_count
+from .model import MAX_FIELD
+from .rules import BOUNDS, check_count
 from .stack import CROSS_ENTROPY, Stack, default_stack  # noqa: F401 (CROSS_ENTROPY re-exported)
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
@@ -67,6 +68,12 @@ class Training:
         if self.moe_imbalance < 1:
             raise InputError(f"moe_imbalance is the busiest expert rank's load over the mean: >= 1, "
                              f"got {self.moe_imbalance!r}")
+        # Past these the expert buffers overflow float64 (1e308 printed inf GiB): C x the uniform share is at
+        # most every token in every one of up to MAX_FIELD experts; the busiest of up to BOUNDS["ep"] ranks
+        # holds at most every token, ep x the mean.
+        for name, limit in (("moe_capacity_factor", MAX_FIELD), ("moe_imbalance", BOUNDS["ep"][0])):
+            if getattr(self, name) > limit:
+                raise InputError(f"{name} must be <= {limit}, got {getattr(self, name)!r}")
 
     # ---- MoE routing ---------------------------------------------------------------------------
     @property
