@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .errors import InputError
 from .batch import LayoutBatch
+from .cost.variability import slowest_gpu_factor
 from .kernel import EXPOSED, HIDDEN, EstimateOptions, evaluate
 from .memory.result import memory_result
 from .spec.layout import Layout
@@ -33,7 +34,15 @@ class Estimate:
     memory: object  # MemoryResult (per stage)
     pipeline: str = "replayed"  # how the pipeline part was obtained
     comm_slowdown: float = 0.0  # the SM-contention fraction the estimate used (EstimateOptions.for_hardware)
+    gpu_speed_cv: float = 0.0  # the per-GPU speed spread it used: compute at the slowest GPU's pace
     stage_times: dict | None = None  # with keep_stage_times: kernel.Evaluation.stage_times of the one-row batch
+
+    @property
+    def slowest_gpu_factor(self) -> float:
+        """How much longer the compute took at the pace of the slowest of the layout's GPUs
+        (cost/variability.py; 1 without a speed spread)."""
+        r = self.row
+        return float(slowest_gpu_factor(self.gpu_speed_cv, int(r["tp"] * r["cp"] * r["pp"] * r["dp"])))
 
     # the step (seconds) and its breakdown: step_s = compute_s + exposed_comm_s + bubble_s
     @property
@@ -110,7 +119,8 @@ class Estimate:
             "time": {"step_s": r["step_s"], "compute_s": r["compute_s"], "exposed_comm_s": r["exposed_comm_s"],
                      "bubble_s": r["bubble_s"], "bubble_fraction": r["bubble_fraction"],
                      "optimizer_s": r["optimizer_s"], "contention_s": r["contention_s"],
-                     "comm_slowdown": self.comm_slowdown,
+                     "comm_slowdown": self.comm_slowdown, "gpu_speed_cv": self.gpu_speed_cv,
+                     "slowest_gpu_factor": self.slowest_gpu_factor,
                      "exposed_comm_by_group_s": {k: r[f"exposed_{k}_s"] for k in EXPOSED},
                      "hidden_comm_by_group_s": {k: r[f"hidden_{k}_s"] for k in HIDDEN},
                      "pipeline": self.pipeline},
@@ -186,7 +196,7 @@ def estimate(model: ModelSpec, training: Training, layout: Layout, hardware, *,
         else "analytic closed form (formulas.md §5.2)"
     return Estimate(model=model, training=training, layout=layout, hardware_name=getattr(hardware, "name", ""),
                     hardware=hardware, row=got.rows.iloc[0].to_dict(), memory=mem, pipeline=how,
-                    comm_slowdown=opt.comm_slowdown, stage_times=got.stage_times)
+                    comm_slowdown=opt.comm_slowdown, gpu_speed_cv=opt.gpu_speed_cv, stage_times=got.stage_times)
 
 
 def estimate_scenario(scenario, *, options: EstimateOptions | None = None,

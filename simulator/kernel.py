@@ -63,6 +63,7 @@ from .batch import LayoutBatch
 from .cost import comm
 from .options import EstimateOptions
 from .cost.compute import BASIS_KEYS, layer_basis_times_by_mode
+from .cost.variability import slowest_gpu_factor
 from .cost.recompute import recomputed_layer_share
 from .kernel_throughput import recomputed_share, throughput
 from .dedup import categories, distinct_rows, factorize, gather_rows, once_per_distinct
@@ -87,7 +88,7 @@ TIME_FIELDS = ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_frac
 
 
 def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *, tp, cp, ep, mbs, sp, rec, ep_ov,
-                 content, comm_id, recompute_layers: int = 0) -> dict:
+                 content, comm_id, gpus, recompute_layers: int = 0) -> dict:
     """Per virtual stage and microbatch, (K, S) arrays for K rows: compute F, B (input gradient +
     recompute forward), W (weight gradient) = per-block basis times x the block counts of the stages of
     `content` (`pt.content_counts`; cost/compute.py), and the TP/CP/EP communication inside them (per
@@ -95,7 +96,9 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
     forward/backward per category (`tp_f`, `tp_b`, ...) and the part hidden under compute (`hid_f`,
     `hid_b`; by category: TP `hid_t_*`, CP `hid_c_*`, EP `hid_e_*`), which slows it when
     `comm_slowdown` > 0. `recompute_layers` N (full-recompute rows): the recompute forward and its re-run
-    TP collectives of min(N, L) of a stage's L layers only (cost/recompute.py recomputed_layer_share)."""
+    TP collectives of min(N, L) of a stage's L layers only (cost/recompute.py recomputed_layer_share).
+    `gpus`: the layout's GPU count, whose slowest GPU sets the compute's pace (cost/variability.py
+    slowest_gpu_factor, with `opt.gpu_speed_cv`; 1 where that is 0, so as not to split the rows by it)."""
     k = len(tp)
     comm = {key: v[comm_id] for key, v in comm_table.items()}
     basis = np.zeros((len(BASIS_KEYS), k, 4))
@@ -110,7 +113,7 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
             basis[:, idx[sel]] = b[r][:, inv[sel]]
     counts = pt.content_counts(content)  # (k, 4, S)
     keys = [BASIS_KEYS.index(x) for x in ("forward_s", "weight_s", "backward_s", "recompute_s")]
-    F, W, Bk, R = np.einsum("knb,nbs->kns", basis[keys], counts)
+    F, W, Bk, R = np.einsum("knb,nbs->kns", basis[keys], counts) * slowest_gpu_factor(opt.gpu_speed_cv, gpus)[:, None]
     layers, moe_layers = counts[:, 0] + counts[:, 1], counts[:, 1]
     zeros = np.zeros_like(F)
     tpf, tpb = comm["tp_f"][:, None] * layers, comm["tp_b"][:, None] * layers
@@ -334,8 +337,9 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     # 1-2. per-stage op times and the communication inside them, each once per distinct combination of the
     # inputs it declares (dedup.once_per_distinct), then gathered: the per-layer communication, and the
     # stage times of each (its own inputs, the stage contents, the communication row it uses)
+    gpus = tp * cp * pp * dp if opt.gpu_speed_cv > 0 else np.ones(n, dtype=np.int64)  # (the slowest GPU's pace)
     cols = dict(tp=tp, cp=cp, ep=ep, dp=dp, mbs=mbs, pp=pp, sp=sp, rec=rec_c, ep_ov=ep_ov,
-                content=pt.content_index, shape=pt.shape_index)
+                content=pt.content_index, shape=pt.shape_index, gpus=gpus)
     c, c_inv = once_per_distinct(_layer_comm, {**cols, "rec": rec}, model=model, training=training,
                                  hardware=hardware, opt=opt, cp_algorithm=cp_algorithm)
     st, b_inv = once_per_distinct(_stage_times, {**cols, "rec": rec, "comm_id": c_inv}, model=model,
@@ -359,7 +363,8 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
                                  t_inv, {**cols, "zero": zz}, m)
     # 5. the optimizer step
     opt_g, g_inv = once_per_distinct(_optimizer_times, {**cols, "sharded": zz >= 1}, model=model, training=training,
-                                     hardware=hardware, pt=pt, shard_group_size=shard_group_size)
+                                     hardware=hardware, pt=pt, shard_group_size=shard_group_size,
+                                     speed_cv=opt.gpu_speed_cv)
     opt_s = pt.of_class(gather_rows(opt_g, g_inv))
     if z3_tail is not None:  # the ZeRO-3 collectives run once per step
         dp_tail = dp_tail + z3_tail

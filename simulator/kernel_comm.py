@@ -16,6 +16,7 @@ from .cost.compute import layer_op_times
 from .cost.fsdp import backward_pass, chunked_overlap_exposed_s, forward_pass, fsdp_copy_s, unit_count
 from .cost.optimizer import optimizer_params_step_s
 from .cost.topology import group_span
+from .cost.variability import slowest_gpu_factor
 from .dedup import categories, distinct_rows, gather_rows, once_per_distinct
 from .spec.placement import params_per_rank, stage_param_split
 from .spec.rules import shard_degrees
@@ -170,14 +171,16 @@ def _dp_tail_traffic(model, training, hardware, opt, pt, shard_group_size, span_
     return _dp_traffic(hardware, training, opt, ne_cls, ex_cls, zero, spans, shard_group_size)
 
 
-def _optimizer_times(model, training, hardware, pt, shard_group_size, *, tp, cp, ep, dp, shape, sharded):
+def _optimizer_times(model, training, hardware, pt, shard_group_size, speed_cv, *, tp, cp, ep, dp, shape, sharded,
+                     gpus):
     """Optimizer-step time per rank class (K, Q): the state shards as in memory (spec.rules.shard_degrees)
-    where `sharded` (ZeRO >= 1)."""
+    where `sharded` (ZeRO >= 1), at the pace of the slowest of the layout's `gpus` (cost/variability.py)."""
     ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep)
     d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size)
-    return optimizer_params_step_s(training, hardware, non_expert=ne_cls, expert=ex_cls,
-                                   shard_degree=np.where(sharded, d, 1.0)[:, None],
-                                   expert_shard_degree=np.where(sharded, d_e, 1.0)[:, None])
+    t = optimizer_params_step_s(training, hardware, non_expert=ne_cls, expert=ex_cls,
+                                shard_degree=np.where(sharded, d, 1.0)[:, None],
+                                expert_shard_degree=np.where(sharded, d_e, 1.0)[:, None])
+    return t * slowest_gpu_factor(speed_cv, gpus)[:, None]
 
 
 def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, spans, shard_group_size):

@@ -20,6 +20,9 @@ class EstimateOptions:
     # overlapped comm slows the compute it hides under by this fraction; None: the hardware's measured SM
     # contention (HardwareProfile.compute_slowdown_under_comm)
     comm_slowdown: float | None = None
+    # relative standard deviation of per-GPU speed: compute runs at the slowest of the layout's GPUs
+    # (cost/variability.py); None: the hardware's (HardwareProfile.gpu_speed_cv, default 0)
+    gpu_speed_cv: float | None = None
     roofline: bool = True  # op time = max(compute, memory) (False: their sum, Calculon's no_overlap)
     pipeline: str = "replay"  # "replay": the engine's fast path; "analytic": closed-form bubbles (faster)
     placement: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -31,13 +34,20 @@ class EstimateOptions:
                 continue
             if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
                 raise InputError(f"{name} must be in [0, 1], got {v!r}")
+        v = self.gpu_speed_cv
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v < 1.0):
+            raise InputError(f"gpu_speed_cv must be in [0, 1), got {v!r}")
         if self.pipeline not in ("replay", "analytic"):
             raise InputError(f"pipeline must be 'replay' or 'analytic', got {self.pipeline!r}")
         if self.ep_overlap is not None and not 0.0 <= self.ep_overlap <= 1.0:
             raise InputError(f"ep_overlap must be in [0, 1], got {self.ep_overlap!r}")
 
     def for_hardware(self, hardware) -> "EstimateOptions":
-        """These options with what they leave to the hardware filled in from `hardware` (comm_slowdown)."""
-        if self.comm_slowdown is None:
-            return replace(self, comm_slowdown=hardware.compute_slowdown_under_comm)
-        return self
+        """These options with what they leave to the hardware filled in from `hardware` (comm_slowdown,
+        gpu_speed_cv)."""
+        out = self
+        if out.comm_slowdown is None:
+            out = replace(out, comm_slowdown=hardware.compute_slowdown_under_comm)
+        if out.gpu_speed_cv is None:
+            out = replace(out, gpu_speed_cv=float(getattr(hardware, "gpu_speed_cv", 0.0)))
+        return out

@@ -10,7 +10,8 @@ Why it is measured: parasim's tables come from one lent GPU at a time, and three
 same 8192^3 bf16 GEMM 6 % apart (docs/gpu-measurements.md), as large as the whole error budget of a one-GPU
 prediction; the llm-foundry weak-scaling series grow 2-5 % more from 16 to 128 GPUs than parasim predicts
 (docs/weak-scaling.md), which a slowest-of-n effect would produce. No cluster-level spread of A100 or H100
-bf16 GEMM speed is published that parasim could cite, so nothing models it yet: this script collects it.
+bf16 GEMM speed is published that parasim could cite, so the profiles' `[gpu] speed_cv` (cost/variability.py)
+is 0 by default: this script measures it.
 
 Protocol, per visible GPU (the GPU's UUID identifies it across leases, so rows from many leases pool into one
 distribution of GPU speeds):

@@ -53,17 +53,10 @@ def series():
 
 
 def expected_max_normal(n: int) -> float:
-    """E[max of n independent standard normal draws] = ∫ x·n·φ(x)·Φ(x)^(n−1) dx (the expected largest order
-    statistic; Blom 1958 gives ≈ Φ⁻¹((n − 0.375)/(n + 0.25))), by the trapezoid rule on [−9, 9]."""
-    import math
+    """E[max of n independent standard normal draws] (simulator/cost/variability.py, the one place of the rule)."""
+    from simulator.cost.variability import expected_max_standard_normal
 
-    import numpy as np
-
-    x = np.linspace(-9.0, 9.0, 9001)
-    phi = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-    cdf = 0.5 * np.array([math.erfc(-v / math.sqrt(2.0)) for v in x])
-    f = x * n * phi * cdf ** (n - 1)
-    return float(np.sum(0.5 * (f[1:] + f[:-1]) * np.diff(x)))
+    return float(expected_max_standard_normal(n))
 
 
 def lease_gemm_ratios() -> dict[str, float]:
@@ -90,11 +83,11 @@ def slowest_gpu_lines(errs_by_n: dict[int, list[float]]) -> list[str]:
     ratios = lease_gemm_ratios()
     sigmas = (0.01, 0.02, 0.04)
     ns = (8, 16, 128, 512)
-    lines = ["", "## Not modelled: the slowest of n GPUs", "",
+    lines = ["", "## The slowest of n GPUs (off by default)", "",
              "Every synchronous step (data, tensor or pipeline parallel) waits for its slowest GPU. If each GPU's",
              "speed is a draw with relative standard deviation σ around the calibrated one, a job on n GPUs runs",
-             "σ·E[max of n standard normals] slower than the median GPU (validation/weak_scaling.py",
-             "`expected_max_normal`), so its step grows with n even where the communication is hidden:", "",
+             "σ·E[max of n standard normals] slower than the median GPU (simulator/cost/variability.py), so its",
+             "step grows with n even where the communication is hidden:", "",
              "| σ | " + " | ".join(f"n = {n}" for n in ns) + " | growth 16 -> 128 | growth 128 -> 512 |",
              "|---|" + "---|" * (len(ns) + 2)]
     e = {n: expected_max_normal(n) for n in ns}
@@ -107,9 +100,10 @@ def slowest_gpu_lines(errs_by_n: dict[int, list[float]]) -> list[str]:
               "Three GPUs do not make a distribution, and no cluster-wide spread of A100 or H100 bf16 GEMM speed is",
               "published that parasim could cite (Sinha et al., SC22, arXiv 2208.11035: 8 % average performance",
               "variation, outliers up to 1.5x slower than the median GPU, on V100- and MI60-based HPC clusters), so",
-              "parasim models none:",
-              "`validation/gpu_spread.py` times the same GEMM on every GPU of a lent machine at once, with each",
-              "GPU's UUID, so that rows from many leases pool into a measured σ."]
+              "every shipped profile has σ = 0 and the table above is predicted without it. A user who knows the",
+              "spread of a cluster sets it (`[gpu] speed_cv` in a profile, `--gpu-speed-cv` on estimate and sweep);",
+              "`validation/gpu_spread.py` measures it: the same GEMM on every GPU of a machine at once, each row",
+              "with the GPU's UUID, so that rows from many leases pool into one distribution."]
     if errs_by_n:
         lines += ["", "Measured minus predicted growth in the table above, median over the series, by GPU count: "
                   + ", ".join(f"{n} GPUs {100 * sorted(v)[len(v) // 2]:+.1f} %" for n, v in sorted(errs_by_n.items()))

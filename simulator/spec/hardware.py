@@ -105,6 +105,9 @@ class HardwareProfile:
     # compute that runs beside communication (NCCL kernels holding SMs and HBM bandwidth) is slower by this
     # fraction while they overlap: `[gpu] compute_slowdown_under_comm`, default CONTENTION_DEFAULT
     compute_slowdown_under_comm: float = 0.189  # = CONTENTION_DEFAULT (defined below, with its source)
+    # relative standard deviation of per-GPU speed in a cluster: a synchronous step runs at its slowest GPU
+    # (cost/variability.py); `[gpu] speed_cv`, default 0 (no published cluster-wide spread to cite)
+    gpu_speed_cv: float = 0.0
     # run planning (run_plan.py): optional [gpu] keys, each with its source key (spec/run.py GPU_RUN_KEYS)
     board_power_w: float | None = None  # W per GPU, the datasheet's maximum
     usd_per_gpu_hour: float | None = None
@@ -120,6 +123,8 @@ class HardwareProfile:
             check_number(v, f"{self.name}: peak_flops_per_s[{d!r}]")
         for attr in (a for a in GPU_RUN_KEYS if getattr(self, a) is not None):
             check_run_value(getattr(self, attr), f"{self.name}: {attr}", attr)
+        if not 0.0 <= check_number(self.gpu_speed_cv, f"{self.name}: gpu_speed_cv", NONNEGATIVE) < 1.0:
+            raise InputError(f"{self.name}: gpu_speed_cv must be a fraction in [0, 1), got {self.gpu_speed_cv!r}")
         _rules_between(self.name, si=True, gpus_per_node=self.gpus_per_node,
                        nvlink_domain_gpus=self.nvlink_domain_gpus, nvlink_topology=self.nvlink_topology,
                        link=self.nvlink_link_bytes_per_s, aggregate=self.nvlink_bytes_per_s,
@@ -210,6 +215,7 @@ HOST_DEFAULTS = (("host_pcie_bytes_per_s", "pcie_gb_per_s", 1e9, 32e9),
 _GPU_REQ = ("model", "hbm_gb", "hbm_gb_per_s", "peak_tflops", "source")
 _GPU_OPT = ("hbm_usable_mib",  # capacity visible to CUDA (nvidia-smi "Total", MiB); preferred over hbm_gb
             "compute_slowdown_under_comm",  # SM contention, a fraction in [0, 1] (CONTENTION_DEFAULT)
+            "speed_cv",  # per-GPU speed spread, a fraction in [0, 1) (cost/variability.py)
             "sm_count") + GPU_RUN_OPTIONAL  # sm_count: attention's wave quantization; run planning: spec/run.py
 # Compute slowdown while communication overlaps it, when a profile does not measure its own: the average
 # measured by Lee et al. 2025, "Characterizing Compute-Communication Overlap in GPU-Accelerated
@@ -309,6 +315,10 @@ def _values(sec: dict, where: str) -> dict:
     out["compute_slowdown_under_comm"] = check_number(slow, f"{where} gpu.compute_slowdown_under_comm", NONNEGATIVE)
     if out["compute_slowdown_under_comm"] > 1:
         raise InputError(f"{where} gpu.compute_slowdown_under_comm must be a fraction in [0, 1], got {slow!r}")
+    cv = sec["gpu"].get("speed_cv", 0.0)
+    out["gpu_speed_cv"] = check_number(cv, f"{where} gpu.speed_cv", NONNEGATIVE)
+    if out["gpu_speed_cv"] >= 1:
+        raise InputError(f"{where} gpu.speed_cv must be a fraction in [0, 1), got {cv!r}")
     n.setdefault("nvlink_domain_gpus", n["gpus_per_node"])
     for attr, s in _COUNTS:
         out[attr] = _count(tables[s][attr], attr, f"{where} {s}.{attr}")
