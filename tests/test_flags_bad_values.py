@@ -14,6 +14,8 @@ CASES = [
     ("estimate", ["--moe-imbalance", "0.5"], "--moe-imbalance", "0.5"),
     ("estimate", ["--moe-capacity-factor", "-1"], "--moe-capacity-factor", "-1"),
     ("estimate", ["--comm-slowdown", "2"], "--comm-slowdown", "2"),
+    ("estimate", ["--gpu-speed-cv", "1"], "--gpu-speed-cv", "1"),
+    ("estimate", ["--gpu-speed-cv", "nan"], "--gpu-speed-cv", "nan"),
     ("sweep", ["--fsdp-prefetch", "-3"], "--fsdp-prefetch", "-3"),
     ("plan", ["--tokens", "1e12", "--gpu-counts", "8", "--max-days", "-1"], "--max-days", "-1"),
     ("plan", ["--tokens", "1e12", "--gpu-counts", "8", "--max-usd", "nan"], "--max-usd", "nan"),

@@ -97,3 +97,21 @@ def test_bad_speed_cv_is_one_line(tmp_path, value):
     assert "gpu.speed_cv" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(InputError):
         EstimateOptions(gpu_speed_cv=value)
+
+
+def test_the_estimate_flag_sets_it():
+    import json
+
+    from click.testing import CliRunner
+
+    from simulator.cli import cli as main
+
+    scen = str(ROOT / "scenarios" / "llama3-8b-8xh100.toml")
+    r = CliRunner().invoke(main, ["estimate", scen, "--gpu-speed-cv", "0.02", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    t = json.loads(r.output)["time"]
+    assert t["gpu_speed_cv"] == 0.02 and t["slowest_gpu_factor"] == pytest.approx(1 + 0.02 * 1.42360031, rel=1e-7)
+    table = CliRunner().invoke(main, ["estimate", scen, "--gpu-speed-cv", "0.02"]).output
+    assert "at the slowest of 8 GPUs: x1.0285" in table
+    assert "slowest" not in CliRunner().invoke(main, ["estimate", scen]).output
+    # (bad values: tests/test_flags_bad_values.py)

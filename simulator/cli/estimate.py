@@ -29,6 +29,9 @@ def _table(d: dict) -> str:
         f"slowed by overlapped comm {t['contention_s']:.4f} s at {100 * t['comm_slowdown']:.1f} %)",
         f"  exposed comm      {t['exposed_comm_s']:10.4f} s  {pct(t['exposed_comm_s'])}",
     ]
+    if t.get("gpu_speed_cv"):  # (the compute line's own time, at the slowest GPU's pace)
+        lines.insert(-1, f"    at the slowest of {lay['num_gpus']} GPUs: x{t['slowest_gpu_factor']:.4f} "
+                         f"(per-GPU speed spread {100 * t['gpu_speed_cv']:.1f} %, cost/variability.py)")
     hidden = t.get("hidden_comm_by_group_s", {})
     for k, v in t["exposed_comm_by_group_s"].items():
         h = hidden.get(k, 0.0)
@@ -80,6 +83,10 @@ def _short(source: str, width: int = 110) -> str:
 @click.option("--comm-slowdown", type=float, default=None,
               help="overlapped communication slows the compute it hides under by this fraction (SM contention; "
                    "default: the hardware profile's, 0.189 measured by Lee et al. 2025 unless it has its own)")
+@click.option("--gpu-speed-cv", type=float, default=None,
+              help="relative standard deviation of per-GPU speed in the cluster: the compute runs at the slowest "
+                   "of the layout's GPUs, x (1 + value x E[max of n standard normals]) (default: the hardware "
+                   "profile's [gpu] speed_cv, 0 in every shipped one; measure with validation/gpu_spread.py)")
 @click.option("--grad-overlap/--no-grad-overlap", default=True, show_default=True,
               help="overlap the DP gradient reduction with the last microbatch's backward")
 @click.option("--param-gather-overlap/--no-param-gather-overlap", default=False, show_default=True,
@@ -91,8 +98,8 @@ def _short(source: str, width: int = 110) -> str:
               help="write the estimated step as a Gantt chart (.png, .svg or .pdf)")
 @inference_options
 @run_options
-def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gather_overlap, trace, plot, inference,
-             prompt_tokens, output_tokens, batch, eager_decode, **kwargs):
+def estimate(fmt, pipeline, tp_overlap, comm_slowdown, gpu_speed_cv, grad_overlap, param_gather_overlap, trace, plot,
+             inference, prompt_tokens, output_tokens, batch, eager_decode, **kwargs):
     """Step time, throughput, MFU/HFU and memory of one layout, with a breakdown that adds up:
     step = compute + exposed communication (by group) + pipeline bubble.
 
@@ -134,9 +141,11 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, grad_overlap, param_gathe
     if trace or plot:
         check_traceable(sc, pipeline, inference)
     spec = run_spec(sc.run, run_flags)
-    with flag_names({"tp_overlap": "--tp-overlap", "comm_slowdown": "--comm-slowdown"}):  # checked with --inference too
+    with flag_names({"tp_overlap": "--tp-overlap", "comm_slowdown": "--comm-slowdown",
+                     "gpu_speed_cv": "--gpu-speed-cv"}):  # checked with --inference too
         opts = EstimateOptions(pipeline=pipeline, tp_overlap=tp_overlap, comm_slowdown=comm_slowdown,
-                               grad_reduce_overlap=grad_overlap, param_gather_overlap=param_gather_overlap)
+                               gpu_speed_cv=gpu_speed_cv, grad_reduce_overlap=grad_overlap,
+                               param_gather_overlap=param_gather_overlap)
     setup = inference_setup(sc, inference, prompt_tokens=prompt_tokens, output_tokens=output_tokens, batch=batch,
                             eager_decode=eager_decode)
     if setup is not None and fmt == "table":  # the table shows the inference breakdown only
