@@ -123,3 +123,15 @@ def test_a_blank_stack_flag_is_one_line_not_the_default(value, capsys):
 def test_a_blank_stack_preset_in_a_scenario_is_one_line(tmp_path, capsys):
     one_line_error(["estimate", scenario(tmp_path, "stack", 'preset = ""')], capsys, "preset", "[stack]",
                    "scen.toml", "''")
+
+
+def test_no_room_for_the_kv_cache_is_said_without_a_negative_number(capsys):
+    # the weights of a 70B model alone exceed one H100: the inference table said "-57.15 GiB free for it"
+    from simulator.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["estimate", "--model", "llama3-70b", "--hardware", "dgx-h100", "--gpus", "1", "--seq", "4096",
+              "--global-batch", "1", "--inference", "--batch", "1"])
+    assert e.value.code == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("max batch"))
+    assert "none free for it" in line and "exceed" in line and " -" not in line.replace(" - ", "")

@@ -43,7 +43,9 @@ def inference_lines(d: dict, *, header: str) -> list[str]:
 
 def _max_batch_line(d: dict) -> str:
     mb = "no limit (no KV cache on the binding stage)" if d["max_batch"] is None else f"{d['max_batch']:,} sequences"
+    free, room = d["kv_free_bytes"], "(HBM - context/NCCL) / (1 + reserve)"
+    room = (f"{free / GiB:.2f} GiB free for it = {room} - weights - activations" if free >= 0 else
+            f"none free for it: weights + activations exceed {room} by {-free / GiB:.2f} GiB")
     return (f"max batch           {mb} per replica at {d['context_tokens']} tokens "
-            f"(KV {d['kv_cache_bytes_per_sequence'] / 2**20:,.1f} MiB per sequence; "
-            f"{d['kv_free_bytes'] / GiB:.2f} GiB free for it = (HBM - context/NCCL) / (1 + reserve) - weights "
-            f"- activations, stage {d['max_batch_stage']})")
+            f"(KV {d['kv_cache_bytes_per_sequence'] / 2**20:,.1f} MiB per sequence; {room}, "
+            f"stage {d['max_batch_stage']})")
