@@ -135,3 +135,37 @@ def test_no_room_for_the_kv_cache_is_said_without_a_negative_number(capsys):
     assert e.value.code == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("max batch"))
     assert "none free for it" in line and "exceed" in line and " -" not in line.replace(" - ", "")
+
+
+@pytest.mark.parametrize("layers", [32, 61, 80, 126])
+def test_auto_vpp_candidates_lose_no_layout(layers):
+    # the automatic sweep tries only the chunk counts dividing L, L + 1 or L + 2 (a model of 2**24 layers hung on
+    # trying all of 2..L): it enumerates exactly what listing every vpp from 2 to L does, with or without
+    # Megatron's embedding/loss accounting
+    from dataclasses import replace
+
+    from simulator.spec.hardware import load_hardware
+    from simulator.spec.scenario import load_scenario
+    from simulator.sweep.enumerate import enumerate_layouts
+    from simulator.sweep.space import SweepSpace
+
+    sc = load_scenario(ROOT / "scenarios" / "llama3-70b-512xh100.toml")
+    model, hw = replace(sc.model, num_layers=layers), load_hardware("dgx-h100")
+    for kw in ({}, {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}):
+        auto = enumerate_layouts(model, sc.training, 64, SweepSpace(**kw), hardware=hw)
+        every = enumerate_layouts(model, sc.training, 64, SweepSpace(vpp=list(range(1, layers + 1)), **kw),
+                                  hardware=hw)
+        assert len(auto) and auto.equals(every)
+
+
+def test_layers_past_two_to_the_twenty_are_one_line():
+    from dataclasses import replace
+
+    from simulator.errors import InputError
+    from simulator.spec.scenario import load_scenario
+
+    m = load_scenario(ROOT / "scenarios" / "llama3-8b-8xh100.toml").model
+    assert replace(m, num_layers=2**20).num_layers == 2**20
+    with pytest.raises(InputError) as e:
+        replace(m, num_layers=2**24)
+    assert "num_hidden_layers" in str(e.value) and "\n" not in str(e.value)

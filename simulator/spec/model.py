@@ -22,6 +22,7 @@ NORM_KINDS = ("rmsnorm", "layernorm")
 # 10**12 parameters), yet low enough that every count stays exact in int64 and float64 (issue 24:
 # hidden_size = 1e30 raised OverflowError, num_hidden_layers = 2**63 gave 128128 parameters).
 MAX_FIELD = 2**24
+MAX_LAYERS = 2**20  # a sweep of 2**20 layers takes 15 s on 8 GPUs, one of 2**24 minutes (its tables grow with L)
 MAX_PARAMS = 2**53
 
 
@@ -81,6 +82,8 @@ class ModelSpec:
                 raise InputError(f"model {f.name} must be {'> 0' if must_be_positive else '>= 0'}, got {v!r}")
             if v > MAX_FIELD:
                 raise InputError(f"model {f.name} must be <= {MAX_FIELD} (2**24), got {v!r}")
+            if f.name == "num_layers" and v > MAX_LAYERS:  # a sweep's pipeline tables grow with the layers
+                raise InputError(f"model num_layers (num_hidden_layers) must be <= {MAX_LAYERS} (2**20), got {v!r}")
         p = self.config_dropout
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
             raise InputError(f"model config_dropout must be a probability from 0 to 1, got {p!r}")

@@ -109,13 +109,25 @@ def _numeric_candidates(model, training, hardware, num_gpus: int, space: SweepSp
     return {"tp": T, "cp": C, "pp": P, "dp": D, "ep": E, "micro_batch_size": M}
 
 
+def _auto_vpps(num_layers: int) -> list[int]:
+    """The chunk counts 2..L an automatic sweep tries: those dividing L, L + 1 or L + 2, the only ones for which
+    pp·vpp can divide the layers split (L, or L plus the embedding and loss stages Megatron accounts for);
+    found in O(√L) rather than by trying all L − 1 (a model of 2**24 layers took minutes)."""
+    out = set()
+    for n in (num_layers, num_layers + 1, num_layers + 2):
+        for d in range(1, math.isqrt(n) + 1):
+            if n % d == 0:
+                out.update((d, n // d))
+    return sorted(v for v in out if 2 <= v <= num_layers)
+
+
 def _schedule_choices(model, space: SweepSpace) -> list[tuple[str, int]]:
     """(schedule, vpp) pairs in sweep order."""
     scheds = DEFAULT_SCHEDULES if space.schedule == AUTO else space.schedule
     out = []
     for s in scheds:
         if family(s).takes_vpp:
-            vpps = range(2, model.num_layers + 1) if space.vpp == AUTO else [v for v in space.vpp if v >= 2]
+            vpps = _auto_vpps(model.num_layers) if space.vpp == AUTO else [v for v in space.vpp if v >= 2]
             for v in vpps:
                 if space.max_vpp is None or v <= space.max_vpp:
                     out.append((s, int(v)))
