@@ -342,8 +342,9 @@ def test_gpt2_config_with_dropout_turns_dropout_on_and_its_activations(tmp_path)
 @pytest.mark.parametrize("kw,msg", [
     (dict(hidden_size=2**63), "model hidden_size must be <= 16777216 (2**24), got 9223372036854775808"),
     (dict(num_layers=2**40), "model num_layers must be <= 16777216"),
-    (dict(num_layers=2**24, hidden_size=2**14, num_heads=128, ffn_hidden_size=2**24),
-     "model 'custom' has 1.39e+19 parameters, more than parasim counts exactly (2**53)"),
+    (dict(num_layers=2**24), "model num_layers (num_hidden_layers) must be <= 1048576 (2**20)"),
+    (dict(num_layers=2**20, hidden_size=2**14, num_heads=128, ffn_hidden_size=2**24),
+     "model 'custom' has 8.66e+17 parameters, more than parasim counts exactly (2**53)"),
 ])
 def test_model_spec_refuses_sizes_past_exact_counting(kw, msg):
     from simulator.spec.model import ModelSpec
