@@ -32,7 +32,7 @@ STEP_CONFIGS = ("L2-h8192-a64-kv64-f22016-s2048-b1-none-bf16-sdpa", "L8-h4096-a3
 FIELDS = ["what", "run_id", "phase", "second", "calls", "time_s", "tflops", "sm_clock_mhz", "power_w", "temperature_c"]
 
 
-def _protocol_s(B: Bench, fn, warmup: int, calls: int) -> float:
+def one_call_s(B: Bench, fn, warmup: int, calls: int) -> float:
     """Median of `calls` calls, each between two CUDA events after `warmup` untimed ones (perf_counter on CPU)."""
     for _ in range(warmup):
         fn()
@@ -61,7 +61,7 @@ def measure(B: Bench, row, what: str, run_id: str, fn, flops: float, *, sustain_
             tflops=flops / t / 1e12 if flops else float("nan"), **_smi())
 
     time.sleep(idle_s)
-    emit("cold", "", calls, _protocol_s(B, fn, warmup, calls))
+    emit("cold", "", calls, one_call_s(B, fn, warmup, calls))
     t0, sec = time.perf_counter(), 0
     while time.perf_counter() - t0 < sustain_s:
         k, w0 = 0, time.perf_counter()
@@ -71,7 +71,7 @@ def measure(B: Bench, row, what: str, run_id: str, fn, flops: float, *, sustain_
         B.sync()
         emit("sustained", sec, k, (time.perf_counter() - w0) / k)
         sec += 1
-    emit("hot", "", calls, _protocol_s(B, fn, 0, calls))
+    emit("hot", "", calls, one_call_s(B, fn, 0, calls))
 
 
 def main(argv=None) -> int:

@@ -26,11 +26,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import statistics
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from gpu_owed import Bench  # noqa: E402
+from gpu_power_step import one_call_s  # noqa: E402  (the calibration's one-call protocol, one place)
 
 FIELDS = ["device", "uuid", "name", "phase", "second", "gemms", "tflops", "sm_clock_mhz", "power_w", "temperature_c"]
 
@@ -78,27 +83,6 @@ class Rows:
         self.f.close()
 
 
-def one_call_s(torch, fn, sync, cuda: bool, *, warmup: int = 5, calls: int = 20) -> float:
-    """Median time of `calls` calls each timed alone (CUDA events on a GPU, perf_counter on the CPU)."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(calls):
-        if cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1e-3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def measure(torch, devices: list[str], out: Path, *, n: int, seconds: float) -> int:
     """Run the protocol of the module docstring on `devices`; returns the number of rows written."""
     rows = Rows(out)
@@ -113,7 +97,9 @@ def measure(torch, devices: list[str], out: Path, *, n: int, seconds: float) -> 
         uuid, name = _identity(torch, dev)
         state.append((index, dev, cuda, a, c, sync, uuid, name))
     for index, dev, cuda, a, c, sync, uuid, name in state:  # one at a time: the calibration's protocol
-        t = one_call_s(torch, lambda a=a, c=c: torch.matmul(a, a, out=c), sync, cuda)
+        if cuda:
+            torch.cuda.set_device(torch.device(dev))
+        t = one_call_s(Bench(torch, dev), lambda a=a, c=c: torch.matmul(a, a, out=c), 5, 20)
         rows.add(device=dev, uuid=uuid, name=name, phase="one_call", second="", gemms=20, tflops=flops / t / 1e12,
                  **smi(index if cuda else None))
     count = [0]
