@@ -27,17 +27,21 @@ DOC = ROOT / "docs" / "weak-scaling.md"
 KEYS = ["model", "seq_len", "micro_batch", "gpu_type", "source_locator"]
 
 
-def series():
+def series(speed_cv: float | None = None):
     """(model, seq, micro-batch, GPU) -> DataFrame of its runs on >= 2 GPU counts with a fixed batch per GPU:
-    n_gpus, measured and predicted step and their growth over the smallest GPU count."""
+    n_gpus, measured and predicted step and their growth over the smallest GPU count; `speed_cv`: predicted
+    with that per-GPU speed spread instead of the profiles' (0) (cost/variability.py)."""
     import pandas as pd
 
+    from simulator.estimate import estimate
+    from simulator.options import EstimateOptions
     from simulator.validate import predict_runs, read_runs
 
     runs = pd.concat([read_runs(p) for p in RUNS], ignore_index=True)
     runs = runs[runs["source_id"].isin(SOURCES)].copy()
     runs["per_gpu_batch"] = pd.to_numeric(runs["global_batch_seqs"]) / pd.to_numeric(runs["n_gpus"])
-    res, _ = predict_runs(runs)
+    opt = None if speed_cv is None else EstimateOptions(gpu_speed_cv=speed_cv)
+    res, _ = predict_runs(runs, estimate_fn=lambda m, t, lay, hw: estimate(m, t, lay, hw, options=opt))
     res = res.merge(runs[["run_id", "n_gpus", "per_gpu_batch", *KEYS]].astype({"run_id": str}),
                     left_on=res["run_id"].astype(str), right_on="run_id", suffixes=("", "_csv"))
     out = {}
@@ -78,8 +82,11 @@ def lease_gemm_ratios() -> dict[str, float]:
     return out
 
 
-def slowest_gpu_lines(errs_by_n: dict[int, list[float]]) -> list[str]:
-    """The section on what the missing growth could be: the slowest of n GPUs (not modelled)."""
+def slowest_gpu_lines(errs_by_n: dict[int, list[float]], base: dict) -> list[str]:
+    """The section on the slowest of n GPUs: its size by σ and n, what is measured of σ, and the series
+    predicted with it (a sensitivity)."""
+    import numpy as np
+
     ratios = lease_gemm_ratios()
     sigmas = (0.01, 0.02, 0.04)
     ns = (8, 16, 128, 512)
@@ -108,6 +115,14 @@ def slowest_gpu_lines(errs_by_n: dict[int, list[float]]) -> list[str]:
         lines += ["", "Measured minus predicted growth in the table above, median over the series, by GPU count: "
                   + ", ".join(f"{n} GPUs {100 * sorted(v)[len(v) // 2]:+.1f} %" for n, v in sorted(errs_by_n.items()))
                   + " (one series per model, sequence, micro-batch and GPU type)."]
+    lines += ["", "The same series predicted with a spread set for every GPU, a sensitivity (nothing here was fitted,",
+              "and no shipped profile uses it): the growth error of the points beyond each series' first,", "",
+              "| σ | median abs growth error | max abs | mean signed (predicted − measured growth) |", "|---|---|---|---|"]
+    for s in (0.0,) + sigmas:  # (σ = 0: the table above)
+        e = [r.predicted_growth / r.measured_growth - 1 for g in (series(s) if s else base).values()
+             for r in g.iloc[1:].itertuples()]
+        lines.append(f"| {100 * s:.0f} % | {100 * float(np.median(np.abs(e))):.1f} % | "
+                     f"{100 * float(np.max(np.abs(e))):.1f} % | {100 * float(np.mean(e)):+.1f} % |")
     return lines
 
 
@@ -118,8 +133,8 @@ def generate() -> str:
              "simulator whose step stays flat while the measured one grows misses the cost of scale.", "",
              "| model | seq | micro-batch | GPU | batch/GPU | GPUs | measured step s | predicted step s "
              "| measured growth | predicted growth | growth error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    errs, by_n = [], {}
-    for (model, seq, mb, gpu, _table, per), g in series().items():
+    errs, by_n, base = [], {}, series()
+    for (model, seq, mb, gpu, _table, per), g in base.items():
         for r in g.itertuples():
             e = r.predicted_growth / r.measured_growth - 1
             if r.n_gpus != g["n_gpus"].iloc[0]:
@@ -133,7 +148,7 @@ def generate() -> str:
         med = errs[len(errs) // 2] if len(errs) % 2 else (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2
         lines += ["", f"{len(errs)} points beyond each series' first: median |growth error| {100 * med:.1f} %, "
                       f"max {100 * errs[-1]:.1f} %."]
-    lines += slowest_gpu_lines(by_n)
+    lines += slowest_gpu_lines(by_n, base)
     return "\n".join(lines) + "\n"
 
 
