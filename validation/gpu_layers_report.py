@@ -233,12 +233,24 @@ def _gap_finding() -> list[str]:
     gap_c = [float(rows[(r, "compiled")]["step_queued_s"]) - float(rows[(r, "compiled")]["kernel_s"]) for r in big]
     comp = [predicted_fwd_bwd_s(r, compiled=True)[0] / predicted_fwd_bwd_s(r, compiled=False)[0] - 1 for r in big]
     meas = [float(rows[(r, "compiled")]["kernel_s"]) / float(rows[(r, "eager")]["kernel_s"]) - 1 for r in big]
+    idle = {}  # run -> {name: value} of idle.csv's totals (3 profiled steps each)
+    for r in _read("idle.csv"):
+        if r["kind"] == "total":
+            idle.setdefault(r["run_id"], {})[r["name"]] = float(r["value"])
+    gpu_bound = [rid for rid in idle if rid.startswith("L8-h4096")]
+    busy = [f"{rid.split('-')[5]} {100 * idle[rid]['busy_s'] / idle[rid]['span_s']:.1f} %" for rid in gpu_bound]
+    late = [f"{1e3 * idle[rid]['host_late_s'] / 3:.2f}" for rid in gpu_bound]
     return [f"- **On the GPU-bound runs parasim's eager forward + backward is the kernels' sum** "
             f"({', '.join(f'{100 * v:+.1f} %' for v in kern)} against the CUPTI kernel time), but the eager step "
             f"queues {', '.join(f'{1e3 * v:.1f}' for v in gap_e)} ms more than its kernels (growing with the "
             f"sequence, as finding 9 of docs/validation-h100.md saw), which torch.compile removes "
-            f"({', '.join(f'{1e3 * v:.1f}' for v in gap_c)} ms): host work the launch bound, a per-pass maximum, "
-            "does not hold; its cause is not established. parasim credits compilation with "
+            f"({', '.join(f'{1e3 * v:.1f}' for v in gap_c)} ms). Yet the same lease's profiled full eager steps "
+            f"(idle_gaps.py, idle.csv: {', '.join(busy)}) kept the GPU busy with the host late "
+            f"{', '.join(late)} ms per step (3 profiled steps each): in those steps there is no such gap. It lies "
+            "between the unprofiled queued time and the kernel sum of a separate, profiled run; whether it is GPU "
+            "idle or "
+            "slower kernels is not established (gpu_owed.py's layers stage now also records the profiled calls' "
+            "own wall time, `profiled_wall_s`). parasim credits compilation with "
             f"{', '.join(f'{100 * v:+.1f} %' for v in comp)} of forward + backward time (fused elementwise "
             f"kernels); the measured kernel time changed by {', '.join(f'{100 * v:+.1f} %' for v in meas)}."]
 

@@ -24,6 +24,10 @@ Stages (times per call; 'kernel' = summed device time of the call's kernels from
   over batch x KV length: queued and kernel time (eager decode is host-bound at small batch).
 - layers: the harness's decoder layers (validation/train_step.py) forward + backward, eager against
   torch.compile: time and kernels per layer (the stacks' compiled_kernels_per_layer is an estimate today).
+  profiled_wall_s: the wall time of the profiled calls themselves. The 2026-11-27 lease queued eager steps
+  3.5-11.8 ms beyond their kernels while its profiled full steps (idle_gaps.py) were 97.5-98.6 % busy: this
+  column tells whether the gap exists under the profiler too (GPU idle, which idle_gaps.py attributes) or
+  only without it (the kernels themselves slower in the unprofiled run).
 """
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ class Bench:
     def __init__(self, torch, device: str):
         self.torch, self.device = torch, device
         self.cuda = device.startswith("cuda")
+        self.last_profiled_s = float("nan")  # kernel_s: the wall time per call of its profiled calls
 
     def sync(self):
         if self.cuda:
@@ -81,16 +86,19 @@ class Bench:
 
     def kernel_s(self, fn, calls: int) -> tuple[float, float]:
         """(summed device time of the kernels per call, kernels per call) from torch.profiler; on the CPU (nan,
-        aten ops per call, nested ones included: a dry run's count, not a kernel count)."""
+        aten ops per call, nested ones included: a dry run's count, not a kernel count). Sets `last_profiled_s`,
+        the wall time per call of the profiled calls (host clock, synchronised at the end)."""
         from torch.profiler import ProfilerActivity, profile
 
         fn()
         self.sync()
         acts = [ProfilerActivity.CUDA] if self.cuda else [ProfilerActivity.CPU]
         with profile(activities=acts) as prof:
+            t0 = time.perf_counter()
             for _ in range(calls):
                 fn()
             self.sync()
+            self.last_profiled_s = (time.perf_counter() - t0) / calls  # the same calls' wall time, profiled
         if not self.cuda:
             return float("nan"), sum(1 for e in prof.events() if e.name.startswith("aten::")) / calls
         from profile_step import device_kernels
@@ -353,7 +361,8 @@ def stage_layers(B: Bench, out: Path, tiny: bool, budget_s: float):
                                    micro_batch=1, recompute="none", dtype="bf16", attention="sdpa")
              for h, ffn, s in ((2048, 5632, 2048), (4096, 14336, 2048), (4096, 14336, 8192))])
     modes = ("eager",) if tiny and not B.cuda else ("eager", "compiled")
-    row, f = _writer(out, "layers", ["run_id", "mode", "step_queued_s", "kernel_s", "kernels_per_layer"])
+    row, f = _writer(out, "layers", ["run_id", "mode", "step_queued_s", "kernel_s", "profiled_wall_s",
+                                      "kernels_per_layer"])
     t_end = time.perf_counter() + budget_s
     for cfg in cfgs:
         td = {"fp32": torch.float32, "bf16": torch.bfloat16}[cfg.dtype]
@@ -370,7 +379,8 @@ def stage_layers(B: Bench, out: Path, tiny: bool, budget_s: float):
             calls = 3 if tiny else 10
             tq = B.queued_s(step, calls)
             tk, kn = B.kernel_s(step, calls)
-            row(run_id=cfg.run_id, mode=mode, step_queued_s=tq, kernel_s=tk, kernels_per_layer=kn / cfg.layers)
+            row(run_id=cfg.run_id, mode=mode, step_queued_s=tq, kernel_s=tk, profiled_wall_s=B.last_profiled_s,
+                kernels_per_layer=kn / cfg.layers)
     f.close()
 
 
