@@ -139,13 +139,14 @@ def _class_params(model, pt, shape, tp, ep):
     return params_per_rank(stage_param_split(model, pt.of_shapes(shape).classes), tp=tp, ep=ep)
 
 
-def _zero3_unit_times(model, training, hardware, opt, pt, shard_group_size, *, tp, cp, ep, dp, pp, shape):
+def _zero3_unit_times(model, training, hardware, opt, pt, shard_group_size, *, tp, cp, ep, dp, pp, shape, gpus):
     """ZeRO-3/FSDP per FSDP unit of each virtual stage, (K, S) each: the parameter all-gather time of one
     unit, its gradient reduce-scatter time (in the stack's reduce dtype), the stage's unit count
     (cost/fsdp.py `unit_count`) and, for a stack with FSDP2's compute-stream copies (`fsdp_copies`), one
     unit's copy-out and copy-in time (cost/fsdp.py `fsdp_copy_s`; 0 otherwise). A stage's share of its rank's
     non-expert parameters, split evenly over its units, over the data-parallel (shard) group; every unit is its
-    own collective and pays its latency."""
+    own collective and pays its latency. The copies are compute: at the pace of the slowest of the layout's
+    `gpus` (cost/variability.py)."""
     ptg = pt.of_shapes(shape)
     stack = training.stack
     ne_cls, _ = _class_params(model, pt, shape, tp, ep)
@@ -160,6 +161,8 @@ def _zero3_unit_times(model, training, hardware, opt, pt, shard_group_size, *, t
     co = ci = np.zeros_like(g)
     if stack.fsdp_copies:
         co, ci = fsdp_copy_s(hardware, unit_params, param_bytes=float(training.param_bytes), reduce_bytes=rb)
+        slow = slowest_gpu_factor(opt.gpu_speed_cv, gpus)[:, None]
+        co, ci = co * slow, ci * slow
     return tuple(np.where(live, x, 0.0) for x in (g, r, units, co, ci))
 
 

@@ -39,11 +39,13 @@ def test_factor_is_one_without_a_spread_or_with_one_gpu():
     assert slowest_gpu_factor(0.02, 8) == pytest.approx(1 + 0.02 * 1.42360031, rel=1e-7)
 
 
-@pytest.mark.parametrize("name", ["llama3-8b-8xh100.toml", "llama3-70b-512xh100.toml"])
-def test_compute_runs_at_the_slowest_gpus_pace_and_nothing_else_moves(name):
+@pytest.mark.parametrize("name, stack", [("llama3-8b-8xh100.toml", None), ("llama3-70b-512xh100.toml", None),
+                                         ("llama3-8b-8xh100.toml", "torchtitan")])  # (FSDP2's copies: compute)
+def test_compute_runs_at_the_slowest_gpus_pace_and_nothing_else_moves(name, stack):
     # compute_s − contention_s = the busiest rank's F + B + W + optimizer: all GPU compute, scaled by exactly
     # 1 + σ·E[max of n]; no communication grows, and the memory does not change
-    sc = load_scenario(ROOT / "scenarios" / name)
+    sc = load_scenario(ROOT / "scenarios" / name, stack=stack)
+    assert stack is None or sc.training.stack.fsdp_copies
     a = estimate_scenario(sc).to_dict()
     b = estimate_scenario(sc, options=EstimateOptions(gpu_speed_cv=0.03)).to_dict()
     n = sc.layout.num_gpus
