@@ -109,23 +109,27 @@ def _scheduler(executor: str, scheduler, workers):
 
 def plan_runs(scenario, spec: RunSpec, *, gpu_counts, hardware_names, space=None, objective: str = "cost",
               max_days: float | None = None, max_usd: float | None = None, executor: str = "local", scheduler=None,
-              workers: int | None = None, chunk_size: int = 50_000) -> pd.DataFrame:
+              workers: int | None = None, chunk_size: int = 50_000, hardware_fn=None) -> pd.DataFrame:
     """The plan table: one row per (hardware preset, GPU count) with its best layout and the run's days,
     GPU-hours, USD and MWh for `spec.tokens`, ranked for `objective` within `max_days` / `max_usd`
     (module docstring). `scenario` gives the model, training and sweep space; its hardware and GPU count
-    are replaced by each candidate's."""
+    are replaced by each candidate's; `hardware_fn(profile)` adjusts each loaded preset (the CLI's
+    --gpu-speed-cv)."""
     _check(gpu_counts, hardware_names, objective, max_days, max_usd)
+    hardware_fn = hardware_fn or (lambda hw: hw)
+    hardware_fn(scenario.hardware)  # (a bad adjustment fails before any sweep)
     with _scheduler(executor, scheduler, workers) as sched:
         kw = dict(executor="dask", scheduler=sched) if sched is not None else dict(executor="local")
-        rows = _candidates(scenario, spec, space, gpu_counts, hardware_names, {**kw, "chunk_size": chunk_size})
+        rows = _candidates(scenario, spec, space, gpu_counts, hardware_names, {**kw, "chunk_size": chunk_size},
+                           hardware_fn)
     return _rank(pd.DataFrame(rows), objective, max_days, max_usd)
 
 
-def _candidates(scenario, spec, space, gpu_counts, hardware_names, sweep_kw) -> list[dict]:
+def _candidates(scenario, spec, space, gpu_counts, hardware_names, sweep_kw, hardware_fn) -> list[dict]:
     """One row per (hardware preset, GPU count), in that order (_candidate)."""
     rows = []
     for name in hardware_names:
-        hw = load_hardware(name)
+        hw = hardware_fn(load_hardware(name))
         for n in gpu_counts:
             sc = replace(scenario, hardware=hw, num_gpus=int(n), layout=None)
             try:

@@ -16,6 +16,8 @@ CASES = [
     ("estimate", ["--comm-slowdown", "2"], "--comm-slowdown", "2"),
     ("estimate", ["--gpu-speed-cv", "1"], "--gpu-speed-cv", "1"),
     ("estimate", ["--gpu-speed-cv", "nan"], "--gpu-speed-cv", "nan"),
+    ("sweep", ["--gpu-speed-cv", "2"], "--gpu-speed-cv", "2"),
+    ("plan", ["--tokens", "1e12", "--gpu-counts", "8", "--gpu-speed-cv", "-1"], "--gpu-speed-cv", "-1"),
     ("sweep", ["--fsdp-prefetch", "-3"], "--fsdp-prefetch", "-3"),
     ("plan", ["--tokens", "1e12", "--gpu-counts", "8", "--max-days", "-1"], "--max-days", "-1"),
     ("plan", ["--tokens", "1e12", "--gpu-counts", "8", "--max-usd", "nan"], "--max-usd", "nan"),

@@ -117,3 +117,30 @@ def test_the_estimate_flag_sets_it():
     assert "at the slowest of 8 GPUs: x1.0285" in table
     assert "slowest" not in CliRunner().invoke(main, ["estimate", scen]).output
     # (bad values: tests/test_flags_bad_values.py)
+
+
+def test_sweep_and_plan_take_the_flag_and_agree_with_estimate(capsys):
+    # the sweep's winner with --gpu-speed-cv times as `estimate --gpu-speed-cv` times the same layout; a plan's
+    # days grow with it
+    import json
+
+    from simulator.cli import main
+
+    def run(args):
+        with pytest.raises(SystemExit) as e:
+            main(args)
+        assert e.value.code == 0
+        return capsys.readouterr().out
+
+    scen = str(ROOT / "scenarios" / "llama3-8b-8xh100.toml")
+    top = json.loads(run(["sweep", scen, "--top", "1", "--no-progress", "--format", "json", "--gpu-speed-cv",
+                          "0.03"]))[0]
+    lay = ["--tp", str(top["tp"]), "--pp", str(top["pp"]), "--cp", str(top["cp"]), "--zero", str(top["zero"]),
+           "--micro-batch", str(top["micro_batch_size"]), "--recompute", top["recompute"]]
+    est = json.loads(run(["estimate", scen, *lay, "--gpu-speed-cv", "0.03", "--format", "json"]))["time"]
+    assert est["step_s"] == pytest.approx(top["step_s"], rel=1e-9)
+    plain = json.loads(run(["estimate", scen, *lay, "--format", "json"]))["time"]
+    assert est["step_s"] > plain["step_s"]
+    days = [json.loads(run(["plan", scen, "--tokens", "1e12", "--gpu-counts", "64", "--format", "json", *cv]))[0]["days"]
+            for cv in ([], ["--gpu-speed-cv", "0.03"])]
+    assert days[1] > days[0]

@@ -108,7 +108,7 @@ def slowest_gpu_lines(errs_by_n: dict[int, list[float]], base: dict) -> list[str
               "published that parasim could cite (Sinha et al., SC22, arXiv 2208.11035: 8 % average performance",
               "variation, outliers up to 1.5x slower than the median GPU, on V100- and MI60-based HPC clusters), so",
               "every shipped profile has σ = 0 and the table above is predicted without it. A user who knows the",
-              "spread of a cluster sets it (`[gpu] speed_cv` in a profile, `parasim estimate --gpu-speed-cv`);",
+              "spread of a cluster sets it (`[gpu] speed_cv` in a profile, `--gpu-speed-cv` on estimate, sweep, plan);",
               "`validation/gpu_spread.py` measures it: the same GEMM on every GPU of a machine at once, each row",
               "with the GPU's UUID, so that rows from many leases pool into one distribution."]
     if errs_by_n:

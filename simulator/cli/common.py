@@ -185,3 +185,22 @@ def check_supported(sc) -> None:
         default = " (the default; --stack names another)" if st.name == DEFAULT_STACK else ""
         raise InputError(f"the {st.name} stack{default} cannot run {sc.layout.label}: {v.reason} [rule {v.rule!r}; "
                          f"its source: docs/stacks.md]; --allow-unsupported evaluates it anyway")
+
+
+GPU_SPEED_CV_HELP = ("relative standard deviation of per-GPU speed in the cluster: the compute runs at the slowest of "
+                     "the layout's GPUs, x (1 + value x E[max of n standard normals]) (default: the hardware "
+                     "profile's [gpu] speed_cv, 0 in every shipped one; measure with validation/gpu_spread.py)")
+
+
+def with_gpu_speed_cv(hardware, value):
+    """`hardware` with `--gpu-speed-cv` in place of its `[gpu] speed_cv` (cost/variability.py); unchanged for
+    None. The value is checked by EstimateOptions' rule, the message naming the flag."""
+    if value is None:
+        return hardware
+    from dataclasses import replace
+
+    from ..options import EstimateOptions
+
+    with flag_names({"gpu_speed_cv": "--gpu-speed-cv"}):
+        EstimateOptions(gpu_speed_cv=value)
+    return replace(hardware, gpu_speed_cv=float(value))

@@ -4,7 +4,7 @@ import json
 import click
 
 from ..spec.layout import recompute_label
-from .common import scenario_from_options, scenario_options, split_text
+from .common import GPU_SPEED_CV_HELP, scenario_from_options, scenario_options, split_text
 from .flagnames import flag_names
 from .run_options import run_lines, run_options, run_spec
 from .inference import inference_columns, inference_dict, inference_options, inference_setup, inference_table
@@ -83,10 +83,7 @@ def _short(source: str, width: int = 110) -> str:
 @click.option("--comm-slowdown", type=float, default=None,
               help="overlapped communication slows the compute it hides under by this fraction (SM contention; "
                    "default: the hardware profile's, 0.189 measured by Lee et al. 2025 unless it has its own)")
-@click.option("--gpu-speed-cv", type=float, default=None,
-              help="relative standard deviation of per-GPU speed in the cluster: the compute runs at the slowest "
-                   "of the layout's GPUs, x (1 + value x E[max of n standard normals]) (default: the hardware "
-                   "profile's [gpu] speed_cv, 0 in every shipped one; measure with validation/gpu_spread.py)")
+@click.option("--gpu-speed-cv", type=float, default=None, help=GPU_SPEED_CV_HELP)
 @click.option("--grad-overlap/--no-grad-overlap", default=True, show_default=True,
               help="overlap the DP gradient reduction with the last microbatch's backward")
 @click.option("--param-gather-overlap/--no-param-gather-overlap", default=False, show_default=True,

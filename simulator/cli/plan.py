@@ -7,7 +7,7 @@ import json
 import click
 
 from ..errors import InputError
-from .common import scenario_from_options, scenario_options
+from .common import GPU_SPEED_CV_HELP, scenario_from_options, scenario_options, with_gpu_speed_cv
 from .flagnames import flag_names
 from .run_options import run_options, run_spec
 
@@ -63,7 +63,9 @@ def _table(df, top: int, ranked_by: str) -> str:
 @click.option("--workers", type=int, default=None, help="processes for the sweeps (a local Dask cluster)")
 @click.option("--top", type=int, default=10, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-def plan(gpu_counts, hardware_presets, objective, max_days, max_usd, executor, workers, top, fmt, **kwargs):
+@click.option("--gpu-speed-cv", type=float, default=None, help=GPU_SPEED_CV_HELP)
+def plan(gpu_counts, hardware_presets, objective, max_days, max_usd, executor, workers, top, fmt, gpu_speed_cv,
+         **kwargs):
     """Plan a whole run: for every hardware preset x GPU count, the best layout of the sweep, its days,
     GPU-hours, cost and energy for --tokens, ranked for --objective within --max-days / --max-usd.
 
@@ -91,7 +93,8 @@ def plan(gpu_counts, hardware_presets, objective, max_days, max_usd, executor, w
         raise InputError(f"--top must be >= 0, got {top}")
     with flag_names({"max_days": "--max-days", "max_usd": "--max-usd"}):
         df = plan_runs(sc, spec, gpu_counts=counts, hardware_names=names, objective=objective, max_days=max_days,
-                       max_usd=max_usd, executor=executor, workers=workers)
+                       max_usd=max_usd, executor=executor, workers=workers,
+                       hardware_fn=lambda hw: with_gpu_speed_cv(hw, gpu_speed_cv))
     if fmt == "json":
         click.echo(json.dumps(json.loads(df.head(top).to_json(orient="records")), indent=2))
     elif fmt == "csv":

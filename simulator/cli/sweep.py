@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -11,7 +12,7 @@ import click
 from ..errors import InputError
 from ..spec.rules import RECOMPUTE
 from ..spec.scenario import STACK_FLAG_KEYS
-from .common import flags, pipeline_split_options
+from .common import GPU_SPEED_CV_HELP, flags, pipeline_split_options, with_gpu_speed_cv
 from .flagnames import flag_names, given_flags
 
 # scenario flags passed through to load_scenario (not layout fields: those are lists here)
@@ -179,8 +180,9 @@ def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_i
 @click.option("--allow-unsupported", is_flag=True, default=False,
               help="also evaluate the layouts the stack's framework cannot run (default: they are left out and "
                    "counted per rule; the rules and their sources are each stack's [runs], docs/stacks.md)")
+@click.option("--gpu-speed-cv", type=float, default=None, help=GPU_SPEED_CV_HELP)
 def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_size, resume, progress, max_tp_within_node,
-          uneven_layers, time_infeasible, allow_unsupported, **kwargs):
+          uneven_layers, time_infeasible, allow_unsupported, gpu_speed_cv, **kwargs):
     """Evaluate every valid layout (tp·cp·pp·dp, ep, vpp, micro-batch, ZeRO, recompute, sequence
     parallelism, schedule) and rank them by tokens/s among those that fit.
 
@@ -208,6 +210,7 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
     over["tp_comm_overlap"] = kwargs.pop("tp_comm_overlap")
     with flag_names(given_flags(_SCENARIO_FLAGS, over)):  # an error about a flag's value names the flag
         sc = load_scenario(scenario, require_layout=False, **over)
+    sc = replace(sc, hardware=with_gpu_speed_cv(sc.hardware, gpu_speed_cv))
     space = SweepSpace.from_table(sc.sweep, where=f"[sweep] of {scenario}" if scenario else "[sweep]")
     changes = {k: kwargs.pop(k) for k in list(kwargs)
                if k in LIST_FIELDS or k.startswith(("max_", "min_", "account_")) or k == "recompute_layers"}
