@@ -103,7 +103,8 @@ def slowest_gpu_lines(errs_by_n: dict[int, list[float]], base: dict) -> list[str
                      + f" | {(1 + s * e[128]) / (1 + s * e[16]):.3f} | {(1 + s * e[512]) / (1 + s * e[128]):.3f} |")
     lease = "; ".join(f"{k}: {v:.3f}" for k, v in ratios.items())
     lines += ["", "What is measured of σ: the three lent H100 SXM GPUs ran the calibration's bf16 GEMMs above",
-              f"1e12 FLOPs, each timed alone, in these times relative to the first lease (median over shapes): {lease}.",
+              "1e12 FLOPs, each timed alone, in these times relative to the first lease (median over shapes): "
+              f"{lease}.",
               "Three GPUs do not make a distribution, and no cluster-wide spread of A100 or H100 bf16 GEMM speed is",
               "published that parasim could cite (Sinha et al., SC22, arXiv 2208.11035: 8 % average performance",
               "variation, outliers up to 1.5x slower than the median GPU, on V100- and MI60-based HPC clusters), so",
@@ -117,7 +118,8 @@ def slowest_gpu_lines(errs_by_n: dict[int, list[float]], base: dict) -> list[str
                   + " (one series per model, sequence, micro-batch and GPU type)."]
     lines += ["", "The same series predicted with a spread set for every GPU, a sensitivity (nothing here was fitted,",
               "and no shipped profile uses it): the growth error of the points beyond each series' first,", "",
-              "| σ | median abs growth error | max abs | mean signed (predicted − measured growth) |", "|---|---|---|---|"]
+              "| σ | median abs growth error | max abs | mean signed (predicted − measured growth) |",
+              "|---|---|---|---|"]
     for s in (0.0,) + sigmas:  # (σ = 0: the table above)
         e = [r.predicted_growth / r.measured_growth - 1 for g in (series(s) if s else base).values()
              for r in g.iloc[1:].itertuples()]

@@ -14,9 +14,10 @@ median one), the expected compute time of a step on n GPUs is
 the expected largest order statistic, E[max_n] = ∫ x · n · φ(x) · Φ(x)^(n−1) dx (David & Nagaraja,
 "Order Statistics", 3rd ed., 2003, §3; 0.564 for n = 2, 1.42 for 8, 2.59 for 128, 3.04 for 512). σ is
 the profile's `[gpu] speed_cv` (default 0: no cluster-wide spread of these GPUs is published that parasim
-could cite; measure your own with validation/gpu_spread.py) or `--gpu-speed-cv` (estimate, sweep, plan). Communication is not
-slowed: only the compute waits for the slowest GPU (the training step's F, B, W, FSDP2's compute-stream
-copies and the optimizer: kernel.py, kernel_comm.py; the inference estimate does not apply it).
+could cite; measure your own with validation/gpu_spread.py) or `--gpu-speed-cv` (estimate, sweep, plan).
+Communication is not slowed: only the compute waits for the slowest GPU (the training step's F, B, W,
+FSDP2's compute-stream copies and the optimizer: kernel.py, kernel_comm.py; the inference estimate does not
+apply it).
 """
 from __future__ import annotations
 
