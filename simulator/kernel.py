@@ -60,7 +60,6 @@ import numpy as np
 import pandas as pd
 
 from .batch import LayoutBatch
-from .cost import comm
 from .options import EstimateOptions
 from .cost.compute import BASIS_KEYS, layer_basis_times_by_mode
 from .cost.variability import slowest_gpu_factor
@@ -68,15 +67,13 @@ from .cost.recompute import recomputed_layer_share
 from .kernel_throughput import recomputed_share, throughput
 from .dedup import categories, distinct_rows, factorize, gather_rows, once_per_distinct
 from .frames import text_column
-from .cost.fsdp import reduce_behind_compute_exposed_s
-from .kernel_comm import _dp_tail_traffic, _layer_comm, _optimizer_times, _zero3_exposure
+from .kernel_comm import _dp_tail, _layer_comm, _optimizer_times, _zero3_exposure
 from .kernel_pipeline import family_column, inflight_per_rank, pipeline_times
 from .memory.breakdown import stage_memory_arrays
 from .memory.result import host_verdict, infeasibility_reasons
 from .memory.states import model_state_bytes
 from .memory.worst import CONSUMER_FIELDS, at_worst_stage
 from .spec.model import ModelSpec
-from .spec.placement import params_per_rank, stage_param_split
 from .spec.training import Training
 from .structure import pipeline_table
 
@@ -283,43 +280,6 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
 
 
 evaluate_layouts.array_fields = True  # sweep.evaluate_candidates: every layout field may be an array
-
-
-def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last_bwd, t_inv, cols, m) -> tuple:
-    """(K, P) the data-parallel tail per rank (its non-expert params over dp·cp, expert params over the
-    EDP group): DDP all-reduce / ZeRO reduce-scatter (+ parameter all-gather), the gradient buckets
-    reduced as the last microbatch's backward (`last_bwd` of time row t_inv) fills them with
-    `grad_reduce_overlap` (cost/fsdp.py reduce_behind_compute_exposed_s: the last bucket exposed);
-    asynchronous DP waits for nothing; single-process DataParallel scatters and gathers serially. With
-    its parts (K, P): the exposed reduction (`reduce`, its contention included), the exposed parameter
-    gather (`gather`) and the reduction hidden under the backward (`reduce_hidden`)."""
-    tp, ep, dp, mbs, zz = cols["tp"], cols["ep"], cols["dp"], cols["mbs"], cols["zero"]
-    s, ab = training.seq_length, training.activation_bytes
-    n = len(tp)
-    P = pt.padded_ranks
-    if dp_mode == "dataparallel":
-        ne_rank, ex_rank = (pt.of_class(x) for x in params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep))
-        d = comm.data_parallel_single_process_comm(hardware, n_gpus=dp[:, None], params=ne_rank + ex_rank,
-                                                   param_bytes_per_element=training.param_bytes,
-                                                   grad_bytes_per_element=training.grad_bytes,
-                                                   input_bytes=8.0 * mbs[:, None] * s * m[:, None],
-                                                   output_bytes=ab * mbs[:, None] * s * m[:, None] * model.hidden_size)
-        dp_tail = np.broadcast_to(d.forward_s + d.backward_s, (n, P))
-        parts = dict(reduce=dp_tail, gather=np.zeros((n, P)), reduce_hidden=np.zeros((n, P)))
-    else:
-        traffic, g_inv = once_per_distinct(_dp_tail_traffic, cols, model=model, training=training,
-                                           hardware=hardware, opt=opt, pt=pt, shard_group_size=shard_group_size,
-                                           span_shard_group=shard_group_size if (zz >= 1).any() else None)
-        rs, ag, nb = (pt.of_class(gather_rows(x, g_inv)) for x in traffic)
-        raw, hidden, waits = rs, np.zeros_like(rs), 0.0 if dp_mode == "async" else 1.0
-        if opt.grad_reduce_overlap:  # bucket by bucket as the last backward fills them: the last one exposed
-            per = np.maximum(nb, 1.0)
-            exposed_rs = reduce_behind_compute_exposed_s(gather_rows(last_bwd, t_inv) / per, rs / per, nb)
-            hidden = np.maximum(rs - exposed_rs, 0.0)
-            rs = exposed_rs + opt.comm_slowdown * hidden  # the hidden part slows it
-        dp_tail = (rs + ag) * waits
-        parts = dict(reduce=rs * waits, gather=ag * waits, reduce_hidden=hidden if waits else raw)
-    return dp_tail, parts
 
 
 def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_group_size, pt, *, tp, dp, cp, ep, mbs,

@@ -1,8 +1,8 @@
 """The kernel's communication and per-rank-class steps (kernel.py composes them): per-layer TP/CP/EP
-communication and the PP p2p time, ZeRO-3/FSDP parameter gathers, the data-parallel tail's traffic and
-the optimizer step. Each step's keyword-only parameters are the row columns it reads
-(`dedup.once_per_distinct` evaluates it once per distinct combination of them); the rules are in
-cost/comm.py, cost/collectives.py, cost/topology.py, spec/placement.py and spec/rules.py.
+communication and the PP p2p time, ZeRO-3/FSDP parameter gathers, the data-parallel tail (its traffic
+and what of it the last backward hides) and the optimizer step. Each step's keyword-only parameters are
+the row columns it reads (`dedup.once_per_distinct` evaluates it once per distinct combination of them);
+the rules are in cost/comm.py, cost/collectives.py, cost/topology.py, spec/placement.py and spec/rules.py.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import numpy as np
 from .cost import collectives as C
 from .cost import comm
 from .cost.compute import layer_op_times
-from .cost.fsdp import backward_pass, chunked_overlap_exposed_s, forward_pass, fsdp_copy_s, unit_count
+from .cost.fsdp import (backward_pass, chunked_overlap_exposed_s, forward_pass, fsdp_copy_s,
+                        reduce_behind_compute_exposed_s, unit_count)
 from .cost.optimizer import optimizer_params_step_s
 from .cost.topology import group_span
 from .cost.variability import slowest_gpu_factor
@@ -184,6 +185,43 @@ def _optimizer_times(model, training, hardware, pt, shard_group_size, speed_cv, 
                                 shard_degree=np.where(sharded, d, 1.0)[:, None],
                                 expert_shard_degree=np.where(sharded, d_e, 1.0)[:, None])
     return t * slowest_gpu_factor(speed_cv, gpus)[:, None]
+
+
+def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last_bwd, t_inv, cols, m) -> tuple:
+    """(K, P) the data-parallel tail per rank (its non-expert params over dp·cp, expert params over the
+    EDP group): DDP all-reduce / ZeRO reduce-scatter (+ parameter all-gather), the gradient buckets
+    reduced as the last microbatch's backward (`last_bwd` of time row t_inv) fills them with
+    `grad_reduce_overlap` (cost/fsdp.py reduce_behind_compute_exposed_s: the last bucket exposed);
+    asynchronous DP waits for nothing; single-process DataParallel scatters and gathers serially. With
+    its parts (K, P): the exposed reduction (`reduce`, its contention included), the exposed parameter
+    gather (`gather`) and the reduction hidden under the backward (`reduce_hidden`)."""
+    tp, ep, dp, mbs, zz = cols["tp"], cols["ep"], cols["dp"], cols["mbs"], cols["zero"]
+    s, ab = training.seq_length, training.activation_bytes
+    n = len(tp)
+    P = pt.padded_ranks
+    if dp_mode == "dataparallel":
+        ne_rank, ex_rank = (pt.of_class(x) for x in params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep))
+        d = comm.data_parallel_single_process_comm(hardware, n_gpus=dp[:, None], params=ne_rank + ex_rank,
+                                                   param_bytes_per_element=training.param_bytes,
+                                                   grad_bytes_per_element=training.grad_bytes,
+                                                   input_bytes=8.0 * mbs[:, None] * s * m[:, None],
+                                                   output_bytes=ab * mbs[:, None] * s * m[:, None] * model.hidden_size)
+        dp_tail = np.broadcast_to(d.forward_s + d.backward_s, (n, P))
+        parts = dict(reduce=dp_tail, gather=np.zeros((n, P)), reduce_hidden=np.zeros((n, P)))
+    else:
+        traffic, g_inv = once_per_distinct(_dp_tail_traffic, cols, model=model, training=training,
+                                           hardware=hardware, opt=opt, pt=pt, shard_group_size=shard_group_size,
+                                           span_shard_group=shard_group_size if (zz >= 1).any() else None)
+        rs, ag, nb = (pt.of_class(gather_rows(x, g_inv)) for x in traffic)
+        raw, hidden, waits = rs, np.zeros_like(rs), 0.0 if dp_mode == "async" else 1.0
+        if opt.grad_reduce_overlap:  # bucket by bucket as the last backward fills them: the last one exposed
+            per = np.maximum(nb, 1.0)
+            exposed_rs = reduce_behind_compute_exposed_s(gather_rows(last_bwd, t_inv) / per, rs / per, nb)
+            hidden = np.maximum(rs - exposed_rs, 0.0)
+            rs = exposed_rs + opt.comm_slowdown * hidden  # the hidden part slows it
+        dp_tail = (rs + ag) * waits
+        parts = dict(reduce=rs * waits, gather=ag * waits, reduce_hidden=hidden if waits else raw)
+    return dp_tail, parts
 
 
 def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, spans, shard_group_size):

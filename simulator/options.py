@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .errors import InputError
+from .spec.rules import check_fraction
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,19 +29,11 @@ class EstimateOptions:
     placement: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 
     def __post_init__(self):
-        for name in ("tp_overlap", "comm_slowdown"):
-            v = getattr(self, name)
-            if v is None:
-                continue
-            if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
-                raise InputError(f"{name} must be in [0, 1], got {v!r}")
-        v = self.gpu_speed_cv
-        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v < 1.0):
-            raise InputError(f"gpu_speed_cv must be in [0, 1), got {v!r}")
+        for name in ("tp_overlap", "comm_slowdown", "ep_overlap", "gpu_speed_cv"):  # (a spread is below 1)
+            if getattr(self, name) is not None:
+                check_fraction(getattr(self, name), name, below_one=name == "gpu_speed_cv")
         if self.pipeline not in ("replay", "analytic"):
             raise InputError(f"pipeline must be 'replay' or 'analytic', got {self.pipeline!r}")
-        if self.ep_overlap is not None and not 0.0 <= self.ep_overlap <= 1.0:
-            raise InputError(f"ep_overlap must be in [0, 1], got {self.ep_overlap!r}")
 
     def for_hardware(self, hardware) -> "EstimateOptions":
         """These options with what they leave to the hardware filled in from `hardware` (comm_slowdown,

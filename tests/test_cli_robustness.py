@@ -331,7 +331,7 @@ def test_an_empty_sweep_space_names_the_constraint(case):
     from simulator.report.winner import explain_winner
     from simulator.spec.scenario import load_scenario
     from simulator.sweep import SweepSpace, enumerate_layouts
-    from simulator.sweep.enumerate import empty_space_reason
+    from simulator.sweep.empty_reason import empty_space_reason
 
     over, space, needles = EMPTY[case]
     sc = load_scenario(None, require_layout=False, model="llama3-70b", hardware="dgx-h100", seq_length=4096, **over)
@@ -345,7 +345,7 @@ def test_an_empty_sweep_space_names_the_constraint(case):
 
 def test_a_space_with_layouts_has_no_empty_reason():
     from simulator.spec.scenario import load_scenario
-    from simulator.sweep.enumerate import empty_space_reason
+    from simulator.sweep.empty_reason import empty_space_reason
 
     sc = load_scenario(None, require_layout=False, model="llama3-70b", hardware="dgx-h100", seq_length=4096,
                        num_gpus=64, global_batch_size=512)

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from simulator.errors import InputError
-from simulator.spec.hardware import hardware_from_dict, list_hardware, load_hardware
+from simulator.cli.presets import list_hardware
+from simulator.spec.hardware import hardware_from_dict, load_hardware
 from simulator.spec.presets import read_toml, resolve
 
 PRESETS = ["dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "dgx-h800", "dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x",

@@ -24,7 +24,8 @@ from simulator.spec.scenario import load_scenario
 from simulator.sweep import SweepSpace
 from simulator.spec.layout import Layout
 from simulator.spec.validate import validate
-from simulator.sweep.enumerate import empty_space_reason, enumerate_layouts
+from simulator.sweep.empty_reason import empty_space_reason
+from simulator.sweep.enumerate import enumerate_layouts
 
 EMB = "--account-for-embedding-in-pipeline-split"
 LOSS = "--account-for-loss-in-pipeline-split"

@@ -28,6 +28,31 @@ def models(fmt):
                              active_params=(df.active_params / 1e9).map("{:.2f}B".format)).drop(columns="source"))
 
 
+def list_hardware():
+    """One row per hardware preset: the numbers `parasim hardware` prints (decimal GB, TFLOP/s)."""
+    import pandas as pd
+
+    from ..spec.hardware import load_hardware
+    from ..spec.presets import preset_names
+
+    rows = []
+    for name in preset_names("hardware_profiles"):
+        p = load_hardware(name)
+        bf16 = p.peak_flops_per_s.get("bf16")
+        rows.append({
+            "name": p.name,
+            "gpu": p.gpu,
+            "hbm_gib": round(p.hbm_bytes / 2**30, 1),  # capacity CUDA sees (usable), GiB
+            "bf16_tflops": bf16 / 1e12 if bf16 else float("nan"),
+            "gpus_per_node": p.gpus_per_node,
+            "nvlink_domain_gpus": p.nvlink_domain_gpus,
+            "nvlink_gb_per_s_per_dir": p.nvlink_bytes_per_s / 1e9,
+            "nvls": p.nvls,
+            "nics": f"{p.nics_per_node} x {p.nic_bytes_per_s * 8 / 1e9:g} Gb/s",
+        })
+    return pd.DataFrame(rows)
+
+
 @click.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
 def hardware(fmt):
@@ -37,8 +62,6 @@ def hardware(fmt):
     Example:
       parasim hardware
     """
-    from ..spec.hardware import list_hardware
-
     df = list_hardware()
     _emit(df, fmt, df)
 

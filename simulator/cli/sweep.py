@@ -119,7 +119,7 @@ def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_i
     layouts the stack's framework cannot run (on stderr with JSON and CSV) and the winner's explanation."""
     from ..report.tables import integer_bytes
     from ..report.winner import explain_winner
-    from ..sweep.enumerate import empty_space_reason
+    from ..sweep.empty_reason import empty_space_reason
     from ..sweep.supported import left_out_text
 
     left = left_out_text(df.attrs.get("left_out", {}), sc.training.stack.name)

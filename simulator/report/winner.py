@@ -88,7 +88,7 @@ def asynchronous_note(winner, runner_up) -> str:
 def explain_winner(df: pd.DataFrame, *, empty_reason: str = "") -> str:
     """A short text: the winner, the runner-up, and the step-time components where they differ most.
     An empty table (no layout in the space) says so, with `empty_reason` when given
-    (`sweep.enumerate.empty_space_reason`: the constraint that emptied the space)."""
+    (`sweep.empty_reason.empty_space_reason`: the constraint that emptied the space)."""
     if not len(df):
         return "No layout in the space" + (f": {empty_reason}." if empty_reason else ".")
     t = winner_comparison(df)

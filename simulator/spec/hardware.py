@@ -37,11 +37,11 @@ import numpy as np
 
 from ..errors import InputError
 from .efficiency import EfficiencyCurve, curve_problem
-from .presets import check_keys, preset_names, read_toml, resolve
-from .rules import NONNEGATIVE, POSITIVE, check_count, check_number
+from .presets import check_keys, read_toml, resolve
+from .rules import NONNEGATIVE, POSITIVE, check_count, check_fraction, check_number
 from .run import GPU_RUN_KEYS, GPU_RUN_OPTIONAL, check_run_value, gpu_run_values
 
-__all__ = ["EfficiencyCurve", "HardwareProfile", "load_hardware", "hardware_from_dict", "list_hardware",
+__all__ = ["EfficiencyCurve", "HardwareProfile", "load_hardware", "hardware_from_dict",
            "efficiency_curve", "interp_efficiency", "DTYPES", "NVLINK_TOPOLOGIES"]
 
 DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32")
@@ -123,8 +123,7 @@ class HardwareProfile:
             check_number(v, f"{self.name}: peak_flops_per_s[{d!r}]")
         for attr in (a for a in GPU_RUN_KEYS if getattr(self, a) is not None):
             check_run_value(getattr(self, attr), f"{self.name}: {attr}", attr)
-        if not 0.0 <= check_number(self.gpu_speed_cv, f"{self.name}: gpu_speed_cv", NONNEGATIVE) < 1.0:
-            raise InputError(f"{self.name}: gpu_speed_cv must be a fraction in [0, 1), got {self.gpu_speed_cv!r}")
+        check_fraction(self.gpu_speed_cv, f"{self.name}: gpu_speed_cv", below_one=True)
         _rules_between(self.name, si=True, gpus_per_node=self.gpus_per_node,
                        nvlink_domain_gpus=self.nvlink_domain_gpus, nvlink_topology=self.nvlink_topology,
                        link=self.nvlink_link_bytes_per_s, aggregate=self.nvlink_bytes_per_s,
@@ -311,14 +310,10 @@ def _values(sec: dict, where: str) -> dict:
         out["hbm_bytes"] = check_number(sec["gpu"]["hbm_usable_mib"], f"{where} gpu.hbm_usable_mib", factor=2**20)
     if "sm_count" in sec["gpu"]:
         out["sm_count"] = _count(sec["gpu"]["sm_count"], "sm_count", f"{where} gpu.sm_count")
-    slow = sec["gpu"].get("compute_slowdown_under_comm", CONTENTION_DEFAULT)
-    out["compute_slowdown_under_comm"] = check_number(slow, f"{where} gpu.compute_slowdown_under_comm", NONNEGATIVE)
-    if out["compute_slowdown_under_comm"] > 1:
-        raise InputError(f"{where} gpu.compute_slowdown_under_comm must be a fraction in [0, 1], got {slow!r}")
-    cv = sec["gpu"].get("speed_cv", 0.0)
-    out["gpu_speed_cv"] = check_number(cv, f"{where} gpu.speed_cv", NONNEGATIVE)
-    if out["gpu_speed_cv"] >= 1:
-        raise InputError(f"{where} gpu.speed_cv must be a fraction in [0, 1), got {cv!r}")
+    out["compute_slowdown_under_comm"] = check_fraction(sec["gpu"].get("compute_slowdown_under_comm",
+                                                                       CONTENTION_DEFAULT),
+                                                        f"{where} gpu.compute_slowdown_under_comm")
+    out["gpu_speed_cv"] = check_fraction(sec["gpu"].get("speed_cv", 0.0), f"{where} gpu.speed_cv", below_one=True)
     n.setdefault("nvlink_domain_gpus", n["gpus_per_node"])
     for attr, s in _COUNTS:
         out[attr] = _count(tables[s][attr], attr, f"{where} {s}.{attr}")
@@ -383,25 +378,3 @@ def load_hardware(name_or_path: str) -> HardwareProfile:
     """
     path = resolve("hardware_profiles", str(name_or_path))
     return hardware_from_dict(read_toml(path), where=str(Path(path).name))
-
-
-def list_hardware():
-    """One row per hardware preset: the numbers `parasim hardware` prints (decimal GB, TFLOP/s)."""
-    import pandas as pd
-
-    rows = []
-    for name in preset_names("hardware_profiles"):
-        p = load_hardware(name)
-        bf16 = p.peak_flops_per_s.get("bf16")
-        rows.append({
-            "name": p.name,
-            "gpu": p.gpu,
-            "hbm_gib": round(p.hbm_bytes / 2**30, 1),  # capacity CUDA sees (usable), GiB
-            "bf16_tflops": bf16 / 1e12 if bf16 else float("nan"),
-            "gpus_per_node": p.gpus_per_node,
-            "nvlink_domain_gpus": p.nvlink_domain_gpus,
-            "nvlink_gb_per_s_per_dir": p.nvlink_bytes_per_s / 1e9,
-            "nvls": p.nvls,
-            "nics": f"{p.nics_per_node} x {p.nic_bytes_per_s * 8 / 1e9:g} Gb/s",
-        })
-    return pd.DataFrame(rows)

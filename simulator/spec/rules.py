@@ -115,6 +115,15 @@ def shard_degrees(*, dp, cp, ep, shard_group_size: int | None = None) -> tuple[n
 POSITIVE, NONNEGATIVE = "a finite number > 0", "a finite number >= 0"
 
 
+def check_fraction(value, what: str, *, below_one: bool = False) -> float:
+    """`value` as a float if it is a finite number in [0, 1] ([0, 1) with `below_one`), else InputError naming
+    `what` and the value as written (an overlap share, a slowdown, a relative spread)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not is_finite_number(value) \
+            or not (0 <= value < 1 if below_one else 0 <= value <= 1):
+        raise InputError(f"{what} must be in [0, 1{')' if below_one else ']'}, got {value!r}")
+    return float(value)
+
+
 def check_number(value, what: str, rule: str = POSITIVE, factor: float = 1.0) -> float:
     """`value` times `factor` (its unit in SI) if `value` meets `rule` (POSITIVE or NONNEGATIVE) and the
     product is finite, else InputError naming `what` and the value as written."""
