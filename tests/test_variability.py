@@ -88,6 +88,20 @@ def test_a_profiles_speed_cv_reaches_sweep_rows_and_estimate_alike(tmp_path):
     assert one.step_s > base.step_s
 
 
+@pytest.mark.parametrize("key, value", [("compute_slowdown_under_comm", 1.5), ("compute_slowdown_under_comm", -0.1),
+                                        ("compute_slowdown_under_comm", "0.2")])
+def test_a_bad_contention_fraction_is_one_line(tmp_path, key, value):
+    # the profile's other fraction, under the same rule (spec/rules.py check_fraction); 1.0 is allowed there
+    src = (ROOT / "hardware_profiles" / "dgx-h100.toml").read_text()
+    p = tmp_path / "bad.toml"
+    p.write_text(src.replace("[gpu]\n", f"[gpu]\n{key} = {value!r}\n".replace("'", '"'), 1))
+    with pytest.raises(InputError) as e:
+        load_hardware(str(p))
+    assert f"gpu.{key} must be in [0, 1]" in str(e.value) and "\n" not in str(e.value)
+    p.write_text(src.replace("[gpu]\n", f"[gpu]\n{key} = 1.0\n", 1))
+    assert load_hardware(str(p)).compute_slowdown_under_comm == 1.0
+
+
 @pytest.mark.parametrize("value", [-0.1, 1.0, 2, "0.02", True])
 def test_bad_speed_cv_is_one_line(tmp_path, value):
     src = (ROOT / "hardware_profiles" / "dgx-h100.toml").read_text()
