@@ -41,8 +41,7 @@ class Estimate:
     def slowest_gpu_factor(self) -> float:
         """How much longer the compute took at the pace of the slowest of the layout's GPUs
         (cost/variability.py; 1 without a speed spread)."""
-        r = self.row
-        return float(slowest_gpu_factor(self.gpu_speed_cv, int(r["tp"] * r["cp"] * r["pp"] * r["dp"])))
+        return float(slowest_gpu_factor(self.gpu_speed_cv, self.layout.num_gpus))  # (= tp·cp·pp·dp, Layout's rule)
 
     # the step (seconds) and its breakdown: step_s = compute_s + exposed_comm_s + bubble_s
     @property

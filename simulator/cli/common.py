@@ -194,13 +194,11 @@ GPU_SPEED_CV_HELP = ("relative standard deviation of per-GPU speed in the cluste
 
 def with_gpu_speed_cv(hardware, value):
     """`hardware` with `--gpu-speed-cv` in place of its `[gpu] speed_cv` (cost/variability.py); unchanged for
-    None. The value is checked by EstimateOptions' rule, the message naming the flag."""
+    None; a value outside [0, 1) is a one-line error naming the flag."""
     if value is None:
         return hardware
     from dataclasses import replace
 
-    from ..options import EstimateOptions
+    from ..spec.rules import check_fraction
 
-    with flag_names({"gpu_speed_cv": "--gpu-speed-cv"}):
-        EstimateOptions(gpu_speed_cv=value)
-    return replace(hardware, gpu_speed_cv=float(value))
+    return replace(hardware, gpu_speed_cv=check_fraction(value, "--gpu-speed-cv", below_one=True))
