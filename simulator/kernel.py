@@ -67,7 +67,7 @@ from .cost.recompute import recomputed_layer_share
 from .kernel_throughput import recomputed_share, throughput
 from .dedup import categories, distinct_rows, factorize, gather_rows, once_per_distinct
 from .frames import text_column
-from .kernel_comm import _dp_tail, _layer_comm, _optimizer_times, _zero3_exposure
+from .kernel_comm import _dp_tail, _grad_accumulation_times, _layer_comm, _optimizer_times, _zero3_exposure
 from .kernel_pipeline import family_column, inflight_per_rank, pipeline_times
 from .memory.breakdown import stage_memory_arrays
 from .memory.result import host_verdict, infeasibility_reasons
@@ -84,8 +84,8 @@ TIME_FIELDS = ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_frac
                *(f"exposed_{k}_s" for k in EXPOSED), *(f"hidden_{k}_s" for k in HIDDEN))
 
 
-def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *, tp, cp, ep, mbs, sp, rec, ep_ov,
-                 content, comm_id, gpus, recompute_layers: int = 0) -> dict:
+def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, shard_group_size, *, tp, cp, ep, mbs,
+                 sp, rec, ep_ov, content, comm_id, gpus, dp, pp, zero, m, shape, recompute_layers: int = 0) -> dict:
     """Per virtual stage and microbatch, (K, S) arrays for K rows: compute F, B (input gradient +
     recompute forward), W (weight gradient) = per-block basis times x the block counts of the stages of
     `content` (`pt.content_counts`; cost/compute.py), and the TP/CP/EP communication inside them (per
@@ -95,7 +95,9 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
     `comm_slowdown` > 0. `recompute_layers` N (full-recompute rows): the recompute forward and its re-run
     TP collectives of min(N, L) of a stage's L layers only (cost/recompute.py recomputed_layer_share).
     `gpus`: the layout's GPU count, whose slowest GPU sets the compute's pace (cost/variability.py
-    slowest_gpu_factor, with `opt.gpu_speed_cv`; 1 where that is 0, so as not to split the rows by it)."""
+    slowest_gpu_factor, with `opt.gpu_speed_cv`; 1 where that is 0, so as not to split the rows by it).
+    W includes adding the new weight gradients into the kept ones where autograd does it
+    (kernel_comm._grad_accumulation_times: with dp, pp, zero, the step's m micro-batches and the shape)."""
     k = len(tp)
     comm = {key: v[comm_id] for key, v in comm_table.items()}
     basis = np.zeros((len(BASIS_KEYS), k, 4))
@@ -110,7 +112,12 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, *
             basis[:, idx[sel]] = b[r][:, inv[sel]]
     counts = pt.content_counts(content)  # (k, 4, S)
     keys = [BASIS_KEYS.index(x) for x in ("forward_s", "weight_s", "backward_s", "recompute_s")]
-    F, W, Bk, R = np.einsum("knb,nbs->kns", basis[keys], counts) * slowest_gpu_factor(opt.gpu_speed_cv, gpus)[:, None]
+    F, W, Bk, R = np.einsum("knb,nbs->kns", basis[keys], counts)
+    if training.stack.grad_accumulation == "autograd":
+        W = W + _grad_accumulation_times(model, training, hardware, pt, shard_group_size, tp=tp, cp=cp, ep=ep, dp=dp,
+                                         pp=pp, zero=zero, m=m, shape=shape, counts=counts)
+    slow = slowest_gpu_factor(opt.gpu_speed_cv, gpus)[:, None]
+    F, W, Bk, R = F * slow, W * slow, Bk * slow, R * slow
     layers, moe_layers = counts[:, 0] + counts[:, 1], counts[:, 1]
     zeros = np.zeros_like(F)
     tpf, tpb = comm["tp_f"][:, None] * layers, comm["tp_b"][:, None] * layers
@@ -302,9 +309,14 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
                 content=pt.content_index, shape=pt.shape_index, gpus=gpus)
     c, c_inv = once_per_distinct(_layer_comm, {**cols, "rec": rec}, model=model, training=training,
                                  hardware=hardware, opt=opt, cp_algorithm=cp_algorithm)
-    st, b_inv = once_per_distinct(_stage_times, {**cols, "rec": rec, "comm_id": c_inv}, model=model,
+    # the stage times read dp, pp, zero, m and the shape only for autograd's gradient accumulation: elsewhere
+    # constants, so as not to split the distinct rows by them
+    acc = training.stack.grad_accumulation == "autograd"
+    only = {k: v if acc else np.zeros_like(v) + (k in ("dp", "pp", "m"))
+            for k, v in (("dp", dp), ("pp", pp), ("zero", zz), ("m", m), ("shape", pt.shape_index))}
+    st, b_inv = once_per_distinct(_stage_times, {**cols, "rec": rec, "comm_id": c_inv, **only}, model=model,
                                   training=training, hardware=hardware, opt=opt, cp_algorithm=cp_algorithm, pt=pt,
-                                  comm_table=c, recompute_layers=recompute_layers)
+                                  comm_table=c, shard_group_size=shard_group_size, recompute_layers=recompute_layers)
 
     z3, z3_id, z3_tail = _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_inv,
                                          {k: v[zz == 3] for k, v in cols.items()}, np.flatnonzero(zz == 3), n)
@@ -322,7 +334,7 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     dp_tail, dp_parts = _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, tl["last_bwd"],
                                  t_inv, {**cols, "zero": zz}, m)
     # 5. the optimizer step
-    opt_g, g_inv = once_per_distinct(_optimizer_times, {**cols, "sharded": zz >= 1}, model=model, training=training,
+    opt_g, g_inv = once_per_distinct(_optimizer_times, {**cols, "zero": zz}, model=model, training=training,
                                      hardware=hardware, pt=pt, shard_group_size=shard_group_size,
                                      speed_cv=opt.gpu_speed_cv)
     opt_s = pt.of_class(gather_rows(opt_g, g_inv))

@@ -15,10 +15,12 @@ from .cost import comm
 from .cost.compute import layer_op_times
 from .cost.fsdp import (backward_pass, chunked_overlap_exposed_s, forward_pass, fsdp_copy_s,
                         reduce_behind_compute_exposed_s, unit_count)
+from .cost.gradients import accumulation_share, grad_accumulation_s, grad_zeroing_s
 from .cost.optimizer import optimizer_params_step_s
 from .cost.topology import group_span
 from .cost.variability import slowest_gpu_factor
 from .dedup import categories, distinct_rows, gather_rows, once_per_distinct
+from .memory.states import zero_state_bytes_per_param
 from .spec.placement import params_per_rank, stage_param_split
 from .spec.rules import shard_degrees
 
@@ -175,16 +177,50 @@ def _dp_tail_traffic(model, training, hardware, opt, pt, shard_group_size, span_
     return _dp_traffic(hardware, training, opt, ne_cls, ex_cls, zero, spans, shard_group_size)
 
 
-def _optimizer_times(model, training, hardware, pt, shard_group_size, speed_cv, *, tp, cp, ep, dp, shape, sharded,
+def _optimizer_times(model, training, hardware, pt, shard_group_size, speed_cv, *, tp, cp, ep, dp, shape, zero,
                      gpus):
     """Optimizer-step time per rank class (K, Q): the state shards as in memory (spec.rules.shard_degrees)
-    where `sharded` (ZeRO >= 1), at the pace of the slowest of the layout's `gpus` (cost/variability.py)."""
+    from ZeRO-1 on, plus the zeroing of the gradients the rank keeps (their bytes as memory counts them:
+    memory/states.py zero_state_bytes_per_param), at the pace of the slowest of the layout's `gpus`
+    (cost/variability.py)."""
     ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep)
     d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size)
+    sharded = zero >= 1
     t = optimizer_params_step_s(training, hardware, non_expert=ne_cls, expert=ex_cls,
                                 shard_degree=np.where(sharded, d, 1.0)[:, None],
                                 expert_shard_degree=np.where(sharded, d_e, 1.0)[:, None])
+    g = [_kept_grad_bytes(training, zero, x)[:, None] for x in (d, d_e)]
+    t = t + grad_zeroing_s(training, hardware, grad_bytes=ne_cls * g[0] + ex_cls * g[1])
     return t * slowest_gpu_factor(speed_cv, gpus)[:, None]
+
+
+def _kept_grad_bytes(training, zero, shard_degree) -> np.ndarray:
+    """Gradient bytes per parameter a rank keeps: memory/states.py's rule (sharded from ZeRO-2 on)."""
+    return zero_state_bytes_per_param(zero=zero, shard_degree=shard_degree, param_bytes=training.param_bytes,
+                                      grad_bytes=training.grad_bytes, optimizer_bytes=0.0)["grads"]
+
+
+def _grad_accumulation_times(model, training, hardware, pt, shard_group_size, *, tp, cp, ep, dp, pp, zero, m, shape,
+                             counts):
+    """(K, S) per virtual stage and micro-batch: adding its new weight gradients into the gradients kept on its
+    rank where autograd does it (cost/gradients.py `grad_accumulation_s`, times `accumulation_share` of the step's
+    `m` micro-batches). What is added into: from ZeRO-2 on, when the stack reduces every micro-batch, each
+    micro-batch's reduced shard into the kept shard (the memory model's sharded gradient bytes); else the whole
+    unsharded gradient (FSDP once per step: in its reduce dtype, as memory/states.py accumulated_grad_bytes).
+    A stage's share of its rank's parameters (evenly over the rank's chunks), in one tensor per weight matrix of
+    its layers (4 attention + the FFN's) and of its embedding and head (`counts`: pt.content_counts)."""
+    stack = training.stack
+    ptg = pt.of_shapes(shape)
+    ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep)
+    d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size)
+    sharded = (zero >= 2) & stack.fsdp_reduces_every_microbatch(pp)
+    full = np.where(zero >= 3, float(stack.fsdp_reduce_bytes(training.grad_bytes)), float(training.grad_bytes))
+    per = [np.where(sharded, _kept_grad_bytes(training, zero, x), full)[:, None] for x in (d, d_e)]
+    g_rank = ne_cls * per[0] + ex_cls * per[1]
+    g_stage = ptg.stage_of_rank(ptg.of_class(g_rank)) / ptg.chunks[:, None]
+    tensors = (counts[:, 0] + counts[:, 1]) * (4 + model.glu_matrices) + counts[:, 2] + counts[:, 3]
+    t = grad_accumulation_s(training, hardware, grad_bytes=g_stage, tensors=np.maximum(tensors, 1.0))
+    return t * accumulation_share(stack, m)[:, None]
 
 
 def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last_bwd, t_inv, cols, m) -> tuple:

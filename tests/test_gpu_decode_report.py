@@ -1,7 +1,6 @@
 """Eager decode steps measured on the lent H100 (validation/gpu_decode_report.py) against parasim's decode model
 (cost/inference.py decode_layer): what the comparison establishes, so a change to the decode model, the dgx-h100
 memory curve or the stacks' launch bound that breaks it fails here."""
-import statistics
 import sys
 from pathlib import Path
 
@@ -26,36 +25,35 @@ def test_section_renders_every_measured_row(rows):
     assert "nan" not in text and text.startswith("## ")
 
 
-def test_kernel_time_is_over_predicted_everywhere_and_within_10_percent_where_weights_dominate(rows):
-    """CUDA-graph decode against the CUPTI kernel sum: at batch 1 (436 MB of weights, the regime the roofline is
-    for) parasim is +7 to +8 %; every row is over-predicted, at most +41 % (batch 128, KV 1024)."""
+def test_kernel_time_is_within_8_percent_with_the_memory_table_of_queued_kernels(rows):
+    """CUDA-graph decode against the CUPTI kernel sum, with dgx-h100's [efficiency.memory] fitted to kernels queued
+    back to back (validation/h100_memory_table.py; it never saw these rows): measured -0.2 to +7.7 %, batch 1 (436 MB
+    of weights, the regime the roofline is for) within 1 %. With the one-call table it replaced, +7 to +41 %."""
+    errs = [r["pred_s"] / r["kernel_s"] - 1 for r in rows]
+    assert max(abs(e) for e in errs) < 0.08, errs
+    assert all(abs(r["pred_s"] / r["kernel_s"] - 1) < 0.01 for r in rows if r["batch"] == 1)
+
+
+def test_a_cost_per_kernel_is_what_the_small_batches_need(rows):
+    """With [efficiency.memory] flat at its highest value (no cost per kernel) the rows of batch 1-8 are under-
+    predicted by 9-17 %: their small kernels cost the device its floor per kernel, the table's fitted t0 (2.5 µs;
+    1.2-3.4 µs in launch.csv's CUPTI times), which the shipped table holds and gets within 3 % there."""
     for r in rows:
-        err = r["pred_s"] / r["kernel_s"] - 1
-        assert 0.0 < err < 0.45, (r["batch"], r["kv_len"], err)
-        if r["batch"] == 1:
-            assert err < 0.10, (r["kv_len"], err)
+        if r["batch"] <= 8:
+            assert r["plateau_s"] / r["kernel_s"] - 1 < -0.08, (r["batch"], r["kv_len"])
+            assert abs(r["pred_s"] / r["kernel_s"] - 1) < 0.03
+    # their bytes at the stream rate plus 2.5 µs per kernel: under 3x the stream time (the one-call table: over 5x)
+    assert R.elementwise_s(128) < 3 * R.elementwise_bytes(128) / (0.8 * 3.35e12)
 
 
-def test_the_memory_curves_small_end_is_the_gap(rows):
-    """With dgx-h100's [efficiency.memory] flat at its highest value the same model is within 13 % everywhere
-    (measured -12 to +12 %) and closer than the shipped curve from batch 32: the excess is the curve's small-size
-    end (calibration points timed one call at a time), not the op list or the bytes."""
-    ep = [r["plateau_s"] / r["kernel_s"] - 1 for r in rows]
-    assert max(abs(e) for e in ep) < 0.13 and statistics.median(abs(e) for e in ep) < 0.10
-    for r in rows:
-        if r["batch"] >= 32:
-            assert abs(r["plateau_s"] / r["kernel_s"] - 1) < abs(r["pred_s"] / r["kernel_s"] - 1)
-    assert R.elementwise_s(128) > 5 * R.elementwise_bytes(128) / (0.8 * 3.35e12)  # charged > 5x their bytes' time
-
-
-def test_the_kv_cache_streams_faster_than_the_memory_curve_says():
+def test_the_kv_cache_streams_faster_than_the_pooled_memory_curve_says():
     """The extra KV-cache bytes of T = 8192 over T = 1024 stream at 0.92-0.93 of the datasheet bandwidth (b >= 8);
-    parasim's η_mem at a 4.3 GB read is 0.80."""
+    the pooled curve (copy, add, SiLU and the slower RMSNorm) reads a 4.3 GB cache at η_mem 0.85."""
     _, hw = R._specs()
     for b, bw in R.marginal_kv_bandwidth():
         if b >= 8:
             assert 0.88 < bw / hw.hbm_bytes_per_s < 0.97, (b, bw)
-            assert bw > 1.1 * float(hw.interp_efficiency("memory", 4.3e9)) * hw.hbm_bytes_per_s
+            assert bw > 1.05 * float(hw.interp_efficiency("memory", 4.3e9)) * hw.hbm_bytes_per_s
 
 
 def test_the_stacks_carry_the_no_grad_host_time_of_the_host_bound_rows(rows):

@@ -124,9 +124,11 @@ def test_power_and_queued_gemm_dry_runs(tmp_path):
                                 "--idle-s", "0"]) == 0
     with open(tmp_path / "p.csv") as f:
         got = list(csv.DictReader(f))
-    phases = {(w, p) for w in ("gemm", "step") for p in ("cold", "sustained", "hot")}
+    phases = {(w, p) for w in ("gemm", "step") for p in ("cold", "sustained", "hot")} | {("step", "profiled")}
     assert {(r["what"], r["phase"]) for r in got} == phases
     assert all(float(r["time_s"]) > 0 for r in got)
+    # the profiled steps' wall time per step is the profiled calls' own (kernel time: nan on CPU, no CUPTI)
+    assert all(r["kernel_s"] == "nan" for r in got if r["phase"] == "profiled")
     assert gpu_gemm_queued.main(["--out", str(tmp_path / "q.csv"), "--device", "cpu", "--tiny", "--iters", "2",
                                  "--warmup", "1"]) == 0
     with open(tmp_path / "q.csv") as f:

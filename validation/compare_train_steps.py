@@ -68,15 +68,26 @@ def compare(df, hardware, *, estimate_fn=None, cross_entropy: str = "torch-fp32"
         e = estimate_fn(m, t, lay, hardware)
         w = e.memory.worst
         tensors = float(w.peak_bytes - w.overhead_bytes)  # what torch's allocator counts (module docstring)
+        unt = _untimed_s(t, hardware, w) if hardware is not None else 0.0  # (None: a stand-in estimate_fn's test)
+        step = float(e.step_s) - unt
         rows.append({"run_id": r["run_id"], "params_match": int(r["params"]) == m.total_params(),
-                     "measured_step_s": float(r["step_time_s"]), "predicted_step_s": float(e.step_s),
-                     "step_error": float(signed_error(e.step_s, r["step_time_s"])),
+                     "measured_step_s": float(r["step_time_s"]), "predicted_step_s": step,
+                     "step_error": float(signed_error(step, r["step_time_s"])),
                      "measured_mem_bytes": float(r["peak_mem_bytes"]), "predicted_mem_bytes": tensors,
-                     "predicted_device_bytes": float(w.peak_bytes),
+                     "predicted_device_bytes": float(w.peak_bytes), "predicted_untimed_s": unt,
                      "mem_error": float(signed_error(tensors, r["peak_mem_bytes"])),
-                     "mem_basis": r["mem_basis"], **_phases(r, e, w),
+                     "mem_basis": r["mem_basis"], **_phases(r, e, w, unt),
                      "predicted_loss_work_bytes": _loss_work(m, t, lay)})
     return pd.DataFrame(rows)
+
+
+def _untimed_s(training, hardware, worst) -> float:
+    """The part of parasim's step that train_step.py's window leaves out: it calls `zero_grad` before its first
+    CUDA event, so the zeroing of kept gradients (cost/gradients.py `grad_zeroing_s`, over the gradient bytes the
+    memory model counts) runs before the timed step starts; a training loop's own step includes it."""
+    from simulator.cost.gradients import grad_zeroing_s
+
+    return float(grad_zeroing_s(training, hardware, grad_bytes=float(worst.grads_bytes)))
 
 
 def _loss_work(model, training, layout) -> float:
@@ -87,15 +98,16 @@ def _loss_work(model, training, layout) -> float:
                                      micro_batch_size=layout.micro_batch_size))
 
 
-def _phases(r, e, w) -> dict:
+def _phases(r, e, w, untimed_s: float = 0.0) -> dict:
     """Per-phase columns where the harness recorded them (train_step.py's fwd/bwd/opt times, state
     bytes): forward + backward against parasim's compute less its optimizer step, the optimizer step
-    against `optimizer_s`, parameters + gradients + optimizer states against the memory model's."""
+    against `optimizer_s` less the zeroing the harness does not time (`_untimed_s`), parameters + gradients
+    + optimizer states against the memory model's."""
     if "fwd_time_s" not in r or not all(float(r[k]) == float(r[k]) for k in ("fwd_time_s", "bwd_time_s", "opt_time_s")):
         return {}
-    opt = float(e.row["optimizer_s"])
+    opt = float(e.row["optimizer_s"]) - untimed_s
     return {"measured_fwd_bwd_s": float(r["fwd_time_s"]) + float(r["bwd_time_s"]),
-            "predicted_fwd_bwd_s": float(e.row["compute_s"]) - opt,
+            "predicted_fwd_bwd_s": float(e.row["compute_s"]) - opt - untimed_s,
             "measured_opt_s": float(r["opt_time_s"]), "predicted_opt_s": opt,
             "measured_state_bytes": float(r["state_bytes"]),
             "predicted_state_bytes": float(w.params_bytes + w.grads_bytes + w.optimizer_bytes),

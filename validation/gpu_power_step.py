@@ -10,9 +10,14 @@ hours. This measures, on one GPU, in one run:
   after 5 s idle ("cold"), then back to back for --sustain-s seconds (one row per second with the SM clock,
   power and temperature nvidia-smi reports), then the calibration's way again at once ("hot");
 - `step`: the same for harness training steps (fused AdamW, persistent gradients): the harness protocol
-  (3 warm-up, 10 timed steps, CUDA events, median) cold, steps back to back for --sustain-s seconds, the
-  protocol again hot.
-Every row is printed and flushed as it is measured.
+  (3 warm-up, 10 timed steps, CUDA events, median) cold, steps back to back for --sustain-s seconds, then
+  ("profiled") steps back to back under torch.profiler (CUPTI) for a third of that, one row per second with
+  the wall time per step and the kernels' summed device time (`kernel_s`), then the protocol again hot.
+The SM clock, power and temperature of a back-to-back row are the medians of nvidia-smi readings taken every
+0.2 s while its second runs (not after it: an idle GPU drops its clock at once). The profiled phase asks whether
+the harness's unprofiled steps outlast their profiled kernels (docs/gpu-measurements.md, the eager gap) because
+the kernels run slower at the power limit when nothing spaces them out: compare its clock, power and kernel time
+with the unprofiled seconds before it. Every row is printed and flushed as it is measured.
 """
 from __future__ import annotations
 
@@ -29,7 +34,45 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_owed import Bench, _smi  # noqa: E402
 
 STEP_CONFIGS = ("L2-h8192-a64-kv64-f22016-s2048-b1-none-bf16-sdpa", "L8-h4096-a32-kv8-f14336-s4096-b1-none-bf16-sdpa")
-FIELDS = ["what", "run_id", "phase", "second", "calls", "time_s", "tflops", "sm_clock_mhz", "power_w", "temperature_c"]
+FIELDS = ["what", "run_id", "phase", "second", "calls", "time_s", "kernel_s", "tflops", "sm_clock_mhz", "power_w",
+          "temperature_c"]
+SMI_KEYS = ("sm_clock_mhz", "power_w", "temperature_c")
+
+
+class _Sampler:
+    """nvidia-smi readings every `every_s` seconds on a thread while the block runs; `medians()` of each field
+    ("" where none parsed: no nvidia-smi, as on a CPU)."""
+
+    def __init__(self, every_s: float = 0.2):
+        import threading
+
+        self.every_s, self.readings, self._stop = every_s, [], threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.readings.append(_smi())
+            self._stop.wait(self.every_s)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def medians(self) -> dict:
+        out = {}
+        for k in SMI_KEYS:
+            v = []
+            for r in self.readings:
+                try:
+                    v.append(float(r[k]))
+                except (KeyError, TypeError, ValueError):
+                    pass
+            out[k] = statistics.median(v) if v else ""
+        return out
 
 
 def one_call_s(B: Bench, fn, warmup: int, calls: int) -> float:
@@ -54,23 +97,32 @@ def one_call_s(B: Bench, fn, warmup: int, calls: int) -> float:
 
 
 def measure(B: Bench, row, what: str, run_id: str, fn, flops: float, *, sustain_s: float, idle_s: float,
-            warmup: int, calls: int) -> None:
-    """Cold protocol, `sustain_s` seconds back to back (a row per second), hot protocol."""
-    def emit(phase, second, n, t):
-        row(what=what, run_id=run_id, phase=phase, second=second, calls=n, time_s=t,
-            tflops=flops / t / 1e12 if flops else float("nan"), **_smi())
+            warmup: int, calls: int, profiled: bool = False) -> None:
+    """Cold protocol, `sustain_s` seconds back to back (a row per second), with `profiled` a third of that under
+    the profiler (a row per second: wall and kernel time per call), hot protocol."""
+    def emit(phase, second, n, t, smi=None, kernel_s=float("nan")):
+        row(what=what, run_id=run_id, phase=phase, second=second, calls=n, time_s=t, kernel_s=kernel_s,
+            tflops=flops / t / 1e12 if flops else float("nan"), **(smi if smi is not None else _smi()))
 
     time.sleep(idle_s)
     emit("cold", "", calls, one_call_s(B, fn, warmup, calls))
     t0, sec = time.perf_counter(), 0
     while time.perf_counter() - t0 < sustain_s:
-        k, w0 = 0, time.perf_counter()
-        while time.perf_counter() - w0 < 1.0:
-            fn()
-            k += 1
-        B.sync()
-        emit("sustained", sec, k, (time.perf_counter() - w0) / k)
+        with _Sampler() as s:
+            k, w0 = 0, time.perf_counter()
+            while time.perf_counter() - w0 < 1.0:
+                fn()
+                k += 1
+            B.sync()
+        emit("sustained", sec, k, (time.perf_counter() - w0) / k, s.medians())
         sec += 1
+    if profiled:  # calls per second from the sustained steps: about one second per profiled row
+        t0, sec, per = time.perf_counter(), 0, max(1, k)
+        while time.perf_counter() - t0 < max(1.0, sustain_s / 3):
+            with _Sampler() as s:
+                ks, _ = B.kernel_s(fn, per)
+            emit("profiled", sec, per, B.last_profiled_s, s.medians(), ks)
+            sec += 1
     emit("hot", "", calls, one_call_s(B, fn, 0, calls))
 
 
@@ -109,7 +161,8 @@ def main(argv=None) -> int:
         cfg = grid[rid]
         model = train_step.build_model(cfg, torch, device, {"fp32": torch.float32, "bf16": torch.bfloat16}[cfg.dtype])
         step, opt = train_step.training_step(model, cfg, torch, device)
-        measure(B, row, "step", rid, step, 0.0, sustain_s=a.sustain_s, idle_s=a.idle_s, warmup=3, calls=10)
+        measure(B, row, "step", rid, step, 0.0, sustain_s=a.sustain_s, idle_s=a.idle_s, warmup=3, calls=10,
+                profiled=True)
         del model, opt, step
         if B.cuda:
             torch.cuda.empty_cache()

@@ -187,8 +187,9 @@ def _per_head_dim(res) -> str:
 
 def kernel_table(prim) -> tuple[list[str], "object"]:
     """Per profiled run (kernel_breakdown.csv, validation/profile_step.py): GPU kernel time outside the
-    optimizer against parasim's forward + backward, the optimizer's kernels against its optimizer step,
-    and the GPU's idle share of the profiled step. Returns (table lines, DataFrame of the ratios)."""
+    optimizer against parasim's forward + backward, the optimizer's kernels against its optimizer step (the
+    zeroing of kept gradients included: the profiled steps run zero_grad, which the harness's timed window
+    leaves out), and the GPU's idle share of the profiled step. Returns (table lines, DataFrame of the ratios)."""
     import pandas as pd
 
     k = pd.read_csv(DATA / "kernel_breakdown.csv")
@@ -206,12 +207,13 @@ def kernel_table(prim) -> tuple[list[str], "object"]:
         kern = r["_busy"] - r.get("optimizer", 0.0)
         idle = 1 - r["_busy"] / r["_wall"]
         idle_u = 1 - r["_busy"] / x["measured_step_s"]
-        e_fb, e_op = _err(x["predicted_fwd_bwd_s"], kern), _err(x["predicted_opt_s"], r.get("optimizer", float("nan")))
+        opt = x["predicted_opt_s"] + x["predicted_untimed_s"]
+        e_fb, e_op = _err(x["predicted_fwd_bwd_s"], kern), _err(opt, r.get("optimizer", float("nan")))
         rows.append({"run_id": rid, "idle": idle, "idle_u": idle_u, "idle_s": x["measured_step_s"] - r["_busy"],
                      "fb": e_fb, "eager": rid.endswith("eager")})
         out.append(f"| {rid} | {1e3 * x['measured_step_s']:.1f} | {1e3 * r['_wall']:.1f} | {1e3 * r['_busy']:.1f} | "
                    f"{_abs_pct(idle)} | {_abs_pct(idle_u)} | {1e3 * kern:.1f} | {1e3 * x['predicted_fwd_bwd_s']:.1f} | {_pct(e_fb)} | "
-                   f"{1e3 * r.get('optimizer', 0.0):.1f} | {1e3 * x['predicted_opt_s']:.1f} | {_pct(e_op)} |")
+                   f"{1e3 * r.get('optimizer', 0.0):.1f} | {1e3 * opt:.1f} | {_pct(e_op)} |")
     return out + [""], pd.DataFrame(rows)
 
 
@@ -329,8 +331,12 @@ def generate(res=None) -> str:
         *grad_model_table(),
         "Kept gradients cost the harness some time: "
         "torch's AccumulateGrad adds each new weight gradient into the kept buffer, an extra read-modify-write "
-        "that Megatron-LM's fused weight-gradient accumulation avoids; forward + backward with foreach AdamW, "
-        f"persistent against set-to-None gradients: {_grad_mode_cost()}.",
+        "that Megatron-LM's fused weight-gradient accumulation avoids (modelled: cost/gradients.py "
+        "`grad_accumulation_s`, the stack's `grad_accumulation`; its bytes checked against the profiled add kernel "
+        "in docs/compute.md); forward + backward with foreach AdamW, "
+        f"persistent against set-to-None gradients: {_grad_mode_cost()}. The two grids ran on different leases "
+        "(finding 7), so the measured difference also holds the leases' spread; the set-to-None runs also "
+        "allocate their gradients again in every backward, which is not modelled.",
         "6. **The harness's layers keep more than the modelled layer.** On the primary grid's runs without "
         "recompute, with SDPA, the bytes saved for backward exceed the predicted stored activations (the kept "
         f"logits included, the loss's backward working set not) by {_saved_vs_model(prim)}, with the harness's "
@@ -379,7 +385,8 @@ def generate(res=None) -> str:
         f"overhead alone would not grow with the sequence, yet the idle time does ({_idle_ms(kdf)}). parasim "
         "models device time only. "
         "The optimizer kernels include zero_grad's zeroing of the kept gradients, a multi-tensor kernel of its "
-        "own that parasim does not count.",
+        "own, which parasim counts in the optimizer step (`grad_zeroing_s`: 0.7-1.7 ms on these runs, "
+        "docs/compute.md).",
         "",
         CATEGORY_INTRO,
         "",

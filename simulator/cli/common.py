@@ -9,7 +9,7 @@ from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES
 from ..spec.rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE
 from ..spec.scenario import load_scenario
-from ..spec.stack import GRAD_BUFFERS, REDUCE, REDUCE_DTYPES, RESHARD
+from ..spec.stack import GRAD_ACCUMULATIONS, GRAD_BUFFERS, REDUCE, REDUCE_DTYPES, RESHARD
 from ..spec.training import CROSS_ENTROPY, OPTIMIZERS, PRECISIONS, STATE_DTYPES
 from .flagnames import flag_names, given_flags
 
@@ -69,6 +69,10 @@ _FLAGS = [
      "persistent: gradients stay allocated between steps (Megatron-LM's grad buffer, zero_grad(set_to_none=False)); "
      "set-to-none: zero_grad() frees them, so the first backward of a step allocates them while it frees the "
      "activations (default: the stack's)"),
+    ("--grad-accumulation", "grad_accumulation", click.Choice(list(GRAD_ACCUMULATIONS)),
+     "fused: the weight-gradient GEMM adds into the kept gradient (Megatron-LM's gradient accumulation fusion); "
+     "autograd: autograd adds each micro-batch's new weight gradients into the kept ones, a memory-bound pass "
+     "(default: the stack's)"),
     ("--dp-mode", "dp_mode", click.Choice(list(DP_MODES)),
      "ddp: DistributedDataParallel, one process per GPU, gradients all-reduced in buckets during backward; "
      "dataparallel: single-process torch DataParallel, inputs scattered and outputs/gradients gathered "

@@ -20,7 +20,10 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
 - `grad_buffer`: "persistent" (gradients stay allocated between steps, zeroed in place: Megatron-Core's
   contiguous grad buffer, `zero_grad(set_to_none=False)`) or "set-to-none" (torch's `zero_grad()` default
   frees them, so a step's first backward allocates them while activations are freed:
-  memory/states.py `absent_grad_bytes`);
+  memory/states.py `absent_grad_bytes`); the zeroing's time is cost/gradients.py `grad_zeroing_s`;
+- `grad_accumulation`: "fused" (the weight-gradient GEMM adds into the kept gradient: Megatron-LM's
+  gradient_accumulation_fusion) or "autograd" (autograd adds each new weight gradient into the kept one, a
+  memory-bound pass per micro-batch: cost/gradients.py `grad_accumulation_s`);
 - `fp8_recipe`: how FP8 training scales its casts (cost/memory_ops.py `fp8_cast_op`);
 - `elementwise`: which elementwise ops the framework's layer code runs, and so the non-GEMM bytes per layer
   (cost/elementwise.py): "fused" (Megatron-LM / Transformer Engine / apex fused kernels: one kernel per norm,
@@ -72,6 +75,7 @@ from .presets import check_keys, preset_names, read_toml, resolve
 ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "triton-pre-mlir", "xformers", "unfused")
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 GRAD_BUFFERS = ("persistent", "set-to-none")  # grad_buffer: gradients kept between steps or freed by zero_grad
+GRAD_ACCUMULATIONS = ("fused", "autograd")  # grad_accumulation: the wgrad GEMM adds into .grad, or autograd does
 # FP8 scaling recipes (Transformer Engine recipes; torchao's tensorwise dynamic scaling is "current"):
 #   delayed: scale from the amax history, amax taken inside the cast kernel; current: an amax pass over
 #   the tensor before the cast; mxfp8: one 1-byte scale per 32 elements (block scaling)
@@ -104,6 +108,7 @@ class Stack:
     cross_entropy: str = "vocab-parallel"
     optimizer_impl: str = "fused"
     grad_buffer: str = "persistent"
+    grad_accumulation: str = "fused"  # GRAD_ACCUMULATIONS (cost/gradients.py)
     ddp_bucket_view: bool = True
     ddp_one_rank: bool = False  # torch DDP wraps a one-rank data-parallel group too (memory/states.py)
     fp8_recipe: str = "delayed"
@@ -142,6 +147,7 @@ class Stack:
             raise InputError(f"stack {self.name!r}: runs must be a [runs] table, got {self.runs!r}")
         for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("cross_entropy", CROSS_ENTROPY),
                               ("optimizer_impl", OPTIMIZER_IMPLS), ("grad_buffer", GRAD_BUFFERS),
+                              ("grad_accumulation", GRAD_ACCUMULATIONS),
                               ("fp8_recipe", FP8_RECIPES),
                               ("elementwise", ELEMENTWISE),
                               ("fsdp_reshard_after_forward", RESHARD), ("fsdp_reduce_dtype", tuple(REDUCE_DTYPES)),

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..cost.compute import _combine, _peak
 from ..cost.memory_ops import _memory_time
+from ..cost.gradients import grad_zeroing_s
 from ..cost.optimizer import optimizer_params_step_s
 from ..errors import InputError
 from ..spec.training import OPTIMIZERS, STATE_DTYPES, Training
@@ -145,8 +146,10 @@ def layer_times(trace, hardware, tt: TorchTraining) -> LayerTimes:
 
 
 def optimizer_step_s(params, hardware, tt: TorchTraining) -> float:
-    """The optimizer step over `params` parameters (cost/optimizer.py: one fused pass, η_optimizer or η_memory)."""
-    return float(optimizer_params_step_s(tt.training, hardware, non_expert=float(params), expert=0.0))
+    """The optimizer step over `params` parameters (cost/optimizer.py: one fused pass, η_optimizer or η_memory),
+    with the zeroing of kept gradients (`grad_zeroing_s`, one device: nothing sharded)."""
+    t = optimizer_params_step_s(tt.training, hardware, non_expert=float(params), expert=0.0)
+    return float(t + grad_zeroing_s(tt.training, hardware, grad_bytes=float(params) * tt.training.grad_bytes))
 
 
 @dataclass(frozen=True, kw_only=True)
