@@ -265,8 +265,11 @@ def _beside(B: Bench, side, *, timed, background, calls: int, n_background: int)
     return a.elapsed_time(b) * 1e-3 / calls
 
 
+SMI_QUERY = "clocks.sm,power.draw,temperature.gpu"  # _smi's fields, in its order
+
+
 def _smi() -> dict:
-    q = "clocks.sm,power.draw,temperature.gpu"
+    q = SMI_QUERY
     try:
         r = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits", "-i", "0"],
                            capture_output=True, text=True, timeout=5)

@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu_owed import Bench, _smi  # noqa: E402
+from gpu_owed import SMI_QUERY, Bench, _smi  # noqa: E402
 
 STEP_CONFIGS = ("L2-h8192-a64-kv64-f22016-s2048-b1-none-bf16-sdpa", "L8-h4096-a32-kv8-f14336-s4096-b1-none-bf16-sdpa")
 FIELDS = ["what", "run_id", "phase", "second", "calls", "time_s", "kernel_s", "tflops", "sm_clock_mhz", "power_w",
@@ -40,39 +40,46 @@ SMI_KEYS = ("sm_clock_mhz", "power_w", "temperature_c")
 
 
 class _Sampler:
-    """nvidia-smi readings every `every_s` seconds on a thread while the block runs; `medians()` of each field
-    ("" where none parsed: no nvidia-smi, as on a CPU)."""
+    """nvidia-smi's own loop (-lms) reading the GPU every `every_ms` ms while the block runs, in its process (no
+    Python thread: one beside torch changed the CPU allocation order the memory tests read); `medians()` of each
+    field, "" where none parsed (no nvidia-smi, as on a CPU)."""
 
-    def __init__(self, every_s: float = 0.2):
-        import threading
-
-        self.every_s, self.readings, self._stop = every_s, [], threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.readings.append(_smi())
-            self._stop.wait(self.every_s)
+    def __init__(self, every_ms: int = 200):
+        self.every_ms, self.lines, self._p = every_ms, [], None
 
     def __enter__(self):
-        self._thread.start()
+        import subprocess
+
+        try:
+            self._p = subprocess.Popen(["nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits",
+                                        "-i", "0", "-lms", str(self.every_ms)], stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self._p = None
         return self
 
     def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+        if self._p is not None:
+            self._p.terminate()
+            try:
+                out, _ = self._p.communicate(timeout=5)
+            except Exception:  # noqa: BLE001 (a reading that never came is a missing reading)
+                self._p.kill()
+                out = ""
+            self.lines = out.splitlines()
 
     def medians(self) -> dict:
-        out = {}
-        for k in SMI_KEYS:
-            v = []
-            for r in self.readings:
+        cols = {k: [] for k in SMI_KEYS}
+        for line in self.lines:
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) != len(SMI_KEYS):
+                continue
+            for k, v in zip(SMI_KEYS, parts):
                 try:
-                    v.append(float(r[k]))
-                except (KeyError, TypeError, ValueError):
+                    cols[k].append(float(v))
+                except ValueError:
                     pass
-            out[k] = statistics.median(v) if v else ""
-        return out
+        return {k: (statistics.median(v) if v else "") for k, v in cols.items()}
 
 
 def one_call_s(B: Bench, fn, warmup: int, calls: int) -> float:
@@ -116,8 +123,8 @@ def measure(B: Bench, row, what: str, run_id: str, fn, flops: float, *, sustain_
             B.sync()
         emit("sustained", sec, k, (time.perf_counter() - w0) / k, s.medians())
         sec += 1
-    if profiled:  # calls per second from the sustained steps: about one second per profiled row
-        t0, sec, per = time.perf_counter(), 0, max(1, k)
+    if profiled:  # calls per second from the sustained steps (at most 50): about one second per profiled row
+        t0, sec, per = time.perf_counter(), 0, min(max(1, k), 50)
         while time.perf_counter() - t0 < max(1.0, sustain_s / 3):
             with _Sampler() as s:
                 ks, _ = B.kernel_s(fn, per)
