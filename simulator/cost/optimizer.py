@@ -123,4 +123,3 @@ def optimizer_params_step_s(training: Training, hardware, *, non_expert, expert,
     if hardware.has_efficiency("optimizer"):
         return bytes_ / (hardware.hbm_bytes_per_s * hardware.interp_efficiency("optimizer", np.maximum(bytes_, 1.0)))
     return _memory_time(bytes_, 1.0, hardware)
-

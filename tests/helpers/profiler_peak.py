@@ -18,7 +18,9 @@ def live_bytes(prof) -> tuple[int, int]:
         with open(path) as f:
             events = json.load(f)["traceEvents"]
     live = peak = 0
-    for e in sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"]):
+    # in the order the profiler recorded them ("Ev Idx"), where it says; else by time
+    for e in sorted((e for e in events if e.get("name") == "[memory]"),
+                    key=lambda e: (e["args"].get("Ev Idx", 0), e["ts"])):
         live += e["args"]["Bytes"]
         peak = max(peak, live)
     return live, peak
