@@ -198,13 +198,16 @@ def preset_gap_lines() -> list[str]:
         cells.append(f"{label}: median |error| {' / '.join(f'{100 * x.abs().median():.1f} %' for x in e)}, "
                      f"mean {' / '.join(f'{100 * x.mean():+.1f} %' for x in e)}")
     return ["**Why the shipped preset predicts less time than the calibrated profile** (primary / held-out grid, fused "
-            "AdamW, persistent gradients): " + "; ".join(cells) + ". Its GEMM, memory and optimizer tables are "
-            "the faster of the two leases at each point; the training steps ran on the first and a third lease, "
-            "where the kernels ran slower (finding 7): that spread between machines is the first part. The rest "
-            "is attention: the calibrated profile's table was fitted to single SDPA calls whose short ones time "
-            "the host's issue of the call, which the shipped table leaves out as the kernels' own time; the "
-            "GPU's idle time between kernels (finding 9) is not modelled. Calibrate on the machine that runs "
-            "the job (`parasim calibrate`).", ""]
+            "AdamW, persistent gradients): " + "; ".join(cells) + ". Its GEMM and optimizer tables are the faster "
+            "of the two leases at each point, its memory table the kernels queued back to back on a fourth "
+            "(validation/h100_memory_table.py); the training steps ran on the first and a third lease, where the "
+            "kernels ran slower (finding 7): that spread between machines is the first part. The rest is the "
+            "small kernels: the calibrated profile's attention and memory tables were timed one call at a time, "
+            "and their short calls hold the host's issue of the call, which the shipped tables leave out as "
+            "not the kernels' own time (the eager stack's launch bound counts the host); so the calibrated "
+            "profile charges time that stands in for the unprofiled steps' gap between their time and their "
+            "kernels' (finding 9; docs/compute.md, not modelled). Calibrate on the machine that runs the job "
+            "(`parasim calibrate`).", ""]
 
 
 def sections() -> str:
