@@ -9,7 +9,7 @@ with their CUPTI time per step.
 
 - Zeroing: torch's multi-tensor zero kernel (`multi_tensor_apply_kernel<TensorListMetadata<1>, ...ZeroFunctor`,
   the name cut after "Z"), predicted for the run's gradient bytes with the shipped `dgx-h100` preset, whose memory
-  table was fitted to the calibration's add, copy, RMSNorm and SiLU kernels, none of them this one.
+  table was fitted to add, copy, RMSNorm and SiLU kernels (validation/h100_memory_table.py), none of them this one.
 - Accumulation: autograd adds into a kept gradient with the same bf16 add kernel
   (`vectorized_elementwise_kernel<8, CUDAFunctor_add<c10::BFloat16>>`) as the layers' residual and gradient adds,
   so the kernel's time is compared as a rate: the bytes the stack's op list gives those adds
