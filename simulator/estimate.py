@@ -139,7 +139,7 @@ def stack_summary(stack) -> dict:
     """The software stack an estimate assumed (spec/stack.py), for its JSON and table."""
     return {"name": stack.name, "framework": stack.framework, "attention_kernel": stack.attention_kernel,
             "compiled": stack.compiled, "optimizer_impl": stack.optimizer_impl, "grad_buffer": stack.grad_buffer,
-            "cross_entropy": stack.cross_entropy,
+            "grad_accumulation": stack.grad_accumulation, "cross_entropy": stack.cross_entropy,
             "kernels_per_layer": list(stack.layer_kernels), "host_us_per_kernel": stack.host_s_per_kernel * 1e6,
             "decode_host_us_per_kernel": (stack.decode_host_s_per_kernel or stack.host_s_per_kernel) * 1e6}
 

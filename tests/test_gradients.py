@@ -95,7 +95,8 @@ def _add_ops(torch, step):
 
 def test_autograd_adds_into_kept_gradients_and_takes_the_first_into_a_freed_one():
     torch = pytest.importorskip("torch")
-    net = torch.nn.Sequential(torch.nn.Linear(64, 256, bias=False), torch.nn.GELU(), torch.nn.Linear(256, 64, bias=False))
+    net = torch.nn.Sequential(torch.nn.Linear(64, 256, bias=False), torch.nn.GELU(),
+                              torch.nn.Linear(256, 64, bias=False))
     x = torch.randn(8, 64)
 
     def backward():

@@ -107,8 +107,8 @@ def tables(hardware: str = "dgx-h100") -> str:
         lines.append(f"| {r.run_id} | {r.grad_bytes / 1e9:.2f} GB | {1e3 * r.measured_s:.2f} | "
                      f"{1e3 * r.predicted_s:.2f} | {100 * r.error:+.1f} % |")
     lo, hi = queued_add_rate_bytes_per_s()
-    lines += ["", f"Accumulation (the bf16 add kernel queued on the same GPU: {lo / 1e12:.2f}-{hi / 1e12:.2f} TB/s from "
-              "64 MiB; HBM 3.35 TB/s):", "",
+    lines += ["", "Accumulation (the bf16 add kernel queued on the same GPU: "
+              f"{lo / 1e12:.2f}-{hi / 1e12:.2f} TB/s from 64 MiB; HBM 3.35 TB/s):", "",
               "| run | measured add kernels ms | op-list adds GB | accumulation GB | rate with it TB/s | "
               "rate without it TB/s |", "|---|---|---|---|---|---|"]
     for r in accumulation_rows().itertuples():

@@ -61,7 +61,8 @@ def _table(d: dict) -> str:
 def _stack_line(st: dict) -> str:
     kf, kb = st["kernels_per_layer"]
     return (f"stack               {st['name']} ({'compiled' if st['compiled'] else 'eager'}; attention "
-            f"{st['attention_kernel']}, optimizer {st['optimizer_impl']}, gradients {st['grad_buffer']}, "
+            f"{st['attention_kernel']}, optimizer {st['optimizer_impl']}, gradients {st['grad_buffer']}, accumulated "
+            f"{'by autograd' if st['grad_accumulation'] == 'autograd' else 'in the weight-gradient GEMM'}, "
             f"loss {st['cross_entropy']}, "
             f"{kf}/{kb} kernels per layer at {st['host_us_per_kernel']:.1f} us); efficiencies from:")
 

@@ -306,6 +306,7 @@ def list_stacks():
         s = load_stack(n)
         rows.append({"name": n, "framework": s.framework, "attention_kernel": s.attention_kernel,
                      "cross_entropy": s.cross_entropy, "optimizer_impl": s.optimizer_impl, "grad_buffer": s.grad_buffer,
+                     "grad_accumulation": s.grad_accumulation,
                      "elementwise": s.elementwise, "compiled": s.compiled,
                      "kernels_fwd_bwd": "/".join(map(str, s.kernels_per_layer)),
                      "host_us_per_kernel": s.host_s_per_kernel * 1e6, "runs": summary(s.runs)})
