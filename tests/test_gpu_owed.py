@@ -178,3 +178,25 @@ def test_gpu_spread_dry_run(tmp_path):
         with pytest.raises(SystemExit) as e:
             gpu_spread.main(["--out", str(tmp_path / "x.csv"), *args])
         assert args[0] in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_power_steps_sampler_reads_the_gpu_while_the_block_runs(tmp_path, monkeypatch):
+    # validation/gpu_power_step.py's nvidia-smi sampler (a child process polling every 0.2 s) against a stand-in
+    # nvidia-smi on PATH: readings taken during the block, their medians per field; none without nvidia-smi
+    import os
+    import time
+
+    import gpu_power_step
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\necho "1755, 650.5, 60"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with gpu_power_step._Sampler() as s:
+        time.sleep(0.9)
+    assert len(s.lines) >= 3
+    assert s.medians() == {"sm_clock_mhz": 1755.0, "power_w": 650.5, "temperature_c": 60.0}
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with gpu_power_step._Sampler() as s:
+        time.sleep(0.3)
+    assert s.medians() == {"sm_clock_mhz": "", "power_w": "", "temperature_c": ""}

@@ -39,21 +39,38 @@ FIELDS = ["what", "run_id", "phase", "second", "calls", "time_s", "kernel_s", "t
 SMI_KEYS = ("sm_clock_mhz", "power_w", "temperature_c")
 
 
-class _Sampler:
-    """nvidia-smi's own loop (-lms) reading the GPU every `every_ms` ms while the block runs, in its process (no
-    Python thread: one beside torch changed the CPU allocation order the memory tests read); `medians()` of each
-    field, "" where none parsed (no nvidia-smi, as on a CPU)."""
+# the sampler's child: one nvidia-smi reading every argv[2] seconds, each line flushed as it is read (so a
+# terminated child leaves every reading in the pipe); silent where nvidia-smi is missing
+_SAMPLER_CHILD = """
+import subprocess, sys, time
+q, every = sys.argv[1], float(sys.argv[2])
+while True:
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader,nounits", "-i", "0"],
+                           capture_output=True, text=True, timeout=5)
+        line = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
+        if line:
+            print(line, flush=True)
+    except Exception:
+        pass
+    time.sleep(every)
+"""
 
-    def __init__(self, every_ms: int = 200):
-        self.every_ms, self.lines, self._p = every_ms, [], None
+
+class _Sampler:
+    """nvidia-smi readings every `every_s` seconds while the block runs, taken by a child Python process (no
+    thread in this one: a thread beside torch changed the CPU allocation order the memory tests read);
+    `medians()` of each field, "" where none parsed (no nvidia-smi, as on a CPU)."""
+
+    def __init__(self, every_s: float = 0.2):
+        self.every_s, self.lines, self._p = every_s, [], None
 
     def __enter__(self):
         import subprocess
 
         try:
-            self._p = subprocess.Popen(["nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits",
-                                        "-i", "0", "-lms", str(self.every_ms)], stdout=subprocess.PIPE,
-                                       stderr=subprocess.DEVNULL, text=True)
+            self._p = subprocess.Popen([sys.executable, "-c", _SAMPLER_CHILD, SMI_QUERY, str(self.every_s)],
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         except OSError:
             self._p = None
         return self
