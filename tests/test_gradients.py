@@ -142,3 +142,26 @@ def test_the_estimate_adds_the_accumulation_to_each_micro_batchs_weight_gradient
             == pytest.approx(7 * one, rel=1e-6))
     shard = float(grad_accumulation_s(tr, hw, grad_bytes=g / 8, tensors=tensors))
     assert step(3) - step(3, grad_accumulation="fused") == pytest.approx(8 * shard, rel=1e-6)
+
+
+@pytest.mark.parametrize("where", ["flag", "scenario"])
+def test_a_bad_grad_accumulation_is_one_line_naming_the_key_and_value(where, tmp_path, capsys):
+    from simulator.cli import main
+
+    base = ["estimate", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8", "--seq", "2048",
+            "--global-batch", "8"]
+    if where == "flag":
+        args = base + ["--grad-accumulation", "sometimes"]
+    else:
+        sc = tmp_path / "s.toml"
+        sc.write_text('[model]\npreset = "llama3-8b"\n[hardware]\npreset = "dgx-h100"\nnum_gpus = 8\n'
+                      '[training]\nseq_length = 2048\nglobal_batch_size = 8\n'
+                      '[stack]\npreset = "torchtitan"\ngrad_accumulation = "sometimes"\n')
+        args = ["estimate", str(sc)]
+    try:
+        code = main(args)
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().count("\n") == 0, err
+    assert "grad" in err and "accumulation" in err and "sometimes" in err
