@@ -103,7 +103,7 @@ class Bench:
             return float("nan"), sum(1 for e in prof.events() if e.name.startswith("aten::")) / calls
         from profile_step import device_kernels
 
-        times = [us for _, us in device_kernels(prof)]
+        times = [us for _, _, us in device_kernels(prof)]
         return sum(times) * 1e-6 / calls, len(times) / calls
 
     def graph_s(self, fn, calls: int) -> float:
