@@ -82,12 +82,6 @@ def _fit_table(log: str) -> list[str]:
     return [t.rstrip() for t in text[start:] if t.strip() and not t.startswith(("wrote", "note"))]
 
 
-def _idle_ms(kdf) -> str:
-    """Idle ms (unprofiled step less profiled busy) of the profiled runs that differ only in sequence."""
-    pick = kdf[kdf["run_id"].str.startswith("L8-h4096-a32-kv8-f14336-s") & kdf["run_id"].str.endswith("-b1-none-bf16-sdpa")]
-    return ", ".join(f"{1e3 * r.idle_s:.1f} ms at seq {r.run_id.split('-')[5][1:]}" for r in pick.itertuples())
-
-
 def loss_memory(grid: str) -> list[str]:
     """Measured peak less (states + saved-for-backward) per logit element, for the runs whose logits
     dominate, in the grid file `grid`: the loss's backward working set, which the memory model does not hold
