@@ -111,7 +111,7 @@ def category_finding(cdf, labels) -> str:
             f"{span('memory_' + cal)} with the calibrated `{cal}`; GEMM and attention take {span('gemm_' + ship)} "
             f"and {span('gemm_' + cal)} of theirs. The calibrated profile's step-time accuracy rests on its GEMM "
             "table's pessimism offsetting the memory-bound shortfall. The shortfall is the harness's own code "
-            "(docs/compute.md) for the most part (about two thirds of it on L8-h4096-s4096, the run whose kernels were "
+            "for the most part (docs/compute.md: 7.3 of the 8.6 ms on L8-h4096-s4096, the run whose kernels were "
             "listed one by one): its gate and up halves of one GEMM output, and its rotate_half RoPE on views of one "
             "QKV GEMM output, are strided views, on which torch runs its non-vectorised elementwise kernel "
             "(`elementwise_kernel<128, 4>`: 1.3-1.7 TB/s on the lent H100 where the vectorised kernel moves "

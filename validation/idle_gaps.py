@@ -4,9 +4,10 @@ dry: what the host was doing then is named) and the launch latency that remains.
 
     python validation/idle_gaps.py --out idle.csv [--config L8-h4096-a32-kv8-f14336-s2048-b1-none-bf16-sdpa]
 
-docs/validation-h100.md (finding 9) measured the lent H100 idle for 4-32 % of eager steps and could not say
-why: host launch overhead alone would not grow with the sequence, yet the idle time did. This script gives
-the cause on the next lent GPU. It reads the Chrome trace torch.profiler exports (device activities with
+docs/validation-h100.md (finding 9) once reported the lent H100 idle for 4-32 % of eager steps; that idle time
+was kernels torch's `prof.events()` sum had missed (validation/h100_owed2/README.md), and this script, which
+reads the trace, found the GPU busy for 97-99 % of GPU-bound steps. It still names the cause of the idle time
+that host-bound and FSDP-wrapped steps do have. It reads the Chrome trace torch.profiler exports (device activities with
 `cat` kernel / gpu_memcpy / gpu_memset, host runtime calls `cuda_runtime` / `cuda_driver`, host `cpu_op`s;
 device activity and its launch share `args.correlation`).
 
