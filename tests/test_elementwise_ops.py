@@ -60,8 +60,16 @@ def _tensors(xs):
             yield from _tensors(x)
 
 
+def _strided(t, shape) -> bool:
+    """A strided view, or an operand broadcast to the op's `shape` (by its strides or its shape; a one-element
+    tensor is a scalar to TensorIterator): what keeps torch off its vectorised elementwise kernel."""
+    expanded = any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride()))
+    return not t.is_contiguous() or expanded or (t.numel() > 1 and tuple(t.shape) != tuple(shape))
+
+
 class Recorder(TorchDispatchMode):
-    """Every aten op that is a kernel: (name, bytes read, bytes written, kernels)."""
+    """Every aten op that is a kernel: (name, bytes read, bytes written, kernels, "excluded" or "", an operand
+    strided or broadcast)."""
 
     def __init__(self):
         super().__init__()
@@ -75,16 +83,22 @@ class Recorder(TorchDispatchMode):
         if name in NO_KERNEL or any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
             return out  # a view or an allocation: no kernel
         if name.startswith(GEMMS) or name.startswith("_scaled_dot_product"):
-            self.ops.append((name, 0, 0, 0, "excluded"))
+            self.ops.append((name, 0, 0, 0, "excluded", False))
             return out
         ins = list(_tensors(list(args) + list(kwargs.values())))
+        first = next(_tensors(out if isinstance(out, (tuple, list)) else [out]), None)
+        if name == "cat":  # not TensorIterator: its vectorised variant needs contiguous inputs only
+            strided = any(not t.is_contiguous() for t in ins)
+        else:  # reductions and the norm kernels are not the elementwise loop
+            strided = (first is not None and name not in ("mean", "sum") and not name.startswith("rms_")
+                       and any(_strided(t, first.shape) for t in ins))
         if name in WRITE_ONLY or name == "copy_":
             ins = ins[1:] if schema.arguments[0].alias_info is not None else []
         outs = list(_tensors(out if isinstance(out, (tuple, list)) else [out]))
         read, written, kernels = sum(map(_stored, ins)), sum(map(_stored, outs)), 1
         if name == "slice_backward":  # zeros(input_sizes) + copy_ into the slice (TensorShape.cpp): 2 kernels
             written, kernels = written + read, 2
-        self.ops.append((name, read, written, kernels, ""))
+        self.ops.append((name, read, written, kernels, "", strided))
         return out
 
 
@@ -111,8 +125,22 @@ def model_spec():
                      vocab_size=1000)
 
 
-def predicted(stack, dtype_name):
-    tr = Training(seq_length=S, global_batch_size=B, precision=dtype_name, stack=load_stack(stack))
+def strided_kernels(ops) -> int:
+    """Recorded kernels with a strided or broadcast operand (the zero fill of slice_backward is not one)."""
+    return sum(1 for o in ops if o[4] != "excluded" and o[5])
+
+
+def predicted_strided(stack, elementwise=None) -> tuple[int, int]:
+    """The op list's kernels marked `strided`, forward and backward."""
+    tr = Training(seq_length=S, global_batch_size=B, stack=load_stack(stack, elementwise=elementwise))
+    g = layer_graph(model_spec(), tr)
+    return tuple(sum(u.kernels for b in g.blocks if b.phase == ph for u in b.ops if u.strided)
+                 for ph in ("forward", "backward"))
+
+
+def predicted(stack, dtype_name, elementwise=None):
+    tr = Training(seq_length=S, global_batch_size=B, precision=dtype_name,
+                  stack=load_stack(stack, elementwise=elementwise))
     ops = memory_ops(model_spec(), tr, micro_batch_size=B)
     g = layer_graph(model_spec(), tr)
     k = kernel_counts(g)
@@ -236,13 +264,9 @@ def test_hf_kernel_counts_match_the_profiled_csv():
     assert int(row["backward_kernels"]) - bwd == 10 + 2 + 2 + 2 * 3
 
 
-def test_h100_harness_layer_is_not_torchtitans(monkeypatch):
-    """validation/train_step.py's layer, which the H100 harness rows are predicted with as the torchtitan stack
-    (docs/validation-h100.md), differs from torchtitan's block: rotate_half RoPE on views of one QKV GEMM
-    (no copies forward; backward, the slice fills and a copy of the whole QKV gradient back to its layout)
-    and one gate/up GEMM whose backward concatenates the two gradients. Recorded like the others (nn.RMSNorm
-    as CUDA's kernel), it moves fewer forward and more backward bytes than the eager op list
-    (docs/compute.md: about −7.5 % and +29 % at these shapes)."""
+def harness_layer(monkeypatch, dtype):
+    """validation/train_step.py's layer (one QKV GEMM viewed as heads, rotate_half RoPE, one gate/up GEMM
+    chunked), its nn.RMSNorm as CUDA's kernels."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "validation"))
@@ -250,12 +274,51 @@ def test_h100_harness_layer_is_not_torchtitans(monkeypatch):
 
     ops = _rms_norm_ops()
     cfg = StepConfig(layers=1, hidden=H, heads=HEADS, kv_heads=KV, ffn=FFN, vocab=32, seq=S, micro_batch=B)
-    layer = build_model(cfg, torch, "cpu", torch.bfloat16).layers[0]
+    layer = build_model(cfg, torch, "cpu", dtype).layers[0]
     for norm in (layer.n1, layer.n2):
         monkeypatch.setattr(norm, "forward", lambda x, w=norm.weight: ops.rms_fwd(x, w)[0])
-    x = torch.randn(B, S, H, dtype=torch.bfloat16, requires_grad=True)
-    fwd, bwd = measure(layer, x, list(layer.parameters()), torch.randn(B, S, H, dtype=torch.bfloat16))
+    x = torch.randn(B, S, H, dtype=dtype, requires_grad=True)
+    return measure(layer, x, list(layer.parameters()), torch.randn(B, S, H, dtype=dtype))
+
+
+def test_h100_harness_layer_is_not_torchtitans(monkeypatch):
+    """The H100 harness's layer differs from torchtitan's block: rotate_half RoPE on views of one QKV GEMM (no
+    copies forward; backward, the slice fills and a copy of the whole QKV gradient back to its layout) and one
+    gate/up GEMM whose backward concatenates the two gradients. It moves fewer forward and more backward bytes
+    than the eager op list (docs/compute.md: about −7.5 % and +29 % at these shapes)."""
+    fwd, bwd = harness_layer(monkeypatch, torch.bfloat16)
     (mf, _), (mb, _) = totals(fwd), totals(bwd)
     pf, pb, _, _ = predicted("torchtitan", "bf16")
     print(f"harness layer: forward {mf / pf - 1:+.1%}, backward {mb / pb - 1:+.1%} against the eager op list")
     assert -0.15 < mf / pf - 1 < 0 and 0.15 < mb / pb - 1 < 0.45
+
+
+@pytest.mark.parametrize("dtype_name", ["bf16", "fp32"])
+def test_packed_op_list_is_the_harness_layer(monkeypatch, dtype_name):
+    """The "packed" op list (cost/elementwise.py), which the H100 harness rows are predicted with
+    (validation/compare_train_steps.py), against the harness layer's recorded ops: bytes within TOL, kernels
+    exactly, and the kernels with a strided or broadcast operand (torch's generic elementwise loop, timed with
+    the `memory_strided` table) exactly."""
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
+    fwd, bwd = harness_layer(monkeypatch, dtype)
+    (mf, kf), (mb, kb) = totals(fwd), totals(bwd)
+    pf, pb, pkf, pkb = predicted("torchtitan", dtype_name, elementwise="packed")
+    sf, sb = predicted_strided("torchtitan", "packed")
+    print(f"packed {dtype_name}: forward {pf / mf - 1:+.1%}, {kf} / {pkf} kernels, strided {strided_kernels(fwd)} / "
+          f"{sf}; backward {pb / mb - 1:+.1%}, {kb} / {pkb}, strided {strided_kernels(bwd)} / {sb}")
+    assert pf == pytest.approx(mf, rel=TOL)
+    assert pb == pytest.approx(mb, rel=TOL)
+    assert (pkf, pkb) == (kf, kb)
+    assert (sf, sb) == (strided_kernels(fwd), strided_kernels(bwd))
+
+
+@pytest.mark.parametrize("stack,build", [("hf", hf_layer), ("torchtitan", titan_layer)])
+def test_strided_ops_are_the_recorded_ones(stack, build):
+    """Which kernels of the transformers and torchtitan layers have a strided or broadcast operand: the op list's
+    `strided` marks against the recorded operands' layouts (bf16)."""
+    run, params = build(torch.bfloat16)
+    x = torch.randn(B, S, H, dtype=torch.bfloat16, requires_grad=True)
+    fwd, bwd = measure(run, x, params, torch.randn(B, S, H, dtype=torch.bfloat16))
+    rec = (strided_kernels(fwd), strided_kernels(bwd))
+    print(stack, "strided kernels recorded", rec, "op list", predicted_strided(stack))
+    assert predicted_strided(stack) == rec

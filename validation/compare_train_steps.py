@@ -5,7 +5,9 @@ ModelSpec(SwiGLU, RMSNorm, no biases, untied embeddings) with the row's shape fi
 Training(seq_length=seq, global_batch_size=micro_batch, precision=dtype, grad_dtype=dtype,
 master_weights=False, optimizer='adamw', optimizer_dtype=dtype, flash_attention=(attention == 'sdpa'),
 cross_entropy='torch-fp32' (the harness's loss is F.cross_entropy(logits.float())), stack = torchtitan's
-(the same plain-torch layer: its kernel counts were taken from this harness's layer) with the row's AdamW
+(plain torch: its kernel counts were taken from this harness's layer) with the harness's own elementwise op
+list, "packed" (one QKV GEMM viewed as heads, rotate_half RoPE, one gate/up GEMM chunked: cost/elementwise.py,
+checked against the layer's recorded ops in tests/test_elementwise_ops.py), the row's AdamW
 implementation, its gradient buffer (kept, or set to None by zero_grad) and its attention (SDPA: cuDNN's kernels on the H100, as profiled; eager: unfused);
 Layout(num_gpus=1, micro_batch_size=micro_batch, recompute). The hardware is the calibrated profile
 (`--hardware hardware_profiles/measured/NAME.toml`); calibrate on the same device first.
@@ -29,10 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
 
 
+HARNESS_ELEMENTWISE = "packed"  # validation/train_step.py's layer code (cost/elementwise.py SETTINGS)
+
+
 def specs_for_row(row, *, cross_entropy: str = "torch-fp32", elementwise: str | None = None, stack: dict | None = None):
     """(ModelSpec, Training, Layout) of one harness row (module docstring). `cross_entropy` other than the
-    harness's own torch-fp32, an `elementwise` op list other than the stack's (None), or other `stack` fields
-    than the row's shows what another model would predict (docs/validation-h100.md)."""
+    harness's own torch-fp32, an `elementwise` op list other than the harness's ("packed"; None), or other
+    `stack` fields than the row's shows what another model would predict (docs/validation-h100.md)."""
     from simulator.spec.layout import Layout
     from simulator.spec.model import ModelSpec
     from simulator.spec.stack import load_stack
@@ -44,7 +49,7 @@ def specs_for_row(row, *, cross_entropy: str = "torch-fp32", elementwise: str | 
                       vocab_size=int(row["vocab"]), mlp="swiglu", norm="rmsnorm", tie_word_embeddings=False)
     fields = dict(attention_kernel="cudnn" if str(row["attention"]) == "sdpa" else "unfused",
                   optimizer_impl=str(row.get("optimizer_impl", "foreach")),
-                  grad_buffer=str(row.get("grad_buffer", "persistent")), elementwise=elementwise)
+                  grad_buffer=str(row.get("grad_buffer", "persistent")), elementwise=elementwise or HARNESS_ELEMENTWISE)
     stack = load_stack("torchtitan", **{**fields, **(stack or {})})
     training = Training(seq_length=int(row["seq_len"]), global_batch_size=int(row["micro_batch"]), precision=dt,
                         grad_dtype=dt, master_weights=False, optimizer="adamw", optimizer_dtype=dt,

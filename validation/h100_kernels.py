@@ -20,14 +20,18 @@ CATEGORY_INTRO = (
     "By kernel category (the second lease's profiles of every run of both grids, kernels read from the profiler's "
     "trace; `validation/h100_kernels.py`). Other kernels: elementwise, copies and the loss, everything outside the "
     "optimizer that is not a GEMM or attention, autograd's accumulation of the weight gradients included; parasim's "
-    "memory-bound ops: the layers' elementwise op list of the harness's stack (torchtitan: eager, "
+    "memory-bound ops: the layers' elementwise op list of the harness's code (packed, "
     "cost/elementwise.py), final norm, loss and embedding, the recompute forward and the gradient accumulation "
     "(cost/gradients.py) included; the launch bound left out. Ratios are parasim / measured:")
 OP_LIST_INTRO = (
-    "Step time with the fused op list (every stack's before `Stack.elementwise`) and with the harness stack's own, "
-    "no other change (the launch bound included, as in the summary). The op lists were written from the "
-    "frameworks' code and checked against the ops torch runs on CPU (tests/test_elementwise_ops.py) after both "
-    "grids had been measured; nothing in them was fitted to a measurement:")
+    "Step time with the fused op list (every stack's before `Stack.elementwise`), torchtitan's (eager, which the "
+    "harness was predicted with before it had its own) and the harness's own (packed: one QKV GEMM viewed as heads, "
+    "rotate_half RoPE, one gate/up GEMM chunked), no other change (the launch bound included, as in the summary). "
+    "The op lists were written from the code and checked against the ops torch runs on CPU, bytes, kernels and "
+    "which kernels have a strided or broadcast operand (tests/test_elementwise_ops.py), after both grids had been "
+    "measured; nothing in them was fitted to a measurement. The kernels with a strided or broadcast operand are "
+    "timed with the profile's `memory_strided` table where it has one (the shipped dgx-h100: "
+    "validation/h100_strided_table.py; the calibrated profiles have none):")
 
 
 def _kind_seconds(model, training, hardware, layout) -> dict:
@@ -63,15 +67,15 @@ def category_table(profiles, grids=(("fused_persistent_gpu.csv", "kernel_breakdo
                                     ("fused_persistent_gpu-holdout.csv", "kernel_breakdown_holdout.csv"))):
     """Per profiled run of each (harness grid, kernel breakdown) pair: measured GEMM + attention and other
     kernel ms against parasim's GEMM + attention and memory-bound ops (with its gradient accumulation) under each
-    of `profiles` ((profile, label) pairs). Returns (table lines, DataFrame of the ratios: grid, run_id,
-    gemm_<label>, memory_<label>)."""
+    of `profiles` ((profile, label, elementwise op list or None for the harness's own) triples). Returns (table
+    lines, DataFrame of the ratios: grid, run_id, gemm_<label>, memory_<label>)."""
     import pandas as pd
 
     from compare_train_steps import specs_for_row
     from simulator.spec.hardware import load_hardware
 
-    hws = [(load_hardware(str(DATA / p) if p.endswith(".toml") else p), label) for p, label in profiles]
-    head = " | ".join(f"parasim GEMM + attention, {lb} | memory-bound, {lb}" for _, lb in hws)
+    hws = [(load_hardware(str(DATA / p) if p.endswith(".toml") else p), label, ew) for p, label, ew in profiles]
+    head = " | ".join(f"parasim GEMM + attention, {lb} | memory-bound, {lb}" for _, lb, _ in hws)
     out = [f"| grid | run | GEMM + attention kernels ms | other kernels ms | {head} |",
            "|---|---|---|---|" + "---|---|" * len(hws)]
     ratios = []
@@ -83,11 +87,11 @@ def category_table(profiles, grids=(("fused_persistent_gpu.csv", "kernel_breakdo
         for rid, r in t.iterrows():
             if rid not in rows.index:
                 continue
-            model, training, layout = specs_for_row(rows.loc[rid])
             gemm = r.get("gemm", 0.0) + r.get("attention", 0.0)
             other = r.get("elementwise", 0.0) + r.get("copy", 0.0) + r.get("other", 0.0)
             ratio, cells = {"grid": "held out" if "holdout" in grid else "primary", "run_id": rid}, []
-            for hw, lb in hws:
+            for hw, lb, ew in hws:
+                model, training, layout = specs_for_row(rows.loc[rid], elementwise=ew)
                 ks = _kind_seconds(model, training, hw, layout)
                 mem = ks["memory"] + _accumulation_s(model, training, layout, hw)
                 ratio[f"gemm_{lb}"] = (ks["gemm"] + ks["attention"]) / gemm
@@ -100,31 +104,33 @@ def category_table(profiles, grids=(("fused_persistent_gpu.csv", "kernel_breakdo
 
 
 def category_finding(cdf, labels) -> str:
-    """Finding 10's text from `category_table`'s ratios (`labels`: the calibrated and the shipped profile's)."""
+    """Finding 10's text from `category_table`'s ratios (`labels`: the calibrated profile's, the shipped one's with
+    the harness's op list, the shipped one's with torchtitan's)."""
     def span(c):
         return f"{cdf[c].min():.2f} to {cdf[c].max():.2f} (median {cdf[c].median():.2f})"
 
-    cal, ship = labels
-    return (f"10. **Non-GEMM kernels: parasim charges under two thirds of their time.** Over the {len(cdf)} profiled runs of "
-            f"both grids, parasim's memory-bound ops (the stack's op list and the gradient accumulation) take "
-            f"{span('memory_' + ship)} of the measured non-GEMM kernel time with the shipped `{ship}`, "
-            f"{span('memory_' + cal)} with the calibrated `{cal}`; GEMM and attention take {span('gemm_' + ship)} "
-            f"and {span('gemm_' + cal)} of theirs. The calibrated profile's step-time accuracy rests on its GEMM "
-            "table's pessimism offsetting the memory-bound shortfall. The shortfall is the harness's own code "
-            "for the most part (docs/compute.md: 7.3 of the 8.6 ms on L8-h4096-s4096, the run whose kernels were "
-            "listed one by one): its gate and up halves of one GEMM output, and its rotate_half RoPE on views of one "
-            "QKV GEMM output, are strided views, on which torch runs its non-vectorised elementwise kernel "
-            "(`elementwise_kernel<128, 4>`: 1.3-1.7 TB/s on the lent H100 where the vectorised kernel moves "
-            "2.9-3.0 TB/s, validation/h100_owed2/kernel_sum_s4096.kernels.csv), and its backward concatenates the "
-            "two halves' gradients; torchtitan's op list, which the harness is predicted with, has neither. Before "
-            "the profiler's trace was read (the first lease's `prof.events()` sums missed these kernels) this "
-            "finding read the other way: that the eager op list over-charged the non-GEMM kernels.")
+    cal, ship, titan = ("memory_" + lb for lb in labels)
+    return (f"10. **Non-GEMM kernels: the harness's own op list and the strided-operand rate.** Over the {len(cdf)} "
+            f"profiled runs of both grids, parasim's memory-bound ops (the op list and the gradient accumulation) "
+            f"took {span(titan)} of the measured non-GEMM kernel time with the shipped `dgx-h100` and torchtitan's op "
+            f"list, which the harness was predicted with before; with the harness's own op list (packed) and the "
+            f"`memory_strided` table they take {span(ship)}, and {span(cal)} with the calibrated `{labels[0]}` (which "
+            f"has no strided table). GEMM and attention take {span('gemm_' + labels[1])} of their kernels' time "
+            f"with the shipped preset, {span('gemm_' + labels[0])} with the calibrated one, whose step-time accuracy "
+            "rested on that pessimism offsetting the memory-bound shortfall. The shortfall was the harness's code "
+            "(docs/compute.md: 7.3 of the 8.6 ms on L8-h4096-s4096, the run whose kernels were listed one by one): "
+            "its gate and up halves of one GEMM output, and its rotate_half RoPE on views of one QKV GEMM output, are "
+            "strided views, on which torch runs its generic elementwise kernel (`elementwise_kernel<128, 4>`: 1.36-1.75 "
+            "TB/s on the lent H100 where the vectorised kernel moves 3.0 TB/s; validation/h100_strided_table.py fits "
+            "that one run's kernels), and its backward concatenates the two halves' gradients; torchtitan's op list "
+            "has neither. Before the profiler's trace was read (the first lease's `prof.events()` sums missed these "
+            "kernels) this finding read the other way: that the eager op list over-charged the non-GEMM kernels.")
 
 
 def op_list_table(sets, profiles) -> list[str]:
     """Step and forward + backward errors of the grids `sets` ((file, label) pairs) under `profiles` ((profile,
-    label) pairs) with the fused op list (what every stack ran before Stack.elementwise) and with the harness
-    stack's own (torchtitan: eager)."""
+    label) pairs) with the fused op list (what every stack ran before Stack.elementwise), torchtitan's and the
+    harness's own (packed)."""
     import pandas as pd
 
     from compare_train_steps import compare
@@ -136,7 +142,7 @@ def op_list_table(sets, profiles) -> list[str]:
         df = pd.read_csv(DATA / f)
         for prof, plabel in profiles:
             hw = load_hardware(str(DATA / prof) if prof.endswith(".toml") else prof)
-            for ew, elabel in (("fused", "fused (before)"), (None, "the stack's: eager")):
+            for ew, elabel in (("fused", "fused"), ("eager", "torchtitan's: eager"), (None, "the harness's: packed")):
                 r = compare(df, hw, elementwise=ew)
                 se, fb = r["step_error"], r["predicted_fwd_bwd_s"] / r["measured_fwd_bwd_s"] - 1
                 out.append(f"| {label} | {plabel} | {elabel} | {len(r)} | {_abs_pct(se.abs().median())} / "

@@ -4,15 +4,20 @@
 attention kernel as boundaries, and between them the elementwise blocks of the stack's code
 (Stack.elementwise, `SETTINGS`):
 
-| block | fused (megatron, deepspeed) | eager (torchtitan) | hf (transformers; fsdp, hf presets) |
-|---|---|---|---|
-| RMSNorm | TE / apex one kernel | torch `_fused_rms_norm` (backward: 2 kernels) | LlamaRMSNorm in fp32 op by op |
-| LayerNorm | TE / apex one kernel | torch `native_layer_norm` | torch `native_layer_norm` |
-| RoPE | TE fused_rope | complex multiply in fp32 (ComplexRoPE) | rotate_half in the activation dtype |
-| FFN activation | bias_swiglu / bias_gelu | silu(w1 x) · w3 x | act(gate) · up |
-| Q, K, V | one fused GEMM | FusedQKVLinear: `.contiguous()` copies; backward cat | 3 GEMMs: backward adds |
-| gate, up | one fused GEMM | two GEMMs: backward adds their input gradients | the same |
-| softmax (no flash) | FusedScaleMaskSoftmax | div, masked_fill, softmax; K/V repeated | ·scale, + mask, fp32 softmax |
+| block | fused (megatron, deepspeed) | eager (torchtitan) | hf (transformers; fsdp, hf presets) | packed |
+|---|---|---|---|---|
+| RMSNorm | TE / apex one kernel | torch `_fused_rms_norm` (backward: 2 kernels) | LlamaRMSNorm in fp32 op by op | as eager |
+| LayerNorm | TE / apex one kernel | torch `native_layer_norm` | torch `native_layer_norm` | as eager |
+| RoPE | TE fused_rope | complex multiply in fp32 (ComplexRoPE) | rotate_half in the activation dtype | as hf |
+| FFN activation | bias_swiglu / bias_gelu | silu(w1 x) · w3 x | act(gate) · up | silu(g) · u on chunks |
+| Q, K, V | one fused GEMM | FusedQKVLinear: `.contiguous()` copies; backward cat | 3 GEMMs: backward adds | one GEMM, views; backward cat + layout copy |
+| gate, up | one fused GEMM | two GEMMs: backward adds their input gradients | the same | one GEMM; backward cat |
+| softmax (no flash) | FusedScaleMaskSoftmax | div, masked_fill, softmax; K/V repeated | ·scale, + mask, fp32 softmax | as eager |
+
+"packed" is plain PyTorch with packed projections: one QKV GEMM whose output is viewed as heads (no copies) and
+one gate/up GEMM that is `chunk`ed, as validation/train_step.py (the lent H100's harness), Phi-3's modelling code
+and nanotron write them; the ops on those views, and every op with a broadcast operand, run torch's generic
+elementwise loop (`Op.strided`, elementwise_ops.py).
 
 Residual adds and dropout are one kernel each in every stack; the MoE router, dispatch and combine keep one
 kernel each (not yet per stack); RoPE runs only on models without a learned position table.
@@ -35,8 +40,8 @@ from types import SimpleNamespace
 from . import flops as F
 from .elementwise_ops import (Graph, Lin, Op, accumulate, act_backward, act_forward, add_forward, copies,
                               dropout_backward, dropout_forward, moe_backward, moe_forward, norm_backward,
-                              norm_forward, rope_backward, rope_forward, rope_tables, softmax_backward,
-                              softmax_forward)
+                              norm_forward, softmax_backward, softmax_forward)
+from .rope_ops import rope_backward, rope_forward, rope_tables
 
 __all__ = ["SETTINGS", "layer_graph", "cached_graph", "layer_sizes", "region_bytes", "saved_bytes", "block_kernels",
            "compiled_regions", "kernel_counts"]
@@ -45,6 +50,8 @@ SETTINGS = {  # Stack.elementwise -> the implementation of each block (elementwi
     "fused": dict(norm="te", rope="te", act="fused", softmax="fused", qkv="fused", adds=False, repeat=False),
     "eager": dict(norm="torch", rope="complex", act="eager", softmax="eager", qkv="split", adds=True, repeat=True),
     "hf": dict(norm="hf", rope="rotate_half", act="eager", softmax="hf", qkv="separate", adds=True, repeat=True),
+    "packed": dict(norm="torch", rope="rotate_half_sliced", act="chunked", softmax="eager", qkv="views", adds=True,
+                   repeat=True),
 }
 
 
@@ -180,8 +187,9 @@ def _attention_backward(g, m, tr, s, d, dao) -> str:
         grads = _scores_backward(g, tr, s, dao, q, k, v)
     dq, dk, dv = grads
     if d.rope:
-        table = g.inputs["rope.table"]
-        dq, dk = rope_backward(g, s["rope"], "rq", dq, table), rope_backward(g, s["rope"], "rk", dk, table)
+        table, clone = g.inputs["rope.table"], s["qkv"] != "views"
+        dq = rope_backward(g, s["rope"], "rq", dq, table, clone=clone)
+        dk = rope_backward(g, s["rope"], "rk", dk, table, clone=clone)
     if m.qk_norm:
         dq = norm_backward(g, s["norm"], "qn", dq, group="qk_norm")
         dk = norm_backward(g, s["norm"], "kn", dk, group="qk_norm")
@@ -201,7 +209,7 @@ def _scores_backward(g, tr, s, dao, q, k, v) -> tuple:
     if kk == k:
         return dq, dkk, dvv
     dk, dv = g.like("d.attn.k", k), g.like("d.attn.v", v)
-    copies(g, "backward", "repeat_kv", (dkk, dvv), (dk, dv), "repeat_kv", op="sum")
+    copies(g, "backward", "repeat_kv", (dkk, dvv), (dk, dv), "repeat_kv", op="sum", strided=False)
     return dq, dk, dv
 
 
@@ -214,7 +222,7 @@ def _projections_forward(g, m, s, d, x) -> tuple:
         q, k, v = g.t("q", d.rope_q), g.t("k", d.rope_k), g.t("v", d.kv)
         g.boundary("forward", "mla_up", tuple(lat), (q, k, v))
         return q, k, v
-    names = ("q", "k", "v") if s["qkv"] != "split" else ("qkv.q", "qkv.k", "qkv.v")
+    names = ("q", "k", "v") if s["qkv"] != "split" else ("qkv.q", "qkv.k", "qkv.v")  # views: q, k, v as they are
     qkv = (g.t(names[0], d.q), g.t(names[1], d.kv), g.t(names[2], d.kv))
     g.boundary("forward", "qkv_proj", (x,), qkv)
     if s["qkv"] != "split":
@@ -235,6 +243,11 @@ def _projections_backward(g, m, s, d, dq, dk, dv) -> str:
     if s["qkv"] == "split":
         dqkv = g.t("d.qkv", d.q + 2 * d.kv)
         g.block("backward", "qkv_split", "qkv_layout", (dq, dk, dv), (dqkv,), [Op("cat", (dq, dk, dv), (dqkv,))])
+        return _input_grad(g, s, d, "qkv_proj", (dqkv,), 1)
+    if s["qkv"] == "views":  # split's backward cats the heads' gradients, the view's copies them to [b·s, ·]
+        heads, dqkv = g.t("d.qkv.heads", d.q + 2 * d.kv), g.t("d.qkv", d.q + 2 * d.kv)
+        g.block("backward", "qkv_split", "qkv_layout", (dq, dk, dv), (dqkv,),
+                [Op("cat", (dq, dk, dv), (heads,), strided=True), Op("clone", (heads,), (dqkv,), strided=True)])
         return _input_grad(g, s, d, "qkv_proj", (dqkv,), 1)
     return _input_grad(g, s, d, "qkv_proj", (dq, dk, dv), 3 if s["qkv"] == "separate" else 1)
 
@@ -285,7 +298,7 @@ def _ffn_backward(g, m, s, d, df, moe) -> str:
     if moe:
         g.boundary("backward", "experts_up", dins, (g.like("d.moe.perm", "moe.perm"),))
         return moe_backward(g, "d.moe.perm")
-    return _input_grad(g, s, d, "mlp_up", dins, 2 if (s["adds"] and glu) else 1)
+    return _input_grad(g, s, d, "mlp_up", dins, 2 if (s["adds"] and glu and len(dins) == 2) else 1)
 
 
 # ---- bytes -------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ Implementations (elementwise.py `SETTINGS` picks them per Stack.elementwise):
   vectorized_layer_norm_kernel<T, float, rms_norm=true>, seen in validation/h100/kernel_breakdown.csv),
   nn.LayerNorm → native_layer_norm; the backward is two kernels, grad input and the weight-gradient
   reduction, each reading dy and x; "hf": transformers' LlamaRMSNorm op by op (`hf_rmsnorm_*`).
-- RoPE: "te" (fused_rope), "complex" (torchtitan ComplexRoPE.apply_rotary_emb), "rotate_half"
+- RoPE (rope_ops.py): "te" (fused_rope), "complex" (torchtitan ComplexRoPE.apply_rotary_emb), "rotate_half"
   (transformers apply_rotary_pos_emb).
 - activation: "fused" (Megatron bias_swiglu / bias_gelu), "eager" (F.silu(g) * u, F.gelu).
 - softmax without FlashAttention: "fused" (Megatron FusedScaleMaskSoftmax), "eager" (plain PyTorch
@@ -58,12 +58,17 @@ class Lin(dict):
 
 @dataclass(frozen=True)
 class Op:
-    """One aten op (one GPU kernel, `kernels` for ops that launch several): the tensors it reads and writes."""
+    """One aten op (one GPU kernel, `kernels` for ops that launch several): the tensors it reads and writes.
+    `strided`: an operand is a strided (non-contiguous) view or broadcast, so torch runs its generic elementwise
+    loop (`elementwise_kernel<128, 4>`) instead of the vectorised kernel, which needs every operand contiguous in one
+    layout (TensorIterator `is_contiguous`, aten/src/ATen/native/cuda/CUDALoops.cuh `gpu_kernel_impl`); the
+    profile's `memory_strided` table times it (memory_ops.py)."""
 
     name: str
     reads: tuple
     writes: tuple
     kernels: int = 1
+    strided: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,13 +163,15 @@ def hf_rmsnorm_forward(g: Graph, p: str, x: str, y: str) -> list:
         n32 = h32 * r                       mul        read 4, write 4
         n = n32.to(x.dtype)                 _to_copy   read 4, write e   (no op in fp32)
         y = weight * n                      mul        read e, write e
+    The products with the row value r and with the weight broadcast an operand (`Op.strided`).
     """
     x32, c1 = g.cast(x, f"{p}.x32", FP32)
     sq, n32 = g.like(f"{p}.sq", x, FP32), g.like(f"{p}.n32", x, FP32)
     var, ve, r, w = g.small(f"{p}.var", f"{p}.ve", f"{p}.r", f"{p}.w")
     n, c2 = g.cast(n32, f"{p}.n", g.e)
     return [*c1, Op("pow", (x32,), (sq,)), Op("mean", (sq,), (var,)), Op("add", (var,), (ve,)),
-            Op("rsqrt", (ve,), (r,)), Op("mul", (x32, r), (n32,)), *c2, Op("mul", (w, n), (y,))]
+            Op("rsqrt", (ve,), (r,)), Op("mul", (x32, r), (n32,), strided=True), *c2,
+            Op("mul", (w, n), (y,), strided=True)]
 
 
 def hf_rmsnorm_backward(g: Graph, p: str, dy: str, x: str, dx: str) -> list:
@@ -178,6 +185,7 @@ def hf_rmsnorm_backward(g: Graph, p: str, dy: str, x: str, dx: str) -> list:
         dsq = dvar.expand(x.shape) / h              div        write 4
         d2 = dsq * (2 * h32.pow(1))                 pow read 4, write 4; mul read 4, write 4; mul read 8, write 4
         dx = (d1 + d2).to(x.dtype)                  add read 8, write 4; _to_copy read 4, write e
+    The products with the weight and with r, and the division of the expanded row values, broadcast an operand.
     """
     x32 = f"{p}.x32" if f"{p}.x32" in g.size else x
     n = f"{p}.n" if f"{p}.n" in g.size else f"{p}.n32"
@@ -187,98 +195,25 @@ def hf_rmsnorm_backward(g: Graph, p: str, dy: str, x: str, dx: str) -> list:
     drt, d1, dsq, p1, p2, d2 = (g.like(f"d.{p}.{k}", x, FP32) for k in ("rt", "a", "sq", "p1", "p2", "b"))
     dx32 = g.like(f"d.{p}.x32", x, FP32) if g.e != FP32 else dx
     _, c2 = g.cast(dx32, dx, g.e) if g.e != FP32 else (dx, [])
-    return [Op("mul", (dy,), (dn,)), Op("mul", (dy, n), (dwt,)), Op("sum", (dwt,), (dw,)), *c1,
-            Op("mul", (dn32, x32), (drt,)), Op("mul", (dn32,), (d1,)), Op("sum", (drt,), (dr,)),
-            Op("pow", (), (r3,)), Op("mul", (), (r3s,)), Op("mul", (), (dvar,)), Op("div", (), (dsq,)),
+    return [Op("mul", (dy,), (dn,), strided=True), Op("mul", (dy, n), (dwt,)), Op("sum", (dwt,), (dw,)), *c1,
+            Op("mul", (dn32, x32), (drt,)), Op("mul", (dn32,), (d1,), strided=True), Op("sum", (drt,), (dr,)),
+            Op("pow", (), (r3,)), Op("mul", (), (r3s,)), Op("mul", (), (dvar,)), Op("div", (), (dsq,), strided=True),
             Op("pow", (x32,), (p1,)), Op("mul", (p1,), (p2,)), Op("mul", (dsq, p2), (d2,)),
             Op("add", (d1, d2), (dx32,)), *c2]
-
-
-# ---- RoPE ----------------------------------------------------------------------------------------------
-def rope_forward(g: Graph, impl: str, p: str, q: str, table: str | None, *, group: str = "rope") -> str:
-    """RoPE on one tensor q (n elements; `table`: the rotation table of the layer's tokens, T·d elements).
-
-    te: one kernel, read q, write q' (the table is small). complex (torchtitan ComplexRoPE, models/common/
-    rope.py: view_as_complex(q.float()) * freqs_cis, view_as_real, .type_as(q)): _to_copy read e, write 4;
-    complex mul read 4 + the complex64 table, write 4; _to_copy read 4, write e (the casts are no ops in
-    fp32). rotate_half (transformers apply_rotary_pos_emb: q·cos + cat(−q₂, q₁)·sin, cos/sin in q's dtype):
-    mul read e + cos, write e; neg read e/2, write e/2; cat read e, write e; mul read e + sin, write e;
-    add read 2e, write e.
-    """
-    out = g.like(f"{p}.out", q)
-    g.inputs[p] = q
-    if impl == "complex":
-        q32, c1 = g.cast(q, f"{p}.q32", FP32)
-        rot = g.like(f"{p}.rot", q, FP32) if g.e != FP32 else out
-        _, c2 = g.cast(rot, out, g.e) if g.e != FP32 else (out, [])
-        ops = [*c1, Op("mul", (q32, table), (rot,)), *c2]
-    elif impl == "rotate_half":
-        n = g.size[q][0]
-        lo, hi, ng = g.t(f"{p}.lo", n / 2), g.t(f"{p}.hi", n / 2), g.t(f"{p}.neg", n / 2)
-        m1, rh, m2 = g.like(f"{p}.m1", q), g.like(f"{p}.rh", q), g.like(f"{p}.m2", q)
-        ops = [Op("mul", (q, f"{table}.cos"), (m1,)), Op("neg", (hi,), (ng,)), Op("cat", (ng, lo), (rh,)),
-               Op("mul", (rh, f"{table}.sin"), (m2,)), Op("add", (m1, m2), (out,))]
-    else:
-        ops = []
-    g.block("forward", p, group, (q,), (out,), ops)
-    return out
-
-
-def rope_backward(g: Graph, impl: str, p: str, dout: str, table: str | None, *, group: str = "rope") -> str:
-    """dq of `rope_forward`. te: read dq', write dq. complex: the cast back (read e, write 4), grad ·
-    conj(freqs) (read 4 + table, write 4; the conjugate view of the small table is materialised first, a
-    copy kernel of its own), the cast (read 4, write e). rotate_half
-    (autograd): mul dq'·sin and dq'·cos (read e + table, write e each), neg of the first half (e/2, e/2), two
-    slice_backward (each a zero fill of the whole tensor, write e, and a copy of its half, e/2 + e/2; aten
-    TensorShape.cpp), two adds accumulating the three gradients of q (read 2e, write e each) and the copy
-    that lays the [b, heads, s, d] gradient out as the projection's [b·s, heads·d] (read e, write e; the
-    view's backward on a non-contiguous gradient, seen under torch.profiler as clone)."""
-    q = g.inputs[p]
-    dq = g.like(f"d.{p}.q", q)
-    if impl == "complex":
-        d32, c1 = g.cast(dout, f"d.{p}.o32", FP32)
-        dr = g.like(f"d.{p}.r32", q, FP32) if g.e != FP32 else dq
-        _, c2 = g.cast(dr, dq, g.e) if g.e != FP32 else (dq, [])
-        conj = g.small(f"d.{p}.conj")[0]
-        ops = [*c1, Op("resolve_conj", (), (conj,)), Op("mul", (d32, table), (dr,)), *c2]
-    elif impl == "rotate_half":
-        n = g.size[q][0]
-        drh, dm1, acc1, acc2 = (g.like(f"d.{p}.{k}", q) for k in ("rh", "m1", "acc1", "acc2"))
-        lo, hi, dng, h1, h2 = (g.t(f"d.{p}.{k}", n / 2) for k in ("lo", "hi", "ng", "h1", "h2"))
-        sb1, sb2 = g.like(f"d.{p}.sb1", q), g.like(f"d.{p}.sb2", q)
-        ops = [Op("mul", (dout, f"{table}.sin"), (drh,)), Op("mul", (dout, f"{table}.cos"), (dm1,)),
-               Op("neg", (lo,), (dng,)), Op("zeros", (), (sb1,)), Op("copy_", (dng,), (h1,)),
-               Op("zeros", (), (sb2,)), Op("copy_", (hi,), (h2,)), Op("add", (dm1, sb1), (acc1,)),
-               Op("add", (acc1, sb2), (acc2,)), Op("clone", (acc2,), (dq,))]
-    else:
-        ops = []
-    g.block("backward", p, group, (dout,), (dq,), ops)
-    return dq
-
-
-def rope_tables(g: Graph, impl: str, tokens, positions, head_dim) -> str | None:
-    """The rotation tables the eager RoPE ops read: torchtitan's complex64 freqs_cis, one row per position
-    (s/c·d/2 values, 8 bytes each, broadcast over the batch), or transformers' cos and sin, one row per token
-    (position_ids are per sequence: T·d values each, in the activation dtype)."""
-    if impl == "complex":
-        return g.t("rope.freqs", positions * head_dim / 2, 8.0)
-    if impl == "rotate_half":
-        g.t("rope.cos", tokens * head_dim)
-        g.t("rope.sin", tokens * head_dim)
-        return "rope"
-    return None
 
 
 # ---- FFN activation ------------------------------------------------------------------------------------
 def act_forward(g: Graph, impl: str, glu: bool, ins: tuple, **flags) -> str:
     """a = act(gate) * up (GLU) or act(x). fused: one kernel (read gate, up, write a). eager
     (F.silu(g) * u, torchtitan FeedForward, transformers LlamaMLP): silu read e, write e; mul read 2e, write
-    e. Without GLU one gelu kernel (read e, write e) in every setting."""
+    e. chunked (one gate/up GEMM, `g, u = gate_up(x).chunk(2, -1)`: validation/train_step.py, Phi-3's and
+    nanotron's MLP): the same ops on the two halves, strided views of the GEMM's output (`Op.strided`). Without
+    GLU one gelu kernel (read e, write e) in every setting."""
     a = g.like("act.a", ins[0])
     ops = []
-    if impl == "eager" and glu:
-        s = g.like("act.s", ins[0])
-        ops = [Op("silu", (ins[0],), (s,)), Op("mul", (s, ins[1]), (a,))]
+    if impl in ("eager", "chunked") and glu:
+        s, strided = g.like("act.s", ins[0]), impl == "chunked"
+        ops = [Op("silu", (ins[0],), (s,), strided=strided), Op("mul", (s, ins[1]), (a,), strided=strided)]
     g.block("forward", "act", "mlp_activation", ins, (a,), ops, ffn=True, **flags)
     return a
 
@@ -286,13 +221,20 @@ def act_forward(g: Graph, impl: str, glu: bool, ins: tuple, **flags) -> str:
 def act_backward(g: Graph, impl: str, glu: bool, da: str, ins: tuple, **flags) -> tuple:
     """Gradients of `act_forward`. fused: one kernel (read da, gate, up; write dgate, dup). eager GLU
     (autograd: mul's grad·other for each input, silu_backward): mul read da, up, write ds; mul read da,
-    silu(gate), write dup; silu_backward read ds, gate, write dgate. gelu: gelu_backward read dy, x, write dx."""
+    silu(gate), write dup; silu_backward read ds, gate, write dgate. chunked: the same, the ops reading a half
+    strided, then chunk's backward concatenates the two gradients into the GEMM output's gradient (cat: read 2e,
+    write 2e per element of a half; one tensor returned). gelu: gelu_backward read dy, x, write dx."""
     d = tuple(g.like(f"d.{t}", t) for t in ins)
     ops = []
-    if impl == "eager" and glu:
-        ds = g.like("d.act.s", ins[0])
-        ops = [Op("mul", (da, ins[1]), (ds,)), Op("mul", (da, "act.s"), (d[1],)),
-               Op("silu_backward", (ds, ins[0]), (d[0],))]
+    if impl in ("eager", "chunked") and glu:
+        ds, strided = g.like("d.act.s", ins[0]), impl == "chunked"
+        ops = [Op("mul", (da, ins[1]), (ds,), strided=strided), Op("mul", (da, "act.s"), (d[1],)),
+               Op("silu_backward", (ds, ins[0]), (d[0],), strided=strided)]
+        if strided:
+            gu = g.t("d.up.gu", g.size[ins[0]][0] * 2.0)
+            g.block("backward", "act", "mlp_activation", (da, *ins), (gu,), ops + [Op("cat", d, (gu,))], ffn=True,
+                    **flags)
+            return (gu,)
     g.block("backward", "act", "mlp_activation", (da, *ins), d, ops, ffn=True, **flags)
     return d
 
@@ -333,12 +275,14 @@ def dropout_backward(g: Graph, p: str, dy: str, *, group: str = "hidden_dropout"
     return dx
 
 
-def copies(g: Graph, phase: str, p: str, srcs: tuple, outs: tuple, group: str, op: str = "clone", **flags):
+def copies(g: Graph, phase: str, p: str, srcs: tuple, outs: tuple, group: str, op: str = "clone",
+           strided: bool = True, **flags):
     """One kernel per (src, out) pair reading src and writing out (both registered by the caller), as one
     block: torchtitan FusedQKVLinear's `.reshape(...).contiguous()` of the q, k, v views of the fused
     projection (models/common/attention.py), the repeat of K and V to every query head (transformers
-    repeat_kv, torch repeat_interleave) and its backward, a sum over the repeats."""
-    g.block(phase, p, group, srcs, outs, [Op(op, (s,), (o,)) for s, o in zip(srcs, outs)], **flags)
+    repeat_kv's expand, torch repeat_interleave) and its backward, a sum over the repeats (`strided` False: a
+    reduction, not the elementwise loop). The copies read a strided or expanded view (`Op.strided`)."""
+    g.block(phase, p, group, srcs, outs, [Op(op, (s,), (o,), strided=strided) for s, o in zip(srcs, outs)], **flags)
 
 
 # ---- softmax over the scores (no FlashAttention) --------------------------------------------------------
@@ -347,16 +291,16 @@ def softmax_forward(g: Graph, impl: str, S: str, mask_elems) -> str:
     FusedScaleMaskSoftmax): read S, write P. eager (plain PyTorch, e.g. validation/train_step.py): div by
     √d, masked_fill, softmax: read e, write e each. hf (transformers eager_attention_forward): mul by
     scaling (e, e); + causal_mask (read e + the b·s·s mask, write e); softmax(dtype=float32) (read e,
-    write 4); .to(q.dtype) (read 4, write e)."""
+    write 4); .to(q.dtype) (read 4, write e). The masked_fill and the mask's add broadcast the mask (`Op.strided`)."""
     P = g.like("sm.P", S)
     if impl == "eager":
         s1, s2 = g.like("sm.s1", S), g.like("sm.s2", S)
-        ops = [Op("div", (S,), (s1,)), Op("masked_fill", (s1,), (s2,)), Op("_softmax", (s2,), (P,))]
+        ops = [Op("div", (S,), (s1,)), Op("masked_fill", (s1,), (s2,), strided=True), Op("_softmax", (s2,), (P,))]
     elif impl == "hf":
         s1, s2, m = g.like("sm.s1", S), g.like("sm.s2", S), g.t("sm.mask", mask_elems)
         p32 = g.like("sm.P32", S, FP32) if g.e != FP32 else P
         _, c = g.cast(p32, P, g.e) if g.e != FP32 else (P, [])
-        ops = [Op("mul", (S,), (s1,)), Op("add", (s1, m), (s2,)), Op("_softmax", (s2,), (p32,)), *c]
+        ops = [Op("mul", (S,), (s1,)), Op("add", (s1, m), (s2,), strided=True), Op("_softmax", (s2,), (p32,)), *c]
     else:
         ops = []
     g.block("forward", "softmax", "softmax", (S,), (P,), ops, core=True)
@@ -371,7 +315,8 @@ def softmax_backward(g: Graph, impl: str, dP: str) -> str:
     P = "sm.P"
     if impl == "eager":
         a, b = g.like("d.sm.s2", dP), g.like("d.sm.s1", dP)
-        ops = [Op("_softmax_backward_data", (dP, P), (a,)), Op("masked_fill", (a,), (b,)), Op("div", (b,), (dS,))]
+        ops = [Op("_softmax_backward_data", (dP, P), (a,)), Op("masked_fill", (a,), (b,), strided=True),
+               Op("div", (b,), (dS,))]
     elif impl == "hf":
         d32, c = g.cast(dP, "d.sm.P32", FP32)
         a = g.like("d.sm.s2", dP)

@@ -31,14 +31,20 @@ from . import flops as F
 from .elementwise import SETTINGS, block_kernels, cached_graph, compiled_regions, layer_sizes, region_bytes
 from .elementwise_ops import Graph, Lin, norm_backward, norm_forward
 
-__all__ = ["MemoryOp", "memory_ops", "memory_op_rows", "layer_memory_rows", "norm_bytes", "fp8_cast_op"]
+__all__ = ["MemoryOp", "memory_ops", "memory_op_rows", "layer_memory_rows", "norm_ops", "fp8_cast_op"]
 
 
-def _memory_time(bytes_, kernels, hardware):
-    """bytes / (HBM bytes/s · η_memory(bytes per kernel)); 0 for 0 bytes."""
+def _memory_time(bytes_, kernels, hardware, strided=False):
+    """bytes / (HBM bytes/s · η(bytes per kernel)); 0 for 0 bytes. η is the profile's `memory` table, or for
+    elementwise kernels on strided or broadcast operands (`strided`, a bool or an array broadcast against the bytes:
+    torch's generic elementwise loop, elementwise_ops.Op.strided) its `memory_strided` table where it has one (a
+    profile without it times them as any memory-bound kernel: not measured there)."""
     bytes_ = np.asarray(bytes_, dtype=float)
     per_kernel = np.maximum(bytes_ / kernels, 1.0)
-    return bytes_ / (hardware.hbm_bytes_per_s * hardware.interp_efficiency("memory", per_kernel))
+    eff = hardware.interp_efficiency("memory", per_kernel)
+    if np.any(strided) and hardware.has_efficiency("memory_strided"):
+        eff = np.where(strided, hardware.interp_efficiency("memory_strided", per_kernel), eff)
+    return bytes_ / (hardware.hbm_bytes_per_s * eff)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +64,7 @@ class MemoryOp:
     backward_kernels: float | None = None
     core_attention: bool = False
     ffn: bool = False  # part of the FFN (dense or MoE), not of the attention block
+    strided: bool = False  # torch's generic elementwise loop (elementwise_ops.Op.strided): `memory_strided` table
 
 
 def memory_ops(model: ModelSpec, training: Training, *, moe: bool = False, tp=1, cp=1, ep=1, micro_batch_size=1,
@@ -110,19 +117,21 @@ def _compiled_rows(g: Graph) -> list[dict]:
 
 def memory_op_rows(g: Graph, compiled: bool) -> list[dict]:
     """The graph's elementwise work as `MemoryOp` fields (bytes as `Lin`), by the one rule of elementwise.py
-    (`region_bytes`): one row per group of
-    blocks (eager settings: each aten op a kernel; fused: each block a kernel), or one per torch.compile
-    region."""
+    (`region_bytes`): one row per group of blocks (eager settings: each aten op a kernel, the ops on strided or
+    broadcast operands in a row of their own, "<group> (strided)"; fused: each block a kernel), or one per
+    torch.compile region (Inductor's kernels index any layout: no strided rows)."""
     if compiled:
         return _compiled_rows(g)
     rows: dict = {}
     for b in g.blocks:
         if b.boundary:
             continue
-        row = rows.setdefault(b.group, dict(name=b.group, forward_bytes=Lin(), backward_bytes=Lin(), kernels=0.0,
-                                            backward_kernels=0.0, ffn=b.ffn, core_attention=b.core))
         fwd = b.phase == "forward"
         for u in block_kernels(b):
+            strided = bool(getattr(u, "strided", False))
+            name = f"{b.group} (strided)" if strided else b.group
+            row = rows.setdefault(name, dict(name=name, forward_bytes=Lin(), backward_bytes=Lin(), kernels=0.0,
+                                             backward_kernels=0.0, ffn=b.ffn, core_attention=b.core, strided=strided))
             row["forward_bytes" if fwd else "backward_bytes"] += region_bytes(g, (u,))
             row["kernels" if fwd else "backward_kernels"] += float(_counted(g, u))
     for row in rows.values():
@@ -149,31 +158,33 @@ def layer_memory_rows(model, training, *, moe: bool = False, tp=1, cp=1, ep=1, m
 
 
 @lru_cache(maxsize=64)
-def _norm_rows(impl: str, e: float) -> dict:
+def _norm_rows(impl: str, e: float) -> tuple:
     g = Graph(e)
     norm_forward(g, impl, "n", g.t("x", Lin(x=1.0)))
     norm_backward(g, impl, "n", g.t("dy", Lin(x=1.0)))
-    return memory_op_rows(g, False)[0]
+    return tuple(memory_op_rows(g, False))
 
 
-def norm_bytes(training, elems, norm: str = "rmsnorm") -> tuple:
-    """(forward bytes, backward bytes, forward kernels, backward kernels) of one norm over `elems`
-    elements under the training's stack (the final norm; the layers' norms are blocks of `layer_graph`)."""
+def norm_ops(name: str, training, elems, norm: str = "rmsnorm") -> tuple:
+    """One norm over `elems` elements under the training's stack as MemoryOps named `name` (the final and the
+    embedding norm; the layers' norms are blocks of `layer_graph`): its ops' bytes and kernels, those on
+    broadcast operands apart (`strided`)."""
     impl = SETTINGS[training.stack.elementwise]["norm"]
     if training.stack.compiled:
         impl = "te"  # one region: reads x, writes y (backward: reads dy and x, writes dx)
     elif impl == "hf" and norm != "rmsnorm":
         impl = "torch"
-    row = _norm_rows(impl, float(training.activation_bytes))
     sizes = {"x": elems}
-    return (row["forward_bytes"].value(sizes), row["backward_bytes"].value(sizes), row["kernels"],
-            row["backward_kernels"])
+    return tuple(MemoryOp(name=name + (" (strided)" if r["strided"] else ""), forward_bytes=r["forward_bytes"].value(sizes),
+                          backward_bytes=r["backward_bytes"].value(sizes), kernels=r["kernels"],
+                          backward_kernels=r["backward_kernels"], strided=r["strided"])
+                 for r in _norm_rows(impl, float(training.activation_bytes)))
 
 
 def _embedding_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_parallel) -> tuple[MemoryOp, ...]:
     """Input embedding lookup (first stage): fwd read T rows + write T×h (2·T·h·e, + the position table
     when learned); the table gradient (a scatter-add: read dy, read + write rows = 3·T·h·e) is W. With an
-    embedding norm (BLOOM), the stack's norm over T×h (`norm_bytes`, as the final norm)."""
+    embedding norm (BLOOM), the stack's norm over T×h (`norm_ops`, as the final norm)."""
     e = float(training.activation_bytes)
     T = F._f(micro_batch_size) * training.seq_length / F._f(cp)
     tables = 2.0 if model.learned_position_embeddings else 1.0
@@ -182,13 +193,12 @@ def _embedding_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence
                     weight_bytes=tables * 3 * T * h * e, kernels=tables),)
     if model.embedding_norm:
         T_sp = T / F._f(tp) if sequence_parallel else T
-        nf, nb, kf, kb = norm_bytes(training, T_sp * h, model.norm)
-        ops += (MemoryOp(name="embedding_norm", forward_bytes=nf, backward_bytes=nb, kernels=kf, backward_kernels=kb),)
+        ops += norm_ops("embedding_norm", training, T_sp * h, model.norm)
     return ops
 
 
 def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_parallel) -> tuple[MemoryOp, ...]:
-    """Final norm (the stack's norm, elementwise.py `norm_bytes`) and the loss on the last stage.
+    """Final norm (the stack's norm, `norm_ops`) and the loss on the last stage.
 
     Loss over X = T·V/t logits per rank, t the loss's shards (Stack.loss_shards; training.cross_entropy):
     - vocab-parallel (Megatron vocab-parallel CE in PyTorch ops): fwd read logits (e) + write and read
@@ -211,8 +221,7 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
         lf, lb = (e + 12.0) * X, (20.0 + e) * X
     else:
         lf, lb = (e + 12.0) * X, (4.0 + e) * X
-    nf, nb, kf, kb = norm_bytes(training, T_sp * model.hidden_size, model.norm)
-    return (MemoryOp(name="final_norm", forward_bytes=nf, backward_bytes=nb, kernels=kf, backward_kernels=kb),
+    return (*norm_ops("final_norm", training, T_sp * model.hidden_size, model.norm),
             MemoryOp(name="loss", forward_bytes=lf, backward_bytes=lb, kernels=2.0))
 
 

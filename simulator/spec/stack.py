@@ -28,8 +28,9 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
 - `elementwise`: which elementwise ops the framework's layer code runs, and so the non-GEMM bytes per layer
   (cost/elementwise.py): "fused" (Megatron-LM / Transformer Engine / apex fused kernels: one kernel per norm,
   RoPE, activation, residual add), "eager" (torchtitan's plain PyTorch modules: torch's fused RMSNorm
-  kernel, complex-multiply RoPE in fp32, silu(x)·y) or "hf" (Hugging Face modelling code: RMSNorm upcast to
-  fp32 op by op, rotate_half RoPE, act(gate)·up);
+  kernel, complex-multiply RoPE in fp32, silu(x)·y), "hf" (Hugging Face modelling code: RMSNorm upcast to
+  fp32 op by op, rotate_half RoPE, act(gate)·up) or "packed" (plain PyTorch with one QKV and one gate/up GEMM
+  whose outputs it views: torch's RMSNorm, rotate_half RoPE, silu(g)·u on the chunks, as Phi-3 and nanotron);
 - `compiled`: torch.compile (or CUDA graphs) fuses the elementwise ops (Inductor: one kernel per region
   between GEMMs, reading the region's inputs and writing its outputs);
 - `kernels_per_layer` (eager) and `compiled_kernels_per_layer`: kernels one transformer layer launches
@@ -89,7 +90,7 @@ FP8_RECIPES = ("delayed", "current", "mxfp8")
 #                   default loss_fn 'fused_crossentropy'): keeps the e-byte logits and their log-sum-exp,
 #                   the backward writes an e-byte logit gradient (inplace_backward=False, its default)
 CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused", "xentropy")
-ELEMENTWISE = ("fused", "eager", "hf")  # which elementwise ops the layer runs (cost/elementwise.py)
+ELEMENTWISE = ("fused", "eager", "hf", "packed")  # which elementwise ops the layer runs (cost/elementwise.py)
 RESHARD = ("yes", "no", "unless-pipelined")  # fsdp_reshard_after_forward
 REDUCE = ("every-microbatch", "once", "once-if-pipelined")  # fsdp_reduce: when gradients are reduce-scattered
 BUFFER_MODELS = ("none", "deepspeed")  # zero_buffers, pipe_buffers: whose buffers memory/framework.py adds
