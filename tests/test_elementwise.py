@@ -18,9 +18,23 @@ GPT = ModelSpec(name="gpt", hidden_size=2048, num_layers=2, num_heads=16, ffn_hi
 
 
 def _ops(model, stack="megatron", **kw):
+    """{group: MemoryOp} of one layer; a group's ops on strided operands (their own row, "<group> (strided)")
+    merged back into it (bytes and kernels summed)."""
+    from dataclasses import replace
+
     tr = Training(seq_length=kw.pop("seq", 4096), global_batch_size=1, stack=load_stack(stack, **kw.pop("st", {})),
                   **kw)
-    return {o.name: o for o in memory_ops(model, tr)}
+    out = {}
+    for o in memory_ops(model, tr):
+        name = o.name.removesuffix(" (strided)")
+        if name not in out:
+            out[name] = replace(o, name=name)
+            continue
+        a = out[name]
+        out[name] = replace(a, forward_bytes=a.forward_bytes + o.forward_bytes,
+                            backward_bytes=a.backward_bytes + o.backward_bytes, kernels=a.kernels + o.kernels,
+                            backward_kernels=(a.backward_kernels or a.kernels) + (o.backward_kernels or o.kernels))
+    return out
 
 
 def test_fused_op_list_gives_the_closed_forms():

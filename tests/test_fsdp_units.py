@@ -235,7 +235,7 @@ def test_exposed_plus_hidden_is_all_the_communication_overlap_could_not_remove()
     t = lambda **s: Training(seq_length=4096, global_batch_size=128, stack=load_stack("fsdp", **s))  # noqa: E731
     pre = evaluate_layouts(m, t(), H100, **kw).iloc[0]
     serial = evaluate_layouts(m, t(fsdp_prefetch=0), H100, **kw).iloc[0]
-    assert serial.hidden_zero3_s == 0 < pre.hidden_zero3_s
+    assert serial.hidden_zero3_s == pytest.approx(0.0, abs=1e-12) and pre.hidden_zero3_s > 1e-6  # (float residue)
     assert pre.exposed_zero3_s + pre.hidden_zero3_s == pytest.approx(serial.exposed_zero3_s, rel=1e-9)
     # DDP: the buckets hidden under the last backward + the exposed ones = the reduction with no overlap
     ddp = dict(num_gpus=64, dp=64, zero=0)

@@ -9,7 +9,8 @@ protocol): `launch.csv` (host issue, queued, CUDA-graph and kernel time per call
 kernel time per step, kernels per layer: the second lease's, its kernels read from the profiler's trace; the first
 lease's `prof.events()` sum missed whole kernel families, h100_owed2's README), `power_step.csv` (GEMMs and harness
 steps back to back at the board's power limit; the second lease's also profiled, with the clock sampled).
-parasim's side: the torchtitan stack (the harness's, validation/compare_train_steps.py) on the shipped dgx-h100,
+parasim's side: the harness's stack (validation/compare_train_steps.py: torchtitan's with the harness's own
+elementwise op list, "packed") on the shipped dgx-h100,
 eager and with `compiled = true`: forward + backward time (the step's compute less the optimizer step), which
 holds the stack's launch bound (cost/launch.py: a layer pass is no shorter than its kernels x the host time per
 kernel).
@@ -42,14 +43,15 @@ def _row_for(run_id: str, vocab: int = 1024) -> dict:
             "optimizer_impl": "fused", "grad_buffer": "persistent"}
 
 
-def predicted_fwd_bwd_s(run_id: str, *, compiled: bool) -> tuple[float, float]:
-    """(parasim's forward + backward seconds, its launch bound alone: layers x kernels x host time) of the run."""
+def predicted_fwd_bwd_s(run_id: str, *, compiled: bool, elementwise: str | None = None) -> tuple[float, float]:
+    """(parasim's forward + backward seconds, its launch bound alone: layers x kernels x host time) of the run
+    (`elementwise`: an op list other than the harness's own)."""
     from compare_train_steps import specs_for_row
 
     from simulator.estimate import estimate
     from simulator.spec.hardware import load_hardware
 
-    model, training, layout = specs_for_row(_row_for(run_id), stack={"compiled": compiled})
+    model, training, layout = specs_for_row(_row_for(run_id), stack={"compiled": compiled}, elementwise=elementwise)
     e = estimate(model, training, layout, load_hardware("dgx-h100"))
     kf, kb = training.stack.layer_kernels
     return (float(e.row["compute_s"]) - float(e.row["optimizer_s"]),
@@ -137,8 +139,8 @@ def section() -> list[str]:
     return (["## Launch floor, eager against compiled layers, and the power limit", "",
              "Measured on the lent H100s on 2026-11-27 (`validation/h100_owed/`: `launch.csv`; the second lease, "
              "`validation/h100_owed2/`: `layers.csv`, `power_step.csv`, `kernel_sum*.csv`; READMEs there; "
-             "`validation/gpu_layers_report.py`). parasim: the harness's torchtitan "
-             "stack on the shipped `dgx-h100`, eager and `compiled = true`; its forward + backward includes the "
+             "`validation/gpu_layers_report.py`). parasim: the harness's stack (torchtitan's with the harness's own "
+             "op list, packed) on the shipped `dgx-h100`, eager and `compiled = true`; its forward + backward includes the "
              "stack's launch bound.", "", "### The launch floor", ""] + launch_lines()
             + ["### Eager against torch.compile'd layers", ""] + layers_lines() + _layers_findings()
             + ["### FSDP's host work on one rank", ""] + fsdp_lines()
@@ -258,6 +260,8 @@ def _gap_finding() -> list[str]:
     sums = [r for r in _read("kernel_sum.csv", DATA2) if r["activities"] == "cuda"]
     missed = [1 - float(r["events_sum_s"]) / (float(r["trace_kernel_s"]) + float(r["trace_memset_s"])) for r in sums]
     busy = [float(r["trace_busy_s"]) / float(r["wall_s"]) for r in sums]
+    titan = [predicted_fwd_bwd_s(rid, compiled=False, elementwise="eager")[0]
+             / float(rows[(rid, "eager")]["kernel_s"]) - 1 for rid in big]
     return [f"- **There is no eager gap: the profiler's sum missed kernels.** The first lease's eager layers queued "
             f"{ms(gap_old)} ms more than their kernels, which the first version of this page could not place. "
             "torch 2.11's `prof.events()`, which summed them, gives no device time to whole kernel families that "
@@ -266,10 +270,10 @@ def _gap_finding() -> list[str]:
             f"output, strided copies): {', '.join(f'{100 * v:.1f} %' for v in missed)} of the kernel time of three full harness steps "
             f"(kernel_sum.csv), whose GPU was busy {', '.join(f'{100 * v:.1f} %' for v in busy)} of their wall time. "
             f"Read from the trace, the eager layers queue {ms(gap_e)} ms beyond their kernels.",
-            f"- **parasim's eager forward + backward is short of these kernels** ({pct(kern)} against the trace's "
-            "kernel time): the harness's layer is not torchtitan's (one gate/up GEMM whose halves silu and the "
-            "product read as strided views, rotate_half RoPE on views of one QKV GEMM) and its strided elementwise "
-            "kernels run below the memory table's rate (docs/validation-h100.md, findings 9 and 10). parasim "
+            f"- **parasim's eager forward + backward against these kernels: {pct(kern)}** with the harness's own op "
+            f"list (packed: one gate/up GEMM whose halves silu and the product read as strided views, rotate_half "
+            f"RoPE on views of one QKV GEMM) and the strided-operand table ({pct(titan)} with torchtitan's op list; "
+            "docs/compute.md, docs/validation-h100.md finding 10). parasim "
             f"credits compilation with {pct(comp)} of forward + backward time (fused elementwise kernels); the "
             f"measured kernel time changed by {pct(meas)} ({', '.join(r.split('-')[5] for r in both)}: the "
             "compiled s8192 row was not measured with the trace)."]
