@@ -110,7 +110,8 @@ def layers_lines() -> list[str]:
 
 def power_lines() -> list[str]:
     out = ["| lease | what | run | protocol (cold), ms | back to back at the power limit, ms (range over seconds) "
-           "| profiled back to back: wall ms / kernels ms (trace of 5 profiled steps, kernel_sum.csv) | protocol again (hot), ms | power W (back to back) "
+           "| profiled back to back: wall ms / kernels ms (trace of 5 profiled steps, kernel_sum.csv) "
+           "| protocol again (hot), ms | power W (back to back) "
            "| SM clock MHz (back to back) |", "|---|---|---|---|---|---|---|---|---|"]
     for lease, data in (("first", DATA), ("second", DATA2)):
         rows = _read("power_step.csv", data)
@@ -140,7 +141,8 @@ def section() -> list[str]:
              "Measured on the lent H100s on 2026-11-27 (`validation/h100_owed/`: `launch.csv`; the second lease, "
              "`validation/h100_owed2/`: `layers.csv`, `power_step.csv`, `kernel_sum*.csv`; READMEs there; "
              "`validation/gpu_layers_report.py`). parasim: the harness's stack (torchtitan's with the harness's own "
-             "op list, packed) on the shipped `dgx-h100`, eager and `compiled = true`; its forward + backward includes the "
+             "op list, packed) on the shipped `dgx-h100`, eager and `compiled = true`; its forward + backward "
+             "includes the "
              "stack's launch bound.", "", "### The launch floor", ""] + launch_lines()
             + ["### Eager against torch.compile'd layers", ""] + layers_lines() + _layers_findings()
             + ["### FSDP's host work on one rank", ""] + fsdp_lines()
@@ -267,7 +269,8 @@ def _gap_finding() -> list[str]:
             "torch 2.11's `prof.events()`, which summed them, gives no device time to whole kernel families that "
             "the same run's Chrome trace holds (the non-vectorised elementwise kernels of RoPE's and SwiGLU's "
             "products, sums and negation on strided views, silu and its backward on the gate half of the gate/up "
-            f"output, strided copies): {', '.join(f'{100 * v:.1f} %' for v in missed)} of the kernel time of three full harness steps "
+            f"output, strided copies): {', '.join(f'{100 * v:.1f} %' for v in missed)} of the kernel time of "
+            "three full harness steps "
             f"(kernel_sum.csv), whose GPU was busy {', '.join(f'{100 * v:.1f} %' for v in busy)} of their wall time. "
             f"Read from the trace, the eager layers queue {ms(gap_e)} ms beyond their kernels.",
             f"- **parasim's eager forward + backward against these kernels: {pct(kern)}** with the harness's own op "

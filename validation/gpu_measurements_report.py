@@ -24,7 +24,8 @@ INTRO = [
     "580.159.04, torch 2.11.0+cu130, CUDA 13.0, cuDNN 9.19, 700 W power limit; 669 s of device time in six "
     "calls; a second lease of the same kind of machine (`validation/h100_owed2/`, about 750 s in six calls) repeated "
     "the stages, profiled the harness steps with the clock sampled, and found that torch's `prof.events()` had "
-    "missed a tenth of the kernels (the layers and power sections read its trace-based data). Every table compares a measurement with what the shipped presets predict; where a measurement now sets "
+    "missed a tenth of the kernels (the layers and power sections read its trace-based data). Every table "
+    "compares a measurement with what the shipped presets predict; where a measurement now sets "
     "a shipped number, the section says so and reports the error on data that number was not taken from.", "",
     "What the measurements changed in the shipped presets:",
     "- `dgx-h100` `[efficiency.gemm_fp8]`: FP8 GEMMs measured with `torch._scaled_mm` (docs/compute.md, finding (6); "

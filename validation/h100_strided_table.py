@@ -68,7 +68,8 @@ def points():
             hit = hit[~hit["kernel"].str.contains("silu_backward", regex=False)]
         n, by = sum(c for c, _ in calls), sum(c * b for c, b in calls)
         if abs(hit["calls_per_step"].sum() - n) > 1e-6:
-            raise SystemExit(f"h100_strided_table.py: {fam}: {hit['calls_per_step'].sum()} calls measured, {n} expected")
+            raise SystemExit(f"h100_strided_table.py: {fam}: {hit['calls_per_step'].sum()} calls measured, "
+                             f"{n} expected")
         t = float(hit["trace_s"].sum())
         rows.append(dict(family=fam, calls=n, bytes=by, measured_s=t, rate=by / (t - n * t0)))
     return pd.DataFrame(rows)
@@ -106,8 +107,9 @@ def source() -> str:
     return (f"measured: the lent H100 80GB HBM3 SXM (2026-11-27, second lease; validation/h100_owed2/"
             f"kernel_sum_s4096.kernels.csv, README there): torch's generic elementwise kernel (elementwise_kernel<128, "
             f"4>, run when an operand is a strided view or broadcast) in 3 profiled harness steps of "
-            f"L8-h4096-a32-kv8-f14336-s4096, six families (silu, silu_backward, neg, add, copy, mul; {int(r['calls'].sum())} "
-            f"calls per step, {lo / 1e6:.0f}-{hi / 1e6:.0f} MB each), each family's rate with the memory table's t0 = {t0 * 1e6:.2f} us per "
+            f"L8-h4096-a32-kv8-f14336-s4096, six families (silu, silu_backward, neg, add, copy, mul; "
+            f"{int(r['calls'].sum())} calls per step, {lo / 1e6:.0f}-{hi / 1e6:.0f} MB each), each family's rate "
+            f"with the memory table's t0 = {t0 * 1e6:.2f} us per "
             f"kernel, their median B = {b / 1e12:.2f} TB/s (families {r['rate'].min() / 1e12:.2f}-"
             f"{r['rate'].max() / 1e12:.2f}); efficiency = bytes / ((t0 + bytes/B) x 3.35 TB/s) at two knots per "
             f"decade; validation/h100_strided_table.py")

@@ -4,12 +4,13 @@
 
 On the 2026-11-27 lease, harness steps profiled back to back (validation/gpu_power_step.py) took as long per step
 as unprofiled ones, yet the kernels' summed device time from torch's `prof.events()` (what
-`profile_step.device_kernels` read then) was 8-13 % shorter than the step, while the same steps' Chrome trace (validation/idle_gaps.py)
-showed the GPU busy for 98-99 % of its span. One of the two counts misses device time. This profiles the same
-steps once with CUDA activity only (as `Bench.kernel_s` does) and once with CPU + CUDA (as idle_gaps does) and,
-for each, writes per step: the step's wall time, the events' sum, the trace's summed device activity by category
+`profile_step.device_kernels` read then) was 8-13 % shorter than the step, while the same steps' Chrome trace
+(validation/idle_gaps.py) showed the GPU busy for 98-99 % of its span. One of the two counts misses device time.
+This profiles the same steps once with CUDA activity only (as `Bench.kernel_s` does) and once with CPU + CUDA (as
+idle_gaps does) and, for each, writes per step: the step's wall time, the events' sum, the trace's summed device activity by category
 (kernel, gpu_memcpy, gpu_memset), the trace's busy union, and the kernels by name whose trace time the events
-miss (largest first). Every row is printed as it is measured.
+miss (largest first); and, per kernel name, its calls, trace and events time and the aten ops (with shapes) that
+launched it (`<out>.kernels.csv`). Every row is printed as it is measured.
 """
 from __future__ import annotations
 

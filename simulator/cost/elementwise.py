@@ -4,15 +4,15 @@
 attention kernel as boundaries, and between them the elementwise blocks of the stack's code
 (Stack.elementwise, `SETTINGS`):
 
-| block | fused (megatron, deepspeed) | eager (torchtitan) | hf (transformers; fsdp, hf presets) | packed |
+| block | fused (megatron, deepspeed) | eager (torchtitan) | hf (transformers; fsdp, hf) | packed |
 |---|---|---|---|---|
-| RMSNorm | TE / apex one kernel | torch `_fused_rms_norm` (backward: 2 kernels) | LlamaRMSNorm in fp32 op by op | as eager |
+| RMSNorm | TE / apex one kernel | torch `_fused_rms_norm` (bwd: 2 kernels) | LlamaRMSNorm, fp32 op by op | as eager |
 | LayerNorm | TE / apex one kernel | torch `native_layer_norm` | torch `native_layer_norm` | as eager |
-| RoPE | TE fused_rope | complex multiply in fp32 (ComplexRoPE) | rotate_half in the activation dtype | as hf |
-| FFN activation | bias_swiglu / bias_gelu | silu(w1 x) · w3 x | act(gate) · up | silu(g) · u on chunks |
-| Q, K, V | one fused GEMM | FusedQKVLinear: `.contiguous()` copies; backward cat | 3 GEMMs: backward adds | one GEMM, views; backward cat + layout copy |
-| gate, up | one fused GEMM | two GEMMs: backward adds their input gradients | the same | one GEMM; backward cat |
-| softmax (no flash) | FusedScaleMaskSoftmax | div, masked_fill, softmax; K/V repeated | ·scale, + mask, fp32 softmax | as eager |
+| RoPE | TE fused_rope | complex multiply in fp32 (ComplexRoPE) | rotate_half, activation dtype | as hf |
+| FFN activation | bias_swiglu / bias_gelu | silu(w1 x) · w3 x | act(gate) · up | silu(g) · u, chunks |
+| Q, K, V | one fused GEMM | FusedQKVLinear: copies; backward cat | 3 GEMMs: backward adds | views; bwd cat, copy |
+| gate, up | one fused GEMM | two GEMMs: backward adds input gradients | the same | one GEMM; bwd cat |
+| softmax (no flash) | FusedScaleMaskSoftmax | div, masked_fill, softmax; K/V repeated | ·scale, + mask, fp32 | eager |
 
 "packed" is plain PyTorch with packed projections: one QKV GEMM whose output is viewed as heads (no copies) and
 one gate/up GEMM that is `chunk`ed, as validation/train_step.py (the lent H100's harness), Phi-3's modelling code

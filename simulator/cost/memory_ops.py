@@ -175,7 +175,8 @@ def norm_ops(name: str, training, elems, norm: str = "rmsnorm") -> tuple:
     elif impl == "hf" and norm != "rmsnorm":
         impl = "torch"
     sizes = {"x": elems}
-    return tuple(MemoryOp(name=name + (" (strided)" if r["strided"] else ""), forward_bytes=r["forward_bytes"].value(sizes),
+    return tuple(MemoryOp(name=name + (" (strided)" if r["strided"] else ""),
+                          forward_bytes=r["forward_bytes"].value(sizes),
                           backward_bytes=r["backward_bytes"].value(sizes), kernels=r["kernels"],
                           backward_kernels=r["backward_kernels"], strided=r["strided"])
                  for r in _norm_rows(impl, float(training.activation_bytes)))
