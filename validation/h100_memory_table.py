@@ -84,18 +84,24 @@ def residuals():
     return g.assign(fit_s=t0 + g["bytes_moved"] / b, error=(t0 + g["bytes_moved"] / b) / g["queued_s"] - 1.0)
 
 
-def check() -> list[str]:
-    """Presets whose [efficiency.memory] is not this table."""
+def presets_differing(table_name: str, x, e, src: str) -> list[str]:
+    """The H100 presets whose [efficiency.<table_name>] is not (x, e, src) (knots to 1e-5, efficiencies to 4
+    decimals, the source verbatim): the `--check` of this script and of h100_strided_table.py."""
     import tomllib
 
-    x, e = table()
     bad = []
     for name in PRESETS:
-        d = tomllib.loads((ROOT / "hardware_profiles" / f"{name}.toml").read_text())["efficiency"]["memory"]
-        same_x = len(d["x"]) == len(x) and all(abs(a / b - 1.0) < 1e-5 for a, b in zip(d["x"], x))
-        if not same_x or tuple(round(v, 4) for v in d["efficiency"]) != e or d["source"] != source():
+        d = tomllib.loads((ROOT / "hardware_profiles" / f"{name}.toml").read_text())["efficiency"].get(table_name)
+        if (d is None or len(d["x"]) != len(x) or any(abs(a / b - 1.0) > 1e-5 for a, b in zip(d["x"], x))
+                or tuple(round(v, 4) for v in d["efficiency"]) != tuple(e) or d["source"] != src):
             bad.append(name)
     return bad
+
+
+def check() -> list[str]:
+    """Presets whose [efficiency.memory] is not this table."""
+    x, e = table()
+    return presets_differing("memory", x, e, source())
 
 
 def main(argv=None) -> int:

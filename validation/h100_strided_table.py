@@ -125,16 +125,10 @@ def toml_section() -> str:
 
 def check() -> list[str]:
     """Presets whose [efficiency.memory_strided] is not this table."""
-    import tomllib
+    from h100_memory_table import presets_differing
 
     x, e = table()
-    bad = []
-    for name in PRESETS:
-        d = tomllib.loads((ROOT / "hardware_profiles" / f"{name}.toml").read_text())["efficiency"].get("memory_strided")
-        if (d is None or len(d["x"]) != len(x) or any(abs(a / b - 1.0) > 1e-5 for a, b in zip(d["x"], x))
-                or tuple(round(v, 4) for v in d["efficiency"]) != e or d["source"] != source()):
-            bad.append(name)
-    return bad
+    return presets_differing("memory_strided", x, e, source())
 
 
 def main(argv=None) -> int:

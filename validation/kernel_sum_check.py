@@ -19,7 +19,6 @@ import csv
 import json
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -40,9 +39,9 @@ def _union_us(iv) -> float:
 
 def measure(cfg, device: str, with_cpu: bool, steps: int, warmup: int = 3) -> tuple[dict, list[tuple]]:
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     import train_step
+    from profile_step import profiled_steps
 
     td = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.dtype]
     model = train_step.build_model(cfg, torch, device, td)
@@ -52,14 +51,7 @@ def measure(cfg, device: str, with_cpu: bool, steps: int, warmup: int = 3) -> tu
         step()
     if cuda:
         torch.cuda.synchronize()
-    acts = ([ProfilerActivity.CPU] if with_cpu or not cuda else []) + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=acts, record_shapes=with_cpu) as prof:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        if cuda:
-            torch.cuda.synchronize()
-        wall = (time.perf_counter() - t0) / steps
+    prof, wall = profiled_steps(step, steps, torch, cuda=cuda, cpu=with_cpu, record_shapes=with_cpu)
     ev_by_name: dict[str, float] = defaultdict(float)
     for e in prof.events():  # what `profile_step.device_kernels` read before it read the trace
         if not str(getattr(e, "device_type", "")).endswith("CUDA") or getattr(e, "is_user_annotation", False):

@@ -71,12 +71,27 @@ def _union_s(intervals) -> float:
     return total * 1e-6
 
 
-def profile_config(cfg, *, device: str, warmup: int, steps: int, optimizer_impl: str = "fused",
-                   grad_buffer: str = "persistent") -> list[dict]:
+def profiled_steps(step, steps: int, torch, *, cuda: bool, cpu: bool, record_shapes: bool = False):
+    """(profiler, wall seconds per step) of `steps` calls of `step` under torch.profiler (CUDA activity on a GPU,
+    CPU activity with `cpu` or off one), synchronised at the end."""
     import time
 
-    import torch
     from torch.profiler import ProfilerActivity, profile
+
+    acts = ([ProfilerActivity.CPU] if cpu or not cuda else []) + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts, record_shapes=record_shapes) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / steps
+    return prof, wall
+
+
+def profile_config(cfg, *, device: str, warmup: int, steps: int, optimizer_impl: str = "fused",
+                   grad_buffer: str = "persistent") -> list[dict]:
+    import torch
 
     td = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.dtype]
     cuda = device.startswith("cuda")
@@ -87,14 +102,7 @@ def profile_config(cfg, *, device: str, warmup: int, steps: int, optimizer_impl:
         step()
     if cuda:
         torch.cuda.synchronize()
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=acts) as prof:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        if cuda:
-            torch.cuda.synchronize()
-        wall = (time.perf_counter() - t0) / steps
+    prof, wall = profiled_steps(step, steps, torch, cuda=cuda, cpu=True)
     sums: dict[str, float] = {}
     names: dict[str, float] = {}
     intervals = []
