@@ -70,11 +70,15 @@ def source() -> str:
             f"the eager stacks' launch bound (docs/gpu-measurements.md)")
 
 
+def table_toml(name: str, x, e, x_unit: str, src: str) -> str:
+    """A preset's [efficiency.<name>] section (this script's and h100_strided_table.py's)."""
+    return "\n".join([f"[efficiency.{name}]", f"x = [{', '.join(f'{v:.6g}' for v in x)}]",
+                      f"efficiency = [{', '.join(f'{v:.4f}' for v in e)}]", f'x_unit = "{x_unit}"',
+                      f'source = "{src}"'])
+
+
 def toml_section() -> str:
-    x, e = table()
-    return "\n".join(["[efficiency.memory]", f"x = [{', '.join(f'{v:.6g}' for v in x)}]",
-                      f"efficiency = [{', '.join(f'{v:.4f}' for v in e)}]",
-                      'x_unit = "bytes moved by one memory-bound kernel"', f'source = "{source()}"'])
+    return table_toml("memory", *table(), "bytes moved by one memory-bound kernel", source())
 
 
 def residuals():
@@ -104,20 +108,28 @@ def check() -> list[str]:
     return presets_differing("memory", x, e, source())
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def table_main(argv, doc: str, name: str, script: str, check_fn, report) -> int:
+    """The command line of a table script: `--check` (exit 1 naming the presets that differ) or the report."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--check", action="store_true")
-    a = ap.parse_args(argv)
-    if a.check:
-        bad = check()
-        for name in bad:
-            print(f"{name}: [efficiency.memory] differs from validation/h100_memory_table.py", file=sys.stderr)
+    if ap.parse_args(argv).check:
+        bad = check_fn()
+        for preset in bad:
+            print(f"{preset}: [efficiency.{name}] differs from validation/{script}", file=sys.stderr)
         return 1 if bad else 0
+    report()
+    return 0
+
+
+def _report() -> None:
     r = residuals()
     print(r[["kernel", "bytes_moved", "queued_s", "fit_s", "error"]].to_string(index=False))
     print(f"median |error| {r['error'].abs().median():.3f}, max {r['error'].abs().max():.3f}\n")
     print(toml_section())
-    return 0
+
+
+def main(argv=None) -> int:
+    return table_main(argv, __doc__, "memory", "h100_memory_table.py", check, _report)
 
 
 if __name__ == "__main__":

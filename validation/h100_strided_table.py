@@ -23,7 +23,6 @@ other 39 profiled runs' non-GEMM kernel time (docs/validation-h100.md, finding 1
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -116,11 +115,10 @@ def source() -> str:
 
 
 def toml_section() -> str:
-    x, e = table()
-    return "\n".join(["[efficiency.memory_strided]", f"x = [{', '.join(f'{v:.6g}' for v in x)}]",
-                      f"efficiency = [{', '.join(f'{v:.4f}' for v in e)}]",
-                      'x_unit = "bytes moved by one elementwise kernel on strided or broadcast operands"',
-                      f'source = "{source()}"'])
+    from h100_memory_table import table_toml
+
+    return table_toml("memory_strided", *table(), "bytes moved by one elementwise kernel on strided or broadcast "
+                      "operands", source())
 
 
 def check() -> list[str]:
@@ -131,21 +129,18 @@ def check() -> list[str]:
     return presets_differing("memory_strided", x, e, source())
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true")
-    a = ap.parse_args(argv)
-    if a.check:
-        bad = check()
-        for name in bad:
-            print(f"{name}: [efficiency.memory_strided] differs from validation/h100_strided_table.py", file=sys.stderr)
-        return 1 if bad else 0
+def _report() -> None:
     r = residuals()
     r = r.assign(rate_tb_s=r["rate"] / 1e12, measured_ms=r["measured_s"] * 1e3, fit_ms=r["fit_s"] * 1e3)
     print(r[["family", "calls", "bytes", "measured_ms", "rate_tb_s", "fit_ms", "error"]].to_string(index=False))
     print(f"median |error| {r['error'].abs().median():.3f}, max {r['error'].abs().max():.3f}\n")
     print(toml_section())
-    return 0
+
+
+def main(argv=None) -> int:
+    from h100_memory_table import table_main
+
+    return table_main(argv, __doc__, "memory_strided", "h100_strided_table.py", check, _report)
 
 
 if __name__ == "__main__":
