@@ -205,8 +205,8 @@ def preset_gap_lines() -> list[str]:
             "small kernels: the calibrated profile's attention and memory tables were timed one call at a time, "
             "and their short calls hold the host's issue of the call, which the shipped tables leave out as "
             "not the kernels' own time (the eager stack's launch bound counts the host); so the calibrated "
-            "profile charges time that stands in for the harness's strided elementwise kernels, which parasim "
-            "charges at about half their time (finding 10). Calibrate on the machine that runs the job "
+            "profile charges time that stood in for the harness's strided elementwise kernels while the shipped "
+            "preset timed them as contiguous ones (finding 10; it now has a table of their own). Calibrate on the machine that runs the job "
             "(`parasim calibrate`).", ""]
 
 
