@@ -153,12 +153,23 @@ def findings(rs: list[dict]) -> list[str]:
         "slower RMSNorm kernels): the errors beside each other (GEMM "
         f"{100 * min(gb):+.0f} to {100 * max(gb):+.0f} %, copy {100 * min(cb):+.0f} to {100 * max(cb):+.0f} %) "
         "are the contention rule's, not the kernels'.",
+        repeat_line(),
         "- **No change made.** A copy kernel is not an NCCL collective (which holds a few dozen CTAs and moves at "
         "most NVLink's 450 GB/s per direction): these rows bound the contention of an HBM-bound stream, they do "
         f"not measure NCCL's. Re-fitting {100 * s:.1f} % to them would replace a cited average of real overlapped "
         "training with a worst case; owed: the same GEMMs beside an 8-GPU NCCL all-gather / reduce-scatter, and a "
         "rule that depends on the GEMM's waves and on the SMs the collective holds.",
     ]
+
+
+def repeat_line() -> str:
+    """The second lease's repeat of the same rows (validation/h100_owed2/contention.csv) against the first's."""
+    with open(ROOT / "h100_owed2" / "contention.csv") as f:
+        second = {(int(r["gemm_n"]), int(r["copy_mib"])): float(r["gemm_slowdown"]) for r in csv.DictReader(f)}
+    pairs = [(f"{n}³ beside {m} MiB", float(r["gemm_slowdown"]), second[(n, m)])
+             for r in _read("contention.csv") for n, m in [(int(r["gemm_n"]), int(r["copy_mib"]))] if (n, m) in second]
+    return ("- **Reproduced on a second machine.** The second lease (validation/h100_owed2/contention.csv) measured "
+            + "; ".join(f"{lb}: {100 * b:.0f} % (first {100 * a:.0f} %)" for lb, a, b in pairs) + ".")
 
 
 def section() -> list[str]:
