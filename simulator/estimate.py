@@ -140,7 +140,7 @@ def stack_summary(stack) -> dict:
     return {"name": stack.name, "framework": stack.framework, "attention_kernel": stack.attention_kernel,
             "compiled": stack.compiled, "optimizer_impl": stack.optimizer_impl, "grad_buffer": stack.grad_buffer,
             "grad_accumulation": stack.grad_accumulation, "cross_entropy": stack.cross_entropy,
-            "kernels_per_layer": list(stack.layer_kernels), "host_us_per_kernel": stack.host_s_per_kernel * 1e6,
+            "elementwise": stack.elementwise, "kernels_per_layer": list(stack.layer_kernels), "host_us_per_kernel": stack.host_s_per_kernel * 1e6,
             "decode_host_us_per_kernel": (stack.decode_host_s_per_kernel or stack.host_s_per_kernel) * 1e6}
 
 
@@ -157,7 +157,8 @@ def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
     backward (the stack's kernel at the model's QK head dim: `table` says which tables and how they were
     combined, `source` is the head-dim table's; without FlashAttention the `attention_unfused` tables,
     cost/attention.py unfused_core_times, or the GEMM table where the profile has none), memory-bound
-    kernels, the optimizer step."""
+    kernels, those on strided or broadcast operands where the stack's op list has some and the profile a table
+    for them, the optimizer step."""
     if hardware is None or not hasattr(hardware, "efficiency"):
         return {}
     from .cost.attention import attention_table_names, attention_tables
@@ -166,7 +167,11 @@ def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
     d = model.qk_head_dim
     fused = training.stack.optimizer_impl == "fused" or training.optimizer not in ("adam", "adamw")
     opt = "optimizer" if fused and hardware.has_efficiency("optimizer") else "memory"  # (cost/optimizer.py)
-    roles = {"gemm": "gemm", "attention": None, "attention_bwd": None, "memory": "memory", "optimizer": opt}
+    from .cost.memory_ops import memory_ops
+
+    strided = "memory_strided" if any(o.strided for o in memory_ops(model, training)) else None  # (memory_ops.py)
+    roles = {"gemm": "gemm", "attention": None, "attention_bwd": None, "memory": "memory", "memory_strided": strided,
+             "optimizer": opt}
     out = {role: {"table": t, "source": hardware.efficiency[t].source} for role, t in roles.items()
            if t and hardware.has_efficiency(t)}
     unfused = kernel == "unfused"
