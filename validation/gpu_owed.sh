@@ -8,8 +8,10 @@
 # what was measured: the allocator's history at the FSDP2 / DDP / plain peaks by allocating code
 # (gpu_memory_phases.py --snapshot), GEMM and memory-bound kernels one call at a time, queued and by CUPTI
 # kernel time (gpu_gemm_queued.py), harness steps at the power limit unprofiled and profiled with the SM clock
-# and power sampled while they run (gpu_power_step.py: is the eager gap of docs/gpu-measurements.md the kernels
-# slowing at the power limit?), the speed of every visible GPU by UUID (gpu_spread.py: the slowest-of-n
+# and power sampled while they run (gpu_power_step.py), every kernel of profiled harness steps with the ops that
+# launched it (kernel_sum_check.py: the strided-operand table's check on runs it was not fitted to) and the foreach
+# AdamW's kernels (profile_step.py --optimizer-impl foreach: the foreach optimizer, -12 % on the shipped preset),
+# the speed of every visible GPU by UUID (gpu_spread.py: the slowest-of-n
 # question of docs/weak-scaling.md), gpu_owed.py's CSVs (sdpa with its batch x heads grid first, layers, launch,
 # decode, contention), FSDP's host work (idle_gaps.py), one log per stage.
 # Commit the folder under validation/ with the hardware, versions and protocol (owed_env.txt, this script).
@@ -29,15 +31,19 @@ stage() {  # stage NAME LIMIT_S COMMAND...
 }
 
 owed() { stage "$1" "$2" python3 validation/gpu_owed.py --out "$OUT" --stages "$1" --budget-s "$3"; }
-# In priority order: first what the 2026-11-27 lease left open (docs/gpu-measurements.md; validation/h100_owed/),
-# then the earlier stages again on the new machine. Sized to one 10-minute call (about 575 s of limits).
-stage power 85 python3 validation/gpu_power_step.py --out "$OUT/power_step.csv" --sustain-s 8 --idle-s 2
-stage snapshot 75 python3 validation/gpu_memory_phases.py --config L8-h4096-a32-kv8-f14336-s2048-b1-none-bf16-sdpa \
+# In priority order: first what the second lease left open (validation/h100_owed2/README.md), then the earlier
+# stages again on the new machine. Sized to one 10-minute call (about 565 s of limits).
+stage kernels 60 python3 validation/kernel_sum_check.py --out "$OUT/kernel_sum.csv" --steps 3 \
+  --config L8-h4096-a32-kv8-f14336-s2048-b1-none-bf16-sdpa --config L4-h6144-a48-kv8-f16384-s4096-b1-none-bf16-sdpa
+stage foreach 45 python3 validation/profile_step.py --grid gpu --pick 9,16,21 --optimizer-impl foreach \
+  --out "$OUT/kernel_breakdown_foreach.csv"
+stage power 60 python3 validation/gpu_power_step.py --out "$OUT/power_step.csv" --sustain-s 5 --idle-s 2
+stage snapshot 55 python3 validation/gpu_memory_phases.py --config L8-h4096-a32-kv8-f14336-s2048-b1-none-bf16-sdpa \
   --out "$OUT/memory_phases_h4096.csv" --snapshot "$OUT/peak_owners_h4096.csv"
-stage gemm_kernels 100 python3 validation/gpu_gemm_queued.py --out "$OUT/gemm_queued.csv"
+stage gemm_kernels 60 python3 validation/gpu_gemm_queued.py --out "$OUT/gemm_queued.csv"
 stage spread 25 python3 validation/gpu_spread.py --out "$OUT/spread.csv" --seconds 10  # this GPU's speed, by UUID
 stage memory_kernels 40 python3 validation/gpu_gemm_queued.py --memory --out "$OUT/memory_queued.csv"
-owed sdpa 80 60
+owed sdpa 50 40
 owed layers 50 40
 owed launch 25 12
 stage idle_fsdp 50 python3 validation/idle_gaps.py --out "$OUT/idle_fsdp.csv" --wrap none,fsdp1,fsdp2 \

@@ -127,6 +127,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--optimizer-impl", default="fused", choices=["fused", "foreach"])
+    ap.add_argument("--grad-buffer", default="persistent", choices=["persistent", "set-to-none"])
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     import torch
@@ -138,7 +140,8 @@ def main(argv=None) -> int:
         w = csv.DictWriter(f, fieldnames=["run_id", "category", "kernel", "time_s"])
         w.writeheader()
         for cfg in cfgs:
-            rows = profile_config(cfg, device=device, warmup=a.warmup, steps=a.steps)
+            rows = profile_config(cfg, device=device, warmup=a.warmup, steps=a.steps, optimizer_impl=a.optimizer_impl,
+                                  grad_buffer=a.grad_buffer)
             w.writerows(rows)
             f.flush()
             print(cfg.run_id, {r["category"]: round(r["time_s"] * 1e3, 2) for r in rows if not r["kernel"]}, flush=True)
