@@ -167,11 +167,11 @@ def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
     d = model.qk_head_dim
     fused = training.stack.optimizer_impl == "fused" or training.optimizer not in ("adam", "adamw")
     opt = "optimizer" if fused and hardware.has_efficiency("optimizer") else "memory"  # (cost/optimizer.py)
-    from .cost.memory_ops import memory_ops
+    from .cost.memory_ops import KERNEL_TABLES, memory_ops
 
-    strided = "memory_strided" if any(o.strided for o in memory_ops(model, training)) else None  # (memory_ops.py)
-    roles = {"gemm": "gemm", "attention": None, "attention_bwd": None, "memory": "memory", "memory_strided": strided,
-             "optimizer": opt}
+    used = {o.table for o in memory_ops(model, training)} | {"memory"}  # the layer's kernel classes (memory_ops.py)
+    roles = {"gemm": "gemm", "attention": None, "attention_bwd": None,
+             **{t: t for t in KERNEL_TABLES if t in used}, "optimizer": opt}
     out = {role: {"table": t, "source": hardware.efficiency[t].source} for role, t in roles.items()
            if t and hardware.has_efficiency(t)}
     unfused = kernel == "unfused"

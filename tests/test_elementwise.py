@@ -18,15 +18,15 @@ GPT = ModelSpec(name="gpt", hidden_size=2048, num_layers=2, num_heads=16, ffn_hi
 
 
 def _ops(model, stack="megatron", **kw):
-    """{group: MemoryOp} of one layer; a group's ops on strided operands (their own row, "<group> (strided)")
-    merged back into it (bytes and kernels summed)."""
+    """{group: MemoryOp} of one layer; a group's rows of other kernel classes ("<group> (strided)", "<group>
+    (reduction)") merged back into it (bytes and kernels summed)."""
     from dataclasses import replace
 
     tr = Training(seq_length=kw.pop("seq", 4096), global_batch_size=1, stack=load_stack(stack, **kw.pop("st", {})),
                   **kw)
     out = {}
     for o in memory_ops(model, tr):
-        name = o.name.removesuffix(" (strided)")
+        name = o.name.removesuffix(" (strided)").removesuffix(" (reduction)")
         if name not in out:
             out[name] = replace(o, name=name)
             continue

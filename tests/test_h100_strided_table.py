@@ -33,10 +33,10 @@ def test_a_strided_kernel_takes_longer_than_a_contiguous_one():
 
     h100, a100 = load_hardware("dgx-h100"), load_hardware("dgx-a100-80g")
     by = np.array([3.5e8])
-    ratio = float(_memory_time(by, 1.0, h100, True)[0] / _memory_time(by, 1.0, h100, False)[0])
+    ratio = float(_memory_time(by, 1.0, h100, "memory_strided")[0] / _memory_time(by, 1.0, h100)[0])
     assert ratio == pytest.approx(2.85 / 1.64, rel=0.03)  # the two fitted stream rates at 350 MB
     # a profile without the table times them as any memory-bound kernel (not measured there)
-    assert _memory_time(by, 1.0, a100, True)[0] == _memory_time(by, 1.0, a100, False)[0]
+    assert _memory_time(by, 1.0, a100, "memory_strided")[0] == _memory_time(by, 1.0, a100)[0]
 
 
 def test_profile_step_reads_every_device_activity_from_the_trace(tmp_path):

@@ -29,9 +29,10 @@ OP_LIST_INTRO = (
     "rotate_half RoPE, one gate/up GEMM chunked), no other change (the launch bound included, as in the summary). "
     "The op lists were written from the code and checked against the ops torch runs on CPU, bytes, kernels and "
     "which kernels have a strided or broadcast operand (tests/test_elementwise_ops.py), after both grids had been "
-    "measured; nothing in them was fitted to a measurement. The kernels with a strided or broadcast operand are "
-    "timed with the profile's `memory_strided` table where it has one (the shipped dgx-h100: "
-    "validation/h100_strided_table.py; the calibrated profiles have none):")
+    "measured; nothing in them was fitted to a measurement. The kernels with a strided or broadcast operand and the "
+    "row reductions are timed with the profile's `memory_strided` and `memory_reduction` tables where it has them "
+    "(the shipped dgx-h100: validation/h100_strided_table.py, h100_reduction_table.py; the calibrated profiles "
+    "have neither):")
 
 
 def _kind_seconds(model, training, hardware, layout) -> dict:
@@ -110,12 +111,12 @@ def category_finding(cdf, labels) -> str:
         return f"{cdf[c].min():.2f} to {cdf[c].max():.2f} (median {cdf[c].median():.2f})"
 
     cal, ship, titan = ("memory_" + lb for lb in labels)
-    return (f"10. **Non-GEMM kernels: the harness's own op list and the strided-operand rate.** Over the {len(cdf)} "
+    return (f"10. **Non-GEMM kernels: the harness's own op list, the strided-operand and the row-reduction rates.** Over the {len(cdf)} "
             f"profiled runs of both grids, parasim's memory-bound ops (the op list and the gradient accumulation) "
             f"took {span(titan)} of the measured non-GEMM kernel time with the shipped `dgx-h100` and torchtitan's op "
             f"list, which the harness was predicted with before; with the harness's own op list (packed) and the "
-            f"`memory_strided` table they take {span(ship)}, and {span(cal)} with the calibrated `{labels[0]}` (which "
-            f"has no strided table). GEMM and attention take {span('gemm_' + labels[1])} of their kernels' time "
+            f"`memory_strided` and `memory_reduction` tables they take {span(ship)}, and {span(cal)} with the calibrated `{labels[0]}` (which "
+            f"has neither table). GEMM and attention take {span('gemm_' + labels[1])} of their kernels' time "
             f"with the shipped preset, {span('gemm_' + labels[0])} with the calibrated one, whose step-time accuracy "
             "rested on that pessimism offsetting the memory-bound shortfall. The shortfall was the harness's code "
             "(docs/compute.md: 7.3 of the 8.6 ms on L8-h4096-s4096, the run whose kernels were listed one by one): "

@@ -33,11 +33,12 @@ HOST_BOUND = 1.5  # a queued call above 1.5x the kernel's small-input plateau is
 KNOTS = tuple(10.0 ** (4 + k / 2) for k in range(15))  # 1e4 .. 1e11 bytes moved per kernel
 
 
-def gpu_bound_points():
-    """DataFrame of the queued calls whose time is the GPU's (module docstring): kernel, bytes_moved, queued_s."""
+def gpu_bound_points(data: Path = DATA):
+    """DataFrame of the queued calls whose time is the GPU's (module docstring): kernel, bytes_moved, queued_s
+    (`data`: the lease's folder)."""
     import pandas as pd
 
-    q = pd.read_csv(DATA / "memory_queued.csv").drop_duplicates(["kernel", "size_bytes"])
+    q = pd.read_csv(data / "memory_queued.csv").drop_duplicates(["kernel", "size_bytes"])
     plateau = q[q["size_bytes"] <= 2**20].groupby("kernel")["queued_s"].min()
     return q[q["queued_s"] > HOST_BOUND * q["kernel"].map(plateau)].reset_index(drop=True)
 

@@ -152,15 +152,15 @@ def _gemm_times(ops, training: Training, hardware, roofline: bool) -> np.ndarray
 
 
 def _memory_times(ops, hardware) -> np.ndarray:
-    """Memory-bound ops as a `_table`: bytes / (HBM bytes/s · η_memory(bytes per kernel)), η_memory_strided for the
-    ops on strided or broadcast operands (memory_ops._memory_time); no FLOPs."""
+    """Memory-bound ops as a `_table`: bytes / (HBM bytes/s · η(bytes per kernel)), η from each op's kernel-class
+    table (memory_ops._memory_time); no FLOPs."""
     n = len(ops)
     by = _stack([o.forward_bytes for o in ops] + [o.backward_bytes for o in ops] + [o.weight_bytes for o in ops])
     k = [o.kernels for o in ops]
     kb = [o.kernels if o.backward_kernels is None else o.backward_kernels for o in ops]
     kernels = np.array(k + kb + k).reshape((3 * n,) + (1,) * (by.ndim - 1))
-    strided = np.array([o.strided for o in ops] * 3).reshape(kernels.shape)
-    t = _memory_time(by, kernels, hardware, strided)
+    tables = np.array([o.table for o in ops] * 3).reshape(kernels.shape)
+    t = _memory_time(by, kernels, hardware, tables)
     z = np.zeros_like(t[:n])
     return _table(t[:n], t[n:2 * n], t[2 * n:], z, z, z)
 

@@ -69,6 +69,7 @@ class Op:
     writes: tuple
     kernels: int = 1
     strided: bool = False
+    reduction: bool = False  # reduces along a dimension (norms, softmax, sums): the `memory_reduction` table
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +87,7 @@ class Block:
     ffn: bool = False
     core: bool = False
     boundary: bool = False
+    reduction: bool = False  # as one kernel (no ops), a row reduction (a fused norm or softmax)
 
 
 class Graph:
@@ -132,8 +134,9 @@ def norm_forward(g: Graph, impl: str, p: str, x: str, *, group: str = "norms", *
     (aten::_fused_rms_norm / native_layer_norm, rstd small). hf: `hf_rmsnorm_forward`."""
     y = g.like(f"{p}.y", x)
     g.inputs[p] = x
-    ops = hf_rmsnorm_forward(g, p, x, y) if impl == "hf" else ([Op("norm", (x,), (y,))] if impl == "torch" else [])
-    g.block("forward", p, group, (x,), (y,), ops, **flags)
+    ops = (hf_rmsnorm_forward(g, p, x, y) if impl == "hf" else
+           [Op("norm", (x,), (y,), reduction=True)] if impl == "torch" else [])
+    g.block("forward", p, group, (x,), (y,), ops, reduction=True, **flags)
     return y
 
 
@@ -147,10 +150,11 @@ def norm_backward(g: Graph, impl: str, p: str, dy: str, *, group: str = "norms",
         ops = hf_rmsnorm_backward(g, p, dy, x, dx)
     elif impl == "torch":
         dw = g.small(f"d.{p}.w")[0]
-        ops = [Op("norm_grad_input", (dy, x), (dx,)), Op("norm_grad_weight", (dy, x), (dw,))]
+        ops = [Op("norm_grad_input", (dy, x), (dx,), reduction=True),
+               Op("norm_grad_weight", (dy, x), (dw,), reduction=True)]
     else:
         ops = []
-    g.block("backward", p, group, (dy, x), (dx,), ops, **flags)
+    g.block("backward", p, group, (dy, x), (dx,), ops, reduction=True, **flags)
     return dx
 
 
@@ -169,7 +173,7 @@ def hf_rmsnorm_forward(g: Graph, p: str, x: str, y: str) -> list:
     sq, n32 = g.like(f"{p}.sq", x, FP32), g.like(f"{p}.n32", x, FP32)
     var, ve, r, w = g.small(f"{p}.var", f"{p}.ve", f"{p}.r", f"{p}.w")
     n, c2 = g.cast(n32, f"{p}.n", g.e)
-    return [*c1, Op("pow", (x32,), (sq,)), Op("mean", (sq,), (var,)), Op("add", (var,), (ve,)),
+    return [*c1, Op("pow", (x32,), (sq,)), Op("mean", (sq,), (var,), reduction=True), Op("add", (var,), (ve,)),
             Op("rsqrt", (ve,), (r,)), Op("mul", (x32, r), (n32,), strided=True), *c2,
             Op("mul", (w, n), (y,), strided=True)]
 
@@ -195,8 +199,9 @@ def hf_rmsnorm_backward(g: Graph, p: str, dy: str, x: str, dx: str) -> list:
     drt, d1, dsq, p1, p2, d2 = (g.like(f"d.{p}.{k}", x, FP32) for k in ("rt", "a", "sq", "p1", "p2", "b"))
     dx32 = g.like(f"d.{p}.x32", x, FP32) if g.e != FP32 else dx
     _, c2 = g.cast(dx32, dx, g.e) if g.e != FP32 else (dx, [])
-    return [Op("mul", (dy,), (dn,), strided=True), Op("mul", (dy, n), (dwt,)), Op("sum", (dwt,), (dw,)), *c1,
-            Op("mul", (dn32, x32), (drt,)), Op("mul", (dn32,), (d1,), strided=True), Op("sum", (drt,), (dr,)),
+    return [Op("mul", (dy,), (dn,), strided=True), Op("mul", (dy, n), (dwt,)), Op("sum", (dwt,), (dw,), reduction=True),
+            *c1, Op("mul", (dn32, x32), (drt,)), Op("mul", (dn32,), (d1,), strided=True),
+            Op("sum", (drt,), (dr,), reduction=True),
             Op("pow", (), (r3,)), Op("mul", (), (r3s,)), Op("mul", (), (dvar,)), Op("div", (), (dsq,), strided=True),
             Op("pow", (x32,), (p1,)), Op("mul", (p1,), (p2,)), Op("mul", (dsq, p2), (d2,)),
             Op("add", (d1, d2), (dx32,)), *c2]
@@ -295,15 +300,17 @@ def softmax_forward(g: Graph, impl: str, S: str, mask_elems) -> str:
     P = g.like("sm.P", S)
     if impl == "eager":
         s1, s2 = g.like("sm.s1", S), g.like("sm.s2", S)
-        ops = [Op("div", (S,), (s1,)), Op("masked_fill", (s1,), (s2,), strided=True), Op("_softmax", (s2,), (P,))]
+        ops = [Op("div", (S,), (s1,)), Op("masked_fill", (s1,), (s2,), strided=True),
+               Op("_softmax", (s2,), (P,), reduction=True)]
     elif impl == "hf":
         s1, s2, m = g.like("sm.s1", S), g.like("sm.s2", S), g.t("sm.mask", mask_elems)
         p32 = g.like("sm.P32", S, FP32) if g.e != FP32 else P
         _, c = g.cast(p32, P, g.e) if g.e != FP32 else (P, [])
-        ops = [Op("mul", (S,), (s1,)), Op("add", (s1, m), (s2,), strided=True), Op("_softmax", (s2,), (p32,)), *c]
+        ops = [Op("mul", (S,), (s1,)), Op("add", (s1, m), (s2,), strided=True),
+               Op("_softmax", (s2,), (p32,), reduction=True), *c]
     else:
         ops = []
-    g.block("forward", "softmax", "softmax", (S,), (P,), ops, core=True)
+    g.block("forward", "softmax", "softmax", (S,), (P,), ops, core=True, reduction=True)
     return P
 
 
@@ -315,16 +322,16 @@ def softmax_backward(g: Graph, impl: str, dP: str) -> str:
     P = "sm.P"
     if impl == "eager":
         a, b = g.like("d.sm.s2", dP), g.like("d.sm.s1", dP)
-        ops = [Op("_softmax_backward_data", (dP, P), (a,)), Op("masked_fill", (a,), (b,), strided=True),
+        ops = [Op("_softmax_backward_data", (dP, P), (a,), reduction=True), Op("masked_fill", (a,), (b,), strided=True),
                Op("div", (b,), (dS,))]
     elif impl == "hf":
         d32, c = g.cast(dP, "d.sm.P32", FP32)
         a = g.like("d.sm.s2", dP)
-        ops = [*c, Op("_softmax_backward_data", (d32, "sm.P32" if "sm.P32" in g.size else P), (a,)),
+        ops = [*c, Op("_softmax_backward_data", (d32, "sm.P32" if "sm.P32" in g.size else P), (a,), reduction=True),
                Op("mul", (a,), (dS,))]
     else:
         ops = []
-    g.block("backward", "softmax", "softmax", (dP, P), (dS,), ops, core=True)
+    g.block("backward", "softmax", "softmax", (dP, P), (dS,), ops, core=True, reduction=True)
     return dS
 
 

@@ -34,16 +34,28 @@ from .elementwise_ops import Graph, Lin, norm_backward, norm_forward
 __all__ = ["MemoryOp", "memory_ops", "memory_op_rows", "layer_memory_rows", "norm_ops", "fp8_cast_op"]
 
 
-def _memory_time(bytes_, kernels, hardware, strided=False):
-    """bytes / (HBM bytes/s · η(bytes per kernel)); 0 for 0 bytes. η is the profile's `memory` table, or for
-    elementwise kernels on strided or broadcast operands (`strided`, a bool or an array broadcast against the bytes:
-    torch's generic elementwise loop, elementwise_ops.Op.strided) its `memory_strided` table where it has one (a
-    profile without it times them as any memory-bound kernel: not measured there)."""
+KERNEL_TABLES = ("memory", "memory_strided", "memory_reduction")  # a memory-bound kernel's class -> its table
+
+
+def kernel_table(unit) -> str:
+    """The efficiency table of one kernel (an elementwise_ops Op, or a Block run as one kernel): a row reduction
+    (norms, softmax, sums: `reduction`) `memory_reduction`; an elementwise op on a strided or broadcast operand
+    (torch's generic loop, `strided`) `memory_strided`; else `memory`."""
+    if getattr(unit, "reduction", False):
+        return "memory_reduction"
+    return "memory_strided" if getattr(unit, "strided", False) else "memory"
+
+
+def _memory_time(bytes_, kernels, hardware, table="memory"):
+    """bytes / (HBM bytes/s · η(bytes per kernel)); 0 for 0 bytes. η is the profile's table of the kernels' class
+    (`table`: one of KERNEL_TABLES, or an array of them broadcast against the bytes; `kernel_table`) where the
+    profile has it, else its `memory` table (a class not measured there is timed as any memory-bound kernel)."""
     bytes_ = np.asarray(bytes_, dtype=float)
     per_kernel = np.maximum(bytes_ / kernels, 1.0)
     eff = hardware.interp_efficiency("memory", per_kernel)
-    if np.any(strided) and hardware.has_efficiency("memory_strided"):
-        eff = np.where(strided, hardware.interp_efficiency("memory_strided", per_kernel), eff)
+    for name in KERNEL_TABLES[1:]:
+        if np.any(np.asarray(table) == name) and hardware.has_efficiency(name):
+            eff = np.where(np.asarray(table) == name, hardware.interp_efficiency(name, per_kernel), eff)
     return bytes_ / (hardware.hbm_bytes_per_s * eff)
 
 
@@ -64,7 +76,7 @@ class MemoryOp:
     backward_kernels: float | None = None
     core_attention: bool = False
     ffn: bool = False  # part of the FFN (dense or MoE), not of the attention block
-    strided: bool = False  # torch's generic elementwise loop (elementwise_ops.Op.strided): `memory_strided` table
+    table: str = "memory"  # the kernels' efficiency table (`kernel_table`: memory, memory_strided, memory_reduction)
 
 
 def memory_ops(model: ModelSpec, training: Training, *, moe: bool = False, tp=1, cp=1, ep=1, micro_batch_size=1,
@@ -117,9 +129,10 @@ def _compiled_rows(g: Graph) -> list[dict]:
 
 def memory_op_rows(g: Graph, compiled: bool) -> list[dict]:
     """The graph's elementwise work as `MemoryOp` fields (bytes as `Lin`), by the one rule of elementwise.py
-    (`region_bytes`): one row per group of blocks (eager settings: each aten op a kernel, the ops on strided or
-    broadcast operands in a row of their own, "<group> (strided)"; fused: each block a kernel), or one per
-    torch.compile region (Inductor's kernels index any layout: no strided rows)."""
+    (`region_bytes`): one row per group of blocks and kernel class (eager settings: each aten op a kernel; fused:
+    each block a kernel; the ops on strided or broadcast operands and the reductions in rows of their own,
+    "<group> (strided)", "<group> (reduction)": `kernel_table`), or one per torch.compile region (Inductor's
+    kernels: timed with the `memory` table)."""
     if compiled:
         return _compiled_rows(g)
     rows: dict = {}
@@ -128,10 +141,10 @@ def memory_op_rows(g: Graph, compiled: bool) -> list[dict]:
             continue
         fwd = b.phase == "forward"
         for u in block_kernels(b):
-            strided = bool(getattr(u, "strided", False))
-            name = f"{b.group} (strided)" if strided else b.group
+            table = kernel_table(u)
+            name = b.group if table == "memory" else f"{b.group} ({table.removeprefix('memory_')})"
             row = rows.setdefault(name, dict(name=name, forward_bytes=Lin(), backward_bytes=Lin(), kernels=0.0,
-                                             backward_kernels=0.0, ffn=b.ffn, core_attention=b.core, strided=strided))
+                                             backward_kernels=0.0, ffn=b.ffn, core_attention=b.core, table=table))
             row["forward_bytes" if fwd else "backward_bytes"] += region_bytes(g, (u,))
             row["kernels" if fwd else "backward_kernels"] += float(_counted(g, u))
     for row in rows.values():
@@ -167,18 +180,18 @@ def _norm_rows(impl: str, e: float) -> tuple:
 
 def norm_ops(name: str, training, elems, norm: str = "rmsnorm") -> tuple:
     """One norm over `elems` elements under the training's stack as MemoryOps named `name` (the final and the
-    embedding norm; the layers' norms are blocks of `layer_graph`): its ops' bytes and kernels, those on
-    broadcast operands apart (`strided`)."""
+    embedding norm; the layers' norms are blocks of `layer_graph`): its ops' bytes and kernels by kernel class
+    (`kernel_table`)."""
     impl = SETTINGS[training.stack.elementwise]["norm"]
     if training.stack.compiled:
         impl = "te"  # one region: reads x, writes y (backward: reads dy and x, writes dx)
     elif impl == "hf" and norm != "rmsnorm":
         impl = "torch"
     sizes = {"x": elems}
-    return tuple(MemoryOp(name=name + (" (strided)" if r["strided"] else ""),
-                          forward_bytes=r["forward_bytes"].value(sizes),
+    return tuple(MemoryOp(name=name + r["name"].removeprefix("norms"), forward_bytes=r["forward_bytes"].value(sizes),
                           backward_bytes=r["backward_bytes"].value(sizes), kernels=r["kernels"],
-                          backward_kernels=r["backward_kernels"], strided=r["strided"])
+                          backward_kernels=r["backward_kernels"],
+                          table="memory" if training.stack.compiled else r["table"])  # (as compiled regions)
                  for r in _norm_rows(impl, float(training.activation_bytes)))
 
 
@@ -210,6 +223,8 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
       the fp32 logit gradient (4 + 4 + 4), the cast back reads it and writes e: (20 + e)·X.
     - fused, xentropy (one CUDA kernel each way, fp32 math in registers): fwd one read e·X, bwd read
       logits + write gradient 2e·X.
+    The softmax passes (the fused kernels; log_softmax's 8·X forward and, in torch-fp32, its 12·X backward) are row
+    reductions, "loss (reduction)" (`kernel_table`); the casts and the fill stream, "loss".
     """
     e = float(training.activation_bytes)
     tp, cp, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
@@ -217,13 +232,16 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
     T_sp = T / tp if sequence_parallel else T
     X = T * model.vocab_size / F._f(training.stack.loss_shards(tp))
     if training.cross_entropy in ("fused", "xentropy"):
-        lf, lb = e * X, 2 * e * X
-    elif training.cross_entropy == "torch-fp32":
-        lf, lb = (e + 12.0) * X, (20.0 + e) * X
+        loss = (MemoryOp(name="loss (reduction)", forward_bytes=e * X, backward_bytes=2 * e * X,
+                         table="memory_reduction"),)
     else:
-        lf, lb = (e + 12.0) * X, (4.0 + e) * X
-    return (*norm_ops("final_norm", training, T_sp * model.hidden_size, model.norm),
-            MemoryOp(name="loss", forward_bytes=lf, backward_bytes=lb, kernels=2.0))
+        torch_fp32 = training.cross_entropy == "torch-fp32"
+        stream_b = (8.0 if torch_fp32 else 4.0) + e  # the fill (torch-fp32) and the cast back
+        loss = (MemoryOp(name="loss", forward_bytes=(e + 4.0) * X, backward_bytes=stream_b * X,
+                         backward_kernels=2.0 if torch_fp32 else 1.0),
+                MemoryOp(name="loss (reduction)", forward_bytes=8.0 * X,
+                         backward_bytes=(12.0 if torch_fp32 else 0.0) * X, table="memory_reduction"))
+    return (*norm_ops("final_norm", training, T_sp * model.hidden_size, model.norm), *loss)
 
 
 def fp8_cast_op(gemm, training: Training) -> MemoryOp:
