@@ -24,7 +24,9 @@ def test_the_fit_holds_on_what_it_never_saw():
     assert len(second) >= 5 and second["error"].abs().max() < 0.12  # the other machine's RMSNorm: -8 .. +11 %
     trace = c[c["what"].str.startswith("trace")]
     calls = {k: n for k, (n, _) in R.trace_kernels().items()}
-    per_step = lambda col: sum(calls[w.removeprefix("trace: ")] * s for w, s in zip(trace["what"], trace[col]))  # noqa: E731
+
+    def per_step(col):
+        return sum(calls[w.removeprefix("trace: ")] * s for w, s in zip(trace["what"], trace[col]))
     # the five norm and softmax kernel families of the step, summed: within 5 % (each within 30 %), where the pooled
     # streaming table gives them 24 % too little time
     assert per_step("fit_s") == pytest.approx(per_step("measured_s"), rel=0.05)

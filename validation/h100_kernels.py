@@ -111,11 +111,12 @@ def category_finding(cdf, labels) -> str:
         return f"{cdf[c].min():.2f} to {cdf[c].max():.2f} (median {cdf[c].median():.2f})"
 
     cal, ship, titan = ("memory_" + lb for lb in labels)
-    return (f"10. **Non-GEMM kernels: the harness's own op list, the strided-operand and the row-reduction rates.** Over the {len(cdf)} "
-            f"profiled runs of both grids, parasim's memory-bound ops (the op list and the gradient accumulation) "
+    return ("10. **Non-GEMM kernels: the harness's own op list, the strided-operand and the row-reduction rates.** "
+            f"Over the {len(cdf)} profiled runs of both grids, parasim's memory-bound ops (the op list and the gradient accumulation) "
             f"took {span(titan)} of the measured non-GEMM kernel time with the shipped `dgx-h100` and torchtitan's op "
             f"list, which the harness was predicted with before; with the harness's own op list (packed) and the "
-            f"`memory_strided` and `memory_reduction` tables they take {span(ship)}, and {span(cal)} with the calibrated `{labels[0]}` (which "
+            f"`memory_strided` and `memory_reduction` tables they take {span(ship)}, and {span(cal)} with the "
+            f"calibrated `{labels[0]}` (which "
             f"has neither table). GEMM and attention take {span('gemm_' + labels[1])} of their kernels' time "
             f"with the shipped preset, {span('gemm_' + labels[0])} with the calibrated one, whose step-time accuracy "
             "rested on that pessimism offsetting the memory-bound shortfall. The shortfall was the harness's code "

@@ -93,7 +93,8 @@ def checks():
 def source() -> str:
     t0, b = fit()
     n = len(rms_points())
-    return (f"measured: the lent H100 80GB HBM3 SXM (2026-11-27; validation/h100_owed/memory_queued.csv, README there): "
+    return ("measured: the lent H100 80GB HBM3 SXM (2026-11-27; validation/h100_owed/memory_queued.csv, README "
+            "there): "
             f"torch's RMSNorm (F.rms_norm, bf16), the {n} calls queued back to back that are slower than the host "
             f"issues them, fitted as t = t0 + bytes/B with the memory table's t0 = {t0 * 1e6:.2f} us: B = "
             f"{b / 1e12:.2f} TB/s; efficiency = bytes / (t x 3.35 TB/s) at two knots per decade; "
