@@ -13,9 +13,9 @@ import gpu_layers_report as R  # noqa: E402
 
 def test_eager_forward_backward_is_the_kernels_on_gpu_bound_runs():
     """Where the GPU, not the host, sets the pace (hidden 4096), parasim's eager forward + backward on the shipped
-    dgx-h100, with the harness's own op list (packed) and the strided-operand table, is within 7 % of the layers'
-    kernel time read from the second lease's trace (+2.1 % at seq 2048, -5.9 % at 8192); with torchtitan's op list
-    it is -5.1 % and -12.1 %. The stage never zeroes the gradients, so every backward adds into them
+    dgx-h100, with the harness's own op list (packed) and the strided-operand and row-reduction tables, is within 7 %
+    of the layers' kernel time read from the second lease's trace (+2.6 % at seq 2048, -5.4 % at 8192); with
+    torchtitan's op list it is -4.5 % and -11.6 %. The stage never zeroes the gradients, so every backward adds into them
     (cost/gradients.py). The first lease's kernel sums (`prof.events()`) missed the strided elementwise kernels."""
     rows = [r for r in R._read("layers.csv", R.DATA2) if r["mode"] == "eager" and r["run_id"].startswith("L4-h4096")]
     assert len(rows) == 2

@@ -275,7 +275,8 @@ def _gap_finding() -> list[str]:
             f"Read from the trace, the eager layers queue {ms(gap_e)} ms beyond their kernels.",
             f"- **parasim's eager forward + backward against these kernels: {pct(kern)}** with the harness's own op "
             f"list (packed: one gate/up GEMM whose halves silu and the product read as strided views, rotate_half "
-            f"RoPE on views of one QKV GEMM) and the strided-operand table ({pct(titan)} with torchtitan's op list; "
+            f"RoPE on views of one QKV GEMM) and the strided-operand and row-reduction tables ({pct(titan)} with "
+            f"torchtitan's op list; "
             "docs/compute.md, docs/validation-h100.md finding 10). parasim "
             f"credits compilation with {pct(comp)} of forward + backward time (fused elementwise kernels); the "
             f"measured kernel time changed by {pct(meas)} ({', '.join(r.split('-')[5] for r in both)}: the "

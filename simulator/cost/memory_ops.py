@@ -130,9 +130,9 @@ def _compiled_rows(g: Graph) -> list[dict]:
 def memory_op_rows(g: Graph, compiled: bool) -> list[dict]:
     """The graph's elementwise work as `MemoryOp` fields (bytes as `Lin`), by the one rule of elementwise.py
     (`region_bytes`): one row per group of blocks and kernel class (eager settings: each aten op a kernel; fused:
-    each block a kernel; the ops on strided or broadcast operands and the reductions in rows of their own,
-    "<group> (strided)", "<group> (reduction)": `kernel_table`), or one per torch.compile region (Inductor's
-    kernels: timed with the `memory` table)."""
+    each block a kernel; where a group's kernels are of several classes (`kernel_table`), the strided ones and the
+    reductions in rows of their own, "<group> (strided)", "<group> (reduction)"), or one per torch.compile region
+    (Inductor's kernels: timed with the `memory` table)."""
     if compiled:
         return _compiled_rows(g)
     rows: dict = {}
@@ -142,14 +142,19 @@ def memory_op_rows(g: Graph, compiled: bool) -> list[dict]:
         fwd = b.phase == "forward"
         for u in block_kernels(b):
             table = kernel_table(u)
-            name = b.group if table == "memory" else f"{b.group} ({table.removeprefix('memory_')})"
-            row = rows.setdefault(name, dict(name=name, forward_bytes=Lin(), backward_bytes=Lin(), kernels=0.0,
-                                             backward_kernels=0.0, ffn=b.ffn, core_attention=b.core, table=table))
+            row = rows.setdefault((b.group, table), dict(name=b.group, forward_bytes=Lin(), backward_bytes=Lin(),
+                                                         kernels=0.0, backward_kernels=0.0, ffn=b.ffn,
+                                                         core_attention=b.core, table=table))
             row["forward_bytes" if fwd else "backward_bytes"] += region_bytes(g, (u,))
             row["kernels" if fwd else "backward_kernels"] += float(_counted(g, u))
-    for row in rows.values():
+    classes: dict = {}
+    for group, table in rows:
+        classes[group] = classes.get(group, 0) + 1
+    for (group, table), row in rows.items():
         row["kernels"] = max(row["kernels"], 1.0)
         row["backward_kernels"] = max(row["backward_kernels"], 1.0)
+        if classes[group] > 1 and table != "memory":
+            row["name"] = f"{group} ({table.removeprefix('memory_')})"
     return list(rows.values())
 
 
