@@ -158,8 +158,8 @@ def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
     backward (the stack's kernel at the model's QK head dim: `table` says which tables and how they were
     combined, `source` is the head-dim table's; without FlashAttention the `attention_unfused` tables,
     cost/attention.py unfused_core_times, or the GEMM table where the profile has none), memory-bound
-    kernels, those on strided or broadcast operands where the stack's op list has some and the profile a table
-    for them, the optimizer step."""
+    kernels, and those of the other kernel classes the layer's op list uses (strided or broadcast operands, row
+    reductions: memory_ops.kernel_table) where the profile has their tables, the optimizer step."""
     if hardware is None or not hasattr(hardware, "efficiency"):
         return {}
     from .cost.attention import attention_table_names, attention_tables

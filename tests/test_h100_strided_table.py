@@ -27,14 +27,31 @@ def test_each_family_is_the_trace_and_near_the_fit():
     assert S.residuals()["error"].abs().max() < 0.20
 
 
-def test_a_strided_kernel_takes_longer_than_a_contiguous_one():
+def test_a_strided_kernel_takes_its_measured_time_and_a_contiguous_one_does_not():
+    # the profiled step's vectorised mul of two contiguous [4096, 14336] bf16 tensors (352 MB, 8 calls: 0.931 ms;
+    # no table saw it: the memory table is fitted to queued microbenchmarks) and its silu_backward over the strided
+    # gate half (352 MB, 8 calls: 1.662 ms; one of the six families the strided table's median rate comes from),
+    # per call, read from the trace
+    import pandas as pd
+
     from simulator.cost.memory_ops import _memory_time
     from simulator.spec.hardware import load_hardware
 
+    k = pd.read_csv(S.KERNELS)
+    k = k[k["activities"] == "cpu+cuda"]
+
+    def per_call(needle):
+        hit = k[k["kernel"].str.contains(needle, regex=False)]
+        return float(hit["trace_s"].sum() / hit["calls_per_step"].sum())
+
+    contiguous = per_call("vectorized_elementwise_kernel<8, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, "
+                          "c10::BFloat16, at::native::binary_internal::MulFunctor")
+    strided = per_call("silu_backward_kernel")
     h100, a100 = load_hardware("dgx-h100"), load_hardware("dgx-a100-80g")
-    by = np.array([3.5e8])
-    ratio = float(_memory_time(by, 1.0, h100, "memory_strided")[0] / _memory_time(by, 1.0, h100)[0])
-    assert ratio == pytest.approx(2.85 / 1.64, rel=0.03)  # the two fitted stream rates at 350 MB
+    by = np.array([3 * 2 * 4096 * 14336.0])
+    assert float(_memory_time(by, 1.0, h100)[0]) == pytest.approx(contiguous, rel=0.10)
+    assert float(_memory_time(by, 1.0, h100, "memory_strided")[0]) == pytest.approx(strided, rel=0.10)
+    assert float(_memory_time(by, 1.0, h100)[0]) < 0.65 * strided  # the memory table alone misses it
     # a profile without the table times them as any memory-bound kernel (not measured there)
     assert _memory_time(by, 1.0, a100, "memory_strided")[0] == _memory_time(by, 1.0, a100)[0]
 

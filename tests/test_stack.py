@@ -223,6 +223,10 @@ def test_cli_stack_flag_scenario_section_and_compile(tmp_path, capsys):
     sc.write_text(sc.read_text().replace('optimiser = "foreach"', 'grad_buffer = "sometimes"'))
     code, out, err = _cli(["estimate", str(sc)], capsys)
     assert code == 2 and err.strip().count("\n") == 0 and "grad_buffer" in err and "sometimes" in err
+    sc.write_text(sc.read_text().replace('grad_buffer = "sometimes"', 'elementwise = "pakced"'))
+    code, out, err = _cli(["estimate", str(sc)], capsys)
+    assert code == 2 and err.strip().count("\n") == 0 and "elementwise" in err and "pakced" in err
+    sc.write_text(sc.read_text().replace('elementwise = "pakced"', 'grad_buffer = "sometimes"'))
     for bad, needle in (('decode_host_us_per_kernel = "fast"', "'fast'"), ("decode_host_us_per_kernel = -3", "-3")):
         text = re.sub(r"decode_host_us_per_kernel = [^\n]*", bad, sc.read_text())
         sc.write_text(text.replace("sometimes", "persistent"))

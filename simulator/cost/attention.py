@@ -192,19 +192,19 @@ def unfused_core_times(gemm_s, forward_flops, scores, head_dim, keys, e: float, 
     memory-bound: the backward moves 14 bytes per score where the forward moves 8; on the H100, where both
     are published, the measured split is 1 : 1.87 at 2k tokens, the modelled 1 : 1.75). The softmax
     kernel stays an op of the stack's list (elementwise.py: fused, eager or hf, with its dropout), so its
-    plain pass (read e + write e per score forward; read 2e + write e backward, timed as the row reduction it
-    is: memory_ops.kernel_table of the op list's softmax) is taken out, and the rest is split over the two GEMMs as their modelled times
-    `gemm_s` (rows QKᵀ, A·V; backward modelled as twice the forward) split it:
+    plain pass (read e + write e per score forward; read 2e + write e backward, timed with the table of the
+    op list's softmax kernel: memory_ops.softmax_table) is taken out, and the rest is split over the two GEMMs
+    as their modelled times `gemm_s` (rows QKᵀ, A·V; backward modelled as twice the forward) split it:
 
         GEMMs_fwd = max(T_fwd − t_softmax_fwd, 0),  GEMMs_bwd = max(T_bwd − t_softmax_bwd, 0)
 
     F = `forward_flops` summed over the two GEMMs (4·b·heads·s_q·s_k·d), `scores` = b·heads·s_q·s_k."""
     if not hardware.has_efficiency("attention_unfused"):
         return None
-    from .memory_ops import _memory_time
+    from .memory_ops import _memory_time, softmax_table
 
     f = np.sum(forward_flops, axis=0)
-    sm = "memory_reduction"  # the op list's softmax is a row reduction (elementwise_ops softmax_forward)
+    sm = softmax_table()
     sm_f, sm_b = _memory_time(2.0 * e * scores, 1.0, hardware, sm), _memory_time(3.0 * e * scores, 1.0, hardware, sm)
     eff_f = _at(hardware, head_dim_tables(hardware, "attention_unfused"), head_dim, keys)
     if hardware.has_efficiency("attention_bwd_unfused"):

@@ -298,7 +298,7 @@ def _ffn_backward(g, m, s, d, df, moe) -> str:
     if moe:
         g.boundary("backward", "experts_up", dins, (g.like("d.moe.perm", "moe.perm"),))
         return moe_backward(g, "d.moe.perm")
-    return _input_grad(g, s, d, "mlp_up", dins, 2 if (s["adds"] and glu and len(dins) == 2) else 1)
+    return _input_grad(g, s, d, "mlp_up", dins, len(dins) if s["adds"] else 1)  # a GEMM per input gradient
 
 
 # ---- bytes -------------------------------------------------------------------------------------------

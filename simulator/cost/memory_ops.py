@@ -20,6 +20,7 @@ last stage).
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -29,7 +30,7 @@ from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
 from .elementwise import SETTINGS, block_kernels, cached_graph, compiled_regions, layer_sizes, region_bytes
-from .elementwise_ops import Graph, Lin, norm_backward, norm_forward
+from .elementwise_ops import Graph, Lin, norm_backward, norm_forward, softmax_forward
 
 __all__ = ["MemoryOp", "memory_ops", "memory_op_rows", "layer_memory_rows", "norm_ops", "fp8_cast_op"]
 
@@ -44,6 +45,15 @@ def kernel_table(unit) -> str:
     if getattr(unit, "reduction", False):
         return "memory_reduction"
     return "memory_strided" if getattr(unit, "strided", False) else "memory"
+
+
+@lru_cache(maxsize=1)
+def softmax_table() -> str:
+    """The table of the softmax over the scores as one kernel (elementwise_ops.softmax_forward, fused): what
+    cost/attention.py takes out of the measured unfused attention."""
+    g = Graph(2.0)
+    softmax_forward(g, "fused", g.t("S", Lin(S=1.0)), Lin())
+    return kernel_table(g.blocks[-1])
 
 
 def _memory_time(bytes_, kernels, hardware, table="memory"):
@@ -147,9 +157,7 @@ def memory_op_rows(g: Graph, compiled: bool) -> list[dict]:
                                                          core_attention=b.core, table=table))
             row["forward_bytes" if fwd else "backward_bytes"] += region_bytes(g, (u,))
             row["kernels" if fwd else "backward_kernels"] += float(_counted(g, u))
-    classes: dict = {}
-    for group, table in rows:
-        classes[group] = classes.get(group, 0) + 1
+    classes = Counter(group for group, _ in rows)
     for (group, table), row in rows.items():
         row["kernels"] = max(row["kernels"], 1.0)
         row["backward_kernels"] = max(row["backward_kernels"], 1.0)
