@@ -19,6 +19,7 @@ from .elementwise_ops import FP32, Graph, Op
 # added differs, and with it which add has a strided operand (the ops and bytes are the same).
 ROTATE_HALF = ("rotate_half", "rotate_half_sliced")
 
+
 def rope_forward(g: Graph, impl: str, p: str, q: str, table: str | None, *, group: str = "rope") -> str:
     """RoPE on one tensor q (n elements; `table`: the rotation table of the layer's tokens, T·d elements).
 
