@@ -49,16 +49,17 @@ def test_without_the_tables_the_core_is_the_batched_gemm_model():
 
     hw = load_hardware("dgx-a100-80g")
     bare = replace(hw, efficiency={k: v for k, v in hw.efficiency.items() if "unfused" not in k})
-    # the GEMM + memory model alone is about twice as fast as the measured standard attention (0.45-0.62)
+    # the GEMM + memory model alone is faster than the measured standard attention: 0.57-0.79 of it at 512-8192
+    # tokens with the A100's memory-bound tables (validation/published_memory_tables.py), 0.45-0.62 before them
     ratio = _core_s(bare, 16, 32, 1024, 64) / _core_s(hw, 16, 32, 1024, 64)
-    assert 0.45 <= ratio <= 0.65
+    assert 0.55 <= ratio <= 0.80
 
 
 @pytest.mark.parametrize("name,h,a,L,pp,b,measured", ZB_TABLE_9)
 def test_zero_bubble_stage_times_without_flash_attention(name, h, a, L, pp, b, measured):
     """Qi et al. 2024 Table 9 (profiled per-microbatch F, B, W on A100, Megatron GPT, fp16, dropout 0.1; the
     paper-era example script runs no --use-flash-attn: materialised attention). With the standard-attention
-    tables B is within 10 % and F within 20 % (F 0.81-0.84, B 0.91-1.02, W 0.88-0.93 of the measurement);
+    tables B is within 10 % and F within 20 % (F 0.83-0.85, B 0.93-1.05, W 0.88-0.93 of the measurement);
     before them F was 0.72-0.77 and B 0.82-0.84 (docs/compute.md)."""
     hw = load_hardware("dgx-a100-80g")
     m = ModelSpec(hidden_size=h, num_layers=L, num_heads=a, ffn_hidden_size=4 * h, vocab_size=32000, mlp="gelu",

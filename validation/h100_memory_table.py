@@ -53,10 +53,22 @@ def fit() -> tuple[float, float]:
     return float(t0), float(1.0 / inv_b)
 
 
+def rate_with_t0(x, t, t0: float) -> float:
+    """B bytes/s of t = t0 + x/B with t0 given, least squares on relative error ((t0 + x/B) / t = 1)."""
+    import numpy as np
+
+    a, b = x / t, 1.0 - t0 / t  # a · (1/B) = b
+    return float(1.0 / (np.dot(a, b) / np.dot(a, a)))
+
+
+def efficiencies(t0: float, b: float, hbm_bytes_per_s: float = HBM_BYTES_PER_S):
+    """(knots, efficiencies) of a table t(x) = t0 + x/B: efficiency(x) = x / (t(x) · HBM bytes/s), 4 decimals."""
+    return KNOTS, tuple(round(x / ((t0 + x / b) * hbm_bytes_per_s), 4) for x in KNOTS)
+
+
 def table() -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(knots, efficiencies) of [efficiency.memory]."""
-    t0, b = fit()
-    return KNOTS, tuple(round(x / ((t0 + x / b) * HBM_BYTES_PER_S), 4) for x in KNOTS)
+    return efficiencies(*fit())
 
 
 def source() -> str:
@@ -89,13 +101,13 @@ def residuals():
     return g.assign(fit_s=t0 + g["bytes_moved"] / b, error=(t0 + g["bytes_moved"] / b) / g["queued_s"] - 1.0)
 
 
-def presets_differing(table_name: str, x, e, src: str) -> list[str]:
-    """The H100 presets whose [efficiency.<table_name>] is not (x, e, src) (knots to 1e-5, efficiencies to 4
-    decimals, the source verbatim): the `--check` of this script and of h100_strided_table.py."""
+def presets_differing(table_name: str, x, e, src: str, presets=PRESETS) -> list[str]:
+    """The presets (default: the H100's) whose [efficiency.<table_name>] is not (x, e, src) (knots to 1e-5,
+    efficiencies to 4 decimals, the source verbatim): the `--check` of the table scripts."""
     import tomllib
 
     bad = []
-    for name in PRESETS:
+    for name in presets:
         d = tomllib.loads((ROOT / "hardware_profiles" / f"{name}.toml").read_text())["efficiency"].get(table_name)
         if (d is None or len(d["x"]) != len(x) or any(abs(a / b - 1.0) > 1e-5 for a, b in zip(d["x"], x))
                 or tuple(round(v, 4) for v in d["efficiency"]) != tuple(e) or d["source"] != src):

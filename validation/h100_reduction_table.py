@@ -39,23 +39,18 @@ def rms_points(lease: str = "h100_owed"):
 
 def fit() -> tuple[float, float]:
     """(t0 seconds, B bytes/s): the memory table's t0 and B fitted to the first lease's RMSNorm calls."""
-    import numpy as np
-
-    from h100_memory_table import fit as memory_fit
+    from h100_memory_table import fit as memory_fit, rate_with_t0
 
     t0, _ = memory_fit()
     p = rms_points()
-    x, t = p["bytes_moved"].to_numpy(float), p["queued_s"].to_numpy(float)
-    a, b = x / t, 1.0 - t0 / t  # (t0 + x/B)/t = 1  <=>  a · (1/B) = b
-    return t0, float(1.0 / (np.dot(a, b) / np.dot(a, a)))
+    return t0, rate_with_t0(p["bytes_moved"].to_numpy(float), p["queued_s"].to_numpy(float), t0)
 
 
 def table() -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(knots, efficiencies) of [efficiency.memory_reduction]."""
-    from h100_memory_table import HBM_BYTES_PER_S, KNOTS
+    from h100_memory_table import efficiencies
 
-    t0, b = fit()
-    return KNOTS, tuple(round(x / ((t0 + x / b) * HBM_BYTES_PER_S), 4) for x in KNOTS)
+    return efficiencies(*fit())
 
 
 def trace_kernels() -> dict:

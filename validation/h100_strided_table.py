@@ -84,10 +84,9 @@ def fit() -> tuple[float, float]:
 
 def table() -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(knots, efficiencies) of [efficiency.memory_strided]."""
-    from h100_memory_table import HBM_BYTES_PER_S, KNOTS
+    from h100_memory_table import efficiencies
 
-    t0, b = fit()
-    return KNOTS, tuple(round(x / ((t0 + x / b) * HBM_BYTES_PER_S), 4) for x in KNOTS)
+    return efficiencies(*fit())
 
 
 def residuals():

@@ -1,0 +1,51 @@
+"""The A100 and H200 presets' memory-bound kernel tables (validation/published_memory_tables.py): a published
+microbenchmark (te42kyfo/gpu-benches) with the H100's kernel classes carried over, checked on what the fits never saw:
+the H200's per-kernel cost against the lent H100's (the same GH100 die), each small-kernel streaming rate against
+the same GPU's gpu-stream rate (another benchmark, 1 GiB arrays)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "validation"))
+
+import published_memory_tables as P  # noqa: E402
+
+
+def test_the_presets_carry_the_fitted_tables():
+    assert P.check() == []
+
+
+def test_the_fits_hold_on_what_they_never_saw():
+    c = P.checks().set_index("what")
+    t0 = c.loc[[w for w in c.index if w.startswith("H200 t0")]]
+    assert len(t0) == 1 and abs(t0["error"].iloc[0]) < 0.05  # 2.49 against 2.50 us
+    rates = c.loc[[w for w in c.index if "gpu-stream" in w]]
+    assert len(rates) == 2 and rates["error"].abs().max() < 0.10  # -0.5 % (A100 80GB), +6 % (H200)
+
+
+@pytest.mark.parametrize("preset", sorted(P.PRESETS))
+def test_a_kernel_pays_the_launch_floor_and_never_beats_the_measured_stream(preset):
+    # Calculon's old table gave a 100 KB kernel 0.30 of HBM peak (0.2 us on an A100); every GPU measured takes
+    # 2-3 us per queued kernel. Ten 1 GB kernels may not stream faster than the GPU's measured rate.
+    from simulator.cost.memory_ops import _memory_time
+    from simulator.spec.hardware import load_hardware
+
+    hw = load_hardware(preset)
+    gpu, card = P.PRESETS[preset]
+    measured = P.h100_rates()["stream"] if gpu == P.LENT else P.stream_rate(card or gpu)
+    for name in P.TABLES:
+        assert float(_memory_time(1e5, 1, hw, name)) > 2.0e-6
+        assert 1e10 / float(_memory_time(1e10, 10, hw, name)) < 1.01 * measured
+
+
+def test_the_h800_times_memory_bound_kernels_as_the_lent_h100_measured_them():
+    from simulator.cost.memory_ops import _memory_time
+    from simulator.spec.hardware import load_hardware
+
+    h800, h100 = load_hardware("dgx-h800"), load_hardware("dgx-h100")
+    x = np.logspace(4, 11, 29)
+    for name in P.TABLES:
+        assert np.allclose(_memory_time(x, 1, h800, name), _memory_time(x, 1, h100, name), rtol=1e-9)

@@ -1,0 +1,183 @@
+"""Memory-bound kernel tables for the A100, H200 and H800 presets, from a published microbenchmark and the H100's.
+
+    python validation/published_memory_tables.py           # the fits, their checks and the TOML sections
+    python validation/published_memory_tables.py --check   # exit 1 if a preset's tables differ from them
+
+No A100 or H200 was lent here. Their presets held Calculon's step table (0.30 of HBM peak below 1 MB ... 0.90 from
+100 MB), which has no per-kernel cost, so a 100 KB kernel took 0.2 µs where every measured GPU takes 2-3 µs, and no
+slower class for strided or reduction kernels. The data (validation/data/gpu_benches.csv, transcribed from
+te42kyfo/gpu-benches, the numbers each device's text file prints):
+
+- gpu-small-kernels: a streaming scale kernel A[i] = B[i]·c (fp64: 16 bytes moved per element) queued 2,000-30,000
+  calls back to back, the median time per call; the best of the thread-block sizes, as the source's plot takes it.
+- gpu-stream: the same kernel over 1 GiB arrays (the best of the occupancy scan), a second benchmark of the rate.
+
+Per GPU, one kernel's time has the H100 tables' form t(x) = t0 + x / B (validation/h100_memory_table.py):
+
+- t0: the median time per call of the queued kernels that move at most 256 KiB (a launch's fixed cost: the data
+  sit in L2 and take a small part of it);
+- the streaming rate B_stream: the median of x / (t − t0) over the queued kernels that move at least 4x the GPU's
+  L2, which must stream from HBM (smaller ones run partly from L2, faster than any training tensor);
+- each table (memory, memory_strided, memory_reduction) the H100's with the GPU's t0 and its rate scaled by the
+  streaming rates:  B_table(G) = B_table(H100) · B_stream(G) / B_stream(H100),  B_stream(H100) the lent H100's copy,
+  add and SiLU calls fitted with the memory table's t0. That carries the H100's kernel classes (torch's strided
+  kernels at 0.55 of its streaming rate, its norms at 0.72) to these GPUs: an assumption, stated in each source.
+
+The A100 40GB has no small-kernel file: its t0 is the A100 80GB's (the same GA100 die) and its streaming rate the
+80GB's scaled by the two cards' gpu-stream rates. The H800 (the same GH100 die and HBM3 as the H100 SXM) takes the
+lent H100's tables as they are. Checked on what the fits never saw (`checks`): the H200's t0
+against the lent H100's memory-table t0 (the same GH100 die), and each small-kernel streaming rate against the
+same GPU's gpu-stream rate.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "validation"))
+DATA = ROOT / "validation" / "data" / "gpu_benches.csv"
+FLOOR_MAX_BYTES = 256 * 1024
+L2_BYTES = {"A100-SXM4-80GB": 40e6, "H200": 50e6}  # NVIDIA A100 whitepaper: 40 MB; H100/H200 (GH100 SXM): 50 MB
+HBM_FACTOR = 4  # kernels moving >= 4x the L2 stream from HBM
+LENT = "the lent H100"  # its own tables (validation/h100_memory_table.py and the strided and reduction scripts)
+# preset -> (the GPU whose small kernels give t0 and B_stream, the gpu-stream card that scales B_stream or None)
+PRESETS = {"dgx-a100-80g": ("A100-SXM4-80GB", None), "jean-zay-a100": ("A100-SXM4-80GB", None),
+           "dgx-a100-40g": ("A100-SXM4-80GB", "A100-SXM4-40GB"), "dgx-h200": ("H200", None),
+           "h200-nvl": ("H200", None), "dgx-h800": (LENT, None)}
+TABLES = ("memory", "memory_strided", "memory_reduction")
+
+
+def data():
+    import pandas as pd
+
+    return pd.read_csv(DATA)
+
+
+def small_kernel_fit(gpu: str) -> tuple[float, float]:
+    """(t0 seconds, B_stream bytes/s) of `gpu`'s queued scale kernels (module docstring)."""
+    d = data()
+    d = d[(d["gpu"] == gpu) & (d["benchmark"] == "gpu-small-kernels")]
+    t = d["bytes_moved"] / (d["gb_per_s"] * 1e9)
+    t0 = float(t[d["bytes_moved"] <= FLOOR_MAX_BYTES].median())
+    hbm = d["bytes_moved"] >= HBM_FACTOR * L2_BYTES[gpu]
+    return t0, float((d["bytes_moved"][hbm] / (t[hbm] - t0)).median())
+
+
+def stream_rate(gpu: str, kernel: str = "scale") -> float:
+    """`gpu`'s gpu-stream rate of `kernel` over 1 GiB arrays, bytes/s."""
+    d = data()
+    return float(d[(d["gpu"] == gpu) & (d["benchmark"] == "gpu-stream") & (d["kernel"] == kernel)]["gb_per_s"].iloc[0]) * 1e9
+
+
+def h100_rates() -> dict:
+    """{table: B bytes/s} of dgx-h100's tables, with 'stream': the lent H100's copy, add and SiLU calls fitted with
+    the memory table's t0; and 't0'."""
+    import h100_memory_table as M
+    import h100_reduction_table as R
+    import h100_strided_table as S
+
+    t0, b = M.fit()
+    g = M.gpu_bound_points()
+    g = g[g["kernel"].isin(["copy", "add", "silu"])]
+    return {"t0": t0, "memory": b, "memory_strided": S.fit()[1], "memory_reduction": R.fit()[1],
+            "stream": M.rate_with_t0(g["bytes_moved"].to_numpy(float), g["queued_s"].to_numpy(float), t0)}
+
+
+def preset_fit(preset: str) -> dict:
+    """{'t0': seconds, table: B bytes/s for each of TABLES, 'stream': B_stream} of `preset`."""
+    gpu, card = PRESETS[preset]
+    h = h100_rates()
+    t0, stream = (h["t0"], h["stream"]) if gpu == LENT else small_kernel_fit(gpu)
+    if card is not None:
+        stream *= stream_rate(card) / stream_rate(gpu)
+    return {"t0": t0, "stream": stream, **{name: h[name] * stream / h["stream"] for name in TABLES}}
+
+
+def hbm_bytes_per_s(preset: str) -> float:
+    import tomllib
+
+    return tomllib.loads((ROOT / "hardware_profiles" / f"{preset}.toml").read_text())["gpu"]["hbm_gb_per_s"] * 1e9
+
+
+def table(preset: str, name: str):
+    """(knots, efficiencies) of `preset`'s [efficiency.<name>]."""
+    from h100_memory_table import efficiencies
+
+    f = preset_fit(preset)
+    return efficiencies(f["t0"], f[name], hbm_bytes_per_s(preset))
+
+
+_WHAT = {"memory": "the H100 memory table's (pooled: add, copy, RMSNorm, SiLU)",
+         "memory_strided": "the H100 strided table's (torch's generic elementwise kernel on strided or broadcast "
+                           "operands)",
+         "memory_reduction": "the H100 reduction table's (norms, softmax)"}
+
+
+def source(preset: str, name: str) -> str:
+    gpu, card = PRESETS[preset]
+    f, h = preset_fit(preset), h100_rates()
+    if gpu == LENT:
+        return (f"as dgx-h100, measured on the lent H100 80GB HBM3 SXM: this GPU has the same GH100 die and HBM3 "
+                f"(3.35 TB/s; [gpu] source); {_WHAT[name]} t0 = {f['t0'] * 1e6:.2f} us, "
+                f"B = {f[name] / 1e12:.2f} TB/s; efficiency = bytes / ((t0 + bytes/B) x HBM peak) at two knots per "
+                f"decade; validation/published_memory_tables.py")
+    scaled = (f"; the {card}'s rate is the {gpu}'s scaled by their gpu-stream scale rates "
+              f"({stream_rate(card) / 1e12:.3f} / {stream_rate(gpu) / 1e12:.3f} TB/s; no small-kernel file for it)"
+              if card else "")
+    return (f"published microbenchmark with a transfer, no GPU of this kind measured here: te42kyfo/gpu-benches "
+            f"(validation/data/gpu_benches.csv) gpu-small-kernels on the {gpu}, a streaming fp64 scale kernel queued "
+            f"back to back: t0 = {f['t0'] * 1e6:.2f} us (median of the calls moving <= 256 KiB), streaming rate "
+            f"{f['stream'] / 1e12:.2f} TB/s (calls moving >= {HBM_FACTOR}x the L2){scaled}; B = {_WHAT[name]} "
+            f"{h[name] / 1e12:.2f} TB/s x this rate / the lent H100's streaming rate {h['stream'] / 1e12:.2f} TB/s = "
+            f"{f[name] / 1e12:.2f} TB/s (assumed: torch's kernel classes keep their H100 ratios); efficiency = bytes "
+            f"/ ((t0 + bytes/B) x HBM peak) at two knots per decade; validation/published_memory_tables.py")
+
+
+def check() -> list[str]:
+    """'preset: table' for each table that differs from this script's."""
+    from h100_memory_table import presets_differing
+
+    return [f"{p}: {name}" for p in PRESETS for name in TABLES
+            if presets_differing(name, *table(p, name), source(p, name), presets=(p,))]
+
+
+def checks():
+    """DataFrame of the held-out checks: what, fitted, reference, error."""
+    import pandas as pd
+
+    h = h100_rates()
+    rows = [dict(what="H200 t0 vs the lent H100's memory-table t0 (GH100)", fit=small_kernel_fit("H200")[0],
+                 reference=h["t0"])]
+    for gpu in L2_BYTES:
+        rows.append(dict(what=f"{gpu} small-kernel streaming rate vs its gpu-stream scale rate",
+                         fit=small_kernel_fit(gpu)[1], reference=stream_rate(gpu)))
+    d = pd.DataFrame(rows)
+    return d.assign(error=d["fit"] / d["reference"] - 1.0)
+
+
+def toml_section(preset: str, name: str) -> str:
+    """`preset`'s [efficiency.<name>] section, its x_unit dgx-h100's."""
+    import tomllib
+
+    from h100_memory_table import table_toml
+
+    unit = tomllib.loads((ROOT / "hardware_profiles" / "dgx-h100.toml").read_text())["efficiency"][name]["x_unit"]
+    return table_toml(name, *table(preset, name), unit, source(preset, name))
+
+
+def _report() -> None:
+    print(checks().to_string(index=False), "\n")
+    for p in PRESETS:
+        print(f"# {p}\n" + "\n\n".join(toml_section(p, name) for name in TABLES) + "\n")
+
+
+def main(argv=None) -> int:
+    from h100_memory_table import table_main
+
+    return table_main(argv, __doc__, "memory*", "published_memory_tables.py", check, _report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
