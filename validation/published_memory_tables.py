@@ -68,7 +68,8 @@ def small_kernel_fit(gpu: str) -> tuple[float, float]:
 def stream_rate(gpu: str, kernel: str = "scale") -> float:
     """`gpu`'s gpu-stream rate of `kernel` over 1 GiB arrays, bytes/s."""
     d = data()
-    return float(d[(d["gpu"] == gpu) & (d["benchmark"] == "gpu-stream") & (d["kernel"] == kernel)]["gb_per_s"].iloc[0]) * 1e9
+    row = d[(d["gpu"] == gpu) & (d["benchmark"] == "gpu-stream") & (d["kernel"] == kernel)]
+    return float(row["gb_per_s"].iloc[0]) * 1e9
 
 
 def h100_rates() -> dict:
