@@ -34,7 +34,7 @@ INTRO = [
     "- causal attention's occupancy (`cost/attention.py` `causal_occupancy`, every preset) and dgx-h100's cuDNN "
     "tables rebuilt over it: the shape term of the attention section.",
     "- every stack's `host_us_per_kernel` (14.8 µs: the host-bound eager harness on the faster of two leases' hosts, "
-    "20.3 µs on the other; 13.4 µs timed on a CPU before) and the new `decode_host_us_per_kernel` (10.3 µs: an eager forward under no_grad; "
+    "20.3 µs on the other; 13.4 µs timed on a CPU before) and the new `decode_host_us_per_kernel` (9.9 µs, 10.3 µs on the other lease: an eager forward under no_grad; "
     "launch and decode sections).",
     "- the memory model: torch DDP's bucket copy at one rank when a script wraps a one-rank group "
     "(`ddp_one_rank`), FSDP's set-to-None gradients in the allocated counter (memory section).", "",
