@@ -15,6 +15,8 @@
 # question of docs/weak-scaling.md), gpu_owed.py's CSVs (sdpa with its batch x heads grid first, layers, launch,
 # decode, contention), FSDP's host work (idle_gaps.py), one log per stage.
 # Commit the folder under validation/ with the hardware, versions and protocol (owed_env.txt, this script).
+# On an H200 (the other kind lent) memory_queued.csv is the first measurement of its memory-bound kernels: the
+# check of the H200 presets' tables, which come from a published benchmark (validation/published_memory_tables.py).
 set -u
 OUT=${OUT:?set OUT to the folder that receives the files}
 mkdir -p "$OUT"
