@@ -3,7 +3,7 @@
     python validation/published_memory_tables.py           # the fits, their checks and the TOML sections
     python validation/published_memory_tables.py --check   # exit 1 if a preset's tables differ from them
 
-No A100 or H200 was lent here. Their presets held Calculon's step table (0.30 of HBM peak below 1 MB ... 0.90 from
+No A100, H200 or H800 was lent here. Their presets held Calculon's step table (0.30 of HBM peak below 1 MB ... 0.90 from
 100 MB), which has no per-kernel cost, so a 100 KB kernel took 0.2 µs where every measured GPU takes 2-3 µs, and no
 slower class for strided or reduction kernels. The data (validation/data/gpu_benches.csv, transcribed from
 te42kyfo/gpu-benches, the numbers each device's text file prints):
