@@ -8,6 +8,7 @@ same call.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from .errors import InputError
 from .batch import LayoutBatch
@@ -36,6 +37,15 @@ class Estimate:
     comm_slowdown: float = 0.0  # the SM-contention fraction the estimate used (EstimateOptions.for_hardware)
     gpu_speed_cv: float = 0.0  # the per-GPU speed spread it used: compute at the slowest GPU's pace
     stage_times: dict | None = None  # with keep_stage_times: kernel.Evaluation.stage_times of the one-row batch
+    options: EstimateOptions | None = None  # the options it ran with (for `host_bound_s`)
+
+    @cached_property
+    def host_bound_s(self) -> float:
+        """What the host's issue of kernels adds to the step (module function `host_bound_s`; evaluated on first
+        use: one more evaluation of the layout)."""
+        if self.options is None or self.hardware is None:
+            return 0.0
+        return host_bound_s(self.model, self.training, self.layout, self.hardware, self.options, self.step_s)
 
     @property
     def slowest_gpu_factor(self) -> float:
@@ -118,7 +128,8 @@ class Estimate:
             "time": {"step_s": r["step_s"], "compute_s": r["compute_s"], "exposed_comm_s": r["exposed_comm_s"],
                      "bubble_s": r["bubble_s"], "bubble_fraction": r["bubble_fraction"],
                      "optimizer_s": r["optimizer_s"], "contention_s": r["contention_s"],
-                     "comm_slowdown": self.comm_slowdown, "gpu_speed_cv": self.gpu_speed_cv,
+                     "host_bound_s": self.host_bound_s, "comm_slowdown": self.comm_slowdown,
+                     "gpu_speed_cv": self.gpu_speed_cv,
                      "slowest_gpu_factor": self.slowest_gpu_factor,
                      "exposed_comm_by_group_s": {k: r[f"exposed_{k}_s"] for k in EXPOSED},
                      "hidden_comm_by_group_s": {k: r[f"hidden_{k}_s"] for k in HIDDEN},
@@ -188,6 +199,20 @@ def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
     return {role: out[role] for role in roles if role in out}
 
 
+def host_bound_s(model: ModelSpec, training: Training, layout: Layout, hardware, options: EstimateOptions,
+                 step_s: float) -> float:
+    """How much of `step_s` the host's issue of kernels adds: step_s less the same step with the stack's host time
+    per kernel at 0 (its layer passes at their GPU time: cost/launch.py `launch_bound`). What the prediction owes
+    to the host's speed, which differs between machines of one kind (docs/stacks.md); 0 for a GPU-bound step."""
+    from dataclasses import replace
+
+    if training.stack.host_s_per_kernel <= 0.0:
+        return 0.0
+    free = replace(training, stack=replace(training.stack, host_s_per_kernel=0.0))
+    row = evaluate(model, free, hardware, LayoutBatch.of_layout(layout), options=options).rows.iloc[0]
+    return max(0.0, step_s - float(row["step_s"]))
+
+
 def estimate(model: ModelSpec, training: Training, layout: Layout, hardware, *,
              options: EstimateOptions | None = None, keep_stage_times: bool = False) -> Estimate:
     """Memory + step time + throughput of one layout (validated first; InputError on a broken rule);
@@ -196,12 +221,14 @@ def estimate(model: ModelSpec, training: Training, layout: Layout, hardware, *,
     opt = (options or EstimateOptions()).for_hardware(hardware)
     got = evaluate(model, training, hardware, LayoutBatch.of_layout(layout), options=opt, per_stage=True,
                    keep_stage_times=keep_stage_times)
+    row = got.rows.iloc[0].to_dict()
     mem = memory_result({k: v[0] for k, v in got.stages.items()}, model, training, layout, hardware)
     how = "replayed schedule (engine fast path)" if opt.pipeline == "replay" \
         else "analytic closed form (formulas.md §5.2)"
     return Estimate(model=model, training=training, layout=layout, hardware_name=getattr(hardware, "name", ""),
-                    hardware=hardware, row=got.rows.iloc[0].to_dict(), memory=mem, pipeline=how,
-                    comm_slowdown=opt.comm_slowdown, gpu_speed_cv=opt.gpu_speed_cv, stage_times=got.stage_times)
+                    hardware=hardware, row=row, memory=mem, pipeline=how,
+                    comm_slowdown=opt.comm_slowdown, gpu_speed_cv=opt.gpu_speed_cv, stage_times=got.stage_times,
+                    options=opt)
 
 
 def estimate_scenario(scenario, *, options: EstimateOptions | None = None,

@@ -125,6 +125,33 @@ def test_launch_bound_sets_a_floor_per_layer_pass_and_leaves_gpu_bound_layers_al
     np.testing.assert_array_equal(big, big0)  # GPU-bound: unchanged
 
 
+def test_an_estimate_reports_what_the_host_adds_to_its_step():
+    # a tiny one-GPU model whose layer passes are all host-bound: the step's host-bound part is, in closed form,
+    # layers x ((kf + kb) x h - the layer's GPU time) (the embedding, head and optimizer keep their GPU time);
+    # a GPU-bound model has none, and neither has a stack that issues kernels at no host cost
+    from simulator.cli.estimate import _table
+    from simulator.estimate import estimate
+    from simulator.spec.layout import Layout
+
+    tiny = ModelSpec(name="tiny", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4, ffn_hidden_size=128,
+                     vocab_size=100)
+    hw, lay = flat_profile(), Layout(num_gpus=1, micro_batch_size=1)
+    slow = Training(seq_length=16, global_batch_size=1, stack=load_stack("hf", host_s_per_kernel=20e-6))
+    free = Training(seq_length=16, global_batch_size=1, stack=load_stack("hf", host_s_per_kernel=0.0))
+    kf, kb = slow.stack.kernels_per_layer
+    base = C.layer_basis_times_by_mode(tiny, free, hw, modes=("none",))["none"]
+    layer_gpu_s = sum(base[C.BASIS_KEYS.index(k), C.BASIS.index("dense_layer")]
+                      for k in ("forward_s", "backward_s", "weight_s"))
+    e = estimate(tiny, slow, lay, hw)
+    assert e.host_bound_s == pytest.approx(2 * ((kf + kb) * 20e-6 - layer_gpu_s), rel=1e-6)
+    assert e.to_dict()["time"]["host_bound_s"] == e.host_bound_s
+    assert "host-bound" in _table(e.to_dict())
+    assert estimate(tiny, free, lay, hw).host_bound_s == 0.0
+    assert "host-bound" not in _table(estimate(tiny, free, lay, hw).to_dict())
+    big = Training(seq_length=8192, global_batch_size=4, stack=load_stack("hf", host_s_per_kernel=20e-6))
+    assert estimate(LLAMA, big, Layout(num_gpus=1, micro_batch_size=4), hw).host_bound_s == 0.0
+
+
 def test_foreach_adamw_op_list_is_torchs():
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile

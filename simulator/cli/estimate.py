@@ -29,6 +29,10 @@ def _table(d: dict) -> str:
         f"slowed by overlapped comm {t['contention_s']:.4f} s at {100 * t['comm_slowdown']:.1f} %)",
         f"  exposed comm      {t['exposed_comm_s']:10.4f} s  {pct(t['exposed_comm_s'])}",
     ]
+    if t.get("host_bound_s"):  # (part of the compute line: layer passes at the host's pace, not the GPU's)
+        lines.insert(-1, f"    host-bound      {t['host_bound_s']:10.4f} s  {pct(t['host_bound_s'])}  (the host issues "
+                         f"kernels slower than the GPU runs them, at {d['stack']['host_us_per_kernel']:.1f} us per op: "
+                         "a property of your host and torch, docs/stacks.md)")
     if t.get("gpu_speed_cv"):  # (the compute line's own time, at the slowest GPU's pace)
         lines.insert(-1, f"    at the slowest of {lay['num_gpus']} GPUs: x{t['slowest_gpu_factor']:.4f} "
                          f"(per-GPU speed spread {100 * t['gpu_speed_cv']:.1f} %, cost/variability.py)")
