@@ -7,7 +7,7 @@ same call.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from .errors import InputError
@@ -204,8 +204,6 @@ def host_bound_s(model: ModelSpec, training: Training, layout: Layout, hardware,
     """How much of `step_s` the host's issue of kernels adds: step_s less the same step with the stack's host time
     per kernel at 0 (its layer passes at their GPU time: cost/launch.py `launch_bound`). What the prediction owes
     to the host's speed, which differs between machines of one kind (docs/stacks.md); 0 for a GPU-bound step."""
-    from dataclasses import replace
-
     if training.stack.host_s_per_kernel <= 0.0:
         return 0.0
     free = replace(training, stack=replace(training.stack, host_s_per_kernel=0.0))

@@ -37,14 +37,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "h100_owed"
+DATA2 = ROOT / "h100_owed2"  # the second lease
 sys.path.insert(0, str(ROOT.parent))
 
 STACK = "torchtitan"
 HARDWARE = "dgx-h100"
 MODEL = "llama3-8b"
-
-
-DATA2 = ROOT / "h100_owed2"  # the second lease
 
 
 def _read(name: str, data: Path = DATA) -> list[dict]:
