@@ -238,6 +238,16 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
       logits + write gradient 2e·X.
     The softmax passes (the fused kernels; log_softmax's 8·X forward and, in torch-fp32, its 12·X backward) are row
     reductions, "loss (reduction)" (`kernel_table`); the casts and the fill stream, "loss".
+
+    Training metrics (`Stack.train_metric_losses` = n): Composer updates each train metric on the micro-batch's
+    logits after its backward (composer/trainer/trainer.py `_eval_train_metrics`, v0.16-v0.19), and
+    LanguageCrossEntropy (LanguagePerplexity subclasses it) evaluates torch.nn.CrossEntropyLoss(reduction='sum')
+    under autocast. cross_entropy_loss has no autocast kernel: it runs `log_softmax(logits, 1, logits.dtype)` then
+    nll_loss (aten/src/ATen/native/LossNLL.cpp). Autocast keeps an explicit log_softmax dtype (policy
+    fp32_set_opt_dtype) and casts nll_loss's input to fp32 (policy fp32; ATen autocast_mode.h). Per evaluation
+    that is a log_softmax in the logits' dtype, 2e·X, "train metrics (reduction)"; for e < 4, a cast of the
+    log-probabilities to fp32, (e + 4)·X, "train metrics"; and nll_loss's gather of T elements (not counted).
+    Counted in the backward (B), on the head stage.
     """
     e = float(training.activation_bytes)
     tp, cp, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
@@ -254,7 +264,19 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
                          backward_kernels=2.0 if torch_fp32 else 1.0),
                 MemoryOp(name="loss (reduction)", forward_bytes=8.0 * X,
                          backward_bytes=(12.0 if torch_fp32 else 0.0) * X, table="memory_reduction"))
-    return (*norm_ops("final_norm", training, T_sp * model.hidden_size, model.norm), *loss)
+    return (*norm_ops("final_norm", training, T_sp * model.hidden_size, model.norm), *loss,
+            *_train_metric_ops(training, X, e))
+
+
+def _train_metric_ops(training, X, e) -> tuple[MemoryOp, ...]:
+    """The training metrics' loss evaluations over X logits of e bytes (`_head_memory_ops` docstring)."""
+    n = float(training.stack.train_metric_losses)
+    if not n:
+        return ()
+    cast = (MemoryOp(name="train metrics", forward_bytes=0.0 * X, backward_bytes=n * (e + 4.0) * X,
+                     backward_kernels=n),) if e < 4.0 else ()
+    return (MemoryOp(name="train metrics (reduction)", forward_bytes=0.0 * X, backward_bytes=n * 2.0 * e * X,
+                     backward_kernels=n, table="memory_reduction"),) + cast
 
 
 def fp8_cast_op(gemm, training: Training) -> MemoryOp:

@@ -24,6 +24,10 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
 - `grad_accumulation`: "fused" (the weight-gradient GEMM adds into the kept gradient: Megatron-LM's
   gradient_accumulation_fusion) or "autograd" (autograd adds each new weight gradient into the kept one, a
   memory-bound pass per micro-batch: cost/gradients.py `grad_accumulation_s`);
+- `train_metric_losses`: cross-entropy evaluations of the logits per micro-batch outside autograd, for training
+  metrics (Composer runs each registered train metric's update on the micro-batch's logits after its backward:
+  llm-foundry's MPT registers two, LanguageCrossEntropy and LanguagePerplexity); each is torch's
+  CrossEntropyLoss under autocast, timed on the head stage (cost/memory_ops.py `_head_memory_ops`);
 - `fp8_recipe`: how FP8 training scales its casts (cost/memory_ops.py `fp8_cast_op`);
 - `elementwise`: which elementwise ops the framework's layer code runs, and so the non-GEMM bytes per layer
   (cost/elementwise.py): "fused" (Megatron-LM / Transformer Engine / apex fused kernels: one kernel per norm,
@@ -112,6 +116,7 @@ class Stack:
     grad_accumulation: str = "fused"  # GRAD_ACCUMULATIONS (cost/gradients.py)
     ddp_bucket_view: bool = True
     ddp_one_rank: bool = False  # torch DDP wraps a one-rank data-parallel group too (memory/states.py)
+    train_metric_losses: int = 0  # loss evaluations per micro-batch for training metrics (Composer)
     fp8_recipe: str = "delayed"
     elementwise: str = "fused"  # ELEMENTWISE: the layer's elementwise op list (cost/elementwise.py)
     compiled: bool = False
@@ -178,7 +183,7 @@ class Stack:
             raise InputError(f"stack {self.name!r}: dp_bucket_mb must be a number of MB in [1e-06, 1e6] (one byte "
                              f"to 1 TB), got {b!r}")
         self._check_memory_fields()
-        for name, lo in (("fsdp_unit_layers", 1), ("fsdp_prefetch", 0)):
+        for name, lo in (("fsdp_unit_layers", 1), ("fsdp_prefetch", 0), ("train_metric_losses", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= 1024:
                 raise InputError(f"stack {self.name!r}: {name} must be an integer in {lo}..1024, got {v!r}")

@@ -168,7 +168,8 @@ _MEGATRON_GPT_2022 = dict(family="gpt", tie_word_embeddings=True, learned_positi
 _LLMFOUNDRY = dict(family="mpt", tie_word_embeddings=True, learned_positions=True, flash_attention=True,
                    dropout=False, stack="fsdp", grad_dtype=((r"pure", "bf16"), (r".", "fp32")),
                    stack_overrides=(("attention_kernel", "triton-pre-mlir"), ("fsdp_reduce_dtype", "grad"),
-                                    ("cross_entropy", "xentropy"), ("optimizer_impl", "for-loop")))
+                                    ("cross_entropy", "xentropy"), ("optimizer_impl", "for-loop"),
+                                    ("train_metric_losses", 2)))
 _MEGATRON_GPT_2022_STATEMENTS = (
     "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
     "no FlashAttention (2021-22: materialised scores, Megatron's fused scale-mask-softmax)",
@@ -225,6 +226,11 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "optimizer: Composer's DecoupledAdamW (the yamls/pretrain/mpt-*.yaml the benchmark reads: optimizer "
             "name decoupled_adamw), a loop over the parameters (composer/optim/decoupled_weight_decay.py "
             "adamw): optimizer_impl for-loop",
+            "training metrics: ComposerMPTCausalLM registers LanguageCrossEntropy and LanguagePerplexity as train "
+            "metrics (use_train_metrics default true; the benchmark yamls set none), and Composer updates both on "
+            "every micro-batch's logits after its backward (composer/trainer/trainer.py _eval_train_metrics, "
+            "v0.16.4 and v0.17.2, the versions setup.py pins at b2a43a1 and 5e85bd6): two torch cross-entropy "
+            "evaluations per micro-batch (train_metric_losses = 2)",
             "MPT benchmark config (MPTConfig defaults): LayerNorm with bias, GeLU f=4h, biases, "
             "learned positions, tied embeddings",
             "FlashAttention (attn_impl=flash)",
@@ -236,7 +242,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         stack_by_notes=((r"attn_impl=flash", "attention_kernel", "flash2"),
                         (r"attn_impl=triton", "attention_kernel", "triton-pre-mlir")),
         statements=(
-            "the LLMFOUNDRY rules (MPT architecture, xentropy loss, FSDP reduce dtype, DecoupledAdamW, no dropout) "
+            "the LLMFOUNDRY rules (MPT architecture, xentropy loss, training metrics, FSDP reduce dtype, DecoupledAdamW, "
+            "no dropout) "
             "for the README's H100 tables (validation/llmfoundry_h100.py)",
             "attention per row (notes): attn_impl=flash -> FlashAttention-2 (the 2024-01 sweep installs "
             "llm-foundry[gpu-flash2]), attn_impl=triton -> the Triton FlashAttention kernel on the pre-MLIR "
