@@ -152,6 +152,7 @@ def stack_summary(stack) -> dict:
             "compiled": stack.compiled, "optimizer_impl": stack.optimizer_impl, "grad_buffer": stack.grad_buffer,
             "grad_accumulation": stack.grad_accumulation, "cross_entropy": stack.cross_entropy,
             "elementwise": stack.elementwise, "kernels_per_layer": list(stack.layer_kernels),
+            "train_metric_losses": stack.train_metric_losses,
             "host_us_per_kernel": stack.host_s_per_kernel * 1e6,
             "decode_host_us_per_kernel": (stack.decode_host_s_per_kernel or stack.host_s_per_kernel) * 1e6}
 

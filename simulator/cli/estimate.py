@@ -69,7 +69,9 @@ def _stack_line(st: dict) -> str:
             f"{st['attention_kernel']}, optimizer {st['optimizer_impl']}, gradients {st['grad_buffer']}, accumulated "
             f"{'by autograd' if st['grad_accumulation'] == 'autograd' else 'in the weight-gradient GEMM'}, "
             f"loss {st['cross_entropy']}, "
-            f"{kf}/{kb} kernels per layer at {st['host_us_per_kernel']:.1f} us); efficiencies from:")
+            + (f"{st['train_metric_losses']} training-metric losses per micro-batch, "
+               if st.get("train_metric_losses") else "")
+            + f"{kf}/{kb} kernels per layer at {st['host_us_per_kernel']:.1f} us); efficiencies from:")
 
 
 def _short(source: str, width: int = 110) -> str:

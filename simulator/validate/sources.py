@@ -242,9 +242,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         stack_by_notes=((r"attn_impl=flash", "attention_kernel", "flash2"),
                         (r"attn_impl=triton", "attention_kernel", "triton-pre-mlir")),
         statements=(
-            "the LLMFOUNDRY rules (MPT architecture, xentropy loss, training metrics, FSDP reduce dtype, DecoupledAdamW, "
-            "no dropout) "
-            "for the README's H100 tables (validation/llmfoundry_h100.py)",
+            "the LLMFOUNDRY rules (MPT architecture, xentropy loss, training metrics, FSDP reduce dtype, "
+            "DecoupledAdamW, no dropout) for the README's H100 tables (validation/llmfoundry_h100.py)",
             "attention per row (notes): attn_impl=flash -> FlashAttention-2 (the 2024-01 sweep installs "
             "llm-foundry[gpu-flash2]), attn_impl=triton -> the Triton FlashAttention kernel on the pre-MLIR "
             "Triton fork (setup.py at 5e85bd6: triton-pre-mlir@...triton_pre_mlir_sm90; Ampere mma.sync code on "
