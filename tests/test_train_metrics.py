@@ -91,3 +91,51 @@ def test_the_metrics_run_in_the_head_block_s_backward_only():
 def test_a_bad_count_is_refused_naming_the_key(bad):
     with pytest.raises(InputError, match="train_metric_losses"):
         load_stack("fsdp", train_metric_losses=bad)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_metric_memory_is_what_the_decomposition_allocates_on_cpu(dtype):
+    # cross_entropy under CUDA autocast (the first test): log_softmax in the logits' dtype, its output cast to
+    # fp32 for nll_loss; the peak torch allocates above the kept logits, from the profiler's allocation events
+    torch = pytest.importorskip("torch")
+    import gc
+
+    from helpers.profiler_peak import peak_bytes
+    from simulator.memory.activations import train_metric_bytes
+    from torch.profiler import ProfilerActivity, profile
+
+    T, V = 64, 4096
+    td = getattr(torch, dtype)
+    logits, target = torch.randn(T, V).to(td), torch.randint(0, V, (T,))
+    gc.collect()
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        torch.nn.functional.nll_loss(torch.log_softmax(logits, 1, dtype=td).float(), target, reduction="sum")
+    precision = {"bfloat16": "bf16", "float32": "fp32"}[dtype]
+    tr = Training(seq_length=T, global_batch_size=1, precision=precision,
+                  stack=load_stack("fsdp", train_metric_losses=2))
+    m = ModelSpec(hidden_size=64, num_layers=2, num_heads=4, ffn_hidden_size=256, vocab_size=V)
+    predicted = float(train_metric_bytes(m, tr, tp=1, cp=1, micro_batch_size=1))
+    kept = T * V * td.itemsize
+    assert peak_bytes(prof) == pytest.approx(predicted - kept, rel=0.01)
+
+
+def test_the_metric_phase_sets_the_head_stage_peak_when_it_outweighs_the_activations():
+    from simulator.memory import memory_breakdown
+    from simulator.spec.layout import Layout
+
+    m = ModelSpec(hidden_size=256, num_layers=4, num_heads=4, ffn_hidden_size=1024, vocab_size=200_000)
+    lay = Layout(num_gpus=2, pp=2, micro_batch_size=4)
+
+    def stages(n):
+        # llm-foundry's loss (xentropy: bf16 logits kept, a bf16 gradient in backward)
+        tr = Training(seq_length=2048, global_batch_size=8, cross_entropy="xentropy",
+                      stack=load_stack("fsdp", train_metric_losses=n, cross_entropy="xentropy"))
+        return memory_breakdown(m, tr, lay).per_stage
+
+    none, two = stages(0), stages(2)
+    assert two[0].peak_bytes == none[0].peak_bytes  # not on the first stage
+    head = two[-1]
+    T, e = 4 * 2048, 2.0
+    assert head.optimizer_step_bytes == pytest.approx((2 * e + 4) * T * m.vocab_size)
+    assert head.activations_bytes == 0.0  # the phase holds no activations
+    assert head.peak_bytes > none[-1].peak_bytes

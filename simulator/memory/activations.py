@@ -330,6 +330,22 @@ def loss_backward_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_b
     return zeros + per * model.vocab_size * T / t_loss
 
 
+def train_metric_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size) -> np.ndarray:
+    """Bytes alive while the training metrics evaluate their loss on one micro-batch's logits after its backward
+    (`Stack.train_metric_losses` > 0; Composer, cost/memory_ops.py `_train_metric_ops`), on the last stage:
+    the kept logits, the log-probabilities log_softmax writes in their dtype and the fp32 copy autocast makes
+    for nll_loss (none for fp32 logits), (2e + 4)·T·V/t for e < 4, else 2e·T·V/t. Only the states are alive
+    besides them (the micro-batch's activations are freed by its backward; Composer runs no pipeline), so this
+    is a phase of its own, counted as the optimizer step's buffers are (memory/worst.py `peak_terms`); the
+    metrics run one after another, so one evaluation's bytes count."""
+    zeros = np.zeros_like(_f(tp) * _f(cp) * _f(micro_batch_size))
+    if not training.stack.train_metric_losses:
+        return zeros
+    e = float(training.activation_bytes)
+    T = _f(micro_batch_size) * training.seq_length / _f(cp)
+    return zeros + (2.0 * e + (4.0 if e < 4.0 else 0.0)) * model.vocab_size * T / _f(training.stack.loss_shards(tp))
+
+
 def head_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
                           sequence_parallel: bool) -> np.ndarray:
     """Last stage, per micro-batch: final-norm input and LM-head input (2·e·T·h/t_s + stats) plus the

@@ -10,7 +10,9 @@
 The consumers are those alive in the step's larger phase (worst.py `peak_terms`): the activation phase
 (without the gradients where the stack frees them between steps and no backward ran before the peak:
 states.absent_grad_bytes) or the optimizer step's (all states + the step's own buffers,
-states.optimizer_step_bytes; no activations).
+states.optimizer_step_bytes; no activations). The training metrics' evaluation after a micro-batch's backward
+(activations.train_metric_bytes: the kept logits and their log-probabilities) holds the states and no
+activations either: it counts in that phase, as the larger of it and the step's buffers.
     activations = in_flight · (per-micro-batch bytes of the rank's layers + embedding extras)
                   + loss_in_flight · (head + logits)
                   [+ max(one layer's working set with full recompute, the loss's backward working set
@@ -39,7 +41,7 @@ from ..spec.placement import stage_placement
 from ..spec.rules import RECOMPUTE, check_choices, check_zero
 from ..spec.training import Training
 from .activations import (embedding_activation_bytes, head_activation_bytes, head_weight_grad_bytes,
-                          layer_activation_bytes, layer_weight_grad_bytes, loss_backward_bytes)
+                          layer_activation_bytes, layer_weight_grad_bytes, loss_backward_bytes, train_metric_bytes)
 from .framework import pipe_output_bytes, with_framework_terms
 from .inflight import inflight_microbatches, loss_inflight_microbatches
 from .kv_cache import kv_cache_bytes
@@ -260,6 +262,9 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                            num_microbatches=num_microbatches)
     st = with_framework_terms(st, model, training, pl, tp=tp, dp=dp, cp=cp, zero=zero,
                               micro_batch_size=micro_batch_size, inference=inference)
+    if training.stack.train_metric_losses and not inference:  # a phase with the states only, as the step's buffers
+        metric = train_metric_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size)[..., None]
+        st = {**st, "optimizer_step": np.maximum(st["optimizer_step"], pl.head * metric)}
     to_rank, width = _rank_gather(rank_class, int(np.shape(pl.layers)[-1]))
     shape = np.broadcast_shapes(*(np.shape(x) for x in (tp, dp, cp, ep, micro_batch_size, num_microbatches)))
     shape = shape + (width,)

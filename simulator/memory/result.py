@@ -25,7 +25,8 @@ class MemoryBreakdown:
     transient_bytes (buffers alive with the activations: ZeRO-3 gather buffers, the stack's framework
     buffers) + the framework's cached step segments, and grads_bytes leaves out gradients not allocated yet
     (set to None between steps); or the optimizer step, where activations_bytes is 0 and other_bytes holds
-    the step's own buffers (optimizer_step_bytes: foreach Adam's denominator copy) + the overheads.
+    the step's own buffers (optimizer_step_bytes: foreach Adam's denominator copy, or the training metrics'
+    logits and log-probabilities after a backward where larger) + the overheads.
     host_bytes: CPU memory per GPU for offloaded states (not part of peak).
     peak_bytes is the device's total (what nvidia-smi shows). framework_bytes: the stack's buffers in it
     (memory/framework.py); context_bytes: CUDA context + NCCL buffers, outside the caching allocator;
