@@ -240,7 +240,7 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
     reductions, "loss (reduction)" (`kernel_table`); the casts and the fill stream, "loss".
 
     Training metrics (`Stack.train_metric_losses` = n): Composer updates each train metric on the micro-batch's
-    logits after its backward (composer/trainer/trainer.py `_eval_train_metrics`, v0.16-v0.19), and
+    logits after its backward (composer/trainer/trainer.py `_eval_train_metrics`, v0.13-v0.19), and
     LanguageCrossEntropy (LanguagePerplexity subclasses it) evaluates torch.nn.CrossEntropyLoss(reduction='sum')
     under autocast. cross_entropy_loss has no autocast kernel: it runs `log_softmax(logits, 1, logits.dtype)` then
     nll_loss (aten/src/ATen/native/LossNLL.cpp). Autocast keeps an explicit log_softmax dtype (policy

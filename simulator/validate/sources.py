@@ -229,8 +229,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "training metrics: ComposerMPTCausalLM registers LanguageCrossEntropy and LanguagePerplexity as train "
             "metrics (use_train_metrics default true; the benchmark yamls set none), and Composer updates both on "
             "every micro-batch's logits after its backward (composer/trainer/trainer.py _eval_train_metrics, "
-            "v0.16.4 and v0.17.2, the versions setup.py pins at b2a43a1 and 5e85bd6): two torch cross-entropy "
-            "evaluations per micro-batch (train_metric_losses = 2)",
+            "v0.16.4 and v0.17.2, the versions setup.py pins at b2a43a1 and 5e85bd6; the same from v0.13): two "
+            "torch cross-entropy evaluations per micro-batch (train_metric_losses = 2)",
             "MPT benchmark config (MPTConfig defaults): LayerNorm with bias, GeLU f=4h, biases, "
             "learned positions, tied embeddings",
             "FlashAttention (attn_impl=flash)",
