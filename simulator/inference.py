@@ -204,9 +204,10 @@ def _memory(model, training, hardware, lay, setup) -> dict:
     trm = replace(training, seq_length=setup.prompt_tokens + setup.output_tokens, global_batch_size=B * lay.dp)
     laym = replace(lay, micro_batch_size=min(lay.micro_batch_size, B))
     res = memory_breakdown(model, trm, laym, hardware, inference=True)
-    ov = Overheads()
+    ov = Overheads.for_stack(training.stack, hardware, inference=True)  # what memory_breakdown counted
     fixed = overhead_bytes(ov, tensor_bytes=0.0, tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=1, ep=lay.ep)
-    fixed = float(np.asarray(fixed).ravel()[0])  # context + NCCL buffers (the reserve is the fraction r)
+    # context + NCCL buffers + the BLAS workspace (the reserve is the fraction r)
+    fixed = float(np.asarray(fixed).ravel()[0]) + ov.blas_workspace_bytes
     st = res.per_stage
     kv_seq = np.array([s.kv_cache_bytes for s in st]) / B
     n, free = max_batch_size(hbm_bytes=hardware.hbm_bytes, weight_bytes=np.array([s.params_bytes for s in st]),

@@ -70,6 +70,7 @@ from .frames import text_column
 from .kernel_comm import _dp_tail, _grad_accumulation_times, _layer_comm, _optimizer_times, _zero3_exposure
 from .kernel_pipeline import family_column, inflight_per_rank, pipeline_times
 from .memory.breakdown import stage_memory_arrays
+from .memory.overheads import Overheads
 from .memory.result import host_verdict, infeasibility_reasons
 from .memory.states import model_state_bytes
 from .memory.worst import CONSUMER_FIELDS, at_worst_stage
@@ -199,7 +200,8 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
                               sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
                               placement=pt.classes, rank_class=pt.rank_class,
                               worst_of=None if per_stage else pt.rank_valid,
-                              inflight_key=distinct_rows(pt.shape_index, m)[1])  # in-flight: one per (shape, m)
+                              inflight_key=distinct_rows(pt.shape_index, m)[1],  # in-flight: one per (shape, m)
+                              overheads=Overheads.for_stack(training.stack, hardware, inference=inference))
     del inflight  # (N, P): not needed for the time
     stages = None
     if per_stage:

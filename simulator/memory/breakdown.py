@@ -213,7 +213,10 @@ def _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of
         overheads, params, grads, opt, act, kv=kv, gather=transient, cached=cached,
         ostep=ostep if np.any(ostep) else None, grads_off=grads_off_allocated, tp=tp, pp=pp, dp=dp, cp=cp,
         ep=ep)["tensor"]
-    allocated = np.maximum(tensor, params + grads + opt + st["step"])  # the larger phase (framework.py)
+    step = params + grads + opt + st["step"]  # the framework's step phase (framework.py)
+    if overheads.blas_workspace_bytes:
+        step = step + overheads.blas_workspace_bytes
+    allocated = np.maximum(tensor, step)  # the larger phase
     ctx = zeros + np.asarray(context_bytes(overheads, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep))[..., None]
     return {"params_bytes": params, "grads_bytes": zeros + t["grads"], "optimizer_bytes": opt,
             "activations_bytes": zeros + t["activations"], "kv_cache_bytes": kv, "other_bytes": zeros + t["other"],
@@ -373,7 +376,10 @@ def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardw
                      inference: bool = False, inflight_per_stage=None,
                      overheads: Overheads | None = None) -> MemoryResult:
     """Per-stage memory of one layout and its verdict against `hardware.hbm_bytes` (None: no verdict,
-    feasible=True, reason 'no hardware given')."""
+    feasible=True, reason 'no hardware given'). Overheads default to the stack's CUDA context and the hardware's
+    BLAS workspaces (`Overheads.for_stack`)."""
+    if overheads is None:
+        overheads = Overheads.for_stack(training.stack, hardware, inference=inference)
     arrays = stage_memory_arrays(
         model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp, ep=layout.ep, vpp=layout.vpp,
         micro_batch_size=layout.micro_batch_size, num_microbatches=layout.num_microbatches(training.global_batch_size),

@@ -31,10 +31,11 @@ def peak_terms(overheads, params, grads, opt, act, *, kv=None, gather=None, cach
     the KV cache, the buffers alive with the activations (`gather`), the framework's cached step segments,
     the optimizer step's own buffers (`ostep`, states.optimizer_step_bytes) and the gradients not yet
     allocated at the activation peak (`grads_off`, `absent_grad_bytes`); None: none. Two phases hold the
-    step's largest live set (formulas.md §3.1, §3.8; MemoryBreakdown):
+    step's largest live set (formulas.md §3.1, §3.8; MemoryBreakdown), each with the BLAS workspaces ws
+    (`Overheads.blas_workspace_bytes`, counted in `other`):
 
-        activation phase A:     tensor_A = params + (grads − grads_off) + opt + act + kv + gather
-        optimizer step phase S: tensor_S = params + grads + opt + ostep       (activations freed by then)
+        activation phase A:     tensor_A = params + (grads − grads_off) + opt + act + kv + gather + ws
+        optimizer step phase S: tensor_S = params + grads + opt + ostep + ws  (activations freed by then)
         tensor = max(tensor_A, tensor_S),  peak = tensor + overhead_bytes(tensor) + cached
 
     The consumers are those alive in the peak's phase (in S: all gradients, no activations, `other` = the
@@ -42,28 +43,37 @@ def peak_terms(overheads, params, grads, opt, act, *, kv=None, gather=None, cach
     phase A exists, computed as before (zero terms are left out: adding +0.0 changes nothing, so every
     memory path gives the same values to the last bit). Returns tensor, overhead, peak, grads, activations,
     other."""
+    ws = overheads.blas_workspace_bytes  # alive in every phase (overheads.py)
     g_a = grads if grads_off is None else grads - grads_off
     base = params + g_a + opt + act
     if kv is not None:
         base = base + kv
     tensor_a = base + gather if gather is not None else base
+    if ws:
+        tensor_a = tensor_a + ws
     phased = ostep is not None or grads_off is not None
     if phased:
         tensor_s = params + grads + opt
         if ostep is not None:
             tensor_s = tensor_s + ostep
+        if ws:
+            tensor_s = tensor_s + ws
         in_s = tensor_s > tensor_a
         tensor = np.where(in_s, tensor_s, tensor_a)
     else:
         tensor = tensor_a
     over = overhead_bytes(overheads, tensor_bytes=tensor, **degrees)
     other = gather + over if gather is not None else over
+    if ws:
+        other = other + ws
     if cached is not None:
         other = other + cached
     if not phased:
         return {"tensor": tensor, "overhead": over, "peak": base + other, "grads": grads, "activations": act,
                 "other": other}
     other_s = ostep + over if ostep is not None else over
+    if ws:
+        other_s = other_s + ws
     if cached is not None:
         other_s = other_s + cached
     grads_at, act_at = np.where(in_s, grads, g_a), np.where(in_s, 0.0, act)

@@ -106,6 +106,9 @@ class HardwareProfile:
     host_mem_bytes_per_s: float = 409.6e9
     host_mem_bytes: float = 1024e9
     sm_count: int = 0  # streaming multiprocessors; 0: unknown (attention's occupancy is not modelled)
+    # one BLAS handle's workspace in the caching allocator (torch's default for the GPU): `[gpu]
+    # blas_workspace_mib` with `blas_workspace_source`; 0: not known (not counted; memory/overheads.py)
+    blas_workspace_bytes: float = 0.0
     # compute that runs beside communication (NCCL kernels holding SMs and HBM bandwidth) is slower by this
     # fraction while they overlap: `[gpu] compute_slowdown_under_comm`, default CONTENTION_DEFAULT
     compute_slowdown_under_comm: float = 0.189  # = CONTENTION_DEFAULT (defined below, with its source)
@@ -123,6 +126,7 @@ class HardwareProfile:
             check_number(getattr(self, attr), f"{self.name}: {attr}", rule)
         for attr, _ in _COUNTS:
             _count(getattr(self, attr), attr, f"{self.name}: {attr}")
+        check_number(self.blas_workspace_bytes, f"{self.name}: blas_workspace_bytes", NONNEGATIVE)
         for d, v in self.peak_flops_per_s.items():
             check_number(v, f"{self.name}: peak_flops_per_s[{d!r}]")
         for attr in (a for a in GPU_RUN_KEYS if getattr(self, a) is not None):
@@ -219,7 +223,9 @@ _GPU_REQ = ("model", "hbm_gb", "hbm_gb_per_s", "peak_tflops", "source")
 _GPU_OPT = ("hbm_usable_mib",  # capacity visible to CUDA (nvidia-smi "Total", MiB); preferred over hbm_gb
             "compute_slowdown_under_comm",  # SM contention, a fraction in [0, 1] (CONTENTION_DEFAULT)
             "speed_cv",  # per-GPU speed spread, a fraction in [0, 1) (cost/variability.py)
-            "sm_count") + GPU_RUN_OPTIONAL  # sm_count: attention's wave quantization; run planning: spec/run.py
+            "sm_count",  # attention's wave quantization
+            "blas_workspace_mib", "blas_workspace_source",  # torch's BLAS workspace per handle (memory/overheads.py)
+            ) + GPU_RUN_OPTIONAL  # run planning: spec/run.py
 # Compute slowdown while communication overlaps it, when a profile does not measure its own: the average
 # measured by Lee et al. 2025, "Characterizing Compute-Communication Overlap in GPU-Accelerated
 # Distributed Deep Learning" (arXiv 2507.03114), GPT and Llama training steps on 4 A100, H100, MI250 and
@@ -314,6 +320,12 @@ def _values(sec: dict, where: str) -> dict:
         out["hbm_bytes"] = check_number(sec["gpu"]["hbm_usable_mib"], f"{where} gpu.hbm_usable_mib", factor=2**20)
     if "sm_count" in sec["gpu"]:
         out["sm_count"] = _count(sec["gpu"]["sm_count"], "sm_count", f"{where} gpu.sm_count")
+    if "blas_workspace_mib" in sec["gpu"]:
+        if "blas_workspace_source" not in sec["gpu"]:
+            raise InputError(f"{where} [gpu]: blas_workspace_mib needs blas_workspace_source "
+                             "(where the size comes from)")
+        out["blas_workspace_bytes"] = check_number(sec["gpu"]["blas_workspace_mib"], f"{where} gpu.blas_workspace_mib",
+                                                   factor=2**20)
     out["compute_slowdown_under_comm"] = check_fraction(sec["gpu"].get("compute_slowdown_under_comm",
                                                                        CONTENTION_DEFAULT),
                                                         f"{where} gpu.compute_slowdown_under_comm")
@@ -366,6 +378,8 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
         sources["host"] = host.pop("source")
     run, run_sources = gpu_run_values(g, where)
     sources.update(run_sources)
+    if "blas_workspace_source" in g:
+        sources["blas_workspace"] = str(g["blas_workspace_source"])
     return HardwareProfile(
         name=str(d["name"]), description=str(d.get("description", "")), gpu=str(g["model"]),
         **_values(sec, where), **host, **run,
