@@ -1,24 +1,19 @@
 """docs/weak-scaling.md is what validation/weak_scaling.py writes now (its numbers are the current simulator's)."""
-import importlib.util
 from pathlib import Path
+
+from helpers.validation_script import load
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_weak_scaling_doc_regenerates_identically():
-    spec = importlib.util.spec_from_file_location("weak_scaling", ROOT / "validation" / "weak_scaling.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    text = mod.generate()
+    text = load("weak_scaling").generate()
     assert "| MPT-7b |" in text  # the series exist (the CSV rows were mapped and predicted)
     assert (ROOT / "docs" / "weak-scaling.md").read_text() == text
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("weak_scaling", ROOT / "validation" / "weak_scaling.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("weak_scaling")
 
 
 def test_expected_max_of_normals_against_closed_forms():

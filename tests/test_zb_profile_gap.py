@@ -1,16 +1,14 @@
 """docs/compute.md's table of what Zero Bubble's profiled stage times leave out is what validation/zb_profile_gap.py
 computes from the published rows now."""
-import importlib.util
 from pathlib import Path
+
+from helpers.validation_script import load
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("zb_profile_gap", ROOT / "validation" / "zb_profile_gap.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("zb_profile_gap")
 
 
 def test_doc_table_is_the_script_s():
