@@ -2,14 +2,15 @@
 
 | item                    | default                                  | source |
 |-------------------------|------------------------------------------|--------|
-| CUDA context            | the stack's `cuda_context_mib`, 512 MiB in every preset (context, cuBLAS/cuDNN handles and workspaces, lazy module loading) | PyTorch maintainers, pytorch/pytorch #107667, #109888: ~300–400 MB with CUDA ≥ 11.7 lazy loading; cuBLAS workspace up to 32 MiB per handle. Builds without lazy loading load every kernel image: 1573 MiB measured on an A100 40GB with the torch of early 2022 (`torch.ones(1).cuda()` then nvidia-smi; bigscience tr11-176B-ml/chronicles-prequel.md), 1271 MiB on a V100 32GB (same file) |
+| CUDA context            | the stack's `cuda_context_mib`, 512 MiB in every preset (context, library handles, lazy module loading; the BLAS workspaces are their own line) | PyTorch maintainers, pytorch/pytorch #107667, #109888: ~300–400 MB with CUDA ≥ 11.7 lazy loading. Builds without lazy loading load every kernel image: 1573 MiB measured on an A100 40GB with the torch of early 2022 (`torch.ones(1).cuda()` then nvidia-smi; bigscience tr11-176B-ml/chronicles-prequel.md), 1271 MiB on a V100 32GB (same file) |
 | NCCL buffers            | 4 MiB × 2 (send, receive) × 16 channels = 128 MiB per communicator the rank is in (each parallel degree > 1) | NCCL_BUFFSIZE default 4 MiB per channel per peer (NCCL environment docs); channel count is topology dependent [order of magnitude] |
 | allocator reserve       | 5 % of all tensor bytes (fragmentation, reserved but unallocated cache) | Megatron-LM theoretical_memory_usage.py ×1.05 "buffer for optimizer and misc temporaries"; ZeRO-R §3.2 on fragmentation |
 | BLAS workspaces         | the hardware profile's `blas_workspace_mib` per handle × 2 handles in training (the forward's thread and autograd's backward thread each hold a cuBLAS handle with its own workspace), × 1 in inference; 0 without a profile or for a profile that does not give it | torch aten/src/ATen/cuda/CublasHandlePool.cpp: one workspace per (handle, stream), from the caching allocator, CUBLAS_WORKSPACE_CONFIG default ":4096:8" = 32 MiB on Hopper and Blackwell, ":4096:2:16:8" = 8.125 MiB before (ROCm: 128 MiB on gfx94x/gfx95x); handles are per thread (DeviceThreadHandlePool) |
 
 Change them per run with `Overheads(cuda_context_bytes=..., nccl_bytes_per_group=...,
-allocator_reserve_fraction=...)`; `Overheads.none()` turns them off (the theoretical tensor bytes only);
-`Overheads.for_stack(stack)` takes the stack's CUDA context (what memory_breakdown uses by default).
+allocator_reserve_fraction=..., blas_workspace_bytes=...)`; `Overheads.none()` turns them off (the theoretical
+tensor bytes only); `Overheads.for_stack(stack, hardware)` takes the stack's CUDA context and the hardware's BLAS
+workspaces (what memory_breakdown and the sweep use by default).
 
 The BLAS workspaces are allocations of the caching allocator that live for the whole run: counted in every
 phase's tensor bytes, so in all three counters (memory/worst.py `peak_terms`).
