@@ -356,6 +356,7 @@ for _cp in (3, 6, 64):
 
 # ---- family: hardware profiles -------------------------------------------------------------------------
 POSITIVE = {("gpu", "hbm_gb"): (), ("gpu", "hbm_usable_mib"): (), ("gpu", "hbm_gb_per_s"): (),
+            ("gpu", "blas_workspace_mib"): (),
             ("gpu.peak_tflops", "bf16"): (), ("gpu.peak_tflops", "fp8"): (), ("node", "nvlink_gb_per_s"): (),
             ("node", "nvlink_link_gb_per_s"): (), ("network", "nic_gbit_per_s"): (),
             ("network", "leaf_oversubscription"): ("1e308",)}

@@ -139,3 +139,37 @@ def test_the_metric_phase_sets_the_head_stage_peak_when_it_outweighs_the_activat
     assert head.optimizer_step_bytes == pytest.approx((2 * e + 4) * T * m.vocab_size)
     assert head.activations_bytes == 0.0  # the phase holds no activations
     assert head.peak_bytes > none[-1].peak_bytes
+
+
+SCENARIO = ('[model]\npreset = "llama3-8b"\n[hardware]\npreset = "dgx-h100"\nnum_gpus = 8\n'
+            '[training]\nseq_length = 2048\nglobal_batch_size = 64\n[layout]\nzero = 3\nmicro_batch_size = 4\n'
+            '[stack]\npreset = "fsdp"\ntrain_metric_losses = {}\n')
+
+
+def _cli(args, capsys):
+    from simulator.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_scenario_sets_the_metrics_and_a_bad_value_is_one_line(tmp_path, capsys):
+    import json
+
+    sc = tmp_path / "s.toml"
+    sc.write_text(SCENARIO.format(2))
+    code, out, err = _cli(["estimate", str(sc), "--format", "json"], capsys)
+    assert code in (0, None), err
+    with_metrics = json.loads(out)
+    assert with_metrics["stack"]["train_metric_losses"] == 2
+    sc.write_text(SCENARIO.format(0))
+    _, out, _ = _cli(["estimate", str(sc), "--format", "json"], capsys)
+    assert with_metrics["time"]["step_s"] > json.loads(out)["time"]["step_s"]
+    for bad in ("-1", "1.5", '"two"', "true"):
+        sc.write_text(SCENARIO.format(bad))
+        code, out, err = _cli(["estimate", str(sc)], capsys)
+        assert code == 2 and err.strip().count("\n") == 0 and "train_metric_losses" in err, (bad, err)
