@@ -201,14 +201,9 @@ def test_eager_kernel_counts_match_a_cpu_profiler_count_of_the_same_layers():
 
 
 def _cli(args, capsys):
-    from simulator.cli import main
+    from helpers.cli_run import run
 
-    try:
-        code = main(list(args))
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run(args, capsys)
 
 
 def test_cli_stack_flag_scenario_section_and_compile(tmp_path, capsys):

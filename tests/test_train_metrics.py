@@ -146,19 +146,10 @@ SCENARIO = ('[model]\npreset = "llama3-8b"\n[hardware]\npreset = "dgx-h100"\nnum
             '[stack]\npreset = "fsdp"\ntrain_metric_losses = {}\n')
 
 
-def _cli(args, capsys):
-    from simulator.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_a_scenario_sets_the_metrics_and_a_bad_value_is_one_line(tmp_path, capsys):
     import json
+
+    from helpers.cli_run import run as _cli
 
     sc = tmp_path / "s.toml"
     sc.write_text(SCENARIO.format(2))
