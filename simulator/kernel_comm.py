@@ -59,7 +59,7 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
         span_cp = group_span(hardware, group="cp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
         c = comm.cp_comm(hardware, span_cp, seq_length=s, micro_batch_size=mbs.astype(float), num_layers=1.0,
                          kv_hidden=model.num_kv_heads * model.head_dim, hidden_size=model.hidden_size,
-                         bytes_per_element=ab, algorithm=cp_algorithm)
+                         bytes_per_element=ab, algorithm=cp_algorithm, tp=tp.astype(float))
         out["cp_f"][:], out["cp_b"][:] = c.forward_s, c.backward_s
         if cp_algorithm == "ring" and opt.cp_overlap:
             for (spv,), idx in categories(sp):  # once per distinct (tp, cp, micro-batch)

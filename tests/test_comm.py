@@ -103,6 +103,19 @@ def test_ring_cp_volume_hand_worked():
     assert float(c.backward_bytes_per_rank) == 2 * 3 * 4 * 2**20
 
 
+def test_ring_cp_sends_only_the_ranks_own_heads_under_tp():
+    # tensor parallelism splits the KV heads: with t = 8 each GPU holds 1 of the 8 KV heads and exchanges that
+    # head's K and V only (Transformer Engine's ring runs on the rank's [s/c, b, n_kv/t, d_h] tensors), so the
+    # per-GPU volume is the hand-worked 4 MiB step of the test above over 8
+    c = cp_comm(P, span("cp", tp=8, cp=4), seq_length=S, micro_batch_size=1, num_layers=1, kv_hidden=1024,
+                hidden_size=H, bytes_per_element=2, tp=8)
+    assert float(c.forward_bytes_per_rank) == 3 * 4 * 2**20 / 8
+    u = cp_comm(P, span("cp", tp=8, cp=4), seq_length=S, micro_batch_size=1, num_layers=1, kv_hidden=1024,
+                hidden_size=H, bytes_per_element=2, algorithm="ulysses", tp=8)
+    q, kv = 1024 * H * 2 / 8, 1024 * 1024 * 2 / 8
+    assert float(u.forward_bytes_per_rank) == pytest.approx(3 / 4 * (2 * q + 2 * kv))
+
+
 def test_ulysses_uses_four_all_to_all_per_layer():
     c = cp_comm(P, span("cp", cp=4), seq_length=S, micro_batch_size=1, num_layers=2, kv_hidden=1024, hidden_size=H,
                 bytes_per_element=2, algorithm="ulysses")

@@ -121,20 +121,23 @@ def tp_comm(profile: HardwareProfile, span, *, hidden_size, seq_length, micro_ba
 
 
 def cp_comm(profile: HardwareProfile, span, *, seq_length, micro_batch_size, num_layers, kv_hidden,
-            hidden_size, bytes_per_element, algorithm: str = "ring") -> CommCost:
-    """Context-parallel communication per micro-batch over `num_layers` layers.
+            hidden_size, bytes_per_element, algorithm: str = "ring", tp=1) -> CommCost:
+    """Context-parallel communication per micro-batch over `num_layers` layers, per GPU.
 
     ring (Megatron CP / ring attention; formulas.md §4.6 [derived]): forward per layer c-1 p2p
-    steps, each sending the local K and V chunk 2·(s/c)·b·kv·bytes (kv = n_kv·d_h); backward twice
+    steps, each sending the local K and V chunk 2·(s/c)·b·kv·bytes (kv = n_kv·d_h / t: tensor
+    parallelism splits the heads, and each GPU exchanges only its own heads' K and V — Transformer
+    Engine's attention with CP runs on the rank's [s/c, b, n_kv/t, d_h] tensors); backward twice
     that (K,V again + dK,dV). Time of a step = the slowest hop of the ring (p2p over the span).
     ulysses (Jacobs et al. 2023): 4 all-to-all per layer forward (Q, K, V before attention, O after)
-    and 4 backward; per-rank buffers (s/c)·b·h·bytes for Q and O, (s/c)·b·kv·bytes for K and V.
+    and 4 backward; per-rank buffers (s/c)·b·h/t·bytes for Q and O, (s/c)·b·kv·bytes for K and V.
     c = 1 ⇒ zero.
     """
     c = _f(span.size)
     L = _nonneg("num_layers", num_layers)
+    t = _f(tp)
     sb = _nonneg("micro_batch_size", micro_batch_size) * _nonneg("seq_length", seq_length) / c * _nonneg("bytes_per_element", bytes_per_element)
-    kv = sb * _nonneg("kv_hidden", kv_hidden)
+    kv = sb * _nonneg("kv_hidden", kv_hidden) / t
     if algorithm == "ring":
         step = 2.0 * kv
         t_step = C.p2p_s(profile, step, span)
@@ -142,7 +145,7 @@ def cp_comm(profile: HardwareProfile, span, *, seq_length, micro_batch_size, num
         return _cost("cp", "p2p_ring", "microbatch", L * steps * step, L * 2.0 * steps * step,
                      L * steps * t_step, L * 2.0 * steps * t_step, L * steps, L * 2.0 * steps)
     if algorithm == "ulysses":
-        q = sb * _nonneg("hidden_size", hidden_size)
+        q = sb * _nonneg("hidden_size", hidden_size) / t
         t_q = C.all_to_all_s(profile, q, span)
         t_kv = C.all_to_all_s(profile, kv, span)
         vol = (c - 1.0) / c * (2.0 * q + 2.0 * kv)

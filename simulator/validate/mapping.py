@@ -145,7 +145,7 @@ def _grad_dtype(rules: SourceRules, precision_cell, precision: str, notes) -> st
     return "fp32"
 
 
-def _schedule(v, pp: int, vpp_cell, notes) -> tuple[str, int]:
+def _schedule(v, pp: int, vpp_cell, notes, num_layers: int) -> tuple[str, int]:
     t = _text(v).lower()
     if pp == 1:
         return "1f1b", 1
@@ -162,9 +162,10 @@ def _schedule(v, pp: int, vpp_cell, notes) -> tuple[str, int]:
         raise InputError(f"unknown zero-bubble variant {v!r}")
     if "interleav" in t and "not stated" not in t:
         vpp = _int(vpp_cell, "vpp")
-        if vpp > pp:
+        if vpp > pp and num_layers % (pp * vpp):
             # Megatron's vpp counts chunks per rank; rows such as the Zero Bubble paper's "1 layer per
-            # chunk" give the total number of chunks instead (vpp = layers > pp): ceil(total / pp) per rank
+            # chunk" give the total number of chunks instead (vpp = layers > pp, which pp·vpp layers would
+            # not fill evenly): ceil(total / pp) per rank
             per_rank = -(-vpp // pp)
             notes.append(f"vpp={vpp} read as total chunks: {per_rank} per rank")
             vpp = per_rank
@@ -283,7 +284,7 @@ def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str]):
     from ..spec.layout import Layout
 
     pp = _int(row.get("pp"), "pp")
-    sched, vpp = _schedule(row.get("pipeline_schedule"), pp, row.get("vpp"), notes)
+    sched, vpp = _schedule(row.get("pipeline_schedule"), pp, row.get("vpp"), notes, num_layers)
     if _blank(row.get("micro_batch")):
         notes.append(f"micro_batch not stated: {DEFAULT_MICRO_BATCH}")
         mbs = DEFAULT_MICRO_BATCH

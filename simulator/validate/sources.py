@@ -272,6 +272,24 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "Llama 3.1: SwiGLU, RMSNorm, no biases, RoPE, untied output layer, GQA 8 KV heads",
         )),
     SourceRules(
+        source_id="DGXC_H100", family="llama", tie_word_embeddings=False, learned_positions=False,
+        vocab_pad_per_tp=128, flash_attention=True, dropout=False, grad_dtype=((r".", "bf16"),), stack="megatron",
+        stack_by_notes=((r"ub_tp_comm_overlap", "tp_comm_overlap", True),),
+        hardware="dgx-h100",
+        statements=(
+            "NeMo 24.09 recipes (NVIDIA/dgxc-benchmarking 35a9aec, llama3.1/*.yaml, configure.sh): Megatron-core "
+            "with Transformer Engine, the megatron stack",
+            "Llama 3.1: RMSNorm, SwiGLU, RoPE, no biases, untied output layer; vocabulary padded to 128·tp "
+            "(make_vocab_size_divisible_by 128)",
+            "attention: cuDNN fused attention (configure.sh NVTE_FUSED_ATTN=1, NVTE_FLASH_ATTN=0)",
+            "gradients reduced in bf16 (distributed_fused_adam grad_sync_dtype bf16), no dropout, no recompute",
+            "TP communication overlap with userbuffers where the row's notes say so (ub_tp_comm_overlap: 70B, 405B)",
+            "NVLS off (configure.sh NCCL_NVLS_ENABLE=0): parasim runs NVLS for all-reduces only, which these "
+            "layouts do not time (sequence-parallel TP and the distributed optimizer gather and scatter), so "
+            "dgx-h100 as it is",
+            "FP8 rows: TE delayed scaling (fp8_hybrid, amax history 1024), the megatron stack's fp8_recipe",
+        )),
+    SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
         flash_attention=True, dropout=False, grad_dtype=((r".", "fp32"),), stack="torchtitan",
         stack_overrides=(("attention_kernel", "flash2"), ("grad_buffer", "set-to-none")),

@@ -1,0 +1,142 @@
+"""NVIDIA's DGX Cloud benchmarking recipes (NeMo, Llama 3.1 on H100) as rows of validation/dgxc_h100.csv.
+
+    for f in README_8b README_70b README_405b; do
+        git -C dgxc-benchmarking show 35a9aec:llama3.1/$f.md; done > dgxc_llama31.md
+    python validation/dgxc_h100.py dgxc_llama31.md > validation/dgxc_h100.csv
+
+NVIDIA/dgxc-benchmarking at 35a9aec (release v24.11.1) publishes, for each Llama 3.1 size, the measured training
+step time of NeMo 24.09 (Megatron-core with Transformer Engine) on DGX Cloud H100 nodes, BF16 and FP8, over 8 to
+2304 GPUs: "Training step time (seconds per step)", the last step of a 50-step run (README: "Since the performance
+fluctuates significantly at the beginning, we are using the last training step timing"). Each table header gives
+the layout (TP, PP, CP, VP, MBS, GA) and each column the GPU count and global batch; the 405B table adds rows for
+its reduced-depth runs on 32-192 GPUs (Layers, GBS, PP, VP). Everything else comes from the recipe's own files at
+that commit (llama3.1/llama3.1_{8b,70b,405b}.yaml, configure.sh, launch.sh; the mapping rules are
+`SOURCE_RULES["DGXC_H100"]`, simulator/validate/sources.py):
+
+- shapes from the yamls: 8B 32 layers, h 4096, 32 heads, 8 query groups, FFN 14336; 70B 80 layers, h 8192,
+  64 heads, 8 groups, FFN 28672; 405B 126 layers, h 16384, 128 heads, 16 query groups (the yaml's, not the
+  released model's 8), FFN 53248; sequence 8192; RMSNorm, SwiGLU, RoPE, no biases, untied output layer;
+- vocabulary: the Llama 3 tokenizer's 128256 for 8B and 70B (configure.sh sets tokenizer.type to the Llama
+  tokenizer), GPT-2's 50257 for 405B (its yaml's GPT2BPETokenizer with mock data, synthetic); both padded by
+  Megatron to a multiple of 128·TP (make_vocab_size_divisible_by 128);
+- no activation recompute (activations_checkpoint_granularity null), sequence parallelism where TP > 1,
+  the distributed optimizer (distributed_fused_adam: ZeRO-1) with bf16 gradient reduction (grad_sync_dtype),
+  TP communication overlap with userbuffers for 70B and 405B (ub_tp_comm_overlap), interleaved 1F1B where VP
+  is given;
+- FP8 rows: Transformer Engine's hybrid format (E4M3 forward, E5M2 backward) with delayed scaling (amax history
+  1024), FP8 parameters (fp8_params).
+
+The measured step is the table's; the tokens/s cell is kept and must agree with GBS·8192 / step within 1 %
+(the 405B BF16 96-GPU cell reads "8.7  5": 8.75 s, which its tokens/s confirms).
+"""
+from __future__ import annotations
+
+import csv
+import re
+import sys
+
+SOURCE = ("NVIDIA/dgxc-benchmarking llama3.1/README_{8b,70b,405b}.md at 35a9aec (release v24.11.1, 2024-11): "
+          "NeMo 24.09 (Megatron-core, Transformer Engine) on DGX Cloud H100")
+SEQ = 8192
+SHAPES = {  # size: (layers, hidden, heads, query groups, ffn, vocab, nominal params in billions)
+    "8b": (32, 4096, 32, 8, 14336, 128256, 8.03),
+    "70b": (80, 8192, 64, 8, 28672, 128256, 70.6),
+    "405b": (126, 16384, 128, 16, 53248, 50257, 405.9),
+}
+FIELDS = ("run_id,source_id,source,source_locator,model,params_b,layers,hidden,heads,kv_heads,ffn_hidden,vocab,"
+          "moe_experts,moe_topk,seq_len,global_batch_seqs,micro_batch,n_gpus,gpu_type,interconnect,tp,pp,dp,cp,ep,"
+          "vpp,zero_fsdp,sequence_parallel,recompute,precision,pipeline_schedule,step_time_s,tokens_per_s,"
+          "tokens_per_s_per_gpu,tflops_per_gpu,tflops_basis,mfu_pct,hfu_pct,util_basis,mem_gb_per_gpu,mem_basis,"
+          "bubble_fraction,bubble_basis,derived_step_time_s,derived_how,trust,notes").split(",")
+HEADER = re.compile(r"^\|\s*Llama 3\.1 (\d+b) (\S+) (BF16|FP8) \(([^)]*)\)\s*\|(.*)$")
+COLUMN = re.compile(r"(\d+)x H100 GPUs(?:\s*\(GBS=(\d+)\))?")
+UTIL_BASIS = ("README: MFU = GBS x model FLOPs per sample / step time / GPUs / peak (989 TFLOP/s BF16, 1979 "
+              "TFLOP/s FP8 for the FP8 rows)")
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _number(cell: str) -> float:
+    return float(cell.replace(" ", "").rstrip("%"))
+
+
+def tables(text: str):
+    """(size, NeMo version, dtype, {layout key: value}, [column dicts]) for each Llama 3.1 table."""
+    out, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        m = HEADER.match(line)
+        if not m:
+            continue
+        size, nemo, dtype, spec, rest = m.groups()
+        layout = {k.strip(): v.strip() for k, v in (p.split("=") for p in spec.split(","))}
+        cols = [dict(gpus=int(g), gbs=int(b) if b else None) for g, b in COLUMN.findall(rest)]
+        for row in lines[i + 2:]:
+            if not row.startswith("|"):
+                break
+            name, *vals = _cells(row)
+            key = {"Layers": "layers", "GBS": "gbs", "PP": "pp", "VP": "vp",
+                   "Training step time (seconds per step)": "step", "Throughput in tokens per second": "tps",
+                   "Model flops utilization": "mfu"}.get(name)
+            if key is None:
+                continue
+            for col, v in zip(cols, vals):
+                if v and v != "n/a":
+                    col[key] = _number(v)
+                elif key == "vp":
+                    col[key] = None
+        out.append((size, nemo, dtype, layout, cols))
+    return out
+
+
+def rows(text: str):
+    for size, nemo, dtype, layout, cols in tables(text):
+        layers, h, heads, groups, ffn, vocab, params = SHAPES[size]
+        tp, cp, mbs = int(layout["TP"]), int(layout.get("CP", 1)), int(layout["MBS"])
+        for col in cols:
+            n, L = col["gpus"], int(col.get("layers", layers))
+            pp = int(col.get("pp", layout["PP"]))
+            vp = col["vp"] if "vp" in col else (int(layout["VP"]) if "VP" in layout else None)
+            gbs, step, tps = int(col["gbs"]), col["step"], col["tps"]
+            if abs(gbs * SEQ / tps / step - 1) > 0.01:
+                raise SystemExit(f"{size} {dtype} {n} GPUs: step {step} s disagrees with {tps} tokens/s")
+            dp = n // (tp * pp * cp)
+            name = f"Llama-3.1-{size[:-1]}B" + (f" ({L} of {layers} layers)" if L != layers else "")
+            overlap = "TP communication overlap (ub_tp_comm_overlap)" if tp > 1 else "no TP"
+            notes = (f"NeMo {nemo}, {dtype}; {overlap}; distributed_fused_adam (overlap_grad_sync, overlap_param_sync, "
+                     f"grad_sync_dtype bf16); cuDNN fused attention (NVTE_FUSED_ATTN=1, NVTE_FLASH_ATTN=0); "
+                     f"NCCL_NVLS_ENABLE=0; last step of 50; GA {gbs // (dp * mbs)}.")
+            if L != layers:
+                notes += f" Reduced-depth run of the 405B recipe (configure.sh: NUM_LAYERS={L}, PP={pp})."
+            yield {
+                "run_id": f"dgxc_h100_llama31_{size}_{dtype.lower()}_g{n}", "source_id": "DGXC_H100",
+                "source": SOURCE, "source_locator": f"README_{size}.md table 'Llama 3.1 {size} {nemo} {dtype} "
+                                                    f"({layout_text(layout)})'",
+                "model": name, "params_b": params if L == layers else "", "layers": L, "hidden": h, "heads": heads,
+                "kv_heads": groups, "ffn_hidden": ffn, "vocab": vocab, "seq_len": SEQ, "global_batch_seqs": gbs,
+                "micro_batch": mbs, "n_gpus": n, "gpu_type": "H100-SXM5-80GB",
+                "interconnect": "DGX Cloud H100 nodes: NVLink/NVSwitch, InfiniBand", "tp": tp, "pp": pp, "dp": dp,
+                "cp": cp, "ep": 1, "vpp": vp if vp and pp > 1 else "",
+                "zero_fsdp": "ZeRO-1 (NeMo distributed_fused_adam)", "sequence_parallel": "yes" if tp > 1 else "no",
+                "recompute": "none", "precision": "bf16" if dtype == "BF16" else "fp8 (TE hybrid, delayed scaling)",
+                "pipeline_schedule": "interleaved 1F1B" if vp and pp > 1 else ("1F1B" if pp > 1 else ""),
+                "step_time_s": step, "tokens_per_s": tps, "tokens_per_s_per_gpu": round(tps / n, 1),
+                "mfu_pct": col.get("mfu", ""), "util_basis": UTIL_BASIS, "trust": "A", "notes": notes,
+            }
+
+
+def layout_text(layout: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in layout.items())
+
+
+def main(argv):
+    text = open(argv[1], encoding="utf-8").read() if len(argv) > 1 else sys.stdin.read()
+    w = csv.DictWriter(sys.stdout, FIELDS, lineterminator="\n")
+    w.writeheader()
+    for r in rows(text):
+        w.writerow({k: r.get(k, "") for k in FIELDS})
+
+
+if __name__ == "__main__":
+    main(sys.argv)
