@@ -51,9 +51,13 @@ def test_rows_map_with_the_recipes_settings():
 
 
 def test_every_row_is_predicted_and_weak_scaling_does_not_shrink_the_step():
-    res, skipped = predict_runs(read_runs(CSV))
+    res, skipped = predict_runs(read_runs(CSV), keep_estimates=True)
     assert skipped.empty and len(res) == 34 and res.feasible.all()
     t = res.set_index("run_id")
+    # TP 8 × CP 2 across nodes (405B): each GPU rings its own 2 KV heads, 4 MiB per step, which the attention
+    # kernel hides; charging all 16 heads per GPU (the bug before) left 2.0 s of each step exposed
+    e = t.estimate["dgxc_h100_llama31_405b_bf16_g576"].to_dict()["time"]
+    assert e["exposed_comm_by_group_s"]["cp"] == 0.0 and e["hidden_comm_by_group_s"]["cp"] > 0.0
     for size, lo, hi in (("8b", 8, 128), ("70b", 64, 2048), ("405b", 576, 2304)):
         for dt in ("bf16", "fp8"):
             a, b = f"dgxc_h100_llama31_{size}_{dt}_g{lo}", f"dgxc_h100_llama31_{size}_{dt}_g{hi}"

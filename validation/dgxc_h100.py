@@ -34,6 +34,7 @@ from __future__ import annotations
 import csv
 import re
 import sys
+from pathlib import Path
 
 SOURCE = ("NVIDIA/dgxc-benchmarking llama3.1/README_{8b,70b,405b}.md at 35a9aec (release v24.11.1, 2024-11): "
           "NeMo 24.09 (Megatron-core, Transformer Engine) on DGX Cloud H100")
@@ -43,11 +44,7 @@ SHAPES = {  # size: (layers, hidden, heads, query groups, ffn, vocab, nominal pa
     "70b": (80, 8192, 64, 8, 28672, 128256, 70.6),
     "405b": (126, 16384, 128, 16, 53248, 50257, 405.9),
 }
-FIELDS = ("run_id,source_id,source,source_locator,model,params_b,layers,hidden,heads,kv_heads,ffn_hidden,vocab,"
-          "moe_experts,moe_topk,seq_len,global_batch_seqs,micro_batch,n_gpus,gpu_type,interconnect,tp,pp,dp,cp,ep,"
-          "vpp,zero_fsdp,sequence_parallel,recompute,precision,pipeline_schedule,step_time_s,tokens_per_s,"
-          "tokens_per_s_per_gpu,tflops_per_gpu,tflops_basis,mfu_pct,hfu_pct,util_basis,mem_gb_per_gpu,mem_basis,"
-          "bubble_fraction,bubble_basis,derived_step_time_s,derived_how,trust,notes").split(",")
+FIELDS = next(csv.reader(open(Path(__file__).resolve().parent / "published_runs.csv")))  # the shared columns
 HEADER = re.compile(r"^\|\s*Llama 3\.1 (\d+b) (\S+) (BF16|FP8) \(([^)]*)\)\s*\|(.*)$")
 COLUMN = re.compile(r"(\d+)x H100 GPUs(?:\s*\(GBS=(\d+)\))?")
 UTIL_BASIS = ("README: MFU = GBS x model FLOPs per sample / step time / GPUs / peak (989 TFLOP/s BF16, 1979 "

@@ -127,7 +127,8 @@ def cp_comm(profile: HardwareProfile, span, *, seq_length, micro_batch_size, num
     ring (Megatron CP / ring attention; formulas.md §4.6 [derived]): forward per layer c-1 p2p
     steps, each sending the local K and V chunk 2·(s/c)·b·kv·bytes (kv = n_kv·d_h / t: tensor
     parallelism splits the heads, and each GPU exchanges only its own heads' K and V — Transformer
-    Engine's attention with CP runs on the rank's [s/c, b, n_kv/t, d_h] tensors); backward twice
+    Engine's attention with CP runs on the rank's [s/c, b, n_kv/t, d_h] tensors; exact, as the layout
+    rules require n_kv % t == 0, spec/validate.py); backward twice
     that (K,V again + dK,dV). Time of a step = the slowest hop of the ring (p2p over the span).
     ulysses (Jacobs et al. 2023): 4 all-to-all per layer forward (Q, K, V before attention, O after)
     and 4 backward; per-rank buffers (s/c)·b·h/t·bytes for Q and O, (s/c)·b·kv·bytes for K and V.
