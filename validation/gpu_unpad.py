@@ -176,7 +176,7 @@ def main(argv=None) -> int:
                 fh.flush()
                 print(",".join(f"{row[k]:.4g}" if isinstance(row[k], float) else str(row[k]) for k in FIELDS),
                       flush=True)
-                del blocks, x0
+                blocks = x0 = step = None  # free the blocks before the next variant
                 if cuda:
                     torch.cuda.empty_cache()
     return 0

@@ -66,7 +66,8 @@ def _stack_line(st: dict) -> str:
     kf, kb = st["kernels_per_layer"]
     return (f"stack               {st['name']} ({'compiled' if st['compiled'] else 'eager'}, "
             f"{st['elementwise']} elementwise ops; attention "
-            f"{st['attention_kernel']}, optimizer {st['optimizer_impl']}, gradients {st['grad_buffer']}, accumulated "
+            f"{st['attention_kernel']}" + (" (unpadded rows: bert_padding)" if st.get("attention_padding") == "unpad"
+                                           else "") + f", optimizer {st['optimizer_impl']}, gradients {st['grad_buffer']}, accumulated "
             f"{'by autograd' if st['grad_accumulation'] == 'autograd' else 'in the weight-gradient GEMM'}, "
             f"loss {st['cross_entropy']}, "
             + (f"{st['train_metric_losses']} training-metric losses per micro-batch, "

@@ -47,7 +47,7 @@ from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
 from .attention import attention_efficiency, flash_occupancy, unfused_core_times
-from .launch import launch_bound
+from .launch import launch_bound, padding_sync_s
 from .memory_ops import _embedding_memory_ops, _head_memory_ops, _memory_time, fp8_cast_op, memory_ops
 
 __all__ = ["OpTime", "BASIS", "BASIS_KEYS", "gemm_dtype", "mfu_peak_flops", "layer_op_times",
@@ -394,5 +394,6 @@ def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, se
                     for c in (BASIS.index("dense_layer"), BASIS.index("moe_layer"))]
     rows = tuple(BASIS_KEYS.index(k) for k in ("forward_s", "backward_s", "weight_s", "recompute_s"))
     cols = (BASIS.index("dense_layer"), BASIS.index("moe_layer"))
-    return {r: launch_bound(np.asarray(a, dtype=float), training.stack, r, weight_gemms, rows=rows, layer_cols=cols)
-            for r, a in acc.items()}
+    sync_s = padding_sync_s(training.stack, training.flash_attention)
+    return {r: launch_bound(np.asarray(a, dtype=float), training.stack, r, weight_gemms, rows=rows, layer_cols=cols,
+                            sync_s=sync_s) for r, a in acc.items()}

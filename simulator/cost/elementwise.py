@@ -19,6 +19,10 @@ one gate/up GEMM that is `chunk`ed, as validation/train_step.py (the lent H100's
 and nanotron write them; the ops on those views, and every op with a broadcast operand, run torch's generic
 elementwise loop (`Op.strided`, elementwise_ops.py).
 
+Around a FlashAttention call, a stack with `attention_padding = "unpad"` (flash-attn's bert_padding: llm-foundry's
+flash path) gathers q, k, v into rows and pads the output back, with the backward's zero-fills and scatters
+(padding_ops.py).
+
 Residual adds and dropout are one kernel each in every stack; the MoE router, dispatch and combine keep one
 kernel each (not yet per stack); RoPE runs only on models without a learned position table.
 
@@ -41,6 +45,7 @@ from . import flops as F
 from .elementwise_ops import (Graph, Lin, Op, accumulate, act_backward, act_forward, add_forward, copies,
                               dropout_backward, dropout_forward, moe_backward, moe_forward, norm_backward,
                               norm_forward, softmax_backward, softmax_forward)
+from .padding_ops import unpad_attention_backward, unpad_attention_forward
 from .rope_ops import rope_backward, rope_forward, rope_tables
 
 __all__ = ["SETTINGS", "layer_graph", "cached_graph", "layer_sizes", "region_bytes", "saved_bytes", "block_kernels",
@@ -94,18 +99,19 @@ def layer_graph(model, training, *, moe: bool = False, sequence_parallel: bool =
     training's stack's `elementwise`), its tensor sizes as `Lin` combinations of `layer_sizes`' names. The input
     is `x`, the output `out`, the incoming gradient `d.out`."""
     return cached_graph(model, setting or training.stack.elementwise, float(training.activation_bytes),
-                        bool(training.dropout), bool(training.flash_attention), moe, bool(sequence_parallel))
+                        bool(training.dropout), bool(training.flash_attention), moe, bool(sequence_parallel),
+                        training.stack.attention_padding)
 
 
 @lru_cache(maxsize=256)
-def cached_graph(model, setting, e, dropout, flash, moe, sequence_parallel) -> Graph:
-    """`layer_graph` from hashable arguments (activation bytes e, training.dropout and flash_attention), built
-    once per model and setting."""
+def cached_graph(model, setting, e, dropout, flash, moe, sequence_parallel, padding="none") -> Graph:
+    """`layer_graph` from hashable arguments (activation bytes e, training.dropout and flash_attention, the
+    stack's attention_padding), built once per model and setting."""
     s = dict(SETTINGS[setting])
     if model.norm != "rmsnorm" and s["norm"] == "hf":
         s["norm"] = "torch"  # transformers' LayerNorm models call nn.LayerNorm
     d = _dims(model, e, moe=moe, sequence_parallel=sequence_parallel)
-    tr = SimpleNamespace(dropout=dropout, flash_attention=flash)
+    tr = SimpleNamespace(dropout=dropout, flash_attention=flash, unpad=flash and padding == "unpad")
     g = Graph(e)
     g.t("x", d.Th)
     g.t("d.out", d.Th)
@@ -163,6 +169,8 @@ def _attention_forward(g, m, tr, s, d, x) -> str:
         q, k = rope_forward(g, s["rope"], "rq", q, table), rope_forward(g, s["rope"], "rk", k, table)
     g.inputs.update({"attn.q": q, "attn.k": k, "attn.v": v})
     ao = g.t("ao", d.q)
+    if tr.unpad:
+        return unpad_attention_forward(g, (q, k, v), ao)
     if tr.flash_attention:
         g.boundary("forward", "attention", (q, k, v), (ao,))
         return ao
@@ -180,7 +188,9 @@ def _attention_forward(g, m, tr, s, d, x) -> str:
 
 def _attention_backward(g, m, tr, s, d, dao) -> str:
     q, k, v = (g.inputs[f"attn.{t}"] for t in "qkv")  # what the attention (or QKᵀ and P·V) read
-    if tr.flash_attention:
+    if tr.unpad:
+        grads = unpad_attention_backward(g, dao, (q, k, v))
+    elif tr.flash_attention:
         grads = (g.like("d.attn.q", q), g.like("d.attn.k", k), g.like("d.attn.v", v))
         g.boundary("backward", "attention", (dao, q, k, v, "ao"), grads)
     else:

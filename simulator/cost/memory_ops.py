@@ -167,8 +167,9 @@ def memory_op_rows(g: Graph, compiled: bool) -> list[dict]:
 
 
 @lru_cache(maxsize=256)
-def _rows(model, setting, e, dropout, flash, moe, sequence_parallel, compiled) -> tuple:
-    return tuple(memory_op_rows(cached_graph(model, setting, e, dropout, flash, moe, sequence_parallel), compiled))
+def _rows(model, setting, e, dropout, flash, moe, sequence_parallel, compiled, padding) -> tuple:
+    return tuple(memory_op_rows(cached_graph(model, setting, e, dropout, flash, moe, sequence_parallel, padding),
+                                compiled))
 
 
 def layer_memory_rows(model, training, *, moe: bool = False, tp=1, cp=1, ep=1, micro_batch_size=1,
@@ -176,7 +177,7 @@ def layer_memory_rows(model, training, *, moe: bool = False, tp=1, cp=1, ep=1, m
     """`memory_op_rows` of the training's stack, its bytes evaluated for the layout (scalars or arrays)."""
     st = training.stack
     rows = _rows(model, st.elementwise, float(training.activation_bytes), bool(training.dropout),
-                 bool(training.flash_attention), moe, bool(sequence_parallel), st.compiled)
+                 bool(training.flash_attention), moe, bool(sequence_parallel), st.compiled, st.attention_padding)
     sizes = layer_sizes(model, training, moe=moe, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                    sequence_parallel=sequence_parallel)
     return [{**r, "forward_bytes": r["forward_bytes"].value(sizes), "backward_bytes": r["backward_bytes"].value(sizes)}

@@ -149,7 +149,9 @@ def attention_block_bytes(model: ModelSpec, training: Training, *, tp, cp, micro
                           sequence_parallel: bool, recompute: str) -> np.ndarray:
     """Attention half of a layer without its norm: QKV input, (MLA latents), Q/K/V, scores or LSE, O,
     output dropout mask. Korthikanti §4.1 "11sbh + 5as²b" generalised to GQA/MLA and FlashAttention;
-    selective recompute drops the score terms (Korthikanti §5)."""
+    selective recompute drops the score terms (Korthikanti §5). Under flash-attn's unpadding
+    (Stack.attention_padding "unpad") O is kept twice: the varlen kernel saves its output rows, the output
+    projection the padded copy pad_input writes."""
     t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                           sequence_parallel=sequence_parallel)
     w = attention_widths(model)
@@ -163,6 +165,8 @@ def attention_block_bytes(model: ModelSpec, training: Training, *, tp, cp, micro
         out = out + attention_scores_bytes(tokens=T, seq_kv=s_kv, heads=w["heads"], e=e, t=t,
                                            dropout=training.dropout)
     out = out + attention_output_bytes(tokens=T, o=w["o"], e=e, t=t)
+    if training.flash_attention and training.stack.attention_padding == "unpad":
+        out = out + attention_output_bytes(tokens=T, o=w["o"], e=e, t=t)  # pad_input's copy (cost/padding_ops.py)
     return out + dropout_mask_bytes(tokens=T, hidden=h, t_s=t_s, dropout=training.dropout)
 
 

@@ -6,6 +6,11 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
 - `attention_kernel`: which attention kernel runs (its efficiency tables are the hardware profile's
   `attention_<kernel>` / `attention_bwd_<kernel>`, falling back to `attention` / `attention_bwd`);
   "unfused" is attention written out as matmuls and a softmax (no FlashAttention);
+- `attention_padding`: what the framework does around a FlashAttention call: "none" (the padded
+  [b, s, heads, d] tensors go straight in) or "unpad" (flash-attn's `bert_padding`: the q, k and v rows are
+  gathered into [tokens, heads, d] before the varlen kernel and the output scattered back after it, each
+  `unpad_input` call synchronising the host twice: llm-foundry's `attn_impl: flash`; cost/elementwise.py
+  copies, cost/launch.py `padding_sync_s`);
 - `cross_entropy`: how the loss is computed (Training.cross_entropy's choices);
 - `optimizer_impl`: "fused" (one multi-tensor kernel pass: Megatron FusedAdam, torch fused AdamW),
   "foreach" (torch's default multi-tensor AdamW: one pass per elementwise op, cost/optimizer.py; its step
@@ -78,6 +83,7 @@ from .framework import FrameworkRules, rules_from_table, summary
 from .presets import check_keys, preset_names, read_toml, resolve
 
 ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "triton-pre-mlir", "xformers", "unfused")
+ATTENTION_PADDING = ("none", "unpad")  # attention_padding: flash-attn bert_padding around each attention call
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 GRAD_BUFFERS = ("persistent", "set-to-none")  # grad_buffer: gradients kept between steps or freed by zero_grad
 GRAD_ACCUMULATIONS = ("fused", "autograd")  # grad_accumulation: the wgrad GEMM adds into .grad, or autograd does
@@ -110,6 +116,7 @@ class Stack:
     name: str
     framework: str
     attention_kernel: str = "cudnn"
+    attention_padding: str = "none"  # ATTENTION_PADDING (cost/elementwise.py, cost/launch.py)
     cross_entropy: str = "vocab-parallel"
     optimizer_impl: str = "fused"
     grad_buffer: str = "persistent"
@@ -151,7 +158,8 @@ class Stack:
                                                               where=f"stack {self.name!r}"))
         if not isinstance(self.runs, FrameworkRules):
             raise InputError(f"stack {self.name!r}: runs must be a [runs] table, got {self.runs!r}")
-        for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("cross_entropy", CROSS_ENTROPY),
+        for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("attention_padding", ATTENTION_PADDING),
+                              ("cross_entropy", CROSS_ENTROPY),
                               ("optimizer_impl", OPTIMIZER_IMPLS), ("grad_buffer", GRAD_BUFFERS),
                               ("grad_accumulation", GRAD_ACCUMULATIONS),
                               ("fp8_recipe", FP8_RECIPES),

@@ -240,6 +240,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="LLMFOUNDRY_H100", **_LLMFOUNDRY,
         stack_by_notes=((r"attn_impl=flash", "attention_kernel", "flash2"),
+                        (r"attn_impl=flash", "attention_padding", "unpad"),
                         (r"attn_impl=triton", "attention_kernel", "triton-pre-mlir")),
         statements=(
             "the LLMFOUNDRY rules (MPT architecture, xentropy loss, training metrics, FSDP reduce dtype, "
@@ -248,6 +249,10 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "llm-foundry[gpu-flash2]), attn_impl=triton -> the Triton FlashAttention kernel on the pre-MLIR "
             "Triton fork (setup.py at 5e85bd6: triton-pre-mlir@...triton_pre_mlir_sm90; Ampere mma.sync code on "
             "the H100: attention_kernel triton-pre-mlir, not the FlashAttention-3 charts' Hopper Triton)",
+            "attn_impl=flash rows unpad: llmfoundry/models/layers/attention.py flash_attn_fn at 5e85bd6 calls "
+            "flash-attn's bert_padding.unpad_input on q, k, v and pad_input on the output in every layer "
+            "(attention_padding unpad: the copies and host synchronisations measured on an H100, "
+            "validation/h100_cp_unpad/); the Triton path takes the padded tensors",
             "hardware dgx-h100 (the H100 tables state no interconnect: a DGX H100's 8x400 Gb/s assumed)",
             "FP8 rows: Transformer Engine's delayed scaling (Composer amp_fp8, TE v0.10 installed by "
             "submit_benchmarks.py at b2a43a1)",
