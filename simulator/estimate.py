@@ -149,7 +149,7 @@ class Estimate:
 def stack_summary(stack) -> dict:
     """The software stack an estimate assumed (spec/stack.py), for its JSON and table."""
     return {"name": stack.name, "framework": stack.framework, "attention_kernel": stack.attention_kernel,
-            "attention_padding": stack.attention_padding, "compiled": stack.compiled, "optimizer_impl": stack.optimizer_impl, "grad_buffer": stack.grad_buffer,
+            "attention_padding": stack.attention_padding, "cp_ring_merge": stack.cp_ring_merge, "compiled": stack.compiled, "optimizer_impl": stack.optimizer_impl, "grad_buffer": stack.grad_buffer,
             "grad_accumulation": stack.grad_accumulation, "cross_entropy": stack.cross_entropy,
             "elementwise": stack.elementwise, "kernels_per_layer": list(stack.layer_kernels),
             "train_metric_losses": stack.train_metric_losses,

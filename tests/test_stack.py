@@ -25,7 +25,7 @@ def test_the_presets_exist_and_every_value_names_its_source():
     for name in stack_names():
         st = load_stack(name)
         sourced = dict(st.source)
-        for key in ("attention_kernel", "attention_padding", "cross_entropy", "optimizer_impl", "kernels_per_layer",
+        for key in ("attention_kernel", "attention_padding", "cp_ring_merge", "cross_entropy", "optimizer_impl", "kernels_per_layer",
                     "compiled_kernels_per_layer", "host_us_per_kernel", "decode_host_us_per_kernel"):
             assert sourced.get(key, "").strip(), (name, key)
     assert list(list_stacks()["name"]) == stack_names()
@@ -45,6 +45,7 @@ def test_training_takes_the_stacks_defaults_unless_given():
 @pytest.mark.parametrize("over, msg", [
     ({"attention_kernel": "flash9"}, "attention_kernel must be one of"),
     ({"attention_padding": "gather"}, "attention_padding must be one of"),
+    ({"cp_ring_merge": "nccl"}, "cp_ring_merge must be one of"),
     ({"optimizer_impl": "loop"}, "optimizer_impl must be one of"),
     ({"grad_buffer": "none"}, "grad_buffer must be one of"),
     ({"ddp_bucket_view": "yes"}, "ddp_bucket_view must be true or false"),

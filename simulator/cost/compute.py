@@ -47,6 +47,7 @@ from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
 from .attention import attention_efficiency, flash_occupancy, unfused_core_times
+from .cp_merge import cp_merge_ops
 from .launch import launch_bound, padding_sync_s
 from .memory_ops import _embedding_memory_ops, _head_memory_ops, _memory_time, fp8_cast_op, memory_ops
 
@@ -158,8 +159,9 @@ def _memory_times(ops, hardware) -> np.ndarray:
     by = _stack([o.forward_bytes for o in ops] + [o.backward_bytes for o in ops] + [o.weight_bytes for o in ops])
     k = [o.kernels for o in ops]
     kb = [o.kernels if o.backward_kernels is None else o.backward_kernels for o in ops]
-    kernels = np.array(k + kb + k).reshape((3 * n,) + (1,) * (by.ndim - 1))
-    tables = np.array([o.table for o in ops] * 3).reshape(kernels.shape)
+    kernels = _stack(k + kb + k)  # scalars, or arrays where the count follows the layout (cp_merge.py)
+    kernels = kernels.reshape(kernels.shape + (1,) * (by.ndim - kernels.ndim))
+    tables = np.array([o.table for o in ops] * 3).reshape((3 * n,) + (1,) * (by.ndim - 1))
     t = _memory_time(by, kernels, hardware, tables)
     z = np.zeros_like(t[:n])
     return _table(t[:n], t[n:2 * n], t[2 * n:], z, z, z)
@@ -223,7 +225,8 @@ def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool 
     one = np.ones(1)
     groups = _stage_op_groups(model, training, tp=tp, cp=cp, ep=ep, micro_batch_size=micro_batch_size,
                               sequence_parallel=sequence_parallel, n_dense=0 * one if moe else one,
-                              n_moe=one if moe else 0 * one, first=0 * one, last=0 * one, recompute="none")
+                              n_moe=one if moe else 0 * one, first=0 * one, last=0 * one, recompute="none",
+                              cp_algorithm=cp_algorithm)
     out = []
     for kind, ops, W, _ in groups:
         if core_attention_only and kind == "gemm":  # (projections, FFN, head: no core attention)
@@ -243,7 +246,7 @@ def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool 
 
 
 def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_parallel, n_dense, n_moe, first, last,
-                     recompute):
+                     recompute, cp_algorithm="ring"):
     """Every op a virtual stage runs, grouped by kind, with per-stage multiplicities.
 
     Returns [(kind, ops, W, R)]: W[o, j] = how many times op o runs on virtual stage j per microbatch
@@ -296,6 +299,8 @@ def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_
                 m_ops.append(op); m_w.append(n_moe); m_r.append(n_moe * share(op, gemm=False))  # noqa: E702
     for op, w, r in casts:
         m_ops.append(op); m_w.append(w); m_r.append(r)  # noqa: E702
+    for op in cp_merge_ops(model, training, cp_algorithm=cp_algorithm, **mkw):  # ring CP's merge (cp_merge.py)
+        m_ops.append(op); m_w.append(L); m_r.append(L * share(op, gemm=False))  # noqa: E702
     for op in _embedding_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):
         m_ops.append(op); m_w.append(first); m_r.append(zero)  # noqa: E702
     for op in _head_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):
@@ -376,7 +381,7 @@ def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, se
     moe = one_hot[1] if (model.is_moe and model.moe_layer_mask.any()) else 0.0 * one_hot[1]
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     shape = dict(ep=ep, sequence_parallel=sequence_parallel, n_dense=one_hot[0], n_moe=moe, first=one_hot[2],
-                 last=one_hot[3], **kw)
+                 last=one_hot[3], cp_algorithm=cp_algorithm, **kw)
     per_mode = {r: _stage_op_groups(model, training, recompute=r, **shape) for r in modes}  # same ops, own R
     acc = {r: 0.0 for r in modes}
     for g, (kind, ops, W, _) in enumerate(per_mode[modes[0]]):

@@ -11,6 +11,9 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   gathered into [tokens, heads, d] before the varlen kernel and the output scattered back after it, each
   `unpad_input` call synchronising the host twice: llm-foundry's `attn_impl: flash`; cost/elementwise.py
   copies, cost/launch.py `padding_sync_s`);
+- `cp_ring_merge`: whose ring context-parallel attention runs, and so the merge and copies beside its kernels
+  (cost/cp_merge.py): "te" (Transformer Engine's fused corrections: Megatron-Core) or "torch" (torch's
+  context_parallel, eager fp32 merges: torchtitan, accelerate);
 - `cross_entropy`: how the loss is computed (Training.cross_entropy's choices);
 - `optimizer_impl`: "fused" (one multi-tensor kernel pass: Megatron FusedAdam, torch fused AdamW),
   "foreach" (torch's default multi-tensor AdamW: one pass per elementwise op, cost/optimizer.py; its step
@@ -84,6 +87,7 @@ from .presets import check_keys, preset_names, read_toml, resolve
 
 ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "triton-pre-mlir", "xformers", "unfused")
 ATTENTION_PADDING = ("none", "unpad")  # attention_padding: flash-attn bert_padding around each attention call
+CP_RING_MERGES = ("te", "torch")  # cp_ring_merge: whose ring-CP attention (cost/cp_merge.py)
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 GRAD_BUFFERS = ("persistent", "set-to-none")  # grad_buffer: gradients kept between steps or freed by zero_grad
 GRAD_ACCUMULATIONS = ("fused", "autograd")  # grad_accumulation: the wgrad GEMM adds into .grad, or autograd does
@@ -117,6 +121,7 @@ class Stack:
     framework: str
     attention_kernel: str = "cudnn"
     attention_padding: str = "none"  # ATTENTION_PADDING (cost/elementwise.py, cost/launch.py)
+    cp_ring_merge: str = "te"  # CP_RING_MERGES (cost/cp_merge.py)
     cross_entropy: str = "vocab-parallel"
     optimizer_impl: str = "fused"
     grad_buffer: str = "persistent"
@@ -159,7 +164,7 @@ class Stack:
         if not isinstance(self.runs, FrameworkRules):
             raise InputError(f"stack {self.name!r}: runs must be a [runs] table, got {self.runs!r}")
         for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("attention_padding", ATTENTION_PADDING),
-                              ("cross_entropy", CROSS_ENTROPY),
+                              ("cp_ring_merge", CP_RING_MERGES), ("cross_entropy", CROSS_ENTROPY),
                               ("optimizer_impl", OPTIMIZER_IMPLS), ("grad_buffer", GRAD_BUFFERS),
                               ("grad_accumulation", GRAD_ACCUMULATIONS),
                               ("fp8_recipe", FP8_RECIPES),
