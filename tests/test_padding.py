@@ -121,13 +121,13 @@ def test_each_layer_forward_exposes_the_host_time_of_its_unpad_calls():
 
 
 def test_the_overhead_measured_on_an_h100_is_predicted_within_a_third():
-    """Nine MPT block stacks, forward + backward, bert_padding against direct attention on one H100: parasim's
-    per-layer overhead is 0.67-0.96 of the measured (the runs alternate; direct's own spread is about 0.5 ms
-    per layer). Nothing is fitted to these runs."""
+    """Fifteen MPT block stacks (nine as they are, six under activation checkpointing), forward + backward,
+    bert_padding against direct attention on one H100: parasim's per-layer overhead is 0.62-0.96 of the measured
+    (the runs alternate; direct's own spread is about 0.5 ms per layer). Nothing is fitted to these runs."""
     import unpad_check
 
     rows = unpad_check.table()
-    assert len(rows) == 9
+    assert len(rows) == 15 and sum(r["checkpoint"] for r in rows) == 6
     ratios = np.array([r["ratio"] for r in rows])
     assert np.all((ratios > 0.6) & (ratios < 1.25)), ratios
     assert 0.7 < np.median(ratios) < 1.1

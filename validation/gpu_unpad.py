@@ -29,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-FIELDS = ["model", "d_model", "heads", "seq", "micro_batch", "layers", "variant", "step_s", "per_layer_s",
-          "overhead_pct"]
+FIELDS = ["model", "d_model", "heads", "seq", "micro_batch", "layers", "checkpoint", "variant", "step_s",
+          "per_layer_s", "overhead_pct"]
 # (model, d_model, heads, seq, micro batch): llm-foundry's benchmark rows (validation/llmfoundry_h100.csv).
 CONFIGS = [("MPT-1b", 2048, 16, 2048, 14), ("MPT-125m", 768, 12, 2048, 32), ("MPT-7b", 4096, 32, 2048, 6),
            ("MPT-1b", 2048, 16, 8192, 3), ("MPT-350m", 1024, 16, 512, 64), ("MPT-3b", 2560, 20, 2048, 10),
@@ -124,11 +124,17 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="each block under activation checkpointing (its forward runs again in the backward, "
+                         "as FSDP activation_checkpointing does for llm-foundry's large models)")
+    ap.add_argument("--models", default="", help="comma-separated model names of CONFIGS to run (default: all)")
     args = ap.parse_args(argv)
     import torch
     cuda = args.device.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32
     padding = _padding_functions(torch)
+    from torch.utils.checkpoint import checkpoint
+    configs = TINY if args.tiny else [c for c in CONFIGS if not args.models or c[0] in args.models.split(",")]
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -139,7 +145,7 @@ def main(argv=None) -> int:
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         w.writeheader()
         print(",".join(FIELDS), flush=True)
-        for model, d, heads, s, mb in (TINY if args.tiny else CONFIGS):
+        for model, d, heads, s, mb in configs:
             direct_s = None
             for variant in ("direct", "unpad", "nosync", "direct", "unpad", "nosync")[: 3 if args.tiny else 6]:
                 torch.manual_seed(0)
@@ -151,7 +157,7 @@ def main(argv=None) -> int:
                 def step():
                     x = x0
                     for f, _ in blocks:
-                        x = f(x, mask)
+                        x = (checkpoint(f, x, mask, use_reentrant=False) if args.checkpoint else f(x, mask))
                     x.float().pow(2).mean().backward()
                     for _, ps in blocks:
                         for p in ps:
@@ -170,6 +176,7 @@ def main(argv=None) -> int:
                 if variant == "direct":
                     direct_s = t if direct_s is None else min(direct_s, t)
                 row = dict(model=model, d_model=d, heads=heads, seq=s, micro_batch=mb, layers=args.layers,
+                           checkpoint=args.checkpoint,
                            variant=variant, step_s=t, per_layer_s=t / args.layers,
                            overhead_pct=100.0 * (t / direct_s - 1) if variant != "direct" else 0.0)
                 w.writerow(row)

@@ -20,16 +20,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-MEASURED = ROOT / "validation" / "h100_cp_unpad" / "unpad2.csv"
+MEASURED = (ROOT / "validation" / "h100_cp_unpad" / "unpad2.csv",  # blocks as they are
+            ROOT / "validation" / "h100_cp_unpad" / "unpad_ckpt.csv")  # under activation checkpointing
 
 
-def measured(path=MEASURED):
-    """{(model, d_model, heads, seq, micro_batch): (overhead s/layer, copies-only s/layer)} from the runs."""
+def measured(paths=MEASURED):
+    """{(model, d_model, heads, seq, micro_batch, checkpoint): (overhead s/layer, copies-only s/layer)} from the
+    runs."""
     import pandas as pd
 
-    df = pd.read_csv(path)
+    df = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+    df["checkpoint"] = df["checkpoint"].fillna(False).astype(bool) if "checkpoint" in df else False
     out = {}
-    for key, g in df.groupby(["model", "d_model", "heads", "seq", "micro_batch"], sort=False):
+    for key, g in df.groupby(["model", "d_model", "heads", "seq", "micro_batch", "checkpoint"], sort=False):
         direct = g[g.variant == "direct"].step_s.min()
         layers = int(g.layers.iloc[0])
         out[key] = ((g[g.variant == "unpad"].step_s.mean() - direct) / layers,
@@ -37,8 +40,10 @@ def measured(path=MEASURED):
     return out
 
 
-def predicted(model: str, d: int, heads: int, seq: int, mb: int, layers: int = 4) -> tuple[float, float]:
-    """(per-layer step difference unpad - none, its host-sync part) of parasim for one such block stack."""
+def predicted(model: str, d: int, heads: int, seq: int, mb: int, checkpoint: bool = False,
+              layers: int = 4) -> tuple[float, float]:
+    """(per-layer step difference unpad - none, its host-sync part per forward) of parasim for one such block
+    stack; `checkpoint`: full recompute (the forward, with its unpadding, runs again in the backward)."""
     from simulator.cost.launch import padding_sync_s
     from simulator.estimate import estimate
     from simulator.spec.hardware import load_hardware
@@ -46,7 +51,8 @@ def predicted(model: str, d: int, heads: int, seq: int, mb: int, layers: int = 4
 
     row = dict(run_id="unpad_check", source_id="LLMFOUNDRY_H100", model=model, layers=layers, hidden=d, heads=heads,
                ffn_hidden=4 * d, vocab=50368, seq_len=seq, global_batch_seqs=mb, micro_batch=mb, n_gpus=1, tp=1,
-               pp=1, dp=1, cp=1, zero_fsdp="none", recompute="none", precision="bf16", gpu_type="H100",
+               pp=1, dp=1, cp=1, zero_fsdp="none", recompute="full" if checkpoint else "none", precision="bf16",
+               gpu_type="H100",
                notes="attn_impl=flash")
     mr = map_run(row)
     if mr.skip_reason:
@@ -60,9 +66,9 @@ def predicted(model: str, d: int, heads: int, seq: int, mb: int, layers: int = 4
 
 def table() -> list[dict]:
     rows = []
-    for (model, d, heads, seq, mb), (meas, copies) in measured().items():
-        pred, sync = predicted(model, d, heads, seq, mb)
-        rows.append(dict(model=model, d_model=d, seq=seq, micro_batch=mb, measured_ms=meas * 1e3,
+    for (model, d, heads, seq, mb, ckpt), (meas, copies) in measured().items():
+        pred, sync = predicted(model, d, heads, seq, mb, ckpt)
+        rows.append(dict(model=model, d_model=d, seq=seq, micro_batch=mb, checkpoint=ckpt, measured_ms=meas * 1e3,
                          copies_ms=copies * 1e3, predicted_ms=pred * 1e3, predicted_sync_ms=sync * 1e3,
                          ratio=pred / meas))
     return rows
@@ -70,11 +76,12 @@ def table() -> list[dict]:
 
 def main() -> int:
     rows = table()
-    print("| model | d_model | seq | micro-batch | measured ms/layer | of it copies (no-sync run) | predicted ms/layer "
-          "| of it host syncs | predicted / measured |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | d_model | seq | micro-batch | checkpointed | measured ms/layer | of it copies (no-sync run) "
+          "| predicted ms/layer | host syncs per forward | predicted / measured |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['d_model']} | {r['seq']} | {r['micro_batch']} | {r['measured_ms']:.2f} | "
+        print(f"| {r['model']} | {r['d_model']} | {r['seq']} | {r['micro_batch']} | {'yes' if r['checkpoint'] else 'no'} "
+              f"| {r['measured_ms']:.2f} | "
               f"{r['copies_ms']:.2f} | {r['predicted_ms']:.2f} | {r['predicted_sync_ms']:.2f} | {r['ratio']:.2f} |")
     return 0
 

@@ -82,6 +82,19 @@ def lease_gemm_ratios() -> dict[str, float]:
     return out
 
 
+def spread_by_gpu() -> list[tuple[str, float, float]]:
+    """(UUID prefix, one-call TFLOP/s, median TFLOP/s loaded) of every GPU `validation/gpu_spread.py` measured on
+    a lease (validation/*/spread.csv, pooled by UUID)."""
+    import pandas as pd
+
+    rows = pd.concat([pd.read_csv(f) for f in sorted(ROOT.glob("validation/*/spread.csv"))], ignore_index=True)
+    out = []
+    for uuid, g in rows.groupby("uuid", sort=True):
+        out.append((str(uuid)[:8], float(g[g.phase == "one_call"].tflops.median()),
+                    float(g[g.phase == "all_loaded"].tflops.median())))
+    return out
+
+
 def slowest_gpu_lines(errs_by_n: dict[int, list[float]], base: dict) -> list[str]:
     """The section on the slowest of n GPUs: its size by σ and n, what is measured of σ, and the series
     predicted with it (a sensitivity)."""
@@ -111,7 +124,9 @@ def slowest_gpu_lines(errs_by_n: dict[int, list[float]], base: dict) -> list[str
               "every shipped profile has σ = 0 and the table above is predicted without it. A user who knows the",
               "spread of a cluster sets it (`[gpu] speed_cv` in a profile, `--gpu-speed-cv` on estimate, sweep, plan);",
               "`validation/gpu_spread.py` measures it: the same GEMM on every GPU of a machine at once, each row",
-              "with the GPU's UUID, so that rows from many leases pool into one distribution."]
+              "with the GPU's UUID, so that rows from many leases pool into one distribution. So far, by GPU "
+              "(UUID prefix: one call / all loaded at the 700 W limit, TFLOP/s): "
+              + "; ".join(f"{u}: {a:.0f} / {b:.0f}" for u, a, b in spread_by_gpu()) + "."]
     if errs_by_n:
         lines += ["", "Measured minus predicted growth in the table above, median over the series, by GPU count: "
                   + ", ".join(f"{n} GPUs {100 * sorted(v)[len(v) // 2]:+.1f} %" for n, v in sorted(errs_by_n.items()))
