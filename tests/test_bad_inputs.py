@@ -442,6 +442,13 @@ case("hardware", "misspelt-section", lambda t: (
     flags(hardware=hw_file(t, extra="[netwrok]\nnics_per_node = 8\n")), ["hw.toml", "netwrok"]))
 
 
+# ---- family: stack (a [stack] value the stack's own checks refuse) --------------------------------------
+for _key, _raw in (("attention_padding", '"gather"'), ("cp_ring_merge", "3"), ("attention_kernel", '"flash9"'),
+                   ("fsdp_prefetch", "-1")):
+    case("stack", f"{_key}-{_raw.strip(chr(34))}", lambda t, k=_key, r=_raw: (
+        ["memory", scenario(t, {"stack": {k: r}})], ["scen.toml", k, as_written(r)]))
+
+
 # ---- the corpus ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("build,via_script", CASES)
 def test_bad_input(build, via_script, tmp_path):

@@ -192,7 +192,13 @@ def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
     bad = sorted(set(table) - set(STACK_FIELDS))
     if bad:
         raise InputError(f"unknown key {bad[0]!r} in [stack] of {where}")
-    return load_stack(name, **table)
+    try:
+        return load_stack(name, **table)
+    except InputError as exc:  # a [stack] value the stack's checks refused: name the file it came from
+        msg = str(exc)
+        if any(k in msg for k in table) and where not in msg:
+            raise InputError(f"{msg} (in [stack] of {where})") from None
+        raise
 
 
 def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack) -> Training:
