@@ -2,8 +2,8 @@
 
 Truth for the "torch" implementation: torch's own `_templated_ring_attention` and its backward run on CPU as the
 last rank of a fake process group (tests/helpers/ring_merge_bytes.py, a subprocess), every aten op recorded
-with the tensors it reads and writes; the model's bytes must match them (the one residual: the merge's
-broadcast operand, O(tokens·heads), counted 0 by convention)."""
+with the tensors it reads and writes; the model's bytes must match them exactly, the log-sum-exp updates
+included."""
 import json
 import subprocess
 import sys
@@ -31,11 +31,11 @@ def test_torch_ring_bytes_are_torchs(cp, heads, kv_heads):
     assert got.returncode == 0, got.stderr[-2000:]
     m = json.loads(got.stdout.strip().splitlines()[-1])
     assert m["convert_to_f32"] is True  # the default the model's fp32 merge follows
-    want = ring_merge_bytes("torch", q_elems=m["q_elems"], kv_elems=m["kv_elems"], cp=cp, e=2.0)
+    want = ring_merge_bytes("torch", q_elems=m["q_elems"], kv_elems=m["kv_elems"], cp=cp, e=2.0,
+                            lse_elems=m["lse_elems"])
     assert m["backward"] == pytest.approx(float(want["backward"]), rel=1e-9)
-    fwd = float(want["forward"] + want["forward_strided"])
-    broadcast = (cp - 1) * heads * 64 * 4  # the fp32 sigmoid(lse_i - lse) each merge step reads
-    assert m["forward"] == pytest.approx(fwd + broadcast, rel=1e-9)
+    assert m["forward"] == pytest.approx(float(want["forward"] + want["forward_strided"] + want["forward_lse"]),
+                                         rel=1e-9)
 
 
 def test_no_merge_without_a_ring():
@@ -59,7 +59,8 @@ def _merge_ops(stack, cp, algorithm="ring"):
 def test_each_layer_pass_under_ring_cp_times_its_merge_as_core_attention():
     assert _merge_ops("megatron", 1) == [] and _merge_ops("megatron", 2, "ulysses") == []
     te, torch_ = _merge_ops("megatron", 2), _merge_ops("torchtitan", 2)
-    assert [o.name for o in te] == ["cp_merge"] and {o.name for o in torch_} == {"cp_merge", "cp_merge (strided)"}
+    assert [o.name for o in te] == ["cp_merge", "cp_merge (lse)"]
+    assert {o.name for o in torch_} == {"cp_merge", "cp_merge (lse)", "cp_merge (strided)"}
     assert all(o.core_attention and o.kind == "memory" for o in te + torch_)
     hw = flat_profile()
     Q, K = 4096 * 4096, 4096 * 1024  # the rank's 4096 queries x 32 heads x 128; 8 key heads
@@ -69,3 +70,16 @@ def test_each_layer_pass_under_ring_cp_times_its_merge_as_core_attention():
     # the fused corrections move less than half what torch's fp32 merge moves at CP 2
     assert sum(float(np.sum(o.forward_s + o.backward_s)) for o in te) < 0.5 * sum(
         float(np.sum(o.forward_s + o.backward_s)) for o in torch_)
+
+
+def test_torchs_merge_measured_on_an_h100_is_predicted_within_a_quarter():
+    """torch's ring CP on one H100 under a fake process group (validation/h100_cp_unpad/cp_merge.csv): the kernels
+    beside the attention kernels of a rank's forward and backward, against the "torch" bytes timed with the
+    dgx-h100 memory tables: 0.77-0.90 of the measured at CP 2-8, 4096-32768 queries per rank. Nothing fitted."""
+    sys.path.insert(0, str(ROOT / "validation"))
+    import cp_ring_check
+
+    rows = cp_ring_check.merge_table()
+    assert len(rows) == 5
+    ratios = np.array([[r["fwd_ratio"], r["bwd_ratio"]] for r in rows])
+    assert np.all((ratios > 0.7) & (ratios < 1.15)), ratios

@@ -5,7 +5,8 @@ the copies the implementation makes of K and V (Stack.cp_ring_merge names the im
 Per layer pass on the slowest rank (rank c-1 of the load-balanced ring, whose steps after the first all keep
 every query row), with Q = b·(s/c)·q/t and K = b·(s/c)·kv/t elements (the rank's queries and its key, or value,
 heads as the attention call gets them) and e the activation bytes. Tensors of O(tokens·heads) elements (the
-log-sum-exps) count 0, as everywhere in the memory-bound op lists.
+log-sum-exps, L = b·(s/c)·heads/t fp32 values) are a row of their own: few bytes, but one small kernel per
+update (Transformer Engine: one fused correction per step, 12·L; torch: five, 56·L per step).
 
 "te": Transformer Engine's AttnFuncWithCPAndKVP2P (transformer_engine/pytorch/attention.py, v1.x; Megatron-Core's
   context parallelism). Forward: K and V concatenated into the first P2P buffer (read + write, 4e·K), the first
@@ -46,20 +47,23 @@ import numpy as np
 from ..spec.stack import CP_RING_MERGES
 
 
-def ring_merge_bytes(impl: str, *, q_elems, kv_elems, cp, e: float) -> dict:
-    """{forward, backward, forward_strided, forward_kernels, backward_kernels} of one layer pass's ring merge
-    (module docstring): bytes of the contiguous-operand kernels, of the broadcast ones, and kernel counts; all 0
-    at cp = 1. `q_elems`, `kv_elems`, `cp`: scalars or arrays."""
-    Q, K, c = (np.asarray(x, dtype=float) for x in (q_elems, kv_elems, cp))
+def ring_merge_bytes(impl: str, *, q_elems, kv_elems, cp, e: float, lse_elems=0.0) -> dict:
+    """{forward, backward, forward_strided, forward_lse, forward_kernels, backward_kernels, lse_kernels} of one
+    layer pass's ring merge (module docstring): bytes of the contiguous-operand kernels, of the broadcast ones and
+    of the log-sum-exp updates (`lse_elems` = b·(s/c)·heads/t fp32 values: few bytes, one small kernel each), and
+    kernel counts; all 0 at cp = 1. `q_elems`, `kv_elems`, `lse_elems`, `cp`: scalars or arrays."""
+    Q, K, L, c = (np.asarray(x, dtype=float) for x in (q_elems, kv_elems, lse_elems, cp))
     on = c > 1
     steps = np.maximum(c - 1.0, 0.0)
     if impl == "te":
         fwd = 4 * e * K + e * Q * (2 + 3 * steps)
         bwd = 2 * e * Q + 8 * e * K + steps * np.maximum(3 * e * Q + 5 * e * K, 1.5 * e * Q + 10 * e * K)
         strided, kf, kb = 0.0 * Q, 1 + c, 3 * c
+        lse, kl = 12 * L * steps, steps  # flash_attn_fwd_softmax_lse_correction: read 2, write 1 (fp32), fused
     elif impl == "torch":
+        lse, kl = 56 * L * steps, 5 * steps  # sub, sigmoid, logsigmoid (its buffer too), two subs, fp32
         fwd = 4 * e * K * c + (e + 4) * Q * c + 24 * Q * steps + (4 + e) * Q
-        strided = 8 * Q * steps
+        strided = (8 * Q + 4 * L) * steps  # the multiply reads the broadcast sigmoid (L) beside out - out_i
         bwd = (4 * Q + 8 * K + 4 * e * K * c + 2 * (8 + e) * K + 32 * K + steps * ((8 + e) * K + 32 * K)
                + (8 + e) * Q * c + (4 + e) * Q + (8 + 2 * e) * K)
         kf = 2 + steps + c + 3 * steps + 1
@@ -68,8 +72,9 @@ def ring_merge_bytes(impl: str, *, q_elems, kv_elems, cp, e: float) -> dict:
         raise ValueError(f"cp_ring_merge must be one of {', '.join(CP_RING_MERGES)}, got {impl!r}")
     z = 0.0 * Q
     return {"forward": np.where(on, fwd, z), "backward": np.where(on, bwd, z),
-            "forward_strided": np.where(on, strided, z), "forward_kernels": np.where(on, kf, 1.0),
-            "backward_kernels": np.where(on, kb, 1.0)}
+            "forward_strided": np.where(on, strided, z), "forward_lse": np.where(on, lse, z),
+            "forward_kernels": np.where(on, kf, 1.0), "backward_kernels": np.where(on, kb, 1.0),
+            "lse_kernels": np.where(on, kl, 1.0)}
 
 
 def cp_merge_ops(model, training, *, tp, cp, micro_batch_size, cp_algorithm: str) -> tuple:
@@ -85,9 +90,12 @@ def cp_merge_ops(model, training, *, tp, cp, micro_batch_size, cp_algorithm: str
     t, c, b = (np.asarray(x, dtype=float) for x in (tp, cp, micro_batch_size))
     tokens = b * training.seq_length / c
     by = ring_merge_bytes(training.stack.cp_ring_merge, q_elems=tokens * w["o"] / t,
-                          kv_elems=tokens * (w["k"] + w["v"]) / 2.0 / t, cp=c, e=float(training.activation_bytes))
+                          kv_elems=tokens * (w["k"] + w["v"]) / 2.0 / t, cp=c, e=float(training.activation_bytes),
+                          lse_elems=tokens * w["heads"] / t)
     ops = [MemoryOp(name="cp_merge", forward_bytes=by["forward"], backward_bytes=by["backward"],
-                    kernels=by["forward_kernels"], backward_kernels=by["backward_kernels"], core_attention=True)]
+                    kernels=by["forward_kernels"], backward_kernels=by["backward_kernels"], core_attention=True),
+           MemoryOp(name="cp_merge (lse)", forward_bytes=by["forward_lse"], backward_bytes=0.0 * t,
+                    kernels=by["lse_kernels"], core_attention=True)]
     if training.stack.cp_ring_merge == "torch":
         ops.append(MemoryOp(name="cp_merge (strided)", forward_bytes=by["forward_strided"], backward_bytes=0.0 * t,
                             kernels=np.maximum(c - 1.0, 1.0), core_attention=True, table="memory_strided"))
