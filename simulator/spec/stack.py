@@ -324,7 +324,7 @@ def list_stacks():
     for n in stack_names():
         s = load_stack(n)
         rows.append({"name": n, "framework": s.framework, "attention_kernel": s.attention_kernel,
-                     "cross_entropy": s.cross_entropy, "optimizer_impl": s.optimizer_impl, "grad_buffer": s.grad_buffer,
+                     "cp_ring_merge": s.cp_ring_merge, "cross_entropy": s.cross_entropy, "optimizer_impl": s.optimizer_impl, "grad_buffer": s.grad_buffer,
                      "grad_accumulation": s.grad_accumulation,
                      "elementwise": s.elementwise, "compiled": s.compiled,
                      "kernels_fwd_bwd": "/".join(map(str, s.kernels_per_layer)),
