@@ -213,6 +213,16 @@ def errors_paragraph(results) -> list[str]:
                  ("AsyncTP (70B, TP 8)", "torchtitan_h100_t4_70B_10", "torchtitan_h100_t4_70B_11"))
         parts = "; ".join(f"{lab} {m:.2f}x measured, {p:.2f}x predicted" for lab, a, b in pairs
                           for m, p in [gain(a, b)] if a in t.index and b in t.index)
+        cp = [f"CP {c} at {s}k tokens {t.measured_step_s[r] / t.measured_step_s[base]:.2f}x measured, "
+              f"{t.predicted_step_s[r] / t.predicted_step_s[base]:.2f}x predicted"
+              for base in ["torchtitan_h100_t2_8B_6"] if base in t.index
+              for c, s, r in ((2, 64, "torchtitan_h100_t2_8B_7"), (4, 128, "torchtitan_h100_t2_8B_8"),
+                              (8, 256, "torchtitan_h100_t2_8B_9")) if r in t.index]
+        if cp:
+            parts += ("; the 8B long-context series' step over its 32k-token CP 1 row (8 GPUs, attention grows "
+                      "with the sequence): " + ", ".join(cp) + " (the ring's kernels and merge at these shapes, "
+                      "timed on a 700 W H100, match the model: validation/cp_ring_check.py; how these 500 W GPUs "
+                      "run long attention is not measured)")
         lines.append(
             f"- TORCHTITAN_H100 (mean {_pct(step_means['TORCHTITAN_H100'])}) ran on Grand Teton H100s (96GB "
             "HBM2e, 500 W power limit) whose peak the source does not know ('between SXM and NVL'); they are "
