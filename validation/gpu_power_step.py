@@ -9,6 +9,9 @@ hours. This measures, on one GPU, in one run:
 - `gemm`: an 8192^3 bf16 GEMM timed the calibration's way (`simulator.calibrate.microbench.time_callable`)
   after 5 s idle ("cold"), then back to back for --sustain-s seconds (one row per second with the SM clock,
   power and temperature nvidia-smi reports), then the calibration's way again at once ("hot");
+- `attention`, `copy` (--workloads): cuDNN SDPA causal forward + backward (1 x 32768 and 8 x 4096 tokens, 32
+  heads of 128) and a 1 GiB device-to-device copy, the same way: how attention and a bandwidth-bound kernel
+  hold up at the power limit beside the GEMM;
 - `step`: the same for harness training steps (fused AdamW, persistent gradients): the harness protocol
   (3 warm-up, 10 timed steps, CUDA events, median) cold, steps back to back for --sustain-s seconds, then
   ("profiled") steps back to back under torch.profiler (CUPTI) for a third of that, one row per second with
@@ -150,6 +153,28 @@ def measure(B: Bench, row, what: str, run_id: str, fn, flops: float, *, sustain_
     emit("hot", "", calls, one_call_s(B, fn, 0, calls))
 
 
+def attention_workloads(B: Bench, row, torch, device, dt, a) -> None:
+    """cuDNN SDPA (torch's CUDNN_ATTENTION backend; the math one on CPU) causal forward + backward, cold / sustained
+    / hot: FLOPs 3.5 x the causal forward's 2·b·h·s²·d."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = SDPBackend.CUDNN_ATTENTION if B.cuda else SDPBackend.MATH
+    for b, h, s in ([(1, 2, 64)] if a.tiny else [(1, 32, 32768), (8, 32, 4096)]):
+        d = 16 if a.tiny else 128
+        q, k, v = (torch.randn(b, h, s, d, device=device, dtype=dt, requires_grad=True) for _ in range(3))
+        grad = torch.randn(b, h, s, d, device=device, dtype=dt)
+
+        def fwd_bwd():
+            with sdpa_kernel(backend):
+                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            torch.autograd.grad(out, (q, k, v), grad)
+        measure(B, row, "attention", f"b{b}-h{h}-s{s}-d{d}", fwd_bwd, 3.5 * 2.0 * b * h * s * s * d,
+                sustain_s=a.sustain_s, idle_s=a.idle_s, warmup=3, calls=10)
+        fwd_bwd = q = k = v = grad = None  # free them before the next shape
+        if B.cuda:
+            torch.cuda.empty_cache()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -157,7 +182,12 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--sustain-s", type=float, default=15.0)
     ap.add_argument("--idle-s", type=float, default=5.0)
+    ap.add_argument("--workloads", default="gemm,step",
+                    help="comma-separated: gemm, step (the harness steps), attention (cuDNN SDPA causal forward + "
+                         "backward at 32768 x 32 heads and 8 x 4096 x 32 heads, head dim 128), copy (1 GiB "
+                         "device-to-device): which run cold, sustained and hot")
     a = ap.parse_args(argv)
+    todo = set(a.workloads.split(","))
     import torch
 
     import train_step
@@ -175,11 +205,23 @@ def main(argv=None) -> int:
 
     n = 256 if a.tiny else 8192
     dt = torch.bfloat16 if B.cuda else torch.float32
-    x = torch.randn(n, n, device=device, dtype=dt)
-    y = torch.empty(n, n, device=device, dtype=dt)
-    measure(B, row, "gemm", f"{n}^3", lambda: torch.matmul(x, x, out=y), 2.0 * n**3, sustain_s=a.sustain_s,
-            idle_s=a.idle_s, warmup=5, calls=20)
-    del x, y
+    if "gemm" in todo:
+        x = torch.randn(n, n, device=device, dtype=dt)
+        y = torch.empty(n, n, device=device, dtype=dt)
+        measure(B, row, "gemm", f"{n}^3", lambda: torch.matmul(x, x, out=y), 2.0 * n**3, sustain_s=a.sustain_s,
+                idle_s=a.idle_s, warmup=5, calls=20)
+        del x, y
+    if "attention" in todo:
+        attention_workloads(B, row, torch, device, dt, a)
+    if "copy" in todo:
+        src = torch.empty((2**30 if not a.tiny else 2**20) // 2, device=device, dtype=dt)
+        dst = torch.empty_like(src)
+        measure(B, row, "copy", f"{src.numel() * 2 / 2**30:g} GiB", lambda: dst.copy_(src), 0.0,
+                sustain_s=a.sustain_s, idle_s=a.idle_s, warmup=5, calls=20)
+        del src, dst
+    if "step" not in todo:
+        f.close()
+        return 0
     grid = {c.run_id: c for c in train_step.GPU_GRID + train_step.HOLDOUT_GRID + train_step.CPU_GRID}
     for rid in ([train_step.CPU_GRID[0].run_id] if a.tiny else STEP_CONFIGS):
         cfg = grid[rid]
