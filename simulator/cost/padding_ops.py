@@ -14,8 +14,11 @@ llm-foundry's `attn_impl: flash` (llmfoundry/models/layers/attention.py `flash_a
   (index_put_); its backward gathers the gradient's rows (`grad[indices]`, aten::index).
 
 With every token real (the benchmarks' packed data) the rows are all b·s tokens, so each copy moves the whole
-tensor. scatter_, index_put_ and index are torch's per-element indexing kernels (`gpu_index_kernel`,
-`_scatter_gather_elementwise_kernel`), not the vectorised copy: timed as `Op.strided`. The small per-call
+tensor. The kernels, read from an H100 trace of these blocks (validation/h100_cp_unpad/unpad_kernels.csv, torch
+2.11): the gathers, pad_input's backward `grad[indices]` included, run `vectorized_gather_kernel` (2.9 TB/s there:
+timed as copies); scatter_ runs `_scatter_gather_elementwise_kernel` (1.3 TB/s) and index_put_
+`index_elementwise_kernel` (0.8 TB/s), per-element indexing kernels timed as `Op.strided` (the strided table's
+1.64 TB/s: index_put_ is slower still, one kernel measured, no table of its own). The small per-call
 kernels (mask sum, nonzero, max, cumsum, pad of cu_seqlens) move O(b·s) bytes and count 0 here; their
 host time is what the synchronisations expose (`padding_sync_s`). Measured on an H100 around MPT blocks:
 validation/gpu_unpad.py."""
@@ -41,7 +44,7 @@ def unpad_attention_backward(g: Graph, dao: str, qkv: tuple) -> tuple:
     """pad_input's backward (a row gather of d.ao), the attention backward on the rows, unpad_input's backward
     for q, k, v (zero-fill, scatter). Returns the gradients of q, k, v."""
     drows_out = g.like("d.ao.unpad", "ao.unpad")
-    g.block("backward", "pad", GROUP, (dao,), (drows_out,), [Op("index", (dao,), (drows_out,), strided=True)])
+    g.block("backward", "pad", GROUP, (dao,), (drows_out,), [Op("index", (dao,), (drows_out,))])
     rows = tuple(f"{t}.unpad" for t in qkv)
     drows = tuple(g.like(f"d.{r}", r) for r in rows)
     g.boundary("backward", "attention", (drows_out,) + rows + ("ao.unpad",), drows)
