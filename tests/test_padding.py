@@ -38,13 +38,15 @@ def test_the_copies_move_what_bert_padding_moves():
     on = {r["name"]: r for r in layer_memory_rows(MPT, _training("unpad"), **kw)}
     off = {r["name"] for r in layer_memory_rows(MPT, _training("none"), **kw)}
     pad = [r for n, r in on.items() if n not in off]
-    assert {r["name"] for r in pad} == {"attention_padding", "attention_padding (strided)"}
+    assert {r["name"] for r in pad} == {"attention_padding", "attention_padding (strided)",
+                                        "attention_padding (indexed)"}
     e, T, q = 2.0, 2 * 128, 256
     fwd = sum(r["forward_bytes"] for r in pad)
     bwd = sum(r["backward_bytes"] for r in pad)
     assert fwd == pytest.approx(2 * e * T * 3 * q + 3 * e * T * q)
     assert bwd == pytest.approx(2 * e * T * q + 3 * e * T * 3 * q)
-    kernels = sum(r["kernels"] for r in pad), sum(r["backward_kernels"] for r in pad)
+    kernels = (sum(r["kernels"] for r in pad if r["forward_bytes"]),  # (a row's empty pass counts 1: no bytes)
+               sum(r["backward_kernels"] for r in pad if r["backward_bytes"]))
     assert kernels == (5, 7)  # 3 gathers, zeros, index_put_; index, 3 x (zeros, scatter_)
 
 
@@ -122,7 +124,7 @@ def test_each_layer_forward_exposes_the_host_time_of_its_unpad_calls():
 
 def test_the_overhead_measured_on_an_h100_is_predicted_within_a_third():
     """Fifteen MPT block stacks (nine as they are, six under activation checkpointing), forward + backward,
-    bert_padding against direct attention on one H100: parasim's per-layer overhead is 0.61-0.91 of the measured
+    bert_padding against direct attention on one H100: parasim's per-layer overhead is 0.66-1.00 of the measured
     (the runs alternate; direct's own spread is about 0.5 ms per layer). Nothing is fitted to these runs."""
     import unpad_check
 

@@ -11,8 +11,8 @@ kernel's time plus the GPU's gap between kernels). Shapes: the calibration's GPU
 (`calibrate.run.GRIDS['gpu']`); bf16 with `torch.matmul`, FP8 with `torch._scaled_mm` (e4m3, per-tensor scales,
 bf16 out; k and n divisible by 16). Both dtypes on the same machine in one run, so their ratio is free of the
 machine-to-machine spread. `--memory`: the calibration's memory-bound kernels instead (`microbench.bench_memory`'s
-copy, add, RMSNorm and SiLU, bf16, one input tensor of 64 KiB to 1 GiB), the same two ways. Rows are written as
-they are measured.
+copy, add, RMSNorm and SiLU, bf16, one input tensor of 64 KiB to 1 GiB), the same two ways. `--indexing`: torch's
+row-indexing kernels, queued (`_indexing`). Rows are written as they are measured.
 """
 from __future__ import annotations
 
@@ -37,6 +37,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--memory", action="store_true", help="the memory-bound kernels instead of the GEMMs")
+    ap.add_argument("--indexing", action="store_true",
+                    help="torch's indexing kernels instead (gather, index_select, index, index_put_, scatter_, "
+                         "index_add_, scatter_add_ over rows, identity and random row orders)")
     a = ap.parse_args(argv)
     import torch
 
@@ -52,7 +55,7 @@ def main(argv=None) -> int:
     if cuda:
         mb.warm_up(device=device, dtype="bf16")
     f = open(a.out, "w", newline="")
-    w = csv.DictWriter(f, fieldnames=MEMORY_FIELDS if a.memory else FIELDS)
+    w = csv.DictWriter(f, fieldnames=MEMORY_FIELDS if (a.memory or a.indexing) else FIELDS)
     w.writeheader()
     gen = torch.Generator(device=device).manual_seed(0)
     one = torch.ones((), dtype=torch.float32, device=device)
@@ -79,6 +82,10 @@ def main(argv=None) -> int:
 
     if a.memory:
         _memory(torch, mb, w, f, device, cuda, a.tiny, queued_s, kernel_s)
+        f.close()
+        return 0
+    if a.indexing:
+        _indexing(torch, w, f, device, cuda, a.tiny, queued_s)
         f.close()
         return 0
     for s in shapes:
@@ -121,6 +128,39 @@ def _memory(torch, mb, w, f, device, cuda, tiny, queued_s, kernel_s):
             w.writerow(r)
             f.flush()
             print(r, flush=True)
+
+
+def _indexing(torch, w, f, device, cuda, tiny, queued_s):
+    """Row-indexing kernels on a [rows, 2048] tensor of 1 MiB to 1 GiB, queued: what flash-attn's unpadding
+    (gather, index_put_, scatter_, index) and MoE dispatch / combine (index_select, index_add_, scatter_add_) run.
+    `kernel` names the op and the row order: `-id` rows in order (unpadding with every token real), `-perm` a
+    random permutation (routing). bytes_moved: read + written (index_add_ and scatter_add_ read their output too);
+    the int64 row indices are counted once per row (8 bytes)."""
+    dt = torch.bfloat16 if cuda else torch.float32
+    el, width = torch.empty((), dtype=dt).element_size(), 2048 if not tiny else 64
+    for e in (range(20, 31, 2) if not tiny else (14, 16)):
+        rows = max(2**e // (el * width), 1)
+        x = torch.randn(rows, width, device=device, dtype=dt)
+        out = torch.empty_like(x)
+        size = rows * width * el
+        for order in ("id", "perm"):
+            idx = (torch.arange(rows, device=device) if order == "id"
+                   else torch.randperm(rows, device=device))
+            full = idx[:, None].expand(-1, width)
+            fns = {"gather": (lambda: torch.gather(x, 0, full), 2),
+                   "index_select": (lambda: x.index_select(0, idx), 2),
+                   "index": (lambda: x[idx], 2),
+                   "index_put_": (lambda: out.index_put_((idx,), x), 2),
+                   "scatter_": (lambda: out.scatter_(0, full, x), 2),
+                   "index_add_": (lambda: out.index_add_(0, idx, x), 3),
+                   "scatter_add_": (lambda: out.scatter_add_(0, full, x), 3)}
+            for name, (fn, moved) in fns.items():
+                r = {"kernel": f"{name}-{order}", "dtype": str(dt).removeprefix("torch."), "size_bytes": size,
+                     "bytes_moved": moved * size + 8 * rows, "one_call_s": float("nan"), "queued_s": queued_s(fn),
+                     "kernel_s": float("nan")}
+                w.writerow(r)
+                f.flush()
+                print(r, flush=True)
 
 
 if __name__ == "__main__":

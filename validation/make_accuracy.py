@@ -192,7 +192,7 @@ def errors_paragraph(results) -> list[str]:
             "7b, 70b, Triton for 13b, 30b; the FlashAttention-2 rows "
             f"{_pct(f.step_error[large & flash].median())}: llm-foundry's flash path unpads q, k, v and pads the "
             "output in every layer, with two host synchronisations per call, stack attention_padding unpad, "
-            "its per-layer cost measured on an H100 and predicted at 0.61-0.91 of it, validation/unpad_check.py); "
+            "its per-layer cost measured on an H100 and predicted at 0.66-1.00 of it, validation/unpad_check.py); "
             "the 2023 tables on 8-64 GPUs "
             f"{_pct(f.step_error[mid & (seq <= 2048)].median())} at 2k tokens or fewer and "
             f"{_pct(f.step_error[mid & (seq >= 16384)].median())} at 16k or more; FP8 "

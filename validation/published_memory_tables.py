@@ -18,7 +18,7 @@ Per GPU, one kernel's time has the H100 tables' form t(x) = t0 + x / B (validati
   sit in L2 and take a small part of it);
 - the streaming rate B_stream: the median of x / (t − t0) over the queued kernels that move at least 4x the GPU's
   L2, which must stream from HBM (smaller ones run partly from L2, faster than any training tensor);
-- each table (memory, memory_strided, memory_reduction) the H100's with the GPU's t0 and its rate scaled by the
+- each table (memory, memory_strided, memory_reduction, memory_indexed) the H100's with the GPU's t0 and its rate scaled by the
   streaming rates:  B_table(G) = B_table(H100) · B_stream(G) / B_stream(H100),  B_stream(H100) the lent H100's copy,
   add and SiLU calls fitted with the memory table's t0. That carries the H100's kernel classes (torch's strided
   kernels at 0.55 of its streaming rate, its norms at 0.72) to these GPUs: an assumption, stated in each source.
@@ -46,7 +46,7 @@ LENT = "the lent H100"  # its own tables (validation/h100_memory_table.py and th
 PRESETS = {"dgx-a100-80g": ("A100-SXM4-80GB", None), "jean-zay-a100": ("A100-SXM4-80GB", None),
            "dgx-a100-40g": ("A100-SXM4-80GB", "A100-SXM4-40GB"), "dgx-h200": ("H200", None),
            "h200-nvl": ("H200", None), "dgx-h800": (LENT, None)}
-TABLES = ("memory", "memory_strided", "memory_reduction")
+TABLES = ("memory", "memory_strided", "memory_reduction", "memory_indexed")
 
 
 def data():
@@ -75,6 +75,7 @@ def stream_rate(gpu: str, kernel: str = "scale") -> float:
 def h100_rates() -> dict:
     """{table: B bytes/s} of dgx-h100's tables, with 'stream': the lent H100's copy, add and SiLU calls fitted with
     the memory table's t0; and 't0'."""
+    import h100_indexed_table as I
     import h100_memory_table as M
     import h100_reduction_table as R
     import h100_strided_table as S
@@ -83,6 +84,7 @@ def h100_rates() -> dict:
     g = M.gpu_bound_points()
     g = g[g["kernel"].isin(["copy", "add", "silu"])]
     return {"t0": t0, "memory": b, "memory_strided": S.fit()[1], "memory_reduction": R.fit()[1],
+            "memory_indexed": I.fit()[1],
             "stream": M.rate_with_t0(g["bytes_moved"].to_numpy(float), g["queued_s"].to_numpy(float), t0)}
 
 
@@ -113,7 +115,8 @@ def table(preset: str, name: str):
 _WHAT = {"memory": "the H100 memory table's (pooled: add, copy, RMSNorm, SiLU)",
          "memory_strided": "the H100 strided table's (torch's generic elementwise kernel on strided or broadcast "
                            "operands)",
-         "memory_reduction": "the H100 reduction table's (norms, softmax)"}
+         "memory_reduction": "the H100 reduction table's (norms, softmax)",
+         "memory_indexed": "the H100 indexed-write table's (index_put_)"}
 
 
 def source(preset: str, name: str) -> str:

@@ -70,6 +70,7 @@ class Op:
     kernels: int = 1
     strided: bool = False
     reduction: bool = False  # reduces along a dimension (norms, softmax, sums): the `memory_reduction` table
+    indexed: bool = False  # writes rows by an index tensor (index_put_): the `memory_indexed` table
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,15 +35,18 @@ from .elementwise_ops import Graph, Lin, norm_backward, norm_forward, softmax_fo
 __all__ = ["MemoryOp", "memory_ops", "memory_op_rows", "layer_memory_rows", "norm_ops", "fp8_cast_op"]
 
 
-KERNEL_TABLES = ("memory", "memory_strided", "memory_reduction")  # a memory-bound kernel's class -> its table
+KERNEL_TABLES = ("memory", "memory_strided", "memory_reduction", "memory_indexed")  # a kernel's class -> its table
 
 
 def kernel_table(unit) -> str:
     """The efficiency table of one kernel (an elementwise_ops Op, or a Block run as one kernel): a row reduction
-    (norms, softmax, sums: `reduction`) `memory_reduction`; an elementwise op on a strided or broadcast operand
-    (torch's generic loop, `strided`) `memory_strided`; else `memory`."""
+    (norms, softmax, sums: `reduction`) `memory_reduction`; an indexed write (index_put_: `indexed`)
+    `memory_indexed`; an elementwise op on a strided or broadcast operand (torch's generic loop, `strided`)
+    `memory_strided`; else `memory`."""
     if getattr(unit, "reduction", False):
         return "memory_reduction"
+    if getattr(unit, "indexed", False):
+        return "memory_indexed"
     return "memory_strided" if getattr(unit, "strided", False) else "memory"
 
 

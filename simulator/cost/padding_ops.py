@@ -16,9 +16,10 @@ llm-foundry's `attn_impl: flash` (llmfoundry/models/layers/attention.py `flash_a
 With every token real (the benchmarks' packed data) the rows are all b·s tokens, so each copy moves the whole
 tensor. The kernels, read from an H100 trace of these blocks (validation/h100_cp_unpad/unpad_kernels.csv, torch
 2.11): the gathers, pad_input's backward `grad[indices]` included, run `vectorized_gather_kernel` (2.9 TB/s there:
-timed as copies); scatter_ runs `_scatter_gather_elementwise_kernel` (1.3 TB/s) and index_put_
-`index_elementwise_kernel` (0.8 TB/s), per-element indexing kernels timed as `Op.strided` (the strided table's
-1.64 TB/s: index_put_ is slower still, one kernel measured, no table of its own). The small per-call
+timed as copies); scatter_ runs `_scatter_gather_elementwise_kernel` (1.3 TB/s there and queued, 1.3-1.4 TB/s in
+validation/h100_cp_unpad/indexing_queued.csv), a per-element indexing kernel timed as `Op.strided` (the strided
+table's 1.64 TB/s); index_put_ runs `index_elementwise_kernel` (0.8 TB/s), timed with the profile's
+`memory_indexed` table (`Op.indexed`, validation/h100_indexed_table.py: 0.86 TB/s queued). The small per-call
 kernels (mask sum, nonzero, max, cumsum, pad of cu_seqlens) move O(b·s) bytes and count 0 here; their
 host time is what the synchronisations expose (`padding_sync_s`). Measured on an H100 around MPT blocks:
 validation/gpu_unpad.py."""
@@ -36,7 +37,7 @@ def unpad_attention_forward(g: Graph, qkv: tuple, ao: str) -> str:
     out = g.like("ao.unpad", ao)
     g.boundary("forward", "attention", rows, (out,))
     g.block("forward", "pad", GROUP, (out,), (ao,),
-            [Op("zeros", (), (ao,)), Op("index_put_", (out,), (ao,), strided=True)])
+            [Op("zeros", (), (ao,)), Op("index_put_", (out,), (ao,), indexed=True)])
     return ao
 
 

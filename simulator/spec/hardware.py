@@ -22,6 +22,8 @@ beyond its ends. Names used by the cost model:
 |                 |                                | operand strided or broadcast; optional: `memory`)  |
 | memory_reduction| bytes moved by one kernel      | the same for row reductions: norms, softmax        |
 |                 |                                | (optional: `memory`)                               |
+| memory_indexed  | bytes moved by one kernel      | the same for indexed writes: index_put_            |
+|                 |                                | (optional: `memory`)                               |
 | optimizer       | bytes moved by one kernel      | optimizer step achieved / HBM peak (optional)      |
 | nvlink_ring     | collective buffer bytes        | ring busbw / `nvlink_bytes_per_s`                  |
 | nvls            | all-reduce buffer bytes        | NVLS algbw / `nvlink_bytes_per_s`                  |
@@ -57,7 +59,7 @@ REQUIRED_EFFICIENCY = ("gemm", "attention", "memory", "nvlink_ring", "network")
 # `attention_bw` is the typo it looks like), each also per head dim as `<table>_hd<d>` (cost/attention.py).
 # Any other name is a typo and is refused.
 EFFICIENCY_TABLES = ("gemm", "gemm_fp8", "attention", "attention_bwd", "memory", "memory_strided", "memory_reduction",
-                     "optimizer", "nvlink_ring", "nvls", "nvlink_p2p", "network")
+                     "memory_indexed", "optimizer", "nvlink_ring", "nvls", "nvlink_p2p", "network")
 _EFFICIENCY_PATTERN = (r"nccl_[a-z0-9]+(_[a-z0-9]+)*_(intra|inter)"
                        r"|attention(_bwd)?_hd[0-9]+|attention_(?!bw)[a-z0-9][a-z0-9-]*(_hd[0-9]+)?"
                        r"|attention_bwd_[a-z0-9][a-z0-9-]*(_hd[0-9]+)?")
