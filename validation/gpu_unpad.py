@@ -117,6 +117,29 @@ def _block(torch, d, heads, variant, padding, device, dtype):
     return forward, params
 
 
+def block_stack_step(torch, variant: str, *, d, heads, seq, micro_batch, layers, padding, device, dtype,
+                     checkpoint: bool = False):
+    """One forward + backward of `layers` MPT blocks (fresh, seeded weights) on a [micro_batch, seq, d] input with
+    attention `variant` (direct / unpad / nosync), gradients dropped after: a closure to time or profile."""
+    from torch.utils.checkpoint import checkpoint as ckpt
+
+    torch.manual_seed(0)
+    blocks = [_block(torch, d, heads, variant, padding, device, dtype) for _ in range(layers)]
+    x0 = torch.randn(micro_batch, seq, d, device=device, dtype=dtype, requires_grad=True)
+    mask = torch.ones(micro_batch, seq, device=device, dtype=torch.bool)
+
+    def step():
+        x = x0
+        for f, _ in blocks:
+            x = ckpt(f, x, mask, use_reentrant=False) if checkpoint else f(x, mask)
+        x.float().pow(2).mean().backward()
+        for _, ps in blocks:
+            for p in ps:
+                p.grad = None
+        x0.grad = None
+    return step
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -133,7 +156,6 @@ def main(argv=None) -> int:
     cuda = args.device.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32
     padding = _padding_functions(torch)
-    from torch.utils.checkpoint import checkpoint
     configs = TINY if args.tiny else [c for c in CONFIGS if not args.models or c[0] in args.models.split(",")]
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,21 +170,9 @@ def main(argv=None) -> int:
         for model, d, heads, s, mb in configs:
             direct_s = None
             for variant in ("direct", "unpad", "nosync", "direct", "unpad", "nosync")[: 3 if args.tiny else 6]:
-                torch.manual_seed(0)
-                blocks = [_block(torch, d, heads, variant, padding, args.device, dtype)
-                          for _ in range(args.layers)]
-                x0 = torch.randn(mb, s, d, device=args.device, dtype=dtype, requires_grad=True)
-                mask = torch.ones(mb, s, device=args.device, dtype=torch.bool)
-
-                def step():
-                    x = x0
-                    for f, _ in blocks:
-                        x = (checkpoint(f, x, mask, use_reentrant=False) if args.checkpoint else f(x, mask))
-                    x.float().pow(2).mean().backward()
-                    for _, ps in blocks:
-                        for p in ps:
-                            p.grad = None
-                    x0.grad = None
+                step = block_stack_step(torch, variant, d=d, heads=heads, seq=s, micro_batch=mb,
+                                        layers=args.layers, padding=padding, device=args.device, dtype=dtype,
+                                        checkpoint=args.checkpoint)
                 for _ in range(2):
                     step()
                 got = []
@@ -183,7 +193,7 @@ def main(argv=None) -> int:
                 fh.flush()
                 print(",".join(f"{row[k]:.4g}" if isinstance(row[k], float) else str(row[k]) for k in FIELDS),
                       flush=True)
-                blocks = x0 = step = None  # free the blocks before the next variant
+                step = None  # free the blocks before the next variant
                 if cuda:
                     torch.cuda.empty_cache()
     return 0

@@ -50,21 +50,9 @@ def main(argv=None) -> int:
         w.writeheader()
         for model, d, heads, s, mb in (TINY if args.tiny else CONFIGS):
             for variant in ("direct", "unpad", "nosync"):
-                torch.manual_seed(0)
-                blocks = [gpu_unpad._block(torch, d, heads, variant, padding, args.device, dtype)
-                          for _ in range(args.layers)]
-                x0 = torch.randn(mb, s, d, device=args.device, dtype=dtype, requires_grad=True)
-                mask = torch.ones(mb, s, device=args.device, dtype=torch.bool)
-
-                def step():
-                    x = x0
-                    for f, _ in blocks:
-                        x = f(x, mask)
-                    x.float().pow(2).mean().backward()
-                    for _, ps in blocks:
-                        for p in ps:
-                            p.grad = None
-                    x0.grad = None
+                step = gpu_unpad.block_stack_step(torch, variant, d=d, heads=heads, seq=s, micro_batch=mb,
+                                                  layers=args.layers, padding=padding, device=args.device,
+                                                  dtype=dtype)
                 step()
                 per = defaultdict(list)
                 busy = []
@@ -89,7 +77,7 @@ def main(argv=None) -> int:
                 fh.flush()
                 print(model, variant, "busy", f"{statistics.median(busy) * 1e3:.3f} ms" if busy else "-",
                       "kernels", len(per), flush=True)
-                blocks = x0 = step = None
+                step = None
                 if cuda:
                     torch.cuda.empty_cache()
     return 0
