@@ -41,11 +41,12 @@ def _kind_seconds(model, training, hardware, layout) -> dict:
     import numpy as np
 
     from simulator.cost import compute as C
+    from simulator.cost.stage_ops import stage_op_groups
 
     one, b = np.ones(1), layout.micro_batch_size
-    groups = C._stage_op_groups(model, training, tp=1, cp=1, ep=1, micro_batch_size=b, sequence_parallel=False,
-                                n_dense=model.num_layers * one, n_moe=0 * one, first=one, last=one,
-                                recompute=layout.recompute)
+    groups = stage_op_groups(model, training, tp=1, cp=1, ep=1, micro_batch_size=b, sequence_parallel=False,
+                             n_dense=model.num_layers * one, n_moe=0 * one, first=one, last=one,
+                             recompute=layout.recompute)
     out = {}
     for kind, ops, W, R in groups:
         t = C._evaluate(kind, ops, model, training, hardware, tp=1, cp=1, micro_batch_size=b, cp_algorithm="ring",

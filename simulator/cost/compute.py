@@ -20,8 +20,8 @@ optional `[efficiency.attention_bwd]`, `[efficiency.gemm_fp8]`, `[efficiency.mem
 `hardware.interp_efficiency(name, x)`; this module holds no efficiency numbers.
 
 The byte counts of the memory-bound ops are in memory_ops.py (`memory_ops`: the stack's elementwise op
-list, elementwise.py), the optimizer step in optimizer.py; this module times the ops of a layer and of a
-stage's building blocks.
+list, elementwise.py), the optimizer step in optimizer.py, the list of ops a stage runs in stage_ops.py; this
+module times the ops of a layer and of a stage's building blocks.
 
 Stages (the schedule family's geometry, simulator/schedules/family.py): pp·vpp (interleaved), 2·pp
 (zb-v, dualpipev: V shape), else pp. `spec.placement.stage_layer_split` splits the layers over the virtual stages in
@@ -47,9 +47,9 @@ from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
 from .attention import attention_efficiency, flash_occupancy, unfused_core_times
-from .cp_merge import cp_merge_ops
 from .launch import launch_bound, padding_sync_s
-from .memory_ops import _embedding_memory_ops, _head_memory_ops, _memory_time, fp8_cast_op, memory_ops
+from .memory_ops import _memory_time
+from .stage_ops import stage_op_groups
 
 __all__ = ["OpTime", "BASIS", "BASIS_KEYS", "gemm_dtype", "mfu_peak_flops", "layer_op_times",
            "layer_basis_times_by_mode"]
@@ -223,7 +223,7 @@ def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool 
     the core-attention ops only (the GEMMs are not timed: the sweep asks for these per CP setting).
     """
     one = np.ones(1)
-    groups = _stage_op_groups(model, training, tp=tp, cp=cp, ep=ep, micro_batch_size=micro_batch_size,
+    groups = stage_op_groups(model, training, tp=tp, cp=cp, ep=ep, micro_batch_size=micro_batch_size,
                               sequence_parallel=sequence_parallel, n_dense=0 * one if moe else one,
                               n_moe=one if moe else 0 * one, first=0 * one, last=0 * one, recompute="none",
                               cp_algorithm=cp_algorithm)
@@ -243,70 +243,6 @@ def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool 
             out.append(OpTime(name=name, kind=kind, core_attention=core,
                               **{k: t[j, i] for j, k in enumerate(_TIME_KEYS)}))
     return out
-
-
-def _stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_parallel, n_dense, n_moe, first, last,
-                     recompute, cp_algorithm="ring"):
-    """Every op a virtual stage runs, grouped by kind, with per-stage multiplicities.
-
-    Returns [(kind, ops, W, R)]: W[o, j] = how many times op o runs on virtual stage j per microbatch
-    (layers holding it; 1 for the embedding on the first and the head on the last stage); R[o, j] = the
-    same for the recompute forward, W times the op's `flops.recomputed_fraction` (selective: core
-    attention; full: every layer op; op: torchtitan's op-level selective AC; never the embedding or head).
-    """
-    kw = dict(seq_length=training.seq_length, tp=tp, cp=cp, micro_batch_size=micro_batch_size)
-    mkw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
-    flash = training.flash_attention
-    L = n_dense + n_moe
-    zero = 0.0 * L
-    has_dense, has_moe = bool(np.any(n_dense)), bool(np.any(n_moe))
-
-    def share(op, gemm=True):  # the recompute forward's share of the op (flops.recomputed_fraction)
-        return F.recomputed_fraction(op.name, recompute, model, core_attention=op.core_attention,
-                                     flash_attention=flash, gemm=gemm)
-
-    g_ops, g_w, g_r = [], [], []
-    for op in F.projection_ops(model, sequence_parallel=sequence_parallel, **kw):
-        g_ops.append(op); g_w.append(L); g_r.append(L * share(op))  # noqa: E702
-    ffn = []
-    if has_dense:
-        ffn += [(op, n_dense) for op in F.dense_mlp_ops(model, **kw)]
-    if has_moe:
-        ffn += [(op, n_moe) for op in F.moe_ops(model, ep=ep, sequence_parallel=sequence_parallel,
-                                                  load_factor=training.moe_load_factor, **kw)]
-    for op, w in ffn:
-        g_ops.append(op); g_w.append(w); g_r.append(w * share(op))  # noqa: E702
-    casts = [(fp8_cast_op(op, training), w, r) for op, w, r in zip(g_ops, g_w, g_r)
-             if op.fp8 and training.precision == "fp8"]  # the FP8 GEMMs' casts (memory-bound, below)
-    for op in F.head_ops(model, training, **mkw):
-        g_ops.append(op); g_w.append(last); g_r.append(zero)  # noqa: E702
-
-    a_ops = list(F.attention_ops(model, attention_flops="causal" if flash else "full", flash_attention=flash, **kw))
-    n_att = len(a_ops) if not flash else 1
-    a_w = [L] * n_att
-    a_r = [L * share(op) for op in a_ops[:n_att]]
-
-    m_ops, m_w, m_r = [], [], []
-    mem = memory_ops(model, training, moe=False, ep=ep, sequence_parallel=sequence_parallel, **mkw)
-    for op in mem:
-        if op.ffn and not has_dense:
-            continue
-        w = n_dense if op.ffn else L
-        m_ops.append(op); m_w.append(w); m_r.append(w * share(op, gemm=False))  # noqa: E702
-    if has_moe:
-        for op in memory_ops(model, training, moe=True, ep=ep, sequence_parallel=sequence_parallel, **mkw):
-            if op.ffn:
-                m_ops.append(op); m_w.append(n_moe); m_r.append(n_moe * share(op, gemm=False))  # noqa: E702
-    for op, w, r in casts:
-        m_ops.append(op); m_w.append(w); m_r.append(r)  # noqa: E702
-    for op in cp_merge_ops(model, training, cp_algorithm=cp_algorithm, **mkw):  # ring CP's merge (cp_merge.py)
-        m_ops.append(op); m_w.append(L); m_r.append(L * share(op, gemm=False))  # noqa: E702
-    for op in _embedding_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):
-        m_ops.append(op); m_w.append(first); m_r.append(zero)  # noqa: E702
-    for op in _head_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):
-        m_ops.append(op); m_w.append(last); m_r.append(zero)  # noqa: E702
-    return [("gemm", g_ops, np.array(g_w), np.array(g_r)), ("attention", a_ops, np.array(a_w), np.array(a_r)),
-            ("memory", m_ops, np.array(m_w), np.array(m_r))]
 
 
 def _evaluate(kind, ops, model, training, hardware, *, tp, cp, micro_batch_size, cp_algorithm, roofline) -> np.ndarray:
@@ -382,7 +318,7 @@ def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, se
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     shape = dict(ep=ep, sequence_parallel=sequence_parallel, n_dense=one_hot[0], n_moe=moe, first=one_hot[2],
                  last=one_hot[3], cp_algorithm=cp_algorithm, **kw)
-    per_mode = {r: _stage_op_groups(model, training, recompute=r, **shape) for r in modes}  # same ops, own R
+    per_mode = {r: stage_op_groups(model, training, recompute=r, **shape) for r in modes}  # same ops, own R
     acc = {r: 0.0 for r in modes}
     for g, (kind, ops, W, _) in enumerate(per_mode[modes[0]]):
         t = _evaluate(kind, ops, model, training, hardware, cp_algorithm=cp_algorithm, roofline=roofline, **kw)
