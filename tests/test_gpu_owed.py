@@ -129,6 +129,15 @@ def test_power_and_queued_gemm_dry_runs(tmp_path):
     assert all(float(r["time_s"]) > 0 for r in got)
     # the profiled steps' wall time per step is the profiled calls' own (kernel time: nan on CPU, no CUPTI)
     assert all(r["kernel_s"] == "nan" for r in got if r["phase"] == "profiled")
+    # the GEMM with copies between at four GEMM shares, and the weight-gradient GEMM bf16 out vs added into fp32
+    assert gpu_power_step.main(["--out", str(tmp_path / "m.csv"), "--device", "cpu", "--tiny", "--sustain-s", "1.1",
+                                "--idle-s", "0", "--workloads", "mix,accumulate"]) == 0
+    with open(tmp_path / "m.csv") as f:
+        got = list(csv.DictReader(f))
+    assert {(r["what"], r["phase"]) for r in got} == {(w, p) for w in ("mix", "wgrad_bf16_out", "wgrad_fp32_accumulate")
+                                                      for p in ("cold", "sustained", "hot")}
+    assert len({r["run_id"] for r in got if r["what"] == "mix"}) == 4
+    assert all(float(r["time_s"]) > 0 and float(r["tflops"]) > 0 for r in got)
     assert gpu_gemm_queued.main(["--out", str(tmp_path / "q.csv"), "--device", "cpu", "--tiny", "--iters", "2",
                                  "--warmup", "1"]) == 0
     with open(tmp_path / "q.csv") as f:

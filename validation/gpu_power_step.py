@@ -12,6 +12,14 @@ hours. This measures, on one GPU, in one run:
 - `attention`, `copy` (--workloads): cuDNN SDPA causal forward + backward (1 x 32768 and 8 x 4096 tokens, 32
   heads of 128) and a 1 GiB device-to-device copy, the same way: how attention and a bandwidth-bound kernel
   hold up at the power limit beside the GEMM;
+- `mix` (--workloads): the 8192^3 GEMM interleaved with 256 MiB copies, the GEMMs' share of the cold time at
+  1.0, 0.85, 0.7 and 0.5, the same way: how far a step's mix of compute- and bandwidth-bound kernels keeps the
+  GEMMs off the power limit (the input a power model needs: a fused layer leaves less bandwidth-bound time
+  between its GEMMs than an eager one);
+- `accumulate` (--workloads): weight-gradient GEMMs of Llama-3-8B's linears (4096 tokens) with a bf16 output
+  against the same GEMM adding into an fp32 gradient (`torch.addmm(c, a, b, out_dtype=torch.float32)`: what
+  Megatron's gradient_accumulation_fusion and Transformer Engine's fuse_wgrad_accumulation run, beta = 1 over
+  an fp32 C), the same way: whether the 8 bytes per output element the fp32 read and write add cost time;
 - `step`: the same for harness training steps (fused AdamW, persistent gradients): the harness protocol
   (3 warm-up, 10 timed steps, CUDA events, median) cold, steps back to back for --sustain-s seconds, then
   ("profiled") steps back to back under torch.profiler (CUPTI) for a third of that, one row per second with
@@ -175,6 +183,64 @@ def attention_workloads(B: Bench, row, torch, device, dt, a) -> None:
             torch.cuda.empty_cache()
 
 
+def mix_workloads(B: Bench, row, torch, device, dt, a) -> None:
+    """The GEMM with copies between, at each GEMMs' share of the cold time (module docstring, `mix`): the copies
+    per GEMM from the two kernels' cold times, FLOPs the GEMM's (so `tflops` is the GEMM's effective rate)."""
+    n = 256 if a.tiny else 8192
+    x, y = torch.randn(n, n, device=device, dtype=dt), torch.empty(n, n, device=device, dtype=dt)
+    src = torch.empty((2**28 if not a.tiny else 2**18) // 2, device=device, dtype=dt)
+    dst = torch.empty_like(src)
+    t_gemm = one_call_s(B, lambda: torch.matmul(x, x, out=y), 5, 20)
+    t_copy = one_call_s(B, lambda: dst.copy_(src), 5, 20)
+    for share in (1.0, 0.85, 0.7, 0.5):
+        copies = round(t_gemm * (1.0 - share) / (share * t_copy))
+
+        def it(c=copies):
+            torch.matmul(x, x, out=y)
+            for _ in range(c):
+                dst.copy_(src)
+        measure(B, row, "mix", f"{n}^3 gemm share {share:g} ({copies} x {src.numel() * 2 / 2**20:g} MiB copies)",
+                it, 2.0 * n**3, sustain_s=a.sustain_s, idle_s=a.idle_s, warmup=3, calls=10)
+
+
+ACC_SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))  # Llama-3-8B: qkv, proj, fc1, fc2 (out, in)
+
+
+def _accumulate_fn(torch, B, w32, a, b):
+    """C += A·B into the fp32 C with bf16 A, B: in place where torch allows it, else into a fresh fp32 output (the
+    same bytes: C read, D written); on CPU (no mixed-dtype addmm) the fp32 stand-in of the dry run; None without
+    addmm's out_dtype."""
+    if not B.cuda:
+        return lambda: torch.addmm(w32, a.float(), b.float(), out=w32)
+    for kw in ({"out": w32}, {}):
+        try:
+            torch.addmm(w32, a, b, out_dtype=torch.float32, **kw)
+            B.sync()
+            return lambda kw=kw: torch.addmm(w32, a, b, out_dtype=torch.float32, **kw)
+        except (RuntimeError, TypeError) as exc:
+            print(f"addmm out_dtype {'in place' if kw else 'out of place'}: {str(exc).splitlines()[0]}", flush=True)
+    return None
+
+
+def accumulate_workloads(B: Bench, row, torch, device, dt, a) -> None:
+    """Weight-gradient GEMMs dW = dYᵀ·X over T tokens, bf16 out against added into fp32 (module docstring)."""
+    T = 64 if a.tiny else 4096
+    for n_out, n_in in ([(96, 64)] if a.tiny else ACC_SHAPES):
+        dy_t = torch.randn(n_out, T, device=device, dtype=dt)
+        x = torch.randn(T, n_in, device=device, dtype=dt)
+        w16 = torch.empty(n_out, n_in, device=device, dtype=dt)
+        w32 = torch.zeros(n_out, n_in, device=device, dtype=torch.float32)
+        acc = _accumulate_fn(torch, B, w32, dy_t, x)
+        if acc is None:
+            print(f"accumulate {n_out}x{n_in}: this torch has no addmm with out_dtype; skipped", flush=True)
+            continue
+        flops = 2.0 * n_out * n_in * T
+        for what, fn in (("wgrad_bf16_out", lambda: torch.matmul(dy_t, x, out=w16)), ("wgrad_fp32_accumulate", acc)):
+            measure(B, row, what, f"{n_out}x{n_in}x{T}", fn, flops, sustain_s=a.sustain_s, idle_s=a.idle_s,
+                    warmup=5, calls=20)
+        del dy_t, x, w16, w32
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -185,7 +251,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workloads", default="gemm,step",
                     help="comma-separated: gemm, step (the harness steps), attention (cuDNN SDPA causal forward + "
                          "backward at 32768 x 32 heads and 8 x 4096 x 32 heads, head dim 128), copy (1 GiB "
-                         "device-to-device): which run cold, sustained and hot")
+                         "device-to-device), mix (the GEMM with copies between, by the GEMMs' share), "
+                         "accumulate (weight-gradient GEMMs, bf16 out vs added into fp32): which run cold, sustained "
+                         "and hot")
     a = ap.parse_args(argv)
     todo = set(a.workloads.split(","))
     import torch
@@ -219,6 +287,10 @@ def main(argv=None) -> int:
         measure(B, row, "copy", f"{src.numel() * 2 / 2**30:g} GiB", lambda: dst.copy_(src), 0.0,
                 sustain_s=a.sustain_s, idle_s=a.idle_s, warmup=5, calls=20)
         del src, dst
+    if "mix" in todo:
+        mix_workloads(B, row, torch, device, dt, a)
+    if "accumulate" in todo:
+        accumulate_workloads(B, row, torch, device, dt, a)
     if "step" not in todo:
         f.close()
         return 0
