@@ -32,6 +32,13 @@ def test_expected_max_of_normals_against_closed_forms():
 
 
 def test_lease_spread_is_read_from_the_measurements():
-    # the second lease's GEMMs are within 2 % of the first's, the third's 14 % slower (validation/h100*)
-    r = _module().lease_gemm_ratios()
-    assert len(r) == 2 and 0.98 < min(r.values()) < 1.02 and 1.10 < max(r.values()) < 1.20
+    # the second lease's GEMMs (the calibration again: the GPU idle before each shape) are within 2 % of the
+    # first's; the third and fourth (gpu_gemm_queued: shapes back to back, the GPU at its power limit) 10-16 %
+    # slower, as the same GEMM back to back is (validation/h100*); the GPUs gpu_spread.py timed in one state
+    # differ by under 2 %
+    m = _module()
+    r = m.lease_gemm_ratios()
+    assert len(r) == 3 and 0.98 < r["second lease (2026-11-22, calibrate)"] < 1.02
+    assert all(1.10 < v < 1.16 for k, v in r.items() if "gpu_gemm_queued" in k)
+    one = [g[1] for g in m.spread_by_gpu()]
+    assert len(one) >= 2 and max(one) / min(one) < 1.02
