@@ -63,14 +63,15 @@ def expected_max_normal(n: int) -> float:
     return float(expected_max_standard_normal(n))
 
 
-def lease_gemm_ratios() -> dict[str, float]:
+def lease_gemm_ratios(later: str = "one_call_s") -> dict[str, float]:
     """Median one-call time of the calibration's bf16 GEMM shapes above 1e12 FLOPs on each H100 lease over the
     first lease's, same shapes, each call timed alone after 5 warm-up (median of 20), but not in the same state of
     the GPU: `parasim calibrate` (the first two leases, validation/h100/calib_points*.csv) draws each shape's
     operands on the CPU, seconds for the large ones, so the GPU idles before every shape and its calls run at
     burst clocks (simulator/calibrate/microbench.py `bench_gemm`); validation/gpu_gemm_queued.py (the third and
     fourth, validation/h100_owed*/gemm_queued.csv) draws them on the GPU and runs its 448 shapes back to back, so
-    the GPU sits at its power limit. Only the second lease's ratio compares two GPUs alone."""
+    the GPU sits at its power limit. Only the second lease's ratio compares two GPUs alone. `later`: the later
+    leases' column, one_call_s or queued_s (20 calls back to back between two CUDA events)."""
     import pandas as pd
 
     first = pd.read_csv(ROOT / "validation/h100/calib_points.csv")
@@ -81,7 +82,7 @@ def lease_gemm_ratios() -> dict[str, float]:
     for name, folder in (("third lease (2026-11-27, gpu_gemm_queued)", "h100_owed"),
                          ("fourth lease (2026-11-27, gpu_gemm_queued)", "h100_owed2")):
         q = pd.read_csv(ROOT / "validation" / folder / "gemm_queued.csv")
-        out[name] = q[q["dtype"] == "bf16"][["m", "n", "k", "one_call_s"]].rename(columns={"one_call_s": "t"})
+        out[name] = q[q["dtype"] == "bf16"][["m", "n", "k", later]].rename(columns={later: "t"})
     return {name: float((first.merge(other, on=["m", "n", "k"]).pipe(lambda m: m["t"] / m["time_s"])).median())
             for name, other in out.items()}
 
