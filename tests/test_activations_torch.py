@@ -477,3 +477,19 @@ def test_the_hf_stack_keeps_transformers_eager_attention_softmax():
     h, n_h, f, s, b = 128, 4, 344, 64, 2
     measured = measure_hf_llama_layer(h=h, n_h=n_h, n_kv=n_h, f=f, s=s, b=b, attn="eager")
     assert _predicted(_model(h, n_h, n_h, f), s=s, b=b, flash=False, stack="hf") == pytest.approx(measured, rel=0.01)
+
+
+def test_squared_relu_mlp_keeps_what_the_gelu_mlp_keeps():
+    # Nemotron-4's relu(x)² (Megatron-core torch.pow(F.relu(x), 2)) saves its relu output once (relu's and pow's
+    # backward read the same tensor) where GeLU saves its input: the same bytes, so the activation model, which
+    # counts a non-gated MLP the same for both, holds for it (layer_activation_bytes: glu_matrices only)
+    h, f, s, b = 128, 512, 64, 2
+    torch.manual_seed(0)
+    fc1, fc2 = torch.nn.Linear(h, f, bias=False).bfloat16(), torch.nn.Linear(f, h, bias=False).bfloat16()
+    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+    params = list(fc1.parameters()) + list(fc2.parameters())
+    srelu, _ = saved_bytes(lambda: fc2(torch.pow(F.relu(fc1(x)), 2)), exclude=params)
+    gelu, _ = saved_bytes(lambda: fc2(F.gelu(fc1(x))), exclude=params)
+    assert srelu == gelu == 2 * b * s * (h + 2 * f)  # x, the activation's saved tensor, fc2's input
+    ms = [_model(128, 4, 4, 344, mlp=k, norm="layernorm") for k in ("gelu", "squared-relu")]
+    assert _predicted(ms[0], s=s, b=b) == _predicted(ms[1], s=s, b=b)

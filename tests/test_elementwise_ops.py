@@ -322,3 +322,27 @@ def test_strided_ops_are_the_recorded_ones(stack, build):
     rec = (strided_kernels(fwd), strided_kernels(bwd))
     print(stack, "strided kernels recorded", rec, "op list", predicted_strided(stack))
     assert predicted_strided(stack) == rec
+
+
+@pytest.mark.parametrize("stack", ["megatron", "torchtitan", "hf"])
+def test_squared_relu_ops_are_the_recorded_ones(stack):
+    # Nemotron-4's MLP activation relu(x)² as Megatron-core runs it (megatron/core/activations.py squared_relu:
+    # torch.pow(F.relu(x), 2), unfused in every stack): the op list's activation blocks against the aten ops one
+    # forward and backward of it record on CPU, op by op (name, bytes read + written), bf16
+    from simulator.cost.elementwise import layer_sizes, region_bytes
+
+    F = torch.nn.functional
+    m = ModelSpec(name="test", hidden_size=H, num_layers=1, num_heads=HEADS, num_kv_heads=KV, ffn_hidden_size=FFN,
+                  vocab_size=1000, mlp="squared-relu", norm="layernorm")
+    tr = Training(seq_length=S, global_batch_size=B, stack=load_stack(stack))
+    g = layer_graph(m, tr)
+    sizes = layer_sizes(m, tr, moe=False, tp=1, cp=1, micro_batch_size=B, sequence_parallel=False)
+    x = torch.randn(B * S, FFN, dtype=torch.bfloat16, requires_grad=True)
+    fwd, bwd = measure(lambda t: torch.pow(F.relu(t), 2), x, [], torch.randn(B * S, FFN, dtype=torch.bfloat16))
+    for phase, rec in (("forward", fwd), ("backward", bwd)):
+        (act,) = [b for b in g.blocks if b.phase == phase and b.name == "act"]
+        got = [(u.name, float(region_bytes(g, [u]).value(sizes))) for u in act.ops]
+        assert got == [(name, float(r + w)) for name, r, w, *_ in rec], (phase, got, rec)
+    # what the backward reads of the forward: the relu output, not the first GEMM's output
+    (back,) = [b for b in g.blocks if b.phase == "backward" and b.name == "act"]
+    assert "act.r" in back.reads and "up.x" not in back.reads

@@ -235,10 +235,11 @@ def accumulate_workloads(B: Bench, row, torch, device, dt, a) -> None:
             print(f"accumulate {n_out}x{n_in}: this torch has no addmm with out_dtype; skipped", flush=True)
             continue
         flops = 2.0 * n_out * n_in * T
-        for what, fn in (("wgrad_bf16_out", lambda: torch.matmul(dy_t, x, out=w16)), ("wgrad_fp32_accumulate", acc)):
+        bf16_out = (lambda d=dy_t, t=x, o=w16: torch.matmul(d, t, out=o))
+        for what, fn in (("wgrad_bf16_out", bf16_out), ("wgrad_fp32_accumulate", acc)):
             measure(B, row, what, f"{n_out}x{n_in}x{T}", fn, flops, sustain_s=a.sustain_s, idle_s=a.idle_s,
                     warmup=5, calls=20)
-        del dy_t, x, w16, w32
+        dy_t = x = w16 = w32 = acc = bf16_out = fn = None  # free them before the next shape
 
 
 def main(argv=None) -> int:

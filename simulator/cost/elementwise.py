@@ -284,13 +284,13 @@ def _ffn_forward(g, m, s, d, x, moe) -> str:
     ins = tuple(g.t(n, d.f) for n in (("up.g", "up.u") if glu else ("up.x",)))
     if not moe:
         g.boundary("forward", "mlp_up", (x,), ins)
-        a = act_forward(g, s["act"], glu, ins)
+        a = act_forward(g, s["act"], glu, ins, kind=m.mlp)
         g.boundary("forward", "mlp_down", (a,), (g.t("f", d.Th),))
         return "f"
     g.boundary("forward", "router", (x,), (g.t("moe.logits", d.scores, 4.0),))
     xp = moe_forward(g, d.Tx, d.routed, d.scores)
     g.boundary("forward", "experts_up", (xp, x), ins)
-    a = act_forward(g, s["act"], glu, ins)
+    a = act_forward(g, s["act"], glu, ins, kind=m.mlp)
     g.boundary("forward", "experts_down", (a,), (g.t("moe.out", d.routed),))
     g.block("forward", "combine", "moe_permute", ("moe.out",), (g.t("f", d.Tx),), ffn=True)
     return "f"
@@ -304,7 +304,7 @@ def _ffn_backward(g, m, s, d, df, moe) -> str:
         g.block("backward", "combine", "moe_permute", (df,), (deo,), ffn=True)
     da = g.like("d.act.a", "act.a")
     g.boundary("backward", "experts_down" if moe else "mlp_down", (deo if moe else df,), (da,))
-    dins = act_backward(g, s["act"], glu, da, ins)
+    dins = act_backward(g, s["act"], glu, da, ins, kind=m.mlp)
     if moe:
         g.boundary("backward", "experts_up", dins, (g.like("d.moe.perm", "moe.perm"),))
         return moe_backward(g, "d.moe.perm")

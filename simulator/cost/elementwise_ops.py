@@ -209,27 +209,43 @@ def hf_rmsnorm_backward(g: Graph, p: str, dy: str, x: str, dx: str) -> list:
 
 
 # ---- FFN activation ------------------------------------------------------------------------------------
-def act_forward(g: Graph, impl: str, glu: bool, ins: tuple, **flags) -> str:
+def act_forward(g: Graph, impl: str, glu: bool, ins: tuple, *, kind: str = "", **flags) -> str:
     """a = act(gate) * up (GLU) or act(x). fused: one kernel (read gate, up, write a). eager
     (F.silu(g) * u, torchtitan FeedForward, transformers LlamaMLP): silu read e, write e; mul read 2e, write
     e. chunked (one gate/up GEMM, `g, u = gate_up(x).chunk(2, -1)`: validation/train_step.py, Phi-3's and
     nanotron's MLP): the same ops on the two halves, strided views of the GEMM's output (`Op.strided`). Without
-    GLU one gelu kernel (read e, write e) in every setting."""
+    GLU one gelu kernel (read e, write e) in every setting. `kind` "squared-relu" (Nemotron-4, relu(x)²): two
+    kernels in every setting, relu read e, write e, then pow (or square) read e, write e: Megatron-core's
+    squared_relu is torch.pow(F.relu(x), 2) with no fused kernel (megatron/core/activations.py; the MLP fuses only
+    gelu and swiglu: megatron/core/transformer/mlp.py), transformers' ReLUSquaredActivation square(relu(x))."""
     a = g.like("act.a", ins[0])
     ops = []
-    if impl in ("eager", "chunked") and glu:
+    if kind == "squared-relu":
+        r = g.like("act.r", ins[0])
+        ops = [Op("relu", (ins[0],), (r,)), Op("pow", (r,), (a,))]
+    elif impl in ("eager", "chunked") and glu:
         s, strided = g.like("act.s", ins[0]), impl == "chunked"
         ops = [Op("silu", (ins[0],), (s,), strided=strided), Op("mul", (s, ins[1]), (a,), strided=strided)]
     g.block("forward", "act", "mlp_activation", ins, (a,), ops, ffn=True, **flags)
     return a
 
 
-def act_backward(g: Graph, impl: str, glu: bool, da: str, ins: tuple, **flags) -> tuple:
+def act_backward(g: Graph, impl: str, glu: bool, da: str, ins: tuple, *, kind: str = "", **flags) -> tuple:
     """Gradients of `act_forward`. fused: one kernel (read da, gate, up; write dgate, dup). eager GLU
     (autograd: mul's grad·other for each input, silu_backward): mul read da, up, write ds; mul read da,
     silu(gate), write dup; silu_backward read ds, gate, write dgate. chunked: the same, the ops reading a half
     strided, then chunk's backward concatenates the two gradients into the GEMM output's gradient (cat: read 2e,
-    write 2e per element of a half; one tensor returned). gelu: gelu_backward read dy, x, write dx."""
+    write 2e per element of a half; one tensor returned). gelu: gelu_backward read dy, x, write dx. squared-relu
+    (autograd, derivatives.yaml pow_backward grad·(2·r.pow(1)), then relu's threshold_backward on the saved relu
+    output r): pow read r, write p; mul by 2 read p, write p2; mul read da, p2, write dr; threshold_backward read
+    dr, r, write dx; its backward reads r, not the GEMM's output."""
+    if kind == "squared-relu":
+        r, dx = "act.r", g.like("d." + ins[0], ins[0])
+        p, p2, dr = (g.like(f"d.act.{n}", ins[0]) for n in ("p", "p2", "r"))
+        ops = [Op("pow", (r,), (p,)), Op("mul", (p,), (p2,)), Op("mul", (da, p2), (dr,)),
+               Op("threshold_backward", (dr, r), (dx,))]
+        g.block("backward", "act", "mlp_activation", (da, r), (dx,), ops, ffn=True, **flags)
+        return (dx,)
     d = tuple(g.like(f"d.{t}", t) for t in ins)
     ops = []
     if impl in ("eager", "chunked") and glu:

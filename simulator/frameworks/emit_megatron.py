@@ -175,6 +175,8 @@ def _model_flags(sc, notes: list[str]) -> list:
     f.append(("--ffn-hidden-size", m.ffn_hidden_size))
     if m.mlp == "swiglu":
         f.append(("--swiglu", None))
+    elif m.mlp == "squared-relu":
+        f.append(("--squared-relu", None))
     elif m.mlp == "geglu":
         notes.append("mlp geglu: Megatron-LM has no GeGLU flag (--quick-geglu is another activation)")
     if m.norm == "rmsnorm":

@@ -98,14 +98,15 @@ def _attention(f: Fields, h: int, heads: int, rep: Report) -> dict:
 def _mlp(f: Fields, h: int, rep: Report) -> tuple[str, int]:
     """(parasim's MLP kind, ffn hidden size)."""
     mlp = "swiglu" if f.flag("swiglu") else "geglu" if f.flag("geglu") else "gelu"
-    if f.flag("squared_relu") or f.flag("quick_geglu"):
-        key = "squared_relu" if f.has("squared_relu") else "quick_geglu"
-        mlp = "gelu" if key == "squared_relu" else "geglu"
-        rep.assume(f"{f.name(key)}: counted as parasim's {mlp} MLP (the same matrices and FLOPs; the "
-                   f"activation's own cost is not modelled)")
+    if f.flag("squared_relu"):
+        mlp = "squared-relu"
+    elif f.flag("quick_geglu"):
+        mlp = "geglu"
+        rep.assume(f"{f.name('quick_geglu')}: counted as parasim's geglu MLP (the same matrices and FLOPs; the "
+                   "activation's own cost is not modelled)")
     ffn = f.int("ffn_hidden_size")
     if ffn is None:
-        ffn = int((4 * h * 2 / 3) / 64) * 64 if mlp != "gelu" else 4 * h
+        ffn = int((4 * h * 2 / 3) / 64) * 64 if mlp in ("swiglu", "geglu") else 4 * h
         rep.assume(f"--ffn-hidden-size: Megatron's default for this MLP, {ffn}")
     return mlp, ffn
 

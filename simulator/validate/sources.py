@@ -124,6 +124,7 @@ FAMILIES = {  # architecture kwargs of ModelSpec per family (positions and tying
     "bloom": dict(mlp="gelu", norm="layernorm", embedding_norm=True, **_BIASED),
     "mpt": dict(mlp="gelu", norm="layernorm", **_BIASED),
     "llama": dict(mlp="swiglu", norm="rmsnorm"),
+    "nemotron": dict(mlp="squared-relu", norm="layernorm"),  # Nemotron-4: relu(x)², LayerNorm, no biases
 }
 
 
@@ -293,6 +294,42 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "layouts do not time (sequence-parallel TP and the distributed optimizer gather and scatter), so "
             "dgx-h100 as it is",
             "FP8 rows: TE delayed scaling (fp8_hybrid, amax history 1024), the megatron stack's fp8_recipe",
+        )),
+    SourceRules(
+        source_id="DGXC_H100_NEMOTRON", family="nemotron", tie_word_embeddings=False, learned_positions=False,
+        vocab_pad_per_tp=128, flash_attention=True, dropout=False, grad_dtype=((r".", "bf16"),), stack="megatron",
+        stack_by_notes=((r"ub_tp_comm_overlap", "tp_comm_overlap", True),
+                        (r"NVTE_FUSED_ATTN=0", "attention_kernel", "flash2")),
+        hardware="dgx-h100",
+        statements=(
+            "NeMo 24.09 recipes (NVIDIA/dgxc-benchmarking 35a9aec, nemotron/nemotron4-{15b,340b}-synth.yaml, "
+            "configure.sh): Megatron-core with Transformer Engine, the megatron stack",
+            "Nemotron-4: LayerNorm (layernorm1p), squared-ReLU MLP (bias_activation_fusion false: relu and pow "
+            "kernels), RoPE, no biases, untied output layer, GQA 8 groups; the 256,000-token tokenizer "
+            "(nemotron_2_256k.model) padded to 128·tp",
+            "attention: cuDNN fused attention for 15B (configure.sh NVTE_FUSED_ATTN=1), FlashAttention-2 for 340B "
+            "(NVTE_FUSED_ATTN=0)",
+            "TP communication overlap with userbuffers (configure.sh model.ub_tp_comm_overlap=True), sequence "
+            "parallelism, gradients reduced in bf16 (distributed_fused_adam grad_sync_dtype bf16), no dropout, no "
+            "recompute",
+            "FP8 rows: TE delayed scaling (fp8_hybrid, amax history 1024), the megatron stack's fp8_recipe",
+        )),
+    SourceRules(
+        source_id="DGXC_H100_GPT3", family="gpt", tie_word_embeddings=True, learned_positions=True,
+        vocab_pad_per_tp=128, flash_attention=True, dropout=True, grad_dtype=((r".", "bf16"),), stack="megatron",
+        stack_overrides=(("attention_kernel", "flash2"),),
+        stack_by_notes=((r"ub_tp_comm_overlap", "tp_comm_overlap", True),),
+        hardware="dgx-h100",
+        statements=(
+            "NeMo 24.05 container (NVIDIA/dgxc-benchmarking 35a9aec, nemo_megatron/gpt3_175b_hydra.yaml, "
+            "launch.sh): Megatron-core with Transformer Engine, the megatron stack",
+            "GPT-3: LayerNorm, GeLU, biases, learned positions, the input embedding tied to the output layer "
+            "(NeMo's megatron_gpt defaults; the yaml sets none of them); GPT-2's 50257 tokens padded to 128·tp",
+            "attention: FlashAttention-2 through Transformer Engine (launch.sh NVTE_FUSED_ATTN=0), dropout 0.1 "
+            "(hidden_dropout, attention_dropout)",
+            "TP communication overlap with userbuffers (ub_tp_comm_overlap), sequence parallelism, gradients "
+            "reduced in bf16 (distributed_fused_adam grad_sync_dtype bf16), no recompute",
+            "FP8 rows: TE delayed scaling (fp8_hybrid, amax history 1024), FP8 parameters",
         )),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
