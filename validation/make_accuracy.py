@@ -288,14 +288,14 @@ def errors_paragraph(results) -> list[str]:
             "per-step kernels, timed on an H100 at these shapes, run within 0.84-1.12 of the one-kernel charge "
             "(validation/cp_ring_check.py), and its output corrections and gradient adds are now counted "
             "(cost/cp_merge.py), about 1 % of these steps. FP8 over BF16 (the BF16 step over the FP8 step, same "
-            "size and GPU count): " + speedup + ". The speed-up is under-predicted at every size: the "
-            "BF16 rows are under-predicted more. The two GEMM tables were not measured in one state of the GPU: "
-            "the BF16 table's calls ran after the GPU idled seconds before each shape (the calibration), the FP8 "
-            "table's back to back at the 700 W limit, where the same bf16 GEMMs above 1e12 FLOPs took 1.10x the "
-            "calibration's time (two later leases, docs/compute.md, FP8 and limitations); a step that is mostly "
-            "GEMMs, as Transformer "
-            "Engine's fused layers leave it, runs nearer the second. How much nearer, by the GEMMs' share of the "
-            "step, is owed to a GPU (validation/gpu_power_step.py --workloads mix). Weak scaling "
+            "size and GPU count): " + speedup + ". Both GEMM tables of dgx-h100 describe the GPU held at its 700 W "
+            "limit by GEMMs run back to back, the state a training step keeps it in: the FP8 table was measured so, "
+            "and the bf16 table is, from 1.6e11 FLOPs up, the same script's back-to-back measurement, 1.06-1.10x the "
+            "calibration's burst time, which it measured after the GPU idled before each shape "
+            "(validation/h100_gemm_table.py). With the burst table these rows were -15.9 % (BF16) and -11.4 % (FP8) "
+            "at the median, 14.3 % median |error| over the source. How far the rate moves with the share of the "
+            "step that is GEMMs (eager steps leave more bandwidth-bound time between them) is owed to a GPU "
+            "(validation/gpu_power_step.py --workloads mix). Weak scaling "
             "(global batch grows with the GPUs): " + "; ".join(growth) + ".")
     for src, sizes in (("DGXC_H100_NEMOTRON", ("15b", "340b")), ("DGXC_H100_GPT3", ("175b",))):
         if src not in step_means:
