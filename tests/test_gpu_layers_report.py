@@ -13,18 +13,20 @@ import gpu_layers_report as R  # noqa: E402
 
 def test_eager_forward_backward_is_the_kernels_on_gpu_bound_runs():
     """Where the GPU, not the host, sets the pace (hidden 4096), parasim's eager forward + backward on the shipped
-    dgx-h100, with the harness's own op list (packed) and the strided-operand and row-reduction tables, is within 7 %
-    of the layers' kernel time read from the second lease's trace (+2.6 % at seq 2048, -5.4 % at 8192); with
-    torchtitan's op list it is -4.5 % and -11.6 %. The stage never zeroes the gradients, so every backward adds into them
-    (cost/gradients.py). The first lease's kernel sums (`prof.events()`) missed the strided elementwise kernels."""
+    dgx-h100, with the harness's own op list (packed) and the strided-operand and row-reduction tables, is within 10 %
+    of the layers' kernel time read from the second lease's trace (+7.4 % at seq 2048, +1.1 % at 8192). It was +2.6 %
+    and -5.4 % with the GEMM table's burst state; the shipped table is the back-to-back state above 1.6e11 FLOPs, which
+    an eager layer, with bandwidth-bound kernels between its GEMMs, does not fully reach (docs/compute.md, FP8 section:
+    the mix is owed to a GPU). The stage never zeroes the gradients, so every backward adds into them
+    (cost/gradients.py). The first lease's kernel sums (`prof.events()`) missed the strided elementwise kernels. Which
+    op list is closer is checked on the non-GEMM kernels alone (docs/validation-h100.md finding 10), where the GEMM
+    state does not enter."""
     rows = [r for r in R._read("layers.csv", R.DATA2) if r["mode"] == "eager" and r["run_id"].startswith("L4-h4096")]
     assert len(rows) == 2
     for r in rows:
         p, _ = R.predicted_fwd_bwd_s(r["run_id"], compiled=False)
-        t, _ = R.predicted_fwd_bwd_s(r["run_id"], compiled=False, elementwise="eager")
         k = float(r["kernel_s"])
-        assert p == pytest.approx(k, rel=0.07), r["run_id"]
-        assert abs(p / k - 1) < abs(t / k - 1), r["run_id"]  # the harness's own op list is the closer
+        assert p == pytest.approx(k, rel=0.10), r["run_id"]
 
 
 def test_the_stacks_carry_the_host_time_per_op_measured_on_the_gpu_host():
@@ -75,3 +77,17 @@ def test_section_renders_every_measured_row():
     for r in R._read("layers.csv", R.DATA2):
         assert f"| {r['run_id']} | {r['mode']} |" in text
     assert text.count("| fsdp2 |") == 2 and "nan" not in text
+
+
+def test_the_harness_op_list_is_closer_on_the_non_gemm_kernels():
+    """The profiled harness steps of both grids (validation/h100_owed2/kernel_breakdown*.csv, kernels read from the
+    trace): parasim's memory-bound ops on the shipped dgx-h100 against the measured non-GEMM kernel time, with the
+    harness's own op list (packed) and with torchtitan's; the GEMM table's state does not enter. The harness's own
+    is the closer at the median (docs/validation-h100.md finding 10: 0.93 against 0.72)."""
+    import statistics
+
+    from h100_kernels import category_table
+
+    _, df = category_table([("dgx-h100", "own", None), ("dgx-h100", "titan", "eager")])
+    own, titan = statistics.median(df["memory_own"]), statistics.median(df["memory_titan"])
+    assert len(df) >= 30 and abs(own - 1) < abs(titan - 1) and 0.85 <= own <= 1.1, (own, titan)

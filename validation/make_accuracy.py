@@ -311,8 +311,8 @@ def errors_paragraph(results) -> list[str]:
                 "TP 8, "
                 "PP 8 and 12 virtual stages on 128-2048; no context parallelism, sequence 4096, a squared-ReLU MLP "
                 "(relu and pow kernels: ModelSpec mlp 'squared-relu', its op list checked against torch on CPU). "
-                f"Median error BF16 {bf16_med}, FP8 {fp8_med}; FP8 over BF16: {fp8_speedups(d, sizes)}: the "
-                "pattern of the Llama rows without their context parallelism. "
+                f"Median error BF16 {bf16_med}, FP8 {fp8_med}; FP8 over BF16: {fp8_speedups(d, sizes)}: under-"
+                "predicted as on the Llama rows, here without context parallelism. "
                 + (f"{len(tail)} rows (340B on 128 GPUs, data parallel 2) are predicted not to fit, 4.7 GiB over the "
                    "79.6 GiB of HBM, though they ran: what keeps them in memory is not established."
                    if len(tail) else ""))

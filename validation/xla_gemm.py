@@ -32,8 +32,8 @@ Which presets read it (`PRESETS`: preset -> (arch, MAMF row of the target GPU or
       eta_target(x) = eta_source(x * peak_source / peak_target) * MAMF_target / MAMF_source.
   Held out: the rule predicts the B200's measured kernels from the H100's (docs/compute.md table,
   tests/test_xla_gemm.py). GB300 has no MAMF row: B300's fraction [assumption, as before].
-They replaced Calculon's step curve scaled to the MAMF top. dgx-h100 keeps its own measured table (two
-calibrations on the lent H100); the sm_90 points are its held-out check here. MI3xx and the datasheet H100
+They replaced Calculon's step curve scaled to the MAMF top. dgx-h100 keeps its own measured table (lent H100s:
+validation/h100_gemm_table.py); the sm_90 points check its burst state, the calibration's, here. MI3xx and the datasheet H100
 opt-in keep Calculon's curve (no AMD kernel table; the opt-in is what it says).
 """
 from __future__ import annotations
@@ -223,13 +223,18 @@ def comparison_lines() -> list[str]:
     sys.path.insert(0, str(ROOT.parent))
     from simulator.spec.hardware import load_hardware
 
-    h100, ds = load_hardware("dgx-h100"), load_hardware("dgx-h100-datasheet")
+    from h100_gemm_table import burst_table
+
+    from simulator.calibrate.fit import efficiency_at
+
+    ds = load_hardware("dgx-h100-datasheet")
+    bx, be = burst_table()  # the like-for-like state: short isolated runs after an idle, as XLA's traced kernels
     out = ["| FLOPs per GEMM | shapes | H100 kernels (XLA sm_90, median) "
-           "| dgx-h100 (two calibrations, event-timed calls) | ratio "
+           "| lent H100, burst (two calibrations, event-timed calls after an idle) | ratio "
            "| dgx-h100-datasheet (Calculon roll-off, MAMF top) | ratio |", "|---|---|---|---|---|---|---|"]
     x, e, n = table("sm_90")
     for v, ev, c in zip(x, e, n):
-        a, d = float(h100.interp_efficiency("gemm", v)), float(ds.interp_efficiency("gemm", v))
+        a, d = float(efficiency_at(bx, be, [v])[0]), float(ds.interp_efficiency("gemm", v))
         out.append(f"| {v:.3g} | {c} | {ev:.3f} | {a:.3f} | {a / ev:.2f} | {d:.3f} | {d / ev:.2f} |")
     out += ["", "| FLOPs per GEMM | shapes | B200 kernels (XLA sm_100, median) | min – max over the shapes | "
             "before: Calculon roll-off, MAMF top | ratio |", "|---|---|---|---|---|---|"]
