@@ -171,6 +171,11 @@ _LLMFOUNDRY = dict(family="mpt", tie_word_embeddings=True, learned_positions=Tru
                    stack_overrides=(("attention_kernel", "triton-pre-mlir"), ("fsdp_reduce_dtype", "grad"),
                                     ("cross_entropy", "xentropy"), ("optimizer_impl", "for-loop"),
                                     ("train_metric_losses", 2)))
+# NVIDIA's DGX Cloud NeMo recipes (DGXC_H100*): one release, one cluster, the settings every recipe shares
+_DGXC = dict(vocab_pad_per_tp=128, flash_attention=True, grad_dtype=((r".", "bf16"),), stack="megatron",
+             hardware="dgx-h100")
+_DGXC_TP_OVERLAP = (r"ub_tp_comm_overlap", "tp_comm_overlap", True)  # (regex on the notes, Stack field, value)
+_DGXC_FP8 = "FP8 rows: TE delayed scaling (fp8_hybrid, amax history 1024), the megatron stack's fp8_recipe"
 _MEGATRON_GPT_2022_STATEMENTS = (
     "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
     "no FlashAttention (2021-22: materialised scores, Megatron's fused scale-mask-softmax)",
@@ -278,10 +283,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "Llama 3.1: SwiGLU, RMSNorm, no biases, RoPE, untied output layer, GQA 8 KV heads",
         )),
     SourceRules(
-        source_id="DGXC_H100", family="llama", tie_word_embeddings=False, learned_positions=False,
-        vocab_pad_per_tp=128, flash_attention=True, dropout=False, grad_dtype=((r".", "bf16"),), stack="megatron",
-        stack_by_notes=((r"ub_tp_comm_overlap", "tp_comm_overlap", True),),
-        hardware="dgx-h100",
+        source_id="DGXC_H100", family="llama", tie_word_embeddings=False, learned_positions=False, dropout=False,
+        stack_by_notes=(_DGXC_TP_OVERLAP,), **_DGXC,
         statements=(
             "NeMo 24.09 recipes (NVIDIA/dgxc-benchmarking 35a9aec, llama3.1/*.yaml, configure.sh): Megatron-core "
             "with Transformer Engine, the megatron stack",
@@ -293,14 +296,12 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "NVLS off (configure.sh NCCL_NVLS_ENABLE=0): parasim runs NVLS for all-reduces only, which these "
             "layouts do not time (sequence-parallel TP and the distributed optimizer gather and scatter), so "
             "dgx-h100 as it is",
-            "FP8 rows: TE delayed scaling (fp8_hybrid, amax history 1024), the megatron stack's fp8_recipe",
+            _DGXC_FP8,
         )),
     SourceRules(
         source_id="DGXC_H100_NEMOTRON", family="nemotron", tie_word_embeddings=False, learned_positions=False,
-        vocab_pad_per_tp=128, flash_attention=True, dropout=False, grad_dtype=((r".", "bf16"),), stack="megatron",
-        stack_by_notes=((r"ub_tp_comm_overlap", "tp_comm_overlap", True),
-                        (r"NVTE_FUSED_ATTN=0", "attention_kernel", "flash2")),
-        hardware="dgx-h100",
+        dropout=False, stack_by_notes=(_DGXC_TP_OVERLAP, (r"NVTE_FUSED_ATTN=0", "attention_kernel", "flash2")),
+        **_DGXC,
         statements=(
             "NeMo 24.09 recipes (NVIDIA/dgxc-benchmarking 35a9aec, nemotron/nemotron4-{15b,340b}-synth.yaml, "
             "configure.sh): Megatron-core with Transformer Engine, the megatron stack",
@@ -312,14 +313,11 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "TP communication overlap with userbuffers (configure.sh model.ub_tp_comm_overlap=True), sequence "
             "parallelism, gradients reduced in bf16 (distributed_fused_adam grad_sync_dtype bf16), no dropout, no "
             "recompute",
-            "FP8 rows: TE delayed scaling (fp8_hybrid, amax history 1024), the megatron stack's fp8_recipe",
+            _DGXC_FP8,
         )),
     SourceRules(
-        source_id="DGXC_H100_GPT3", family="gpt", tie_word_embeddings=True, learned_positions=True,
-        vocab_pad_per_tp=128, flash_attention=True, dropout=True, grad_dtype=((r".", "bf16"),), stack="megatron",
-        stack_overrides=(("attention_kernel", "flash2"),),
-        stack_by_notes=((r"ub_tp_comm_overlap", "tp_comm_overlap", True),),
-        hardware="dgx-h100",
+        source_id="DGXC_H100_GPT3", family="gpt", tie_word_embeddings=True, learned_positions=True, dropout=True,
+        stack_overrides=(("attention_kernel", "flash2"),), stack_by_notes=(_DGXC_TP_OVERLAP,), **_DGXC,
         statements=(
             "NeMo 24.05 container (NVIDIA/dgxc-benchmarking 35a9aec, nemo_megatron/gpt3_175b_hydra.yaml, "
             "launch.sh): Megatron-core with Transformer Engine, the megatron stack",
@@ -329,7 +327,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "(hidden_dropout, attention_dropout)",
             "TP communication overlap with userbuffers (ub_tp_comm_overlap), sequence parallelism, gradients "
             "reduced in bf16 (distributed_fused_adam grad_sync_dtype bf16), no recompute",
-            "FP8 rows: TE delayed scaling (fp8_hybrid, amax history 1024), FP8 parameters",
+            _DGXC_FP8 + ", FP8 parameters",
         )),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
