@@ -26,7 +26,8 @@ def test_the_presets_exist_and_every_value_names_its_source():
         st = load_stack(name)
         sourced = dict(st.source)
         for key in ("attention_kernel", "attention_padding", "cp_ring_merge", "cross_entropy", "optimizer_impl", "kernels_per_layer",
-                    "compiled_kernels_per_layer", "host_us_per_kernel", "decode_host_us_per_kernel"):
+                    "compiled_kernels_per_layer", "host_us_per_kernel", "decode_host_us_per_kernel", "fp8_params",
+                    "master_weights"):
             assert sourced.get(key, "").strip(), (name, key)
     assert list(list_stacks()["name"]) == stack_names()
 
@@ -57,6 +58,8 @@ def test_training_takes_the_stacks_defaults_unless_given():
     ({"host_s_per_kernel": -1e-6}, "host_us_per_kernel must be in"),
     ({"decode_host_s_per_kernel": 1.0}, "decode_host_us_per_kernel must be in"),
     ({"compiled": "yes"}, "compiled must be true or false"),
+    ({"master_weights": "bf16"}, "master_weights must be one of fp32, remainders"),
+    ({"fp8_params": "yes"}, "fp8_params must be true or false"),
     ({"nonsense": 1}, "unknown stack key 'nonsense'"),
 ])
 def test_bad_stack_values_are_one_line_errors(over, msg):
@@ -362,3 +365,42 @@ def test_cli_layers_per_stage_bad_values_are_one_line(value, needle, capsys):
     code, out, err = _cli(["estimate", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8", "--pp", "4",
                            "--seq", "4096", "--global-batch", "64", "--layers-per-stage", value], capsys)
     assert code == 2 and err.count("\n") == 1 and err.startswith("error:") and needle in err
+
+
+def test_master_weight_remainders_and_fp8_weights_set_the_state_bytes():
+    """The state bytes per parameter under the two keys (ZeRO §3.1's P and K): remainders keep 2 bytes of master
+    copy beside bf16 weights (not for fp16, whose bits are not fp32's high half, nor for fp32 weights); FP8 weights
+    are 1 byte with a 4-byte fp32 master whatever master_weights says. The optimizer step reads the bf16 weight it
+    joins to its remainder."""
+    from simulator.cost.optimizer import optimizer_bytes_per_param
+
+    def tr(precision, **stack):
+        return Training(seq_length=8, global_batch_size=1, precision=precision, stack=load_stack("megatron", **stack))
+
+    plain, rem = tr("bf16"), tr("bf16", master_weights="remainders")
+    assert (plain.param_bytes, plain.master_bytes, plain.optimizer_bytes) == (2, 4, 12)
+    assert (rem.param_bytes, rem.master_bytes, rem.optimizer_bytes) == (2, 2, 10)
+    assert tr("fp16", master_weights="remainders").master_bytes == 4
+    assert tr("fp32", master_weights="remainders").master_bytes == 0
+    f8 = tr("fp8", fp8_params=True, master_weights="remainders")
+    assert (f8.param_dtype, f8.param_bytes, f8.master_bytes) == ("fp8", 1, 4)
+    assert (tr("fp8").param_dtype, tr("bf16", fp8_params=True).param_dtype) == ("bf16", "bf16")  # FP8 training only
+    # fp32 gradient 4 + remainder read/write 2·2 + moments 16 + bf16 weight read and write 2·2 (fp32 master: 30)
+    assert (optimizer_bytes_per_param(plain), optimizer_bytes_per_param(rem)) == (30.0, 28.0)
+
+
+def test_a_bf16_weight_and_its_16_bit_remainder_hold_the_fp32_master_exactly():
+    """Why 2 bytes suffice (Apex DistributedFusedAdam store_param_remainders): a float32 is its bfloat16 high half
+    (sign, exponent, 7 mantissa bits) and 16 low mantissa bits; the bf16 weight the model computes with plus the
+    int16 low bits rebuild the fp32 master bit for bit (shown here with truncation; Apex rounds the weight to
+    nearest and stores the signed remainder that undoes it)."""
+    torch = pytest.importorskip("torch")
+    master = torch.randn(4096, dtype=torch.float32) * torch.logspace(-6, 6, 4096)
+    bits = master.view(torch.int32)
+    high = (bits >> 16).to(torch.int16)  # the bf16 weight's bits
+    low = (bits & 0xFFFF).to(torch.int32)  # the 2-byte remainder, stored as int16
+    weight = high.view(torch.bfloat16)
+    assert weight.element_size() == 2 and low.to(torch.int16).element_size() == 2
+    rebuilt = ((weight.view(torch.int16).to(torch.int32) << 16) | low).view(torch.float32)
+    assert torch.equal(rebuilt, master)
+    assert torch.allclose(weight.float(), master, rtol=2 ** -7)  # the working weight is the master to bf16 precision

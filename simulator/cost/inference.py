@@ -172,7 +172,8 @@ def decode_layer(model: ModelSpec, training: Training, hardware, *, moe: bool, t
     d_qk, d_v = _attention_dims(model)
     qo = e * np.asarray(batch, dtype=float) * model.num_heads / np.asarray(tp, dtype=float) * (d_qk + d_v)
     fl = decode_attention_flops(model, batch=batch, context=context, tp=tp)
-    t, t_mem, t_math = roofline_s(kv + qo, fl, hardware, peak_flops_per_s=_peak(hardware, training.param_dtype),
+    math_dtype = "bf16" if training.precision == "fp8" else training.precision  # attention math: not FP8
+    t, t_mem, t_math = roofline_s(kv + qo, fl, hardware, peak_flops_per_s=_peak(hardware, math_dtype),
                                   efficiency=compute_efficiency(hardware))
     cost = cost + DecodeCost(kv_bytes=kv, activation_bytes=qo, flops=fl, memory_s=t_mem, compute_s=t_math, time_s=t)
     for op in _elementwise_ops(model, one, moe=moe, tp=tp, ep=ep, batch=batch):

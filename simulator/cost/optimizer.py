@@ -20,16 +20,17 @@ __all__ = ["optimizer_bytes_per_param", "foreach_adam_bytes_per_param", "optimiz
 def optimizer_bytes_per_param(training: Training) -> float:
     """HBM bytes the optimizer step moves per parameter (one fused multi-tensor kernel pass).
 
-    Adam/AdamW: read the gradient (grad_bytes), read + write the fp32 master (2·4 when present),
-    read + write each moment (2·states·optimizer dtype bytes), write the working copy (param_bytes),
-    and read it too when there is no master copy. bf16 mixed precision, fp32 grads, Adam:
+    Adam/AdamW: read the gradient (grad_bytes), read + write the master copy (2·master_bytes: 2·4 for an fp32
+    one), read + write each moment (2·states·optimizer dtype bytes), write the working copy (param_bytes),
+    and read it too when there is no full master copy (none, or only its 16-bit remainders, which the kernel joins
+    to the bf16 weight: Apex DistributedFusedAdam's). bf16 mixed precision, fp32 grads, Adam:
     4 + 8 + 16 + 2 = 30 bytes. SGD: gradient + parameter read and write.
     """
     from ..units import DTYPE_BYTES
 
     states = training.optimizer_state_count * 2 * DTYPE_BYTES[training.optimizer_dtype]
     master = 2 * training.master_bytes
-    param = training.param_bytes * (1 if training.master_bytes else 2)
+    param = training.param_bytes * (1 if training.master_bytes == 4 else 2)
     return float(training.grad_bytes + master + states + param)
 
 

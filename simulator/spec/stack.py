@@ -36,7 +36,13 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   metrics (Composer runs each registered train metric's update on the micro-batch's logits after its backward:
   llm-foundry's MPT registers two, LanguageCrossEntropy and LanguagePerplexity); each is torch's
   CrossEntropyLoss under autocast, timed on the head stage (cost/memory_ops.py `_head_memory_ops`);
-- `fp8_recipe`: how FP8 training scales its casts (cost/memory_ops.py `fp8_cast_op`);
+- `fp8_recipe`: how FP8 training scales its casts (cost/memory_ops.py `fp8_cast_op`); `fp8_params`: FP8 training
+  keeps the working weights in FP8 (Transformer Engine's fp8_model_init: NeMo's fp8_params, Megatron-LM's
+  --fp8-param-gather), 1 byte per parameter, gathered as such, with an fp32 master copy (Training.param_dtype);
+- `master_weights`: how the optimizer keeps the fp32 master copy of bf16 weights: "fp32" (4 bytes per
+  parameter) or "remainders" (the 16 low bits of each fp32 master weight, whose 16 high bits are the bf16
+  weight itself: 2 bytes; Apex DistributedFusedAdam store_param_remainders, which NeMo's distributed_fused_adam
+  turns on for bf16 weights; Transformer Engine FusedAdam's; Training.master_bytes);
 - `elementwise`: which elementwise ops the framework's layer code runs, and so the non-GEMM bytes per layer
   (cost/elementwise.py): "fused" (Megatron-LM / Transformer Engine / apex fused kernels: one kernel per norm,
   RoPE, activation, residual add), "eager" (torchtitan's plain PyTorch modules: torch's fused RMSNorm
@@ -95,6 +101,7 @@ GRAD_ACCUMULATIONS = ("fused", "autograd")  # grad_accumulation: the wgrad GEMM 
 #   delayed: scale from the amax history, amax taken inside the cast kernel; current: an amax pass over
 #   the tensor before the cast; mxfp8: one 1-byte scale per 32 elements (block scaling)
 FP8_RECIPES = ("delayed", "current", "mxfp8")
+MASTER_WEIGHTS = ("fp32", "remainders")  # master_weights: the fp32 master copy, or its 16 low bits beside bf16
 # How the loss is computed over the logits (memory/activations.py `logits_bytes`, `loss_backward_bytes`;
 # cost/memory_ops.py `_head_memory_ops`):
 #   vocab-parallel: Megatron-LM's vocab-parallel cross-entropy, in place on an fp32 copy of the logits
@@ -130,6 +137,8 @@ class Stack:
     ddp_one_rank: bool = False  # torch DDP wraps a one-rank data-parallel group too (memory/states.py)
     train_metric_losses: int = 0  # loss evaluations per micro-batch for training metrics (Composer)
     fp8_recipe: str = "delayed"
+    fp8_params: bool = False  # FP8 training stores the working weights in FP8 (Training.param_dtype)
+    master_weights: str = "fp32"  # MASTER_WEIGHTS (Training.master_bytes)
     elementwise: str = "fused"  # ELEMENTWISE: the layer's elementwise op list (cost/elementwise.py)
     compiled: bool = False
     kernels_per_layer: tuple[int, int] = (0, 0)  # (forward, backward), eager; (0, 0): not launch-bound
@@ -167,7 +176,7 @@ class Stack:
                               ("cp_ring_merge", CP_RING_MERGES), ("cross_entropy", CROSS_ENTROPY),
                               ("optimizer_impl", OPTIMIZER_IMPLS), ("grad_buffer", GRAD_BUFFERS),
                               ("grad_accumulation", GRAD_ACCUMULATIONS),
-                              ("fp8_recipe", FP8_RECIPES),
+                              ("fp8_recipe", FP8_RECIPES), ("master_weights", MASTER_WEIGHTS),
                               ("elementwise", ELEMENTWISE),
                               ("fsdp_reshard_after_forward", RESHARD), ("fsdp_reduce_dtype", tuple(REDUCE_DTYPES)),
                               ("fsdp_reduce", REDUCE)):
@@ -175,7 +184,7 @@ class Stack:
                 raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
         for name in ("compiled", "tp_comm_overlap", "loss_parallel", "ddp_bucket_view", "ddp_one_rank",
-                     "fsdp_copies"):
+                     "fsdp_copies", "fp8_params"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("kernels_per_layer", "compiled_kernels_per_layer"):

@@ -95,8 +95,11 @@ class Training:
     # ---- bytes per element ---------------------------------------------------------------------
     @property
     def param_dtype(self) -> str:
-        """Dtype of the working weights: fp8 training keeps bf16 weights (TransformerEngine)."""
-        return "bf16" if self.precision == "fp8" else self.precision
+        """Dtype of the working weights: fp8 training keeps bf16 weights (Transformer Engine), or FP8 ones where
+        the stack stores them so (`Stack.fp8_params`: TE fp8_model_init)."""
+        if self.precision == "fp8":
+            return "fp8" if self.stack.fp8_params else "bf16"
+        return self.precision
 
     @property
     def param_bytes(self) -> int:
@@ -113,8 +116,12 @@ class Training:
 
     @property
     def master_bytes(self) -> int:
-        """fp32 master copy: 4 bytes when parameters are not already fp32 and master_weights is on."""
-        return 4 if (self.master_weights and self.param_dtype != "fp32") else 0
+        """fp32 master copy: 4 bytes when parameters are not already fp32 and master_weights is on; 2 for bf16
+        weights under the stack's master_weights "remainders" (the low 16 bits of each fp32 master weight, whose
+        high 16 are the bf16 weight: Apex DistributedFusedAdam store_param_remainders)."""
+        if not self.master_weights or self.param_dtype == "fp32":
+            return 0
+        return 2 if (self.stack.master_weights == "remainders" and self.param_dtype == "bf16") else 4
 
     @property
     def optimizer_state_count(self) -> int:

@@ -174,8 +174,15 @@ _LLMFOUNDRY = dict(family="mpt", tie_word_embeddings=True, learned_positions=Tru
 # NVIDIA's DGX Cloud NeMo recipes (DGXC_H100*): one release, one cluster, the settings every recipe shares
 _DGXC = dict(vocab_pad_per_tp=128, flash_attention=True, grad_dtype=((r".", "bf16"),), stack="megatron",
              hardware="dgx-h100")
-_DGXC_TP_OVERLAP = (r"ub_tp_comm_overlap", "tp_comm_overlap", True)  # (regex on the notes, Stack field, value)
-_DGXC_FP8 = "FP8 rows: TE delayed scaling (fp8_hybrid, amax history 1024), the megatron stack's fp8_recipe"
+# (regex on the notes, Stack field, value): TP overlap where the recipe turns it on; FP8 rows keep FP8 weights
+_DGXC_NOTES = ((r"ub_tp_comm_overlap", "tp_comm_overlap", True), (r", FP8;", "fp8_params", True))
+# NeMo's distributed_fused_adam with megatron_amp_O2 and bf16 weights keeps 16-bit remainders of the fp32 master
+_DGXC_STACK = (("master_weights", "remainders"),)
+_DGXC_FP8 = ("FP8 rows: TE delayed scaling (fp8_hybrid, amax history 1024), the megatron stack's fp8_recipe; FP8 "
+             "weights (+model.fp8_params, so distributed_fused_adam keeps an fp32 master copy: store_params)")
+_DGXC_OPTIMIZER = ("distributed_fused_adam (Apex DistributedFusedAdam) with megatron_amp_O2 and bf16 weights: NeMo's "
+                   "megatron_base_model.setup_optimization sets store_params False, store_param_remainders True, "
+                   "2 bytes of master copy per parameter (the stack's master_weights remainders)")
 _MEGATRON_GPT_2022_STATEMENTS = (
     "GPT (Megatron GPTModel): LayerNorm, GeLU, biases, learned positions, tied embeddings",
     "no FlashAttention (2021-22: materialised scores, Megatron's fused scale-mask-softmax)",
@@ -284,7 +291,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         )),
     SourceRules(
         source_id="DGXC_H100", family="llama", tie_word_embeddings=False, learned_positions=False, dropout=False,
-        stack_by_notes=(_DGXC_TP_OVERLAP,), **_DGXC,
+        stack_overrides=_DGXC_STACK, stack_by_notes=_DGXC_NOTES, **_DGXC,
         statements=(
             "NeMo 24.09 recipes (NVIDIA/dgxc-benchmarking 35a9aec, llama3.1/*.yaml, configure.sh): Megatron-core "
             "with Transformer Engine, the megatron stack",
@@ -296,12 +303,12 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "NVLS off (configure.sh NCCL_NVLS_ENABLE=0): parasim runs NVLS for all-reduces only, which these "
             "layouts do not time (sequence-parallel TP and the distributed optimizer gather and scatter), so "
             "dgx-h100 as it is",
-            _DGXC_FP8,
+            _DGXC_FP8, _DGXC_OPTIMIZER,
         )),
     SourceRules(
         source_id="DGXC_H100_NEMOTRON", family="nemotron", tie_word_embeddings=False, learned_positions=False,
-        dropout=False, stack_by_notes=(_DGXC_TP_OVERLAP, (r"NVTE_FUSED_ATTN=0", "attention_kernel", "flash2")),
-        **_DGXC,
+        dropout=False, stack_overrides=_DGXC_STACK,
+        stack_by_notes=_DGXC_NOTES + ((r"NVTE_FUSED_ATTN=0", "attention_kernel", "flash2"),), **_DGXC,
         statements=(
             "NeMo 24.09 recipes (NVIDIA/dgxc-benchmarking 35a9aec, nemotron/nemotron4-{15b,340b}-synth.yaml, "
             "configure.sh): Megatron-core with Transformer Engine, the megatron stack",
@@ -313,11 +320,11 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "TP communication overlap with userbuffers (configure.sh model.ub_tp_comm_overlap=True), sequence "
             "parallelism, gradients reduced in bf16 (distributed_fused_adam grad_sync_dtype bf16), no dropout, no "
             "recompute",
-            _DGXC_FP8,
+            _DGXC_FP8, _DGXC_OPTIMIZER,
         )),
     SourceRules(
         source_id="DGXC_H100_GPT3", family="gpt", tie_word_embeddings=True, learned_positions=True, dropout=True,
-        stack_overrides=(("attention_kernel", "flash2"),), stack_by_notes=(_DGXC_TP_OVERLAP,), **_DGXC,
+        stack_overrides=_DGXC_STACK + (("attention_kernel", "flash2"),), stack_by_notes=_DGXC_NOTES, **_DGXC,
         statements=(
             "NeMo 24.05 container (NVIDIA/dgxc-benchmarking 35a9aec, nemo_megatron/gpt3_175b_hydra.yaml, "
             "launch.sh): Megatron-core with Transformer Engine, the megatron stack",
@@ -327,7 +334,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "(hidden_dropout, attention_dropout)",
             "TP communication overlap with userbuffers (ub_tp_comm_overlap), sequence parallelism, gradients "
             "reduced in bf16 (distributed_fused_adam grad_sync_dtype bf16), no recompute",
-            _DGXC_FP8 + ", FP8 parameters",
+            _DGXC_FP8, _DGXC_OPTIMIZER,
         )),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
