@@ -46,6 +46,8 @@ SMALL = {
     "gpt_neox": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
                      vocab_size=500, tie_word_embeddings=False),
     "bloom": dict(n_embed=128, n_layer=2, n_head=4, vocab_size=500),  # as bigscience's config.json spells it
+    "nemotron": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                     intermediate_size=384, vocab_size=500, partial_rotary_factor=0.5),
 }
 
 

@@ -1,7 +1,7 @@
 """ModelSpec from a Hugging Face `config.json` (or an inline [model] table using the same key names).
 
 Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2,
-deepseek_v3 (and deepseek_v2), gpt2, gpt_neox, bloom. An inline table without `model_type` is read as a
+deepseek_v3 (and deepseek_v2), gpt2, gpt_neox, bloom, nemotron. An inline table without `model_type` is read as a
 Llama-style model whose FFN, norm and biases can be set with the parasim keys `mlp`, `norm`, `bias`.
 Each architecture's fixed choices (biases, norms, tied embeddings) follow the HF modelling code.
 Key spellings, the keys that change the parameter count, and the dropout keys: spec/hf_keys.py (every
@@ -32,7 +32,7 @@ HF_KEYS = {
 PARASIM_KEYS = {"mlp", "norm", "bias", "name", "source", "qkv_bias", "qk_norm"}
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-             "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neox", "bloom")
+             "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neox", "bloom", "nemotron")
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
@@ -203,6 +203,10 @@ def _architecture_kw(cfg: Keys, mt: str, kw: dict, where: str) -> None:
     elif mt == "gpt_neox":
         ab = _bool(cfg, "attention_bias", where, True)
         kw.update(mlp="gelu", norm="layernorm", qkv_bias=ab, out_bias=ab, mlp_bias=True)
+    elif mt == "nemotron":  # transformers models/nemotron: LayerNorm1P (weight and bias), up/down MLP, relu(x)²
+        ab = _bool(cfg, "attention_bias", where, False)
+        kw.update(mlp="squared-relu", norm="layernorm", qkv_bias=ab, out_bias=ab,
+                  mlp_bias=_bool(cfg, "mlp_bias", where, False))
     elif mt in ("deepseek_v2", "deepseek_v3"):
         kw.update(q_lora_rank=_int(cfg, "q_lora_rank", where, 0), kv_lora_rank=_int(cfg, "kv_lora_rank", where),
                   qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where),
