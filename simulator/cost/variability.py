@@ -3,7 +3,7 @@
 GPUs of one model and SKU do not run at one speed: manufacturing variation and power management make
 some slower than others (Sinha et al., "Not All GPUs Are Created Equal", SC22, arXiv 2208.11035: 8 %
 average performance variation on V100- and MI60-based clusters, outliers up to 1.5x slower than the
-median; the lent H100s measured in one state ran the same bf16 GEMMs within 0.3-1.5 % of each other,
+median; the lent H100s measured in one state ran the same bf16 GEMMs within 0.3-1.7 % of each other,
 docs/weak-scaling.md). A training step synchronises every GPU (data-parallel reductions, tensor-parallel
 collectives, the pipeline's flush), so it runs at the pace of its slowest GPU. With per-GPU speed a
 normal draw of relative standard deviation σ around the GPU a profile was calibrated on (taken as the
