@@ -384,6 +384,7 @@ def test_master_weight_remainders_and_fp8_weights_set_the_state_bytes():
     assert tr("fp32", master_weights="remainders").master_bytes == 0
     f8 = tr("fp8", fp8_params=True, master_weights="remainders")
     assert (f8.param_dtype, f8.param_bytes, f8.master_bytes) == ("fp8", 1, 4)
+    assert f8.math_dtype == "bf16"  # attention and the non-FP8 GEMMs still run in bf16 with FP8 weights
     assert (tr("fp8").param_dtype, tr("bf16", fp8_params=True).param_dtype) == ("bf16", "bf16")  # FP8 training only
     # fp32 gradient 4 + remainder read/write 2·2 + moments 16 + bf16 weight read and write 2·2 (fp32 master: 30)
     assert (optimizer_bytes_per_param(plain), optimizer_bytes_per_param(rem)) == (30.0, 28.0)

@@ -70,7 +70,6 @@ MODELS = {
     "175b": ("GPT-3", "DGXC_H100_GPT3", 96, 12288, 96, 96, 49152, 50257, 175.0, 2048, "nemo_megatron/README_175b.md",
              "24.05"),
 }
-SHAPES = {k: v[2:9] for k, v in MODELS.items()}  # layers, hidden, heads, groups, ffn, vocab, params
 FIELDS = next(csv.reader(open(Path(__file__).resolve().parent / "published_runs.csv")))  # the shared columns
 HEADER = re.compile(r"^\|\s*(?:Llama 3\.1 |Nemotron4 |NeMo Megatron )(\d+b )?(\S+) (BF16|FP8) \(([^)]*)\)\s*\|(.*)$")
 COLUMN = re.compile(r"(\d+)x H100 GPUs(?:\s*\(GBS=(\d+)\))?")
@@ -127,9 +126,9 @@ ATTENTION = {  # the attention backend each recipe's scripts select (Transformer
 }
 
 
-def _notes(size, family, nemo, dtype, tp, gbs, dp, mbs) -> str:
-    """The row's notes: what its recipe sets (the mapping reads the TP overlap and the attention backend here)."""
-    fw = MODELS[size][11]
+def _notes(size, family, nemo, fw, dtype, tp, gbs, dp, mbs) -> str:
+    """The row's notes: what its recipe sets (the mapping reads the TP overlap, the attention backend and the FP8
+    weights here); `nemo` the tables' NeMo release, `fw` the container the recipe ran."""
     head = (f"NeMo {nemo}, {dtype}" if nemo == fw else
             f"NeMo {nemo} tables, the NeMo {fw} container (launch.sh), {dtype}")
     overlap = "TP communication overlap (ub_tp_comm_overlap)" if tp > 1 else "no TP"
@@ -142,9 +141,7 @@ def _notes(size, family, nemo, dtype, tp, gbs, dp, mbs) -> str:
 
 def rows(text: str):
     for size, nemo, dtype, layout, cols in tables(text):
-        family, source_id, *_ = MODELS[size]
-        layers, h, heads, groups, ffn, vocab, params = SHAPES[size]
-        seq, files, fw = MODELS[size][9:]
+        family, source_id, layers, h, heads, groups, ffn, vocab, params, seq, files, fw = MODELS[size]
         tp, cp, mbs = int(layout["TP"]), int(layout.get("CP", 1)), int(layout["MBS"])
         for col in cols:
             n, L = col["gpus"], int(col.get("layers", layers))
@@ -155,7 +152,7 @@ def rows(text: str):
                 raise SystemExit(f"{size} {dtype} {n} GPUs: step {step} s disagrees with {tps} tokens/s")
             dp = n // (tp * pp * cp)
             name = f"{family}-{size[:-1]}B" + (f" ({L} of {layers} layers)" if L != layers else "")
-            notes = _notes(size, family, nemo, dtype, tp, gbs, dp, mbs)
+            notes = _notes(size, family, nemo, fw, dtype, tp, gbs, dp, mbs)
             if L != layers:
                 notes += f" Reduced-depth run of the 405B recipe (configure.sh: NUM_LAYERS={L}, PP={pp})."
             title = {"Llama-3.1": "Llama 3.1 ", "Nemotron-4": "Nemotron4 ", "GPT-3": "NeMo Megatron "}[family]

@@ -135,8 +135,7 @@ def _gemm_times(ops, training: Training, hardware, roofline: bool) -> np.ndarray
     m, n, k, calls, fl = (_stack([getattr(o, a) for o in ops]) for a in ("m", "n", "k", "calls", "forward_flops"))
     pad = (len(ops),) + (1,) * (m.ndim - 1)
     fp8 = np.array([o.fp8 and training.precision == "fp8" for o in ops]).reshape(pad)
-    base = "bf16" if training.precision == "fp8" else training.precision
-    peak = np.where(fp8, _peak(hardware, "fp8") if fp8.any() else 0.0, _peak(hardware, base))
+    peak = np.where(fp8, _peak(hardware, "fp8") if fp8.any() else 0.0, _peak(hardware, training.math_dtype))
     x = np.maximum(fl / calls, 1.0)
     eff = hardware.interp_efficiency("gemm", x)
     if fp8.any() and hardware.has_efficiency("gemm_fp8"):
@@ -180,8 +179,7 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
     measured standard-attention tables (attention.unfused_core_times) where it has them, else with
     η_gemm(FLOPs of the whole batched call), bytes e·(m·k + k·n + m·n) per head, backward = 2 such GEMMs.
     """
-    dt = "bf16" if training.precision == "fp8" else training.precision
-    peak = _peak(hardware, dt)
+    peak = _peak(hardware, training.math_dtype)
     e = float(training.activation_bytes)
     fl = _stack([o.forward_flops for o in ops])
     bwd_fl = _stack([o.dgrad_flops + o.backward_recompute_flops for o in ops])

@@ -128,7 +128,7 @@ def _gemm_cost(ops, training: Training, hardware, *, touched) -> DecodeCost:
     activations e_a·m·(k + n); one kernel per op (a grouped GEMM for the local experts); FP8 ops at the FP8
     peak when training.precision is fp8 (weights are still read at param_bytes, as memory counts them)."""
     w, e = float(training.param_bytes), float(training.activation_bytes)
-    base = "bf16" if training.precision == "fp8" else training.precision
+    base = training.math_dtype
     out = DecodeCost()
     for op in ops:
         fp8 = op.fp8 and training.precision == "fp8"
@@ -172,8 +172,7 @@ def decode_layer(model: ModelSpec, training: Training, hardware, *, moe: bool, t
     d_qk, d_v = _attention_dims(model)
     qo = e * np.asarray(batch, dtype=float) * model.num_heads / np.asarray(tp, dtype=float) * (d_qk + d_v)
     fl = decode_attention_flops(model, batch=batch, context=context, tp=tp)
-    math_dtype = "bf16" if training.precision == "fp8" else training.precision  # attention math: not FP8
-    t, t_mem, t_math = roofline_s(kv + qo, fl, hardware, peak_flops_per_s=_peak(hardware, math_dtype),
+    t, t_mem, t_math = roofline_s(kv + qo, fl, hardware, peak_flops_per_s=_peak(hardware, training.math_dtype),
                                   efficiency=compute_efficiency(hardware))
     cost = cost + DecodeCost(kv_bytes=kv, activation_bytes=qo, flops=fl, memory_s=t_mem, compute_s=t_math, time_s=t)
     for op in _elementwise_ops(model, one, moe=moe, tp=tp, ep=ep, batch=batch):

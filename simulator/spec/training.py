@@ -94,12 +94,16 @@ class Training:
 
     # ---- bytes per element ---------------------------------------------------------------------
     @property
+    def math_dtype(self) -> str:
+        """Dtype of the math that is not an FP8 GEMM (attention, non-FP8 GEMMs): bf16 under FP8 training (Transformer
+        Engine runs only its linears' GEMMs in FP8), else the training precision."""
+        return "bf16" if self.precision == "fp8" else self.precision
+
+    @property
     def param_dtype(self) -> str:
         """Dtype of the working weights: fp8 training keeps bf16 weights (Transformer Engine), or FP8 ones where
         the stack stores them so (`Stack.fp8_params`: TE fp8_model_init)."""
-        if self.precision == "fp8":
-            return "fp8" if self.stack.fp8_params else "bf16"
-        return self.precision
+        return "fp8" if (self.precision == "fp8" and self.stack.fp8_params) else self.math_dtype
 
     @property
     def param_bytes(self) -> int:
