@@ -142,6 +142,7 @@ class Estimate:
             "stack": stack_summary(self.training.stack),
             "efficiency_sources": efficiency_sources(self.model, self.training, self.hardware),
             "validated_error": validated_error(self.hardware, self.training.stack),
+            "not_modelled": not_modelled(self.model, self.training, self.layout),
             "feasible": self.feasible, "reason": self.reason,
         }
 
@@ -163,6 +164,15 @@ def validated_error(hardware, stack) -> dict:
     from .spec.validated import for_estimate
 
     return for_estimate(hardware, stack)
+
+
+def not_modelled(model: ModelSpec, training: Training, layout) -> list[str]:
+    """Caveats for regimes this estimate falls in that parasim names but does not time (cost/alignment.py:
+    GEMM operands off the tensor cores' 16-byte alignment)."""
+    from .cost.alignment import estimate_misaligned, note
+
+    text = note(estimate_misaligned(model, training, layout))
+    return [text] if text else []
 
 
 def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:

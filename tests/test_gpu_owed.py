@@ -209,3 +209,21 @@ def test_the_power_steps_sampler_reads_the_gpu_while_the_block_runs(tmp_path, mo
     with gpu_power_step._Sampler() as s:
         time.sleep(0.3)
     assert s.medians() == {"sm_clock_mhz": "", "power_w": "", "temperature_c": ""}
+
+
+def test_unaligned_gemm_dry_run(tmp_path):
+    # validation/gpu_unaligned_gemm.py (the batched attention GEMMs in Megatron's legacy layout and the linears, one
+    # misaligned beside one aligned shape each) runs on CPU with tiny shapes and writes every case
+    pytest.importorskip("torch")
+    import gpu_unaligned_gemm as ug
+
+    args = ["--out", str(tmp_path / "u.csv"), "--device", "cpu", "--tiny", "--warmup", "0", "--iters", "1"]
+    assert ug.main(args) == 0
+    with open(tmp_path / "u.csv") as f:
+        got = list(csv.DictReader(f))
+    assert {(r["what"], r["pass"]) for r in got} == {("attention", "forward"), ("attention", "forward+backward"),
+                                                     ("linear", "forward")}
+    assert sorted({int(r["head_dim"]) for r in got if r["what"] == "attention"}) == sorted(h for h, _ in ug.ATTENTION)
+    assert all(float(r["time_s"]) > 0 and float(r["tflops"]) > 0 for r in got)
+    # the misaligned head dims are the ones simulator/cost/alignment.py flags for 16-bit operands
+    assert {h for h, _ in ug.ATTENTION if h % 8} == {108, 150, 450}

@@ -20,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "validation"))  # its sibling alignment_pairs.py, however this file is loaded
+from alignment_pairs import section as alignment_section  # noqa: E402
 # the project's shared published runs, and Korthikanti et al. 2022 Table 5 (the eight Megatron runs peer
 # simulators validate on: Calculon's calculon/llm/validation.py seqsel_tab5), kept in this repository
 RUNS = (ROOT / "validation" / "published_runs.csv", ROOT / "validation" / "korthikanti22.csv",
@@ -345,8 +347,8 @@ def errors_paragraph(results) -> list[str]:
             "from 2022 (before a PCIe/NUMA fix worth 1–5 % on most rows) on Omni-Path, run with "
             "CUDA_LAUNCH_BLOCKING=1; their rank correlation is the weakest because the rows differ little in "
             "predicted time while the snapshots scatter (bloom_prequel_L828_61 and _L828_63 differ only in 64 vs "
-            "128 heads and measured 103.5 vs 147.4 s; the compute model sees heads only through attention "
-            "shapes).")
+            "128 heads and measured 103.5 vs 147.4 s: head dim 216 against 108, whose attention GEMMs miss the "
+            "tensor cores' 16-byte alignment, a cost parasim names but does not time: next section).")
     if mem_means:
         parts = ", ".join(f"{g} {_pct(v)}" for g, v in sorted(mem_means.items()))
         lines.append(
@@ -402,6 +404,7 @@ def render(results, skipped, sources, df=None) -> str:
     out += summary_tables(results)
     out += errors_paragraph(results)
     if df is not None:
+        out += alignment_section(results, df)
         out += ["## Measured quantities and FLOP conventions", "",
                 "parasim's own MFU counts model FLOPs without recompute and with causal attention halved "
                 "(PaLM App. B, `Training.attention_flops = \"causal\"`), over the dense peak of the GEMM dtype. "

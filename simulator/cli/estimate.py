@@ -57,6 +57,7 @@ def _table(d: dict) -> str:
         lines.append(f"  {role:<17} [efficiency.{src['table']}]: {_short(src['source'])}")
     head, *groups = d["validated_error"]["text"]
     lines += [f"validated error     {head}"] + [f"  {g}" for g in groups]
+    lines += [f"not modelled        {c}" for c in d.get("not_modelled", ())]
     if "run" in d:
         lines += run_lines(d["run"])
     return "\n".join(lines)

@@ -214,7 +214,7 @@ def spearman(a, b) -> float:
 RESULT_COLUMNS = ["run_id", "source_id", "model", "label", "hardware", "assumptions", "feasible", "reason",
                   "measured_oom", "measured_step_s", "step_basis", "predicted_step_s", "step_error",
                   "measured_tokens_per_s", "predicted_tokens_per_s", "tokens_per_s_error", "measured_mem_bytes",
-                  "mem_basis", "predicted_mem_bytes", "predicted_mem_stage", "mem_error"]
+                  "mem_basis", "predicted_mem_bytes", "predicted_mem_stage", "mem_error", "misaligned_gemms"]
 
 
 def predict_runs(df, *, hardware: str | None = None, estimate_fn: Callable | None = None,
@@ -222,12 +222,15 @@ def predict_runs(df, *, hardware: str | None = None, estimate_fn: Callable | Non
     """Predict every row; returns (results DataFrame, skipped DataFrame).
 
     results: one row per mapped run with the columns of RESULT_COLUMNS (errors are fractions;
-    `predicted_mem_stage` is the stage whose peak was compared, -1 if unknown). skipped: run_id,
+    `predicted_mem_stage` is the stage whose peak was compared, -1 if unknown; `misaligned_gemms` the row's GEMM
+    dims off the tensor cores' 16-byte alignment, cost/alignment.py, "" if none). skipped: run_id,
     source_id, reason. `estimate_fn(model, training, layout, hardware)` defaults to
     `simulator.estimate.estimate`; `load_hardware_fn` to `spec.hardware.load_hardware`.
     keep_estimates=True adds an `estimate` column holding each estimate object.
     """
     import pandas as pd
+
+    from ..cost.alignment import estimate_misaligned
 
     if estimate_fn is None:
         try:
@@ -273,6 +276,7 @@ def predict_runs(df, *, hardware: str | None = None, estimate_fn: Callable | Non
             "tokens_per_s_error": float(signed_error(p_tps, m_tps)),
             "measured_mem_bytes": m_mem, "mem_basis": _text(r.get("mem_basis")), "predicted_mem_bytes": p_mem,
             "predicted_mem_stage": p_stage, "mem_error": float(signed_error(p_mem, m_mem)),
+            "misaligned_gemms": "; ".join(estimate_misaligned(mr.model, mr.training, mr.layout)),
         }
         if keep_estimates:
             rec["estimate"] = est
