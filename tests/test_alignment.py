@@ -87,3 +87,19 @@ def test_estimate_json_and_table_name_the_misaligned_gemms(tmp_path):
     ok = CliRunner().invoke(main, ["estimate", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8",
                                    "--seq", "4096", "--global-batch", "8", "--format", "json"])
     assert json.loads(ok.output)["not_modelled"] == []
+
+
+def test_sweep_names_the_winners_misaligned_gemms(tmp_path):
+    from simulator.cli import cli as main
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 13824, "num_attention_heads": 128, "num_key_value_heads": 128,
+        "num_hidden_layers": 2, "intermediate_size": 36864, "vocab_size": 32000}))
+    r = CliRunner().invoke(main, ["sweep", "--model", str(tmp_path), "--hardware", "dgx-a100-80g", "--gpus", "4",
+                                  "--seq", "2048", "--global-batch", "8", "--top", "1"])
+    assert r.exit_code == 0, r.output
+    assert r.output.rstrip().splitlines()[-1].startswith("Not modelled: GEMM dims not multiples of 16 bytes: "
+                                                          "attn_scores k=108")
+    ok = CliRunner().invoke(main, ["sweep", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8",
+                                   "--seq", "2048", "--global-batch", "16", "--top", "1"])
+    assert ok.exit_code == 0 and "Not modelled" not in ok.output and not ok.output.endswith("\n\n")

@@ -113,6 +113,17 @@ def _fmt_table(df, top: int, num_layers: int) -> str:
     return "\n".join(lines)
 
 
+def _winner_not_modelled(sc, w) -> str:
+    """The caveat of an estimate (estimate.not_modelled) for the winner's layout, "" when none applies."""
+    from types import SimpleNamespace
+
+    from ..estimate import not_modelled
+
+    lay = SimpleNamespace(tp=int(w["tp"]), cp=int(w["cp"]), ep=int(w["ep"]),
+                          micro_batch_size=int(w["micro_batch_size"]), sequence_parallel=bool(w["sequence_parallel"]))
+    return "\n".join(f"Not modelled: {c}" for c in not_modelled(sc.model, sc.training, lay))
+
+
 def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_infeasible: bool,
                allow_unsupported: bool) -> None:
     """The top `top` rows of the (tidied) table as JSON, CSV, or the text table with a summary line, the
@@ -144,6 +155,9 @@ def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_i
     empty = "" if len(df) else empty_space_reason(sc.model, sc.training, sc.num_gpus, space, hardware=sc.hardware,
                                                   stack=None if allow_unsupported else sc.training.stack)
     click.echo(explain_winner(df, empty_reason=empty))
+    caveats = _winner_not_modelled(sc, df.iloc[0]) if len(df) and bool(df["feasible"].iloc[0]) else ""
+    if caveats:
+        click.echo(caveats)
     if out:
         click.echo(f"wrote {out}")
 
