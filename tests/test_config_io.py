@@ -12,7 +12,8 @@ from simulator.frameworks.emit_megatron import rank_totals
 from simulator.frameworks.fields import Fields
 from simulator.frameworks.megatron_args import read_command_line, read_nemo_yaml
 from simulator.frameworks.megatron_model import layer_pattern
-from simulator.frameworks.torchtitan_flavors import FLAVORS, flavor_of, torchtitan_split
+from simulator.frameworks.torchtitan_flavors import FLAVORS, flavor_of
+from simulator.spec.placement import torchtitan_split
 from simulator.spec.load import load_model
 from simulator.spec.scenario import load_scenario
 

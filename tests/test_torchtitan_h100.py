@@ -30,7 +30,9 @@ def test_rows_map_with_their_stack_and_hardware():
     assert async_tp.training.stack.tp_comm_overlap
     cp = map_run(rows["torchtitan_h100_t2_8B_9"])
     assert cp.layout.cp == 8 and cp.training.seq_length == 262144
-    assert "not divisible" in map_run(rows["torchtitan_h100_t5_405B_13"]).skip_reason
+    # the interleaved 405B row: 126 layers over 16 virtual stages in torchtitan's own split
+    inter = map_run(rows["torchtitan_h100_t5_405B_13"])
+    assert inter.layout.schedule == "interleaved" and inter.layout.layers_per_stage == (7,) + (8,) * 14 + (7,)
 
 
 def test_compile_and_float8_gains_follow_the_measured_ones():
@@ -40,7 +42,8 @@ def test_compile_and_float8_gains_follow_the_measured_ones():
     def gain(a, b, col):
         return t[col][b] / t[col][a]
 
-    for a, b in (("torchtitan_h100_t1_8B_0", "torchtitan_h100_t1_8B_1"),   # torch.compile, 8 GPUs
+    for a, b in (("torchtitan_h100_t5_405B_12", "torchtitan_h100_t5_405B_13"),  # interleaved over 1F1B, PP 8
+                 ("torchtitan_h100_t1_8B_0", "torchtitan_h100_t1_8B_1"),   # torch.compile, 8 GPUs
                  ("torchtitan_h100_t1_8B_1", "torchtitan_h100_t1_8B_2"),   # Float8 over compile
                  ("torchtitan_h100_t3_8B_3", "torchtitan_h100_t3_8B_4"),   # the same on 128 GPUs
                  ("torchtitan_h100_t3_8B_4", "torchtitan_h100_t3_8B_5")):

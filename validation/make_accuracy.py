@@ -212,7 +212,9 @@ def errors_paragraph(results) -> list[str]:
 
         pairs = (("torch.compile", "torchtitan_h100_t1_8B_0", "torchtitan_h100_t1_8B_1"),
                  ("Float8 (over compile)", "torchtitan_h100_t1_8B_1", "torchtitan_h100_t1_8B_2"),
-                 ("AsyncTP (70B, TP 8)", "torchtitan_h100_t4_70B_10", "torchtitan_h100_t4_70B_11"))
+                 ("AsyncTP (70B, TP 8)", "torchtitan_h100_t4_70B_10", "torchtitan_h100_t4_70B_11"),
+                 ("interleaved 1F1B over 1F1B (405B, PP 8, 2 stages per rank)", "torchtitan_h100_t5_405B_12",
+                  "torchtitan_h100_t5_405B_13"))
         parts = "; ".join(f"{lab} {m:.2f}x measured, {p:.2f}x predicted" for lab, a, b in pairs
                           for m, p in [gain(a, b)] if a in t.index and b in t.index)
         cp = [f"CP {c} at {s}k tokens {t.measured_step_s[r] / t.measured_step_s[base]:.2f}x measured, "
@@ -230,8 +232,9 @@ def errors_paragraph(results) -> list[str]:
             "HBM2e, 500 W power limit) whose peak the source does not know ('between SXM and NVL'); they are "
             "predicted with dgx-h100's SXM peaks and 700 W tables, so the predicted times are lower bounds and "
             "the level is not the check. The speed-ups between rows are (8 GPUs for the first two): "
-            f"{parts}. The interleaved 405B row is not compared (126 layers over 16 stages, an uneven "
-            "interleaved split the mapping does not make). Peak memory (max_memory_reserved, max over GPUs): "
+            f"{parts}. The 405B pipelined rows hold torchtitan's own split of 126 layers (spec/"
+            "placement.py torchtitan_split, the same as the 2024 release's generate_split_points here: "
+            "15, 16 x 6, 15 over 8 stages; 7, 8 x 14, 7 over the interleaved 16). Peak memory (max_memory_reserved, max over GPUs): "
             f"the 8B rows {_pct(t.mem_error[t.index.str.contains('_8B_')].median())} at the median, the 405B "
             f"rows (FSDP2 + PP) {_pct(t.mem_error[t.index.str.contains('_405B_')].median())}: a pipelined FSDP2 "
             "stage keeps its parameters unsharded in bf16 and its gradients unsharded in the fp32 reduce dtype "

@@ -36,9 +36,9 @@ _FLAGS = [
     ("--cp", "cp", int, "context-parallel degree"),
     ("--ep", "ep", int, "expert-parallel degree (MoE)"),
     ("--vpp", "vpp", int, "virtual pipeline chunks per rank (interleaved schedule)"),
-    ("--layers-per-stage", "layers_per_stage", str, "uneven pipeline split, e.g. 7,8,8,7 (default: even, or the "
-                                                    "first and last stage one layer fewer when pp does not divide "
-                                                    "the layers)"),
+    ("--layers-per-stage", "layers_per_stage", str, "uneven pipeline split, e.g. 7,8,8,7: one entry per pp rank "
+                                                    "or per virtual stage (default: even, or the first and last "
+                                                    "stage one layer fewer when pp does not divide the layers)"),
     ("--zero", "zero", int, "ZeRO stage 0-3 (3 = FSDP full shard)"),
     ("--shard-group", "shard_group_size", int, "ZeRO/FSDP shard group size (hybrid sharding)"),
     ("--recompute", "recompute", click.Choice(list(RECOMPUTE)), "activation recomputation"),

@@ -13,7 +13,8 @@ from ..cost.recompute import every_kth_layer
 from ..errors import InputError
 from .emit_megatron import effective_split
 from .scenario_doc import toml_value
-from .torchtitan_flavors import flavor_of, torchtitan_split
+from ..spec.placement import torchtitan_split
+from .torchtitan_flavors import flavor_of
 
 SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble",
                   "dualpipev": "DualPipeV"}

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from ..cost.recompute import every_kth_layer
 from ..errors import InputError
+from ..spec.placement import torchtitan_split
 from .fields import Fields, Report, prefixed
-from .torchtitan_flavors import flavor_model, torchtitan_split
+from .torchtitan_flavors import flavor_model
 
 SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved", "zbvzerobubble": "zb-v",
              "dualpipev": "dualpipev"}

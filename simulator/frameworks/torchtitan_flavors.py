@@ -81,28 +81,3 @@ def flavor_of(spec) -> tuple[str, str] | None:
     return None
 
 
-def torchtitan_split(num_layers: int, stages: int, first_less: int = 1, last_less: int = 1) -> tuple[int, ...]:
-    """Transformer layers per (virtual) stage under torchtitan's default split: L + first + last "effective"
-    layers spread evenly over the stages, the remainder one each to the first stages, and the first (last)
-    stage holding `first_less` (`last_less`) layers fewer for the embedding (norm and output).
-
-    Source: torchtitan/distributed/pipeline_parallel.py generate_llm_fqn_per_model_part (input_weight =
-    pipeline_parallel_first_stage_less_layers, output_weight = ..._last_stage_less_layers, both 1 by
-    default). E.g. 32 layers on 4 stages: 34 effective, 9, 9, 8, 8, so 8, 9, 8, 7."""
-    if stages == 1:
-        return (num_layers,)
-    n = num_layers + first_less + last_less
-    per, extra = divmod(n, stages)
-    if per == 0 or first_less > per or last_less > per:
-        raise InputError(f"torchtitan cannot split {num_layers} layers (+{first_less} +{last_less}) over {stages} "
-                         f"pipeline stages")
-    split = [per + (i < extra) for i in range(stages)]
-    split[0] -= first_less
-    split[-1] -= last_less
-    # the stages take layers in order until none are left (the last ones may get fewer than their share)
-    out, left = [], num_layers
-    for s in split:
-        out.append(min(s, left))
-        left -= out[-1]
-    out[-1] += left
-    return tuple(out)

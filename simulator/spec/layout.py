@@ -126,9 +126,10 @@ class Layout:
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.layers_per_stage is not None:
-            accounted = {} if not self.accounted_in_split else {
-                "stages": family(self.schedule).num_stages(self.pp, self.vpp), "least": 0}
-            object.__setattr__(self, "layers_per_stage", stage_layers(self.layers_per_stage, self.pp, **accounted))
+            # one entry per rank, or one per virtual stage (torchtitan's and Megatron's accounted splits)
+            object.__setattr__(self, "layers_per_stage", stage_layers(
+                self.layers_per_stage, self.pp, stages=family(self.schedule).num_stages(self.pp, self.vpp),
+                least=0 if self.accounted_in_split else 1))
 
     @property
     def label(self) -> str:

@@ -1,0 +1,62 @@
+"""torchtitan's default pipeline split (spec/placement.py torchtitan_split) on the published runs'
+126-layer Llama 3.1 405B, and uneven per-virtual-stage splits of interleaved layouts: the 2024 release's
+generate_split_points (9dec370, the runs' torchtitan) run step by step as the truth, and the layers each rank then
+holds."""
+import pandas as pd
+import pytest
+
+from simulator.errors import InputError
+from simulator.spec.layout import Layout
+from simulator.spec.load import load_model
+from simulator.spec.placement import stage_placement, torchtitan_split
+
+
+def _generate_split_points(num_layers, total_stages):
+    """torchtitan/parallelisms/pipelining_utils.py generate_split_points at 9dec370, transcribed: the split points
+    ("layers.N"), from which the stages' layer counts follow."""
+    base_interval, extra_layers = num_layers // total_stages, num_layers % total_stages
+    splits, current_layer = [], 0
+    for i in range(total_stages - 1):
+        if i == 0:
+            current_layer += base_interval
+        elif extra_layers > 0:
+            current_layer += base_interval + 1
+            extra_layers -= 1
+        else:
+            current_layer += base_interval
+        splits.append(current_layer)
+    bounds = [0] + splits + [num_layers]
+    return tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+@pytest.mark.parametrize("S", [4, 8, 16])
+def test_the_split_of_126_layers_is_the_2024_releases(S):
+    # the current rule (generate_llm_fqn_per_model_part: L + 2 effective layers, the first and last stage one
+    # fewer) and the runs' 2024 rule agree on 126 layers over 4, 8 and 16 stages
+    assert torchtitan_split(126, S) == _generate_split_points(126, S)
+    assert torchtitan_split(126, 16) == (7,) + (8,) * 14 + (7,)
+    with pytest.raises(InputError, match="cannot split"):
+        torchtitan_split(2, 5)  # 4 effective layers over 5 stages
+
+
+def test_an_interleaved_layout_takes_one_entry_per_virtual_stage():
+    split = torchtitan_split(126, 16)
+    lay = Layout(num_gpus=512, tp=8, pp=8, vpp=2, schedule="interleaved", layers_per_stage=split)
+    assert lay.layers_per_stage == split
+    # rank r holds virtual stages r and r + 8: ranks 0 and 7 hold 7 + 8 layers, the others 8 + 8
+    pl = stage_placement(load_model("llama3.1-405b"), pp=8, vpp=2, schedule="interleaved", layers_per_stage=split)
+    assert pl.layers.tolist() == [15, 16, 16, 16, 16, 16, 16, 15]
+    assert pl.embedding.tolist() == [1] + [0] * 7 and pl.head.tolist() == [0] * 7 + [1]
+    with pytest.raises(InputError, match="expected pp"):
+        Layout(num_gpus=512, tp=8, pp=8, vpp=2, schedule="interleaved", layers_per_stage=split[:-1])
+
+
+def test_torchtitan_rows_map_with_the_frameworks_split():
+    from simulator.validate.mapping import map_run
+
+    df = pd.read_csv("validation/torchtitan_h100.csv").set_index("run_id")
+    mr = map_run({"run_id": "torchtitan_h100_t5_405B_13", **df.loc["torchtitan_h100_t5_405B_13"].to_dict()})
+    assert not mr.skip_reason
+    assert mr.layout.layers_per_stage == (7,) + (8,) * 14 + (7,) and mr.layout.vpp == 2
+    mr = map_run({"run_id": "torchtitan_h100_t5_405B_12", **df.loc["torchtitan_h100_t5_405B_12"].to_dict()})
+    assert mr.layout.layers_per_stage == (15,) + (16,) * 6 + (15,)
