@@ -57,7 +57,7 @@ def layout_violations(model: ModelSpec, training: Training, *, tp, pp, dp, cp, e
         L = model.num_layers
         rule(L % (pp * chunks) != 0,
              lambda i: f"num_hidden_layers({L}) is not divisible by pp({at(pp, i)}) * chunks({at(chunks, i)})"
-                       + _split_hint(L, at(pp, i), fam.pp_stages))
+                       + _split_hint(L, at(pp, i), at(chunks, i)))
     B = training.global_batch_size
     rule(B % (dp * mbs) != 0,
          lambda i: f"global_batch_size({B}) is not divisible by dp({at(dp, i)}) * micro_batch_size({at(mbs, i)})")
@@ -83,19 +83,30 @@ def layout_valid_mask(model: ModelSpec, training: Training, **layout) -> np.ndar
     return layout_violations(model, training, messages=False, **layout)
 
 
-def _split_hint(num_layers: int, pp, pp_stages: bool) -> str:
-    """What to pass instead: an uneven split over the pp ranks (as even as it goes, the earlier stages one
-    layer more) where the schedule takes one (one stage per rank)."""
+def _split_hint(num_layers: int, pp, chunks) -> str:
+    """What to pass instead: an uneven split, one entry per pipeline rank (as even as it goes, the earlier
+    stages one layer more) for one stage per rank, one per virtual stage (torchtitan's default split,
+    placement.torchtitan_split) for schedules with several stages per rank."""
     try:
-        p = int(pp)
+        p, c = int(pp), int(chunks)
     except (TypeError, ValueError):
         return ""
-    if not pp_stages or p < 2 or p > num_layers:
+    S = p * c
+    if p < 2 or S > num_layers:
         return ""
-    base, extra = divmod(num_layers, p)
-    split = [base + 1] * extra + [base] * (p - extra)
-    shown = ",".join(map(str, split)) if p <= 16 else f"{split[0]},{split[1]},...,{split[-1]} ({p} numbers)"
-    return f"; give an uneven split: layers_per_stage / --layers-per-stage {shown}"
+    if c == 1:
+        base, extra = divmod(num_layers, p)
+        split, what = [base + 1] * extra + [base] * (p - extra), ""
+    else:
+        from .placement import torchtitan_split
+
+        try:
+            split = list(torchtitan_split(num_layers, S))
+        except InputError:
+            return ""
+        what = " (one per virtual stage: torchtitan's default split)"
+    shown = ",".join(map(str, split)) if S <= 16 else f"{split[0]},{split[1]},...,{split[-1]} ({S} numbers)"
+    return f"; give an uneven split: layers_per_stage / --layers-per-stage {shown}{what}"
 
 
 def recompute_problem(model: ModelSpec, recompute: str) -> str:
