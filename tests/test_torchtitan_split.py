@@ -60,3 +60,54 @@ def test_torchtitan_rows_map_with_the_frameworks_split():
     assert mr.layout.layers_per_stage == (7,) + (8,) * 14 + (7,) and mr.layout.vpp == 2
     mr = map_run({"run_id": "torchtitan_h100_t5_405B_12", **df.loc["torchtitan_h100_t5_405B_12"].to_dict()})
     assert mr.layout.layers_per_stage == (15,) + (16,) * 6 + (15,)
+
+
+def test_default_split_by_framework_rule():
+    from simulator.spec.placement import default_split, uneven_split
+
+    # first-last (the default): one stage per rank only, 1-2 layers short, as uneven_split
+    assert default_split(126, 8) == uneven_split(126, 8) == (15,) + (16,) * 6 + (15,)
+    assert default_split(126, 8, 2) is None and default_split(128, 8) is None and default_split(120, 8) is None
+    # torchtitan: any schedule's stages, any deficit; nothing where they divide or a stage would hold no layer
+    assert default_split(126, 8, 2, "torchtitan") == (7,) + (8,) * 14 + (7,)
+    # 117 over 8 (3 short of 120: too many for first-last): 119 = 8 x 14 + 7 -> 15 x 7, 14, then -1 at the ends
+    assert default_split(117, 8) is None
+    assert default_split(117, 8, 1, "torchtitan") == (14,) + (15,) * 6 + (13,)
+    assert default_split(128, 8, 2, "torchtitan") is None
+    assert default_split(9, 8, 1, "torchtitan") is None  # 11 over 8: 2, 1, ..., 1, 0 for the last stage
+
+
+def test_the_pipeline_split_rule_is_a_runs_key_with_its_check():
+    from simulator.spec.stack import load_stack
+
+    assert load_stack("torchtitan").runs.pipeline_split == "torchtitan"
+    assert load_stack("megatron").runs.pipeline_split == "first-last"
+    with pytest.raises(InputError, match="pipeline_split in \\[runs\\] of .* must be one of first-last, torchtitan"):
+        load_stack("torchtitan", runs={**load_stack("torchtitan").runs.table, "pipeline_split": "even"})
+
+
+def test_estimate_and_sweep_split_as_the_stacks_framework_does():
+    import io
+    import json
+
+    from click.testing import CliRunner
+
+    from simulator.cli import cli
+
+    args = ["--model", "llama3.1-405b", "--hardware", "dgx-h100", "--gpus", "512", "--seq", "8192",
+            "--global-batch", "256"]
+    lay = ["--tp", "8", "--pp", "8", "--vpp", "2", "--schedule", "interleaved", "--micro-batch", "4", "--zero", "3",
+           "--recompute", "full"]
+    r = CliRunner().invoke(cli, ["estimate", "--stack", "torchtitan", *args, *lay, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["layout"]["layers_per_stage"] == [7] + [8] * 14 + [7]
+    # Megatron-LM runs an interleaved pipeline only over stages that divide the layers: it says which split to give
+    r = CliRunner().invoke(cli, ["estimate", "--stack", "megatron", *args, *lay[:-4]])
+    assert isinstance(r.exception, InputError) and "give an uneven split" in str(r.exception)
+    sweep = ["sweep", *args, "--format", "csv", "--top", "100000", "--pp", "8", "--tp", "8"]
+    tt = pd.read_csv(io.StringIO(CliRunner().invoke(cli, [*sweep, "--stack", "torchtitan"]).stdout))
+    inter = tt[(tt.schedule == "interleaved") & (tt.vpp == 2)]
+    assert len(inter) and set(inter.layers_per_stage) == {",".join(map(str, [7] + [8] * 14 + [7]))}
+    mg = pd.read_csv(io.StringIO(CliRunner().invoke(cli, [*sweep, "--stack", "megatron"]).stdout))
+    assert not (mg.schedule == "interleaved").any()  # 126 over 8 x vpp: no vpp divides
+    assert set(mg[mg.pp == 8].layers_per_stage) == {"15,16,16,16,16,16,16,15"}  # 1F1B: first and last one fewer

@@ -10,6 +10,8 @@ of a refusal):
     hsdp = true                    hybrid sharding: a shard group smaller than the DP group
     schedules = ["1f1b", ...]      pipeline schedules (with pp > 1)
     recompute = [...]              recompute modes;  cp_algorithms (with cp > 1);  dp_modes
+    pipeline_split = "first-last"  how it splits layers its pipeline stages do not divide (placement.PIPELINE_SPLITS:
+                                   "first-last", the default; "torchtitan")
     [[runs.refuse]]                a combination it refuses: name, when = {column = condition, ...}, reason
 
 A condition is a value (equality), a list (membership) or a comparison "OP X" or "% Y OP X", OP one of
@@ -33,6 +35,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES
+from .placement import PIPELINE_SPLITS
 from .rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE, ZERO_STAGES
 
 INT_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero")
@@ -55,7 +58,7 @@ _SWITCHES = {"tp": ((("tp", ">", 1),), "tensor parallelism"), "pp": ((("pp", ">"
              "cp": ((("cp", ">", 1),), "context parallelism"), "ep": ((("ep", ">", 1),), "expert parallelism"),
              "sequence_parallel": ((("sequence_parallel", "==", True), ("tp", ">", 1)), "sequence parallelism"),
              "hsdp": ((("hsdp", "==", True),), "hybrid sharding (shard_group_size)")}
-KEYS = tuple(_LISTS) + tuple(_SWITCHES) + ("refuse",)
+KEYS = tuple(_LISTS) + tuple(_SWITCHES) + ("refuse", "pipeline_split")
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,11 @@ class FrameworkRules:
         return json.loads(self.table_json)
 
     @property
+    def pipeline_split(self) -> str:
+        """How the framework splits layers its pipeline stages do not divide (placement.default_split)."""
+        return self.table.get("pipeline_split", "first-last")
+
+    @property
     def names(self) -> tuple[str, ...]:
         """The rule keys (each has a [source] entry in a preset), in order, once each."""
         return tuple(dict.fromkeys(r.name for r in self.refusals))
@@ -104,6 +112,10 @@ def rules_from_table(table: dict, *, framework: str, where: str) -> FrameworkRul
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
         raise InputError(f"unknown key {unknown[0]!r} in [runs] of {where}; known: {', '.join(KEYS)}")
+    split = table.get("pipeline_split", "first-last")
+    if split not in PIPELINE_SPLITS:
+        raise InputError(f"pipeline_split in [runs] of {where} must be one of {', '.join(PIPELINE_SPLITS)}, "
+                         f"got {split!r}")
     out = []  # switches first (pp > 1 where there is no pipeline at all says so), then lists, then refusals
     for key, (when, what) in _SWITCHES.items():
         if key in table:

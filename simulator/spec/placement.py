@@ -99,6 +99,32 @@ def torchtitan_split(num_layers: int, stages: int, first_less: int = 1, last_les
     return tuple(out)
 
 
+# How a framework splits layers that its pipeline's stages do not divide ([runs] pipeline_split of a stack):
+#   first-last: one stage per rank, the first and/or last stage one layer fewer (`uneven_split`, deficit <= 2;
+#               Megatron-LM's --decoder-first/last-pipeline-num-layers); several stages per rank need pp·chunks | L
+#   torchtitan: `torchtitan_split` over the pp·chunks (virtual) stages, any schedule and deficit
+PIPELINE_SPLITS = ("first-last", "torchtitan")
+
+
+def default_split(num_layers: int, pp: int, chunks: int = 1, rule: str = "first-last") -> tuple[int, ...] | None:
+    """Layers of each (virtual) stage when the pp·chunks stages do not divide `num_layers`, as the framework's
+    `rule` (PIPELINE_SPLITS) splits them: one entry per rank for one stage per rank, one per virtual stage
+    (layer order) otherwise; None where the stages divide the layers or the rule makes no split."""
+    L, pp, chunks = int(num_layers), int(pp), int(chunks)
+    S = pp * chunks
+    if S <= 1 or L % S == 0:
+        return None
+    if rule == "torchtitan":
+        if S > L:
+            return None
+        try:
+            split = torchtitan_split(L, S)
+        except InputError:
+            return None
+        return split if min(split) >= 1 else None  # (a stage without layers: not a split parasim models)
+    return uneven_split(L, pp) if chunks == 1 else None
+
+
 # the Layout fields (and scenario keys) of Megatron-Core's flags, with the part of the model each counts as a layer
 ACCOUNT_FLAGS = {"account_for_embedding_in_pipeline_split": "embedding",
                  "account_for_loss_in_pipeline_split": "loss"}

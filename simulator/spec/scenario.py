@@ -221,7 +221,7 @@ def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training:
     has_layout = bool(doc.get("layout")) or any(k in lay for k in ("tp", "pp", "dp", "cp", "ep"))
     if not (has_layout or require_layout):
         return None
-    lay = _default_layer_split(model, lay)
+    lay = _default_layer_split(model, lay, training.stack.runs.pipeline_split)
     try:
         layout = Layout(num_gpus=num_gpus, **lay)
     except TypeError as exc:
@@ -253,21 +253,24 @@ def _accounted_split(model: ModelSpec, layout: Layout) -> Layout:
     return replace(layout, layers_per_stage=split)
 
 
-def _default_layer_split(model: ModelSpec, lay: dict) -> dict:
-    """`lay` with the sweep's uneven split (spec.placement.uneven_split: the first and last stage one layer
-    fewer) when pp does not divide the layers, no split was given, the schedule has one stage per rank
-    and no part is counted as a layer (Megatron's split: `_accounted_split`): the layout the sweep ranks
-    is the one estimate and memory then evaluate (the split used is part of their output)."""
+def _default_layer_split(model: ModelSpec, lay: dict, rule: str = "first-last") -> dict:
+    """`lay` with the framework's uneven split (spec.placement.default_split under the stack's [runs]
+    pipeline_split `rule`: the first and last stage one layer fewer with one stage per rank, or torchtitan's
+    split over any schedule's stages) when the stages do not divide the layers, no split was given and no
+    part is counted as a layer (Megatron's split: `_accounted_split`): the layout the sweep ranks is the one
+    estimate and memory then evaluate (the split used is part of their output)."""
     from ..schedules import family
-    from .placement import ACCOUNT_FLAGS, uneven_split
+    from .placement import ACCOUNT_FLAGS, default_split
 
-    pp, sched = lay.get("pp", 1), lay.get("schedule", "1f1b")
+    pp, sched, vpp = lay.get("pp", 1), lay.get("schedule", "1f1b"), lay.get("vpp", 1)
     if lay.get("layers_per_stage") is not None or not isinstance(pp, int) or isinstance(pp, bool) or pp < 2 \
+            or not isinstance(vpp, int) or isinstance(vpp, bool) or vpp < 1 \
             or any(lay.get(k) is True for k in ACCOUNT_FLAGS):
         return lay
     try:
         fam = family(sched)
-    except InputError:
-        return lay  # (Layout names the bad schedule)
-    split = uneven_split(model.num_layers, pp) if fam.pp_stages and model.num_layers % pp else None
+        chunks = fam.num_stages(pp, vpp) // pp  # (DualPipe's mirrored copies: one stage per rank)
+    except (InputError, ZeroDivisionError):
+        return lay  # (Layout names the bad schedule or vpp)
+    split = default_split(model.num_layers, pp, chunks, rule)
     return {**lay, "layers_per_stage": split} if split else lay

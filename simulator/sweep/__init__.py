@@ -7,7 +7,8 @@ rank.py       `rank_results`: the total order of the results
 results.py    `write_results` / `read_results`
 Reading the results (why the winner wins, Pareto front) is `simulator.report.winner`.
 """
-from .enumerate import CANDIDATE_COLUMNS, divisors, enumerate_layouts, uneven_split
+from ..spec.placement import uneven_split
+from .enumerate import CANDIDATE_COLUMNS, divisors, enumerate_layouts
 from .rank import layout_labels, rank_results
 from .results import TEXT_COLUMNS, read_results, write_results
 from .run import evaluate_candidates, run_sweep, schedule_refusal

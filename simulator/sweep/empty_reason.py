@@ -6,8 +6,8 @@ import numpy as np
 
 from ..schedules import family
 from .enumerate import (_cp_values, _ep_values, _mb_values, _NoHardware, _numeric_candidates, _pick,
-                        _pipeline_splits, _pp_values, _schedule_choices, _tp_values, _uneven, _valid_masks, divisors,
-                        enumerate_layouts)
+                        _pp_values, _schedule_choices, _tp_values, _uneven, _valid_masks, divisors,
+                        enumerate_layouts, layer_split)
 from .space import AUTO, SweepSpace
 
 
@@ -86,12 +86,13 @@ def _rule_reason(model, training, N: int, space: SweepSpace, hardware) -> str:
     out = []
     for sched in dict(choices):
         if any(valid[sched, sp].any() for sp in sps):  # the layout rules keep some rows: a sweep rule does not
-            out.append(f"{sched}: {_sweep_rule(model, sched, base, valid, sps, space)}")
+            why = _sweep_rule(model, sched, base, valid, sps, space, training.stack.runs.pipeline_split)
+            out.append(f"{sched}: {why}")
             continue
         vpp = next(v for s, v in choices if s == sched)  # the rules fail at every vpp: the first one's reasons
         msgs = layout_violations(model, training, tp=tp, pp=base["pp"], dp=dp, cp=base["cp"], ep=base["ep"],
                                  vpp=vpp, micro_batch_size=mb, sequence_parallel=sps[0], schedule=sched,
-                                 uneven_layers=_uneven(space, sched))
+                                 uneven_layers=_uneven(space, sched, training.stack.runs.pipeline_split))
         broken = [m for m in np.atleast_1d(msgs) if m]
         kinds = {}
         for m in broken:  # one count per rule: the message up to its first value
@@ -102,7 +103,7 @@ def _rule_reason(model, training, N: int, space: SweepSpace, hardware) -> str:
     return "every candidate is ruled out: " + "; ".join(out[:4]) + ("; ..." if len(out) > 4 else "")
 
 
-def _sweep_rule(model, sched: str, base: dict, valid: dict, sps, space: SweepSpace) -> str:
+def _sweep_rule(model, sched: str, base: dict, valid: dict, sps, space: SweepSpace, rule: str) -> str:
     """The sweep's own rule (`_blocks`) that removes the rows the layout rules leave for `sched`."""
     tp, pp = base["tp"], base["pp"]
     keep = np.zeros(len(tp), dtype=bool)
@@ -110,17 +111,17 @@ def _sweep_rule(model, sched: str, base: dict, valid: dict, sps, space: SweepSpa
         keep |= valid[sched, sp].any(axis=1) & ((tp > 1) if sp else True)
     if not keep.any():
         return f"sequence_parallel needs tp > 1, tp is {_vals(tp)}"
-    if space.accounted_layers:
-        n = model.num_layers + space.accounted_layers
-        chunks = [family(sched).num_stages(1, v) for s, v in _schedule_choices(model, space) if s == sched]
-        keep &= np.any([n % (pp * c) == 0 for c in chunks], axis=0)
-        if not keep.any():
+    chunks = [family(sched).num_stages(1, v) for s, v in _schedule_choices(model, space) if s == sched]
+    split = layer_split(model, space, rule)
+    keep &= np.any([np.isin(pp, [p for p in np.unique(pp) if split(int(p), c) is not None]) for c in chunks], axis=0)
+    if not keep.any():
+        if space.accounted_layers:
+            n = model.num_layers + space.accounted_layers
             return (f"no pp × vpp with pp in {_vals(pp)} divides {n} (Megatron's split: num_layers + "
                     f"{n - model.num_layers})")
-    elif space.uneven_layers and family(sched).pp_stages:
-        keep &= np.isin(pp, _pipeline_splits(model.num_layers, pp)[1])
-        if not keep.any():
-            return f"no pp in {_vals(pp)} splits {model.num_layers} layers (evenly, or 1-2 layers short)"
+        how = {"first-last": "evenly, or 1-2 layers short", "torchtitan": "torchtitan's split"}
+        return (f"no pp in {_vals(pp)} splits {model.num_layers} layers "
+                f"({how[rule] if space.uneven_layers else 'evenly'})")
     if sched == "1f1b" and not (space.schedule == AUTO or "1f1b" in space.schedule):
         return "pp 1 only (1f1b was not asked for)"
     if sched != "1f1b" and not (keep & (pp > 1)).any():

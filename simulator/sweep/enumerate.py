@@ -6,12 +6,14 @@ rules (`spec.validate.layout_valid_mask`, the one place for them) and the sweep'
 hold. Rows come out in a deterministic order, grouped by virtual stages (pp x model chunks per rank),
 pp and the categorical fields.
 
-Uneven pipeline splits (`uneven_layers`, default on): with one chunk per rank (the schedule families
+Uneven pipeline splits (`uneven_layers`, default on) follow the stack's framework ([runs] pipeline_split,
+`spec.placement.default_split`): "first-last" (the default): with one chunk per rank (the schedule families
 that say `uneven_split`), a pp that does not divide num_layers is kept when ceil(L/pp)·pp − L <= 2,
 i.e. when the first and/or last stage can hold one layer fewer than the others, as Llama 3 405B ran
-126 layers on 16 stages (7 + 14×8 + 7; Dubey et al. 2024 §3.3.2). With one layer to spare the last
-stage (which also holds the LM head and the loss) gets it. `layers_per_stage` is then a column
-("7,8,...,7"; "" for an even split). With `account_for_{embedding,loss}_in_pipeline_split` every layout
+126 layers on 16 stages (7 + 14×8 + 7; Dubey et al. 2024 §3.3.2); with one layer to spare the last
+stage (which also holds the LM head and the loss) gets it. "torchtitan": torchtitan's own split over the
+pp·chunks stages of any schedule (`torchtitan_split`, one entry per virtual stage). `layers_per_stage` is
+then a column ("7,8,...,7"; "" for an even split). With `account_for_{embedding,loss}_in_pipeline_split` every layout
 takes Megatron-Core's split instead (`spec.placement.megatron_split`, one entry per virtual stage): kept
 where pp·chunks divides L + 1 or L + 2, whatever the schedule.
 """
@@ -24,7 +26,7 @@ import pandas as pd
 
 from ..schedules import family
 from ..frames import text_column
-from ..spec.placement import megatron_split, uneven_split
+from ..spec.placement import default_split, megatron_split
 from ..spec.validate import layout_valid_mask, recompute_modes
 from .space import AUTO, DEFAULT_SCHEDULES, SweepSpace
 
@@ -154,37 +156,48 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     choices = _schedule_choices(model, space)
     if not any(s == "1f1b" for s, _ in choices):
         choices = [("1f1b", 1)] + choices  # pp = 1 rows (no pipeline) carry 1f1b; see _blocks
-    pps, splittable, split_text = _pipeline_splits(model.num_layers, base["pp"])
+    split = layer_split(model, space, training.stack.runs.pipeline_split)
     valid, col = _valid_masks(model, training, base, choices, sps, space)
-    blocks = _blocks(base, choices, sps, valid, col, splittable, zeros, recs, space, num_layers=model.num_layers)
+    blocks = _blocks(base, choices, sps, valid, col, split, zeros, recs, space)
     if not blocks:
         return empty_candidates()
-    return _candidate_frame(base, blocks, pps, split_text, training, accounted=_accounted_text(model, space))
+    return _candidate_frame(base, blocks, split, training)
 
 
-def _uneven(space: SweepSpace, sched: str) -> bool:
+def _uneven(space: SweepSpace, sched: str, rule: str = "first-last") -> bool:
     """Whether the layers need not divide evenly over `sched`'s stages: Megatron's split (the space's
-    account_for_* flags: its own check in `_blocks`), or `uneven_layers` with one stage per rank."""
-    return bool(space.accounted_layers) or (space.uneven_layers and family(sched).pp_stages)
+    account_for_* flags), or `uneven_layers` where the framework's split `rule` splits them (placement.
+    default_split: "first-last" with one stage per rank, "torchtitan" with any schedule); `layer_split` then
+    says which pp it splits."""
+    return bool(space.accounted_layers) or (space.uneven_layers and (family(sched).pp_stages
+                                                                     or rule == "torchtitan"))
 
 
-def _accounted_text(model, space: SweepSpace):
-    """(pp, chunks per rank) -> Megatron's split as text (`megatron_split`; "" without a pipeline), or None
-    without the flags."""
-    if not space.accounted_layers:
-        return None
-    return lambda p, c: "" if p * c == 1 else ",".join(map(str, megatron_split(
-        model.num_layers, p, c, embedding=space.account_for_embedding_in_pipeline_split,
-        loss=space.account_for_loss_in_pipeline_split)))
+def layer_split(model, space: SweepSpace, rule: str = "first-last"):
+    """(pp, chunks per rank) -> the layers per stage as text ("" for an even split or no pipeline), None where
+    the layers cannot be split over that pipeline: Megatron-Core's split with the space's account_for_* flags
+    (`megatron_split`, kept where pp·chunks divides L + 1 or L + 2), else an even split or, with
+    `uneven_layers`, the framework's (`default_split` under `rule`: the stack's [runs] pipeline_split)."""
+    L = model.num_layers
+    cache: dict = {}
 
+    def split(p: int, c: int):
+        if (p, c) not in cache:
+            if p * c == 1:
+                out = ""
+            elif space.accounted_layers:
+                ok = (L + space.accounted_layers) % (p * c) == 0
+                out = ",".join(map(str, megatron_split(L, p, c, embedding=space.account_for_embedding_in_pipeline_split,
+                                                       loss=space.account_for_loss_in_pipeline_split))) if ok else None
+            elif L % (p * c) == 0:
+                out = ""
+            else:
+                s = default_split(L, p, c, rule) if space.uneven_layers else None
+                out = None if s is None else ",".join(map(str, s))
+            cache[p, c] = out
+        return cache[p, c]
 
-def _pipeline_splits(L: int, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
-    """(distinct pp values, those that split L layers evenly or by `uneven_split`, pp -> the uneven
-    split as text, "" for an even one)."""
-    pps = np.unique(pp)
-    splittable = pps[(L % pps == 0) | np.array([uneven_split(L, int(p)) is not None for p in pps], dtype=bool)]
-    split_text = {int(p): ",".join(map(str, uneven_split(L, int(p)) or ())) for p in pps}
-    return pps, splittable, split_text
+    return split
 
 
 def _valid_masks(model, training, base: dict, choices, sps, space: SweepSpace) -> tuple[dict, dict]:
@@ -198,28 +211,26 @@ def _valid_masks(model, training, base: dict, choices, sps, space: SweepSpace) -
     valid = {(sched, sp): layout_valid_mask(model, training, tp=tp[:, None], pp=pp[:, None], dp=dp[:, None],
                                             cp=cp[:, None], ep=ep[:, None], vpp=np.array(vs)[None, :],
                                             micro_batch_size=mb[:, None], sequence_parallel=sp, schedule=sched,
-                                            uneven_layers=_uneven(space, sched))
+                                            uneven_layers=_uneven(space, sched,
+                                                                  training.stack.runs.pipeline_split))
              for sched, vs in vpps.items() for sp in sps}
     return valid, col
 
 
-def _blocks(base: dict, choices, sps, valid: dict, col: dict, splittable: np.ndarray, zeros, recs,
-            space: SweepSpace, *, num_layers: int) -> list[tuple]:
+def _blocks(base: dict, choices, sps, valid: dict, col: dict, split, zeros, recs, space: SweepSpace) -> list[tuple]:
     """(schedule, vpp, sp, zero, recompute, base rows) blocks in sweep order, each the base rows that
     combination keeps: the divisibility rules, then the sweep's own (sp needs tp > 1; pp = 1 rows carry
     1f1b only unless the user asked for 1f1b; other schedules need pp > 1, some an even pp; ZeRO > 0
     needs dp·cp > 1)."""
     tp, cp, pp, dp = base["tp"], base["cp"], base["pp"], base["dp"]
-    L = num_layers
+    pps = np.unique(pp)
     user_has_1f1b = space.schedule == AUTO or "1f1b" in space.schedule
     blocks = []
     for sched, vpp in choices:
         for sp in sps:
             mask = valid[sched, sp][:, col[sched, vpp]].copy()
-            if space.accounted_layers:  # Megatron's check: pp·chunks | L + 1 or L + 2
-                mask &= (space.accounted_layers + L) % (pp * family(sched).num_stages(1, vpp)) == 0
-            elif _uneven(space, sched):
-                mask &= np.isin(pp, splittable)
+            c = family(sched).num_stages(1, vpp)  # the pp that split the layers over pp·c stages
+            mask &= np.isin(pp, [p for p in pps if split(int(p), c) is not None])
             if sp:
                 mask &= tp > 1
             if sched == "1f1b":
@@ -242,8 +253,7 @@ def _blocks(base: dict, choices, sps, valid: dict, col: dict, splittable: np.nda
     return blocks
 
 
-def _candidate_frame(base: dict, blocks: list[tuple], pps: np.ndarray, split_text: dict[int, str],
-                     training, accounted=None) -> pd.DataFrame:
+def _candidate_frame(base: dict, blocks: list[tuple], split, training) -> pd.DataFrame:
     """The candidate table of `blocks` (CANDIDATE_COLUMNS), rows in sweep order."""
     tp, cp, pp, dp, ep, mb = (base[k] for k in ("tp", "cp", "pp", "dp", "ep", "micro_batch_size"))
     sizes = np.array([len(b[5]) for b in blocks])
@@ -260,20 +270,17 @@ def _candidate_frame(base: dict, blocks: list[tuple], pps: np.ndarray, split_tex
     def per_block(i, dtype):
         return np.array([b[i] for b in blocks], dtype=dtype)[block_id]
 
-    # pp and an even/uneven split go together (interleaved and V schedules need pp·chunks | L)
-    split_of = np.array([split_text[int(p)] for p in pps], dtype=object)  # per distinct pp, gathered
-    split = split_of[np.searchsorted(pps, pp)[rows]]
-    if accounted is not None:  # Megatron's split: per distinct (pp, chunks), gathered
-        M = int(chunks.max()) + 1
-        keys, inv = np.unique(p_rows[order] * M + chunks[order], return_inverse=True)
-        split = np.array([accounted(int(k // M), int(k % M)) for k in keys], dtype=object)[inv.ravel()]
+    # the split of each row: per distinct (pp, chunks), gathered
+    M = int(chunks.max()) + 1
+    keys, inv = np.unique(p_rows[order] * M + chunks[order], return_inverse=True)
+    texts = np.array([split(int(k // M), int(k % M)) for k in keys], dtype=object)[inv.ravel()]
     return pd.DataFrame({
         "tp": tp[rows], "cp": cp[rows], "pp": pp[rows], "dp": dp[rows], "ep": ep[rows],
         "vpp": per_block(1, np.int64), "micro_batch_size": mb[rows],
         "num_microbatches": (training.global_batch_size // (dp * mb))[rows],
         "zero": per_block(3, np.int64), "recompute": text_column(per_block(4, object)),
         "sequence_parallel": per_block(2, bool), "schedule": text_column(per_block(0, object)),
-        "layers_per_stage": text_column(split),
+        "layers_per_stage": text_column(texts),
     })
 
 

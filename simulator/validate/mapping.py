@@ -30,7 +30,7 @@ from typing import Mapping
 
 from ..cost.recompute import every_kth_layer
 from ..errors import InputError
-from ..spec.placement import torchtitan_split
+from ..spec.placement import default_split
 from .cells import _blank, _int, _text
 from .sources import FAMILIES, SOURCE_RULES, SourceRules, _family, _generic_rules, hardware_for_gpu, pad_vocab
 
@@ -190,7 +190,7 @@ def _sp(v) -> bool:
 _FIRST_LAST_FEWER = ("one fewer", "own pp slot")  # ZB24 notes; BLOOM 'embedding given its own PP slot'
 
 
-def _layers_per_stage(L: int, pp: int, chunks: int, notes_cell: str, notes: list[str], stack: str = ""):
+def _layers_per_stage(L: int, pp: int, chunks: int, notes_cell: str, notes: list[str], rule: str = "first-last"):
     low = notes_cell.lower()
     if pp > 1 and any(k in low for k in _FIRST_LAST_FEWER) and (L + 2) % pp == 0:
         per = (L + 2) // pp
@@ -199,11 +199,12 @@ def _layers_per_stage(L: int, pp: int, chunks: int, notes_cell: str, notes: list
         return tuple([per - 1] + [per] * (pp - 2) + [per - 1])
     if L % (pp * chunks) == 0:
         return None
-    if stack == "torchtitan" and L >= pp * chunks:
-        split = torchtitan_split(L, pp * chunks)
-        notes.append(f"{L} layers over {pp * chunks} stages: torchtitan's default split "
-                     f"({','.join(map(str, split))}; placement.torchtitan_split)")
-        return split
+    if rule == "torchtitan":
+        split = default_split(L, pp, chunks, rule)
+        if split:
+            notes.append(f"{L} layers over {pp * chunks} stages: torchtitan's default split "
+                         f"({','.join(map(str, split))}; placement.default_split)")
+            return split
     if chunks == 1 and L >= pp:
         base, extra = divmod(L, pp)
         notes.append(f"{L} layers over pp={pp}: balanced uneven split (first {extra} stages +1 layer)")
@@ -231,7 +232,7 @@ def map_run(row: Mapping, *, hardware: str | None = None) -> MappedRun:
         tp = _int(row.get("tp"), "tp")
         model = _row_model(row, name, seq, tp, rules, notes)
         training = _row_training(row, seq, rules, notes)
-        layout = _row_layout(row, model.num_layers, tp, notes, rules.stack)
+        layout = _row_layout(row, model.num_layers, tp, notes, training.stack.runs.pipeline_split)
         validate(model, training, layout)
         hw = hardware or rules.hardware or hardware_for_gpu(_text(row.get("gpu_type")))
     except InputError as exc:
@@ -284,10 +285,10 @@ def _row_training(row: Mapping, seq: int, rules: SourceRules, notes: list[str]):
                     stack=load_stack(rules.stack, **overrides))
 
 
-def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str], stack: str = ""):
+def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str], rule: str = "first-last"):
     """The row's Layout: parallel degrees, schedule and vpp, micro-batch, layers per stage (the framework's own
-    split where `stack` has one: torchtitan's), ZeRO, recompute and sequence parallelism (blank cells per the
-    generic rules)."""
+    split where the stack's [runs] pipeline_split `rule` is torchtitan's), ZeRO, recompute and sequence
+    parallelism (blank cells per the generic rules)."""
     from ..spec.layout import Layout
 
     pp = _int(row.get("pp"), "pp")
@@ -298,7 +299,7 @@ def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str], stack:
     else:
         mbs = _int(row.get("micro_batch"), "micro_batch")
     chunks = 2 if sched in ("zb-v", "dualpipev") else vpp
-    lps = _layers_per_stage(num_layers, pp, chunks, _text(row.get("notes")), notes, stack)
+    lps = _layers_per_stage(num_layers, pp, chunks, _text(row.get("notes")), notes, rule)
     recompute, every = _recompute(row.get("recompute"), notes)
     blocks = every_kth_layer(num_layers // (pp * chunks), every) if every else 0
     return Layout(num_gpus=_int(row.get("n_gpus"), "n_gpus"), tp=tp, pp=pp,
