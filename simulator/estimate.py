@@ -167,12 +167,13 @@ def validated_error(hardware, stack) -> dict:
 
 
 def not_modelled(model: ModelSpec, training: Training, layout) -> list[str]:
-    """Caveats for regimes this estimate falls in that parasim names but does not time (cost/alignment.py:
-    GEMM operands off the tensor cores' 16-byte alignment)."""
+    """Caveats for regimes this estimate falls in that parasim names but does not time: GEMM operands off the
+    tensor cores' 16-byte alignment (cost/alignment.py), attention dropout inside a FlashAttention kernel
+    (cost/attention.py `flash_dropout_note`)."""
     from .cost.alignment import estimate_misaligned, note
+    from .cost.attention import flash_dropout_note
 
-    text = note(estimate_misaligned(model, training, layout))
-    return [text] if text else []
+    return [t for t in (note(estimate_misaligned(model, training, layout)), flash_dropout_note(training)) if t]
 
 
 def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:

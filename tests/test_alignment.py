@@ -103,3 +103,15 @@ def test_sweep_names_the_winners_misaligned_gemms(tmp_path):
     ok = CliRunner().invoke(main, ["sweep", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8",
                                    "--seq", "2048", "--global-batch", "16", "--top", "1"])
     assert ok.exit_code == 0 and "Not modelled" not in ok.output and not ok.output.endswith("\n\n")
+
+
+def test_attention_dropout_inside_flashattention_is_named_where_it_is_not_timed():
+    # the FlashAttention tables come from dropout-0 benchmarks; the materialised path times its dropout op
+    from simulator.estimate import estimate
+    from simulator.spec.hardware import load_hardware
+
+    m, hw, lay = load_model("llama3-8b"), load_hardware("dgx-h100"), Layout(num_gpus=8)
+    notes = [estimate(m, Training(seq_length=2048, global_batch_size=8, dropout=d, flash_attention=f), lay,
+                      hw).to_dict()["not_modelled"] for d, f in ((True, True), (True, False), (False, True))]
+    assert len(notes[0]) == 1 and notes[0][0].startswith("attention dropout inside the FlashAttention kernel")
+    assert notes[1] == [] and notes[2] == []

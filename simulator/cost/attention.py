@@ -217,3 +217,15 @@ def unfused_core_times(gemm_s, forward_flops, scores, head_dim, keys, e: float, 
         t_fwd, t_bwd = fwd_share * total, (1.0 - fwd_share) * total
     share = gemm_s / np.maximum(np.sum(gemm_s, axis=0), 1e-300)
     return share * np.maximum(t_fwd - sm_f, 0.0), share * np.maximum(t_bwd - sm_b, 0.0)
+
+
+def flash_dropout_note(training) -> str:
+    """The caveat of an estimate whose FlashAttention kernel applies attention dropout (Training.dropout with
+    flash_attention): the kernel draws its dropout mask inside itself (Philox per score element: FlashAttention-2,
+    Transformer Engine's fused attention), while every profile's attention tables come from benchmarks run with
+    dropout 0 (the FlashAttention papers' and the lent H100's), so that work is not timed. Without FlashAttention
+    the dropout is an op of the layer's list (elementwise.py) and timed; "" then and without dropout."""
+    if not (training.dropout and training.flash_attention):
+        return ""
+    return ("attention dropout inside the FlashAttention kernel: the attention tables were measured without "
+            "dropout, so its in-kernel random draws are not timed")
