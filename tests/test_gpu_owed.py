@@ -227,3 +227,15 @@ def test_unaligned_gemm_dry_run(tmp_path):
     assert all(float(r["time_s"]) > 0 and float(r["tflops"]) > 0 for r in got)
     # the misaligned head dims are the ones simulator/cost/alignment.py flags for 16-bit operands
     assert {h for h, _ in ug.ATTENTION if h % 8} == {108, 150, 450}
+
+
+def test_attention_dropout_dry_run(tmp_path):
+    # validation/gpu_attention_dropout.py: SDPA forward and forward + backward at dropout 0 and 0.1 (math on CPU)
+    pytest.importorskip("torch")
+    import gpu_attention_dropout as gd
+
+    assert gd.main(["--out", str(tmp_path / "d.csv"), "--device", "cpu", "--tiny", "--calls", "1"]) == 0
+    with open(tmp_path / "d.csv") as f:
+        got = list(csv.DictReader(f))
+    assert [float(r["dropout_p"]) for r in got] == list(gd.DROPOUT)
+    assert all(r["status"] == "ok" and float(r["fwd_s"]) > 0 and float(r["fwd_bwd_s"]) > 0 for r in got)

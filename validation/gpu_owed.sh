@@ -36,12 +36,14 @@ stage() {  # stage NAME LIMIT_S COMMAND...
 owed() { stage "$1" "$2" python3 validation/gpu_owed.py --out "$OUT" --stages "$1" --budget-s "$3"; }
 # In priority order: first what sessions 16 and 17 left open (the GEMM's slowdown at the power limit by its share
 # of a step, and the weight-gradient GEMM added into fp32 gradients: docs/accuracy.md, DGXC_H100; the batched
-# attention GEMMs and linears off the 16-byte alignment: docs/accuracy.md, BLOOM_PREQUEL), then what the second
+# attention GEMMs and linears off the 16-byte alignment: docs/accuracy.md, BLOOM_PREQUEL; attention dropout inside
+# the fused kernels: DGXC_H100_GPT3), then what the second
 # lease left open (validation/h100_owed2/README.md), then the earlier
-# stages again on the new machine. Sized to one 10-minute call (about 625 s of limits: the last stage may be cut).
+# stages again on the new machine. Sized to one 10-minute call (about 665 s of limits: the last stages may be cut).
 stage power_mix 150 python3 validation/gpu_power_step.py --out "$OUT/power_mix.csv" --sustain-s 3 --idle-s 1 \
   --workloads mix,accumulate
 stage unaligned 60 python3 validation/gpu_unaligned_gemm.py --out "$OUT/unaligned_gemm.csv"  # cost/alignment.py
+stage dropout 40 python3 validation/gpu_attention_dropout.py --out "$OUT/attention_dropout.csv"  # attention.py note
 stage kernels 60 python3 validation/kernel_sum_check.py --out "$OUT/kernel_sum.csv" --steps 3 \
   --config L8-h4096-a32-kv8-f14336-s2048-b1-none-bf16-sdpa --config L4-h6144-a48-kv8-f16384-s4096-b1-none-bf16-sdpa
 stage foreach 45 python3 validation/profile_step.py --grid gpu --pick 9,16,21 --optimizer-impl foreach \

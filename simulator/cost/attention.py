@@ -224,7 +224,8 @@ def flash_dropout_note(training) -> str:
     flash_attention): the kernel draws its dropout mask inside itself (Philox per score element: FlashAttention-2,
     Transformer Engine's fused attention), while every profile's attention tables come from benchmarks run with
     dropout 0 (the FlashAttention papers' and the lent H100's), so that work is not timed. Without FlashAttention
-    the dropout is an op of the layer's list (elementwise.py) and timed; "" then and without dropout."""
+    the dropout is an op of the layer's list (elementwise.py) and timed; "" then and without dropout. The kernel
+    measurement is owed to a GPU (validation/gpu_attention_dropout.py, a stage of gpu_owed.sh)."""
     if not (training.dropout and training.flash_attention):
         return ""
     return ("attention dropout inside the FlashAttention kernel: the attention tables were measured without "
