@@ -82,6 +82,10 @@ def test_the_pipeline_split_rule_is_a_runs_key_with_its_check():
 
     assert load_stack("torchtitan").runs.pipeline_split == "torchtitan"
     assert load_stack("megatron").runs.pipeline_split == "first-last"
+    from simulator.spec.framework import summary  # (parasim stacks' line)
+
+    assert "torchtitan layer split" in summary(load_stack("torchtitan").runs)
+    assert "layer split" not in summary(load_stack("megatron").runs)
     with pytest.raises(InputError, match="pipeline_split in \\[runs\\] of .* must be one of first-last, torchtitan"):
         load_stack("torchtitan", runs={**load_stack("torchtitan").runs.table, "pipeline_split": "even"})
 

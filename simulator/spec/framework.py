@@ -276,6 +276,8 @@ def summary(rules: FrameworkRules) -> str:
     parts = [f"zero {'/'.join(map(str, t.get('zero', ZERO_STAGES)))}", dims]
     if t.get("pp", True):
         parts.append("/".join(t.get("schedules", ("any schedule",))))
+        if rules.pipeline_split != "first-last":
+            parts.append(f"{rules.pipeline_split} layer split")
     n = len(t.get("refuse", ()))
     return "; ".join(parts + ([f"{n} refused combination{'s' if n != 1 else ''}"] if n else []))
 
