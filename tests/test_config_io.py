@@ -165,6 +165,13 @@ def test_torchtitan_pipeline_job_uses_torchtitans_split(capsys, tmp_path):
     assert (sc.layout.micro_batch_size, sc.training.global_batch_size, sc.layout.recompute) == (2, 32, "full")
     assert torchtitan_split(32, 8) == (4, 5, 4, 4, 4, 4, 4, 3)
     assert torchtitan_split(32, 4, 0, 0) == (8, 8, 8, 8)
+    # interleaved (2 stages per rank): that split of 8 virtual stages is the layout's, one entry each (34 is no
+    # multiple of 8, so it is not Megatron's accounted split)
+    job.write_text(job.read_text().replace("pipeline_parallel_degree = 4\n", "pipeline_parallel_degree = 4\n"
+                                           'pipeline_parallel_schedule = "Interleaved1F1B"\n'))
+    sc, text = imported(["torchtitan", job], capsys, tmp_path, name="i.toml")
+    assert (sc.layout.schedule, sc.layout.vpp) == ("interleaved", 2)
+    assert sc.layout.layers_per_stage == (4, 5, 4, 4, 4, 4, 4, 3) and "even split used" not in text
 
 
 def test_torchtitan_flavors_are_the_presets_shapes():

@@ -204,7 +204,8 @@ def _pipeline(f: Fields, layers: int, pp: int, rep: Report) -> dict:
 
 def _split_fields(split: tuple, layers: int, pp: int, chunks: int, rep: Report) -> dict:
     """torchtitan's split as layout fields: uneven per rank (one stage per rank), Megatron's accounted split
-    when it is the same, else parasim's even split with a note."""
+    when it is the same, else one entry per virtual stage (a split with an empty stage: parasim's even split,
+    with a note)."""
     from ..spec.placement import megatron_split
 
     if len(set(split)) == 1:
@@ -217,7 +218,10 @@ def _split_fields(split: tuple, layers: int, pp: int, chunks: int, rep: Report) 
         same = False
     if same:
         return {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
-    rep.cannot(f"torchtitan's split {','.join(map(str, split))} over virtual stages: parasim's even split used")
+    if min(split) >= 1:
+        return {"layers_per_stage": list(split)}
+    rep.cannot(f"torchtitan's split {','.join(map(str, split))} over virtual stages leaves a stage without layers: "
+               "parasim's even split used")
     return {}
 
 
