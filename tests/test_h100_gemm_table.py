@@ -17,11 +17,17 @@ import h100_gemm_table as T  # noqa: E402
 def test_the_presets_hold_the_built_table_with_its_source():
     assert T.check() == []
     x, e, state = T.shipped()
-    for name in ("dgx-h100", "gcp-a3-mega"):
+    # every GH100 SXM preset (the H200 SXM and H800 SXM have the H100's compute die and 700 W limit): one table, in
+    # one state of the GPU, so that comparing them compares their memory and networks; the FP8 table likewise
+    assert set(T.GH100_SXM) == {"dgx-h100", "gcp-a3-mega", "dgx-h200", "dgx-h800"}
+    fp8 = load_hardware("dgx-h100").efficiency_curve("gemm_fp8")
+    for name in T.GH100_SXM:
         hw = load_hardware(name)
         px, pe = hw.efficiency_curve("gemm")
         assert list(px) == pytest.approx(list(x), rel=1e-9) and list(pe) == pytest.approx(list(e), abs=1e-4)
         assert "gemm_queued.csv" in hw.efficiency["gemm"].source
+        assert ("compute die" in hw.efficiency["gemm"].source) == (name in T.SAME_DIE)
+        assert [list(v) for v in hw.efficiency_curve("gemm_fp8")] == [list(v) for v in fp8]
     # the back-to-back state from the crossover up, the calibration's below; large GEMMs in the back-to-back state
     assert state[-1] == "back to back" and state[0] == "burst"
     assert sorted(state, key=lambda s: s == "back to back") == list(state)  # one crossover

@@ -1,7 +1,8 @@
-"""dgx-h100's `[efficiency.gemm_fp8]` from FP8 GEMMs measured on the lent H100, and what the measurement says.
+"""The GH100 SXM presets' `[efficiency.gemm_fp8]` (dgx-h100 and the presets of the same die, h100_gemm_table.py
+GH100_SXM) from FP8 GEMMs measured on the lent H100, and what the measurement says.
 
     python validation/h100_fp8_table.py            # the comparison (markdown) and the TOML section
-    python validation/h100_fp8_table.py --write    # write the section into hardware_profiles/dgx-h100.toml
+    python validation/h100_fp8_table.py --write    # write the section into those presets
     python validation/h100_fp8_table.py --check    # exit 1 if the preset's section differs from it
 
 Data: `validation/h100_owed/gemm_queued.csv` (`validation/gpu_gemm_queued.py`, README there): the calibration's
@@ -28,8 +29,11 @@ from statistics import median
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "h100_owed" / "gemm_queued.csv"
-PRESET = ROOT.parent / "hardware_profiles" / "dgx-h100.toml"
 sys.path.insert(0, str(ROOT.parent))
+sys.path.insert(0, str(ROOT))
+from h100_gemm_table import GH100_SXM, same_die_note  # noqa: E402  (the GH100 SXM presets share the H100's tables)
+
+PRESETS = tuple(ROOT.parent / "hardware_profiles" / f"{n}.toml" for n in GH100_SXM)
 HELD_OUT_TP = ("tp=2", "tp=8")
 PER_DECADE = 2.0  # knots per decade: the efficiency rises from 0.07 to 0.63 over 1e10-1e11 FLOPs
 
@@ -87,29 +91,35 @@ SOURCE = ("measured: torch._scaled_mm FP8 GEMMs (e4m3 operands, per-tensor fp32 
           "validation/h100_fp8_table.py, which reports the held-out error (TP-2/TP-8 shapes from a TP-1/TP-4 fit)")
 
 
-def section() -> str:
+def section(preset: str = "dgx-h100") -> str:
     f = fit(points())
     return ("[efficiency.gemm_fp8]\n"
             f"x = [{', '.join(f'{v:.6g}' for v in f.x)}]\n"
             f"efficiency = [{', '.join(f'{v:.4f}' for v in f.efficiency)}]\n"
             'x_unit = "FLOPs per GEMM (2*m*n*k)"\n'
-            f'source = "{SOURCE}"\n')
+            f'source = "{SOURCE}{same_die_note(preset)}"\n')
 
 
 _SECTION = re.compile(r"\[efficiency\.gemm_fp8\]\n(?:[^\[\n][^\n]*\n)*")
 
 
 def write() -> bool:
-    text = PRESET.read_text()
-    new = _SECTION.sub(lambda _: section(), text, count=1)
-    if new != text:
-        PRESET.write_text(new)
-    return new != text
+    changed = False
+    for p in PRESETS:
+        text = p.read_text()
+        new = _SECTION.sub(lambda _: section(p.stem), text, count=1)
+        if new != text:
+            p.write_text(new)
+            changed = True
+    return changed
 
 
 def check() -> bool:
-    m = _SECTION.search(PRESET.read_text())
-    return m is not None and m.group(0) == section()
+    for p in PRESETS:
+        m = _SECTION.search(p.read_text())
+        if m is None or m.group(0) != section(p.stem):
+            return False
+    return True
 
 
 def _by_decade(pairs):
@@ -164,10 +174,10 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--check" in argv:
         ok = check()
-        print("dgx-h100 [efficiency.gemm_fp8] " + ("is current" if ok else "differs: run --write"))
+        print(", ".join(GH100_SXM) + " [efficiency.gemm_fp8] " + ("is current" if ok else "differs: run --write"))
         return 0 if ok else 1
     if "--write" in argv:
-        print("wrote" if write() else "unchanged", PRESET.name)
+        print("wrote" if write() else "unchanged", ", ".join(p.name for p in PRESETS))
         return 0
     print("\n".join(comparison_lines()))
     print(section())

@@ -38,7 +38,22 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 BURST = (ROOT / "h100" / "lent-opt.toml", ROOT / "h100" / "lent2.toml")
 BACK = (ROOT / "h100_owed" / "gemm_queued.csv", ROOT / "h100_owed2" / "gemm_queued.csv")
-PRESETS = tuple(ROOT.parent / "hardware_profiles" / f"{n}.toml" for n in ("dgx-h100", "gcp-a3-mega"))
+# The presets of a GH100 SXM at its 700 W limit: the lent H100's GEMM tables (this file's bf16, h100_fp8_table.py's
+# FP8) are theirs. The H200 SXM and the H800 SXM have the H100 SXM's compute die and 700 W limit (NVIDIA's datasheets:
+# the same dense BF16/FP8 peaks, TDP "up to 700 W"); their HBM differs, which GEMMs of these sizes do not feel, and
+# the MAMF shape search puts the H200's bf16 GEMMs level with the H100's (stas00/ml-engineering's table: "H200 is
+# the same"; kernel_benchmarks.csv). One table for one die and power limit, so that comparing them compares their
+# memory and networks, not two measurements in different states of the GPU (the XLA tables they had were burst).
+GH100_SXM = ("dgx-h100", "gcp-a3-mega", "dgx-h200", "dgx-h800")
+SAME_DIE = {"dgx-h200": "H200 SXM", "dgx-h800": "H800 SXM"}
+PRESETS = tuple(ROOT.parent / "hardware_profiles" / f"{n}.toml" for n in GH100_SXM)
+
+
+def same_die_note(preset: str) -> str:
+    """The source's last clause for a preset whose GPU is not an H100 but has its compute die (GH100_SXM)."""
+    gpu = SAME_DIE.get(preset)
+    return (f"; the {gpu} has the H100 SXM's compute die and 700 W limit (datasheets) and MAMF puts their bf16 "
+            "GEMMs level (kernel_benchmarks.csv): the H100's table, validation/h100_gemm_table.py GH100_SXM") if gpu else ""
 HELD_OUT_TP = ("tp=2", "tp=8")
 
 
@@ -114,13 +129,13 @@ SOURCE = ("measured on lent NVIDIA H100 80GB HBM3 SXMs (driver 580.159.04, torch
           "table in dgx-h100-datasheet.toml")
 
 
-def section() -> str:
+def section(preset: str = "dgx-h100") -> str:
     x, e, _ = shipped()
     return ("[efficiency.gemm]\n"
             f"x = [{', '.join(repr(float(v)) for v in x)}]\n"
             f"efficiency = [{', '.join(f'{v:.4f}' for v in e)}]\n"
             'x_unit = "FLOPs per GEMM (2*m*n*k)"\n'
-            f'source = "{SOURCE}"\n')
+            f'source = "{SOURCE}{same_die_note(preset)}"\n')
 
 
 _SECTION = re.compile(r"\[efficiency\.gemm\]\n(?:[^\[\n][^\n]*\n)*")
@@ -130,7 +145,7 @@ def write() -> list[str]:
     changed = []
     for p in PRESETS:
         text = p.read_text()
-        new = _SECTION.sub(lambda _: section(), text, count=1)
+        new = _SECTION.sub(lambda _: section(p.stem), text, count=1)
         if new != text:
             p.write_text(new)
             changed.append(p.name)
@@ -139,8 +154,7 @@ def write() -> list[str]:
 
 def check() -> list[str]:
     """The presets whose section differs from `section()`."""
-    want = section()
-    return [p.name for p in PRESETS if (m := _SECTION.search(p.read_text())) is None or m.group(0) != want]
+    return [p.name for p in PRESETS if (m := _SECTION.search(p.read_text())) is None or m.group(0) != section(p.stem)]
 
 
 def comparison_lines() -> list[str]:

@@ -20,9 +20,8 @@ power of two is one knot; 3-30 shapes each), linear in log10(FLOPs) between knot
 the model's shapes, not a shape search's winner (the MAMF maximum, reported beside it).
 
 Which presets read it (`PRESETS`: preset -> (arch, MAMF row of the target GPU or None)):
-- as measured: the GH100 presets without a GEMM measurement of their own (dgx-h200, dgx-h800: the H100's
-  compute die at its clocks [assumption: memory bandwidth leaves GEMM kernels unchanged]) from sm_90;
-  dgx-b200 and aws-p6-b200 from sm_100.
+- as measured: dgx-b200 and aws-p6-b200 from sm_100. (The GH100 SXM presets, dgx-h200 and dgx-h800 too, hold
+  the lent H100's measured tables, in the state a training step keeps the GPU in: h100_gemm_table.py GH100_SXM.)
 - transferred by kernel time (`transfer`), for GPUs the table does not hold: A100 (dgx-a100-80g,
   dgx-a100-40g, jean-zay-a100) and the 600 W H200 NVL (h200-nvl, 835 TFLOP/s; no MAMF row: the H100 SXM's
   fraction) from sm_90; GB200, B300, GB300 from sm_100. A GEMM's efficiency is taken to
@@ -77,7 +76,7 @@ def arch_peak(arch: str, kind: str = "gemm") -> float:
 
 PRESETS = {  # table -> preset -> (arch, the target GPU's MAMF row, or None: the arch's GPU, as measured)
     "gemm": {
-        "dgx-h200": ("sm_90", None), "h200-nvl": ("sm_90", "H100-SXM"), "dgx-h800": ("sm_90", None),
+        "h200-nvl": ("sm_90", "H100-SXM"),
         "dgx-b200": ("sm_100", None), "aws-p6-b200": ("sm_100", None),
         "gb200-nvl72": ("sm_100", "GB200"), "b300": ("sm_100", "B300-SXM"), "gb300-nvl72": ("sm_100", "B300-SXM"),
         "dgx-a100-80g": ("sm_90", "A100-SXM4"), "dgx-a100-40g": ("sm_90", "A100-SXM4"),
@@ -86,8 +85,7 @@ PRESETS = {  # table -> preset -> (arch, the target GPU's MAMF row, or None: the
     "gemm_fp8": {
         "dgx-b200": ("sm_100", None), "aws-p6-b200": ("sm_100", None),
         "gb200-nvl72": ("sm_100", "GB200"), "b300": ("sm_100", "B300-SXM"), "gb300-nvl72": ("sm_100", "B300-SXM"),
-        "gcp-a3-mega": ("sm_100", "H100-SXM"), "dgx-h800": ("sm_100", "H100-SXM"),
-        "dgx-h200": ("sm_100", "H200-SXM"), "h200-nvl": ("sm_100", "H200-SXM"),
+        "h200-nvl": ("sm_100", "H200-SXM"),
     },
 }
 
