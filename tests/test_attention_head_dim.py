@@ -81,16 +81,21 @@ def test_a_profile_may_name_head_dim_tables_and_a_misspelt_one_is_refused():
 
 
 # ---- the shipped tables ------------------------------------------------------------------------------
-def test_the_h100_preset_holds_the_measured_cudnn_tables_the_script_prints():
-    from h100_attention_tables import tables
+def test_the_gh100_presets_hold_the_measured_cudnn_tables_the_script_prints():
+    # dgx-h100 and the presets of its compute die at 700 W (gcp-a3-mega, dgx-h200, dgx-h800): one set of tables
+    from h100_attention_tables import check, tables
+    from h100_gemm_table import GH100_SXM, SAME_DIE
 
-    hw = load_hardware("dgx-h100")
+    assert check() == []
     want = tables()
-    assert set(want) == {n for n in hw.efficiency if re.fullmatch(r"attention(_bwd)?_cudnn(_hd\d+)?", n)}
-    for name, vals in want.items():
-        x, e = hw.efficiency_curve(name)
-        assert list(x) == list(vals) and list(e) == pytest.approx(list(vals.values()), abs=5e-5), name
-        assert hw.efficiency[name].source.startswith("measured")
+    for preset in GH100_SXM:
+        hw = load_hardware(preset)
+        assert set(want) == {n for n in hw.efficiency if re.fullmatch(r"attention(_bwd)?_cudnn(_hd\d+)?", n)}
+        for name, vals in want.items():
+            x, e = hw.efficiency_curve(name)
+            assert list(x) == list(vals) and list(e) == pytest.approx(list(vals.values()), abs=5e-5), name
+            assert hw.efficiency[name].source.startswith("measured")
+            assert ("compute die" in hw.efficiency[name].source) == (preset in SAME_DIE)
 
 
 @pytest.mark.parametrize("preset,gpu", [("dgx-h100-datasheet", "H100-SXM5-80GB"), ("dgx-h200", "H100-SXM5-80GB"),
@@ -107,8 +112,8 @@ def test_published_head_dim_tables_in_the_presets_are_the_charts(preset, gpu):
             charts[name] = [float(v) for v in re.search(r"efficiency = \[(.*)\]", text).group(1).split(",")]
     assert charts
     for name, vals in charts.items():
-        if preset == "dgx-h100" and "cudnn" in name:
-            continue  # measured there (the test above)
+        if preset in ("dgx-h100", "dgx-h200") and "cudnn" in name:
+            continue  # measured there (the test above: the GH100 SXM presets)
         assert list(hw.efficiency_curve(name)[1]) == pytest.approx(vals, abs=5e-4), (preset, name)
 
 

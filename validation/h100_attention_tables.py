@@ -1,6 +1,11 @@
-"""dgx-h100's cuDNN attention tables, from the attention microbenchmarks measured on the lent H100.
+"""The GH100 SXM presets' cuDNN attention tables, from the attention microbenchmarks measured on the lent H100.
 
-    python validation/h100_attention_tables.py
+    python validation/h100_attention_tables.py            # the TOML sections
+    python validation/h100_attention_tables.py --write    # write them into the GH100 SXM presets
+    python validation/h100_attention_tables.py --check    # exit 1 if a preset's sections differ
+
+The presets: dgx-h100 and those of the same compute die at the same 700 W limit (h100_gemm_table.py GH100_SXM:
+gcp-a3-mega, dgx-h200, dgx-h800), which held the published cuDNN chart until 2026-11-27 while dgx-h100 held these.
 
 Reads the causal scaled-dot-product-attention points of both H100 calibrations
 (`validation/h100/calib_points.csv`, `calib_points2.csv`: torch 2.11 SDPA, which dispatched cuDNN's
@@ -42,6 +47,7 @@ from statistics import median
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 from simulator.cost.attention import Q_TILE, causal_occupancy  # noqa: E402
+from h100_gemm_table import same_die_note  # noqa: E402  (the GH100 SXM presets' note)
 CALIB = (ROOT / "h100" / "calib_points.csv", ROOT / "h100" / "calib_points2.csv")
 CHART = ROOT / "data" / "kernel_benchmarks.csv"
 PEAK = 989.4e12  # H100 SXM dense bf16 FLOP/s (NVIDIA datasheet)
@@ -210,7 +216,12 @@ def preset_gap_lines() -> list[str]:
             "(`parasim calibrate`).", ""]
 
 
-def sections() -> str:
+# presets that take another preset's cuDNN tables as an assumption, saying so (tests/test_presets_2025.py)
+ASSUMED_AS = {"h200-nvl": ("dgx-h200", "same GH100 die; fractions of the NVL's own lower-clock dense peak, no H200 "
+                                        "NVL attention benchmark found")}
+
+
+def sections(preset: str = "dgx-h100") -> str:
     text = []
     for name, vals in tables().items():
         d = name.rsplit("_hd", 1)[1] if "_hd" in name else "128"
@@ -218,9 +229,58 @@ def sections() -> str:
         text.append(f"[efficiency.{name}]\nx = {list(vals)}\n"
                     f"efficiency = [{', '.join(f'{e:.4f}' for e in vals.values())}]\n"
                     f"x_unit = \"sequence length (keys per query), head dim {d}, causal\"\n"
-                    f"source = \"{SOURCE}{extra}\"\n")
+                    f"source = \"{_assumed(preset, name)}{SOURCE}{extra}{same_die_note(preset)}\"\n")
     return "\n".join(text)
 
 
+def _assumed(preset: str, name: str) -> str:
+    """The source's opening words for a preset that takes the tables as an assumption (ASSUMED_AS), else ""."""
+    if preset not in ASSUMED_AS:
+        return ""
+    other, why = ASSUMED_AS[preset]
+    return f"assumed: as {other} [efficiency.{name}] ({why}): "
+
+
+_CUDNN = re.compile(r"\[efficiency\.attention(?:_bwd)?_cudnn(?:_hd\d+)?\]\n(?:[^\[\n][^\n]*\n)*\n?")
+_GENERIC_BWD = re.compile(r"\[efficiency\.attention_bwd\]\n(?:[^\[\n][^\n]*\n)*\n?")
+
+
+def preset_text(text: str, preset: str) -> str:
+    """A preset's TOML with its cuDNN attention sections replaced by `sections(preset)`, placed after the generic
+    `[efficiency.attention_bwd]` section (where dgx-h100 has them)."""
+    text = _CUDNN.sub("", text)
+    m = _GENERIC_BWD.search(text)
+    return text[:m.end()] + sections(preset) + "\n" + text[m.end():]
+
+
+def _presets():
+    from h100_gemm_table import GH100_SXM
+
+    return [ROOT.parent / "hardware_profiles" / f"{n}.toml" for n in (*GH100_SXM, *ASSUMED_AS)]
+
+
+def write() -> list[str]:
+    changed = []
+    for p in _presets():
+        text = p.read_text()
+        new = preset_text(text, p.stem)
+        if new != text:
+            p.write_text(new)
+            changed.append(p.name)
+    return changed
+
+
+def check() -> list[str]:
+    """The presets whose cuDNN attention sections are not the measured ones."""
+    return [p.name for p in _presets() if preset_text(p.read_text(), p.stem) != p.read_text()]
+
+
 if __name__ == "__main__":
-    sys.stdout.write(sections())
+    if "--write" in sys.argv[1:]:
+        print("wrote", ", ".join(write()) or "nothing")
+    elif "--check" in sys.argv[1:]:
+        bad = check()
+        print(("differ: " + ", ".join(bad) + " (run --write)") if bad else "cuDNN attention sections are current")
+        sys.exit(1 if bad else 0)
+    else:
+        sys.stdout.write(sections())
