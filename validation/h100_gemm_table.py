@@ -52,8 +52,12 @@ PRESETS = tuple(ROOT.parent / "hardware_profiles" / f"{n}.toml" for n in GH100_S
 def same_die_note(preset: str) -> str:
     """The source's last clause for a preset whose GPU is not an H100 but has its compute die (GH100_SXM)."""
     gpu = SAME_DIE.get(preset)
+    if not gpu:
+        return ""
     return (f"; the {gpu} has the H100 SXM's compute die and 700 W limit (datasheets) and MAMF puts their bf16 "
-            "GEMMs level (kernel_benchmarks.csv): the H100's table, validation/h100_gemm_table.py GH100_SXM") if gpu else ""
+            "GEMMs level (kernel_benchmarks.csv): the H100's table, validation/h100_gemm_table.py GH100_SXM")
+
+
 HELD_OUT_TP = ("tp=2", "tp=8")
 
 
