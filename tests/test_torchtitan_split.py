@@ -115,3 +115,17 @@ def test_estimate_and_sweep_split_as_the_stacks_framework_does():
     mg = pd.read_csv(io.StringIO(CliRunner().invoke(cli, [*sweep, "--stack", "megatron"]).stdout))
     assert not (mg.schedule == "interleaved").any()  # 126 over 8 x vpp: no vpp divides
     assert set(mg[mg.pp == 8].layers_per_stage) == {"15,16,16,16,16,16,16,15"}  # 1F1B: first and last one fewer
+
+
+def test_a_bad_pipeline_split_in_a_scenario_exits_2_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    sc = tmp_path / "s.toml"
+    sc.write_text('[model]\npreset = "llama3-8b"\n[hardware]\npreset = "dgx-h100"\nnum_gpus = 8\n'
+                  '[training]\nseq_length = 4096\nglobal_batch_size = 64\n[layout]\npp = 4\n'
+                  '[stack]\npreset = "megatron"\n[stack.runs]\npipeline_split = 5\n')
+    r = subprocess.run([sys.executable, "-c", "from simulator.cli import main; main()", "estimate", str(sc)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "pipeline_split in [runs]" in r.stderr and "got 5" in r.stderr and "s.toml" in r.stderr

@@ -253,26 +253,23 @@ def preset_text(text: str, preset: str) -> str:
     return text[:m.end()] + sections(preset) + "\n" + text[m.end():]
 
 
-def _presets():
+def _presets() -> tuple:
     from h100_gemm_table import GH100_SXM
 
-    return [ROOT.parent / "hardware_profiles" / f"{n}.toml" for n in (*GH100_SXM, *ASSUMED_AS)]
+    return (*GH100_SXM, *ASSUMED_AS)
 
 
 def write() -> list[str]:
-    changed = []
-    for p in _presets():
-        text = p.read_text()
-        new = preset_text(text, p.stem)
-        if new != text:
-            p.write_text(new)
-            changed.append(p.name)
-    return changed
+    from h100_gemm_table import rewrite_presets
+
+    return rewrite_presets(preset_text, _presets(), write=True)
 
 
 def check() -> list[str]:
     """The presets whose cuDNN attention sections are not the measured ones."""
-    return [p.name for p in _presets() if preset_text(p.read_text(), p.stem) != p.read_text()]
+    from h100_gemm_table import rewrite_presets
+
+    return rewrite_presets(preset_text, _presets(), write=False)
 
 
 if __name__ == "__main__":

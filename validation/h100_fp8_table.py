@@ -31,9 +31,7 @@ ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "h100_owed" / "gemm_queued.csv"
 sys.path.insert(0, str(ROOT.parent))
 sys.path.insert(0, str(ROOT))
-from h100_gemm_table import GH100_SXM, same_die_note  # noqa: E402  (the GH100 SXM presets share the H100's tables)
-
-PRESETS = tuple(ROOT.parent / "hardware_profiles" / f"{n}.toml" for n in GH100_SXM)
+from h100_gemm_table import rewrite_presets, same_die_note  # noqa: E402  (the GH100 SXM presets share these tables)
 HELD_OUT_TP = ("tp=2", "tp=8")
 PER_DECADE = 2.0  # knots per decade: the efficiency rises from 0.07 to 0.63 over 1e10-1e11 FLOPs
 
@@ -103,23 +101,17 @@ def section(preset: str = "dgx-h100") -> str:
 _SECTION = re.compile(r"\[efficiency\.gemm_fp8\]\n(?:[^\[\n][^\n]*\n)*")
 
 
-def write() -> bool:
-    changed = False
-    for p in PRESETS:
-        text = p.read_text()
-        new = _SECTION.sub(lambda _: section(p.stem), text, count=1)
-        if new != text:
-            p.write_text(new)
-            changed = True
-    return changed
+def _render(text: str, preset: str) -> str:
+    return _SECTION.sub(lambda _: section(preset), text, count=1)
 
 
-def check() -> bool:
-    for p in PRESETS:
-        m = _SECTION.search(p.read_text())
-        if m is None or m.group(0) != section(p.stem):
-            return False
-    return True
+def write() -> list[str]:
+    return rewrite_presets(_render, write=True)
+
+
+def check() -> list[str]:
+    """The presets whose section differs from `section()`."""
+    return rewrite_presets(_render, write=False)
 
 
 def _by_decade(pairs):
@@ -173,11 +165,12 @@ def comparison_lines() -> list[str]:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--check" in argv:
-        ok = check()
-        print(", ".join(GH100_SXM) + " [efficiency.gemm_fp8] " + ("is current" if ok else "differs: run --write"))
-        return 0 if ok else 1
+        bad = check()
+        print("[efficiency.gemm_fp8] " + (f"differs in {', '.join(bad)}: run --write" if bad else "is current"))
+        return 1 if bad else 0
     if "--write" in argv:
-        print("wrote" if write() else "unchanged", ", ".join(p.name for p in PRESETS))
+        changed = write()
+        print("wrote " + ", ".join(changed) if changed else "unchanged")
         return 0
     print("\n".join(comparison_lines()))
     print(section())

@@ -46,7 +46,6 @@ BACK = (ROOT / "h100_owed" / "gemm_queued.csv", ROOT / "h100_owed2" / "gemm_queu
 # memory and networks, not two measurements in different states of the GPU (the XLA tables they had were burst).
 GH100_SXM = ("dgx-h100", "gcp-a3-mega", "dgx-h200", "dgx-h800")
 SAME_DIE = {"dgx-h200": "H200 SXM", "dgx-h800": "H800 SXM"}
-PRESETS = tuple(ROOT.parent / "hardware_profiles" / f"{n}.toml" for n in GH100_SXM)
 
 
 def same_die_note(preset: str) -> str:
@@ -145,20 +144,32 @@ def section(preset: str = "dgx-h100") -> str:
 _SECTION = re.compile(r"\[efficiency\.gemm\]\n(?:[^\[\n][^\n]*\n)*")
 
 
-def write() -> list[str]:
-    changed = []
-    for p in PRESETS:
+def rewrite_presets(render, presets=GH100_SXM, *, write: bool) -> list[str]:
+    """The presets (names) whose TOML text differs from `render(text, preset)`; with `write`, rewritten to it.
+    The one loop behind this file's, h100_fp8_table.py's and h100_attention_tables.py's --write and --check."""
+    out = []
+    for name in presets:
+        p = ROOT.parent / "hardware_profiles" / f"{name}.toml"
         text = p.read_text()
-        new = _SECTION.sub(lambda _: section(p.stem), text, count=1)
+        new = render(text, name)
         if new != text:
-            p.write_text(new)
-            changed.append(p.name)
-    return changed
+            out.append(p.name)
+            if write:
+                p.write_text(new)
+    return out
+
+
+def _render(text: str, preset: str) -> str:
+    return _SECTION.sub(lambda _: section(preset), text, count=1)
+
+
+def write() -> list[str]:
+    return rewrite_presets(_render, write=True)
 
 
 def check() -> list[str]:
     """The presets whose section differs from `section()`."""
-    return [p.name for p in PRESETS if (m := _SECTION.search(p.read_text())) is None or m.group(0) != section(p.stem)]
+    return rewrite_presets(_render, write=False)
 
 
 def comparison_lines() -> list[str]:
