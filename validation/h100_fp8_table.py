@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "h100_owed" / "gemm_queued.csv"
 sys.path.insert(0, str(ROOT.parent))
 sys.path.insert(0, str(ROOT))
-from h100_gemm_table import rewrite_presets, same_die_note  # noqa: E402  (the GH100 SXM presets share these tables)
+from h100_gemm_table import same_die_note, section_writer  # noqa: E402  (the GH100 SXM presets share these tables)
 HELD_OUT_TP = ("tp=2", "tp=8")
 PER_DECADE = 2.0  # knots per decade: the efficiency rises from 0.07 to 0.63 over 1e10-1e11 FLOPs
 
@@ -101,17 +101,7 @@ def section(preset: str = "dgx-h100") -> str:
 _SECTION = re.compile(r"\[efficiency\.gemm_fp8\]\n(?:[^\[\n][^\n]*\n)*")
 
 
-def _render(text: str, preset: str) -> str:
-    return _SECTION.sub(lambda _: section(preset), text, count=1)
-
-
-def write() -> list[str]:
-    return rewrite_presets(_render, write=True)
-
-
-def check() -> list[str]:
-    """The presets whose section differs from `section()`."""
-    return rewrite_presets(_render, write=False)
+write, check = section_writer(_SECTION, section)  # --write / --check over the GH100 SXM presets
 
 
 def _by_decade(pairs):

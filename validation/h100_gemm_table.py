@@ -159,17 +159,16 @@ def rewrite_presets(render, presets=GH100_SXM, *, write: bool) -> list[str]:
     return out
 
 
-def _render(text: str, preset: str) -> str:
-    return _SECTION.sub(lambda _: section(preset), text, count=1)
+def section_writer(pattern, section_fn):
+    """(write, check) of one TOML section in the GH100 SXM presets: `pattern` finds it, `section_fn(preset)` renders
+    it; write() rewrites the presets that differ and check() names them (rewrite_presets)."""
+    def render(text: str, preset: str) -> str:
+        return pattern.sub(lambda _: section_fn(preset), text, count=1)
+
+    return (lambda: rewrite_presets(render, write=True)), (lambda: rewrite_presets(render, write=False))
 
 
-def write() -> list[str]:
-    return rewrite_presets(_render, write=True)
-
-
-def check() -> list[str]:
-    """The presets whose section differs from `section()`."""
-    return rewrite_presets(_render, write=False)
+write, check = section_writer(_SECTION, section)
 
 
 def comparison_lines() -> list[str]:
