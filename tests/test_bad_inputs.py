@@ -354,6 +354,20 @@ for _cp in (3, 6, 64):
             ["num_attention_heads", f"cp({cp})", "ulysses"]))
 
 
+# ---- family: routing settings on a dense model (llama3-8b has no experts: no number for them) -------------
+for _key, _raw in (("moe_capacity_factor", "1.25"), ("moe_imbalance", "1.5")):
+    for _cmd in ("memory", "estimate", "sweep"):
+        case("layout", f"dense-{_key}-{_cmd}", lambda t, key=_key, raw=_raw, cmd=_cmd: (
+            [cmd, scenario(t, {"training": {key: raw}})], [key, raw, "dense", "in [training] of"]))
+        case("layout", f"dense-{_key}-flag-{_cmd}", lambda t, key=_key, raw=_raw, cmd=_cmd: (
+            flags(cmd, **{key: raw}), ["--" + key.replace("_", "-"), raw, "dense"]))
+# a [training] value the checks refuse names the file it came from, as a [stack] value does
+for _key, _raw, _needle in (("moe_imbalance", "0.5", "moe_imbalance"), ("grad_dtype", '"int8"', "int8"),
+                            ("optimizer", '"lion"', "lion")):
+    case("layout", f"training-{_key}-names-file", lambda t, key=_key, raw=_raw, needle=_needle: (
+        ["estimate", scenario(t, {"training": {key: raw}})], [needle, "in [training] of"]))
+
+
 # ---- family: hardware profiles -------------------------------------------------------------------------
 POSITIVE = {("gpu", "hbm_gb"): (), ("gpu", "hbm_usable_mib"): (), ("gpu", "hbm_gb_per_s"): (),
             ("gpu", "blas_workspace_mib"): (),

@@ -78,11 +78,10 @@ def test_mixed_precision_adam_is_megatron_18_bytes_per_param():
     (dict(tp=3), "num_attention_heads(64) is not divisible by tp(3)"),
     (dict(pp=3), "num_hidden_layers(80) is not divisible by pp(3) * chunks(1); give an uneven split: "
                  "layers_per_stage / --layers-per-stage 27,27,26"),
-    # several stages per rank: one entry per virtual stage, torchtitan's default split (80 + 2 = 6 x 13 + 4: the first
-    # four stages 14, the last two 13, then one fewer on the first and on the last), which an interleaved Layout takes
+    # several stages per rank: one entry per virtual stage, as even as it goes (80 = 6 x 13 + 2: the first two 14),
+    # which an interleaved Layout takes; no framework's rule is named (the stack's own gave no split)
     (dict(pp=3, vpp=2, schedule="interleaved"), "num_hidden_layers(80) is not divisible by pp(3) * chunks(2); give an "
-     "uneven split: layers_per_stage / --layers-per-stage 13,14,14,14,13,12 (one per virtual stage: torchtitan's "
-     "default split)"),
+     "uneven split: layers_per_stage / --layers-per-stage 14,14,13,13,13,13 (one per virtual stage, in layer order)"),
     (dict(micro_batch_size=3), "global_batch_size(512) is not divisible by dp(16) * micro_batch_size(3)"),
     (dict(cp=3), "seq_length(8192) is not divisible by 2 * cp(3)"),
     (dict(ep=2), "ep(2) > 1 needs an MoE model"),

@@ -8,6 +8,7 @@ Flags override the file (--stack, --compile). Unknown keys are rejected with the
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from .rules import check_count
 from .run import run_table
 from .stack import US_KEYS, Stack, load_stack, seconds_from_us
 from .training import Training
-from .validate import validate
+from .validate import moe_settings_problem, validate
 
 SECTIONS = ("model", "hardware", "training", "layout", "sweep", "stack", "run", "name", "description")
 TRAINING_KEYS = tuple(f.name for f in fields(Training) if f.name != "stack")  # the stack: [stack] / --stack
@@ -98,8 +99,9 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
     model = _scenario_model(doc, base, where, overrides)
     hardware, num_gpus = _scenario_hardware(doc, base, where, overrides)
     stack = _scenario_stack(doc, where, overrides)
+    file_keys = tuple(k for k in doc.get("training", {}) if k not in overrides)  # (a flag's value wins)
     tr, lay = _training_and_layout_tables(doc, where, overrides)
-    training = _scenario_training(tr, where, model, stack)
+    training = _scenario_training(tr, where, model, stack, file_keys=file_keys)
     sweep = dict(doc.get("sweep", {}))
     run = run_table(doc["run"], where) if "run" in doc else {}
     layout = _scenario_layout(doc, lay, num_gpus, model, training, where, require_layout)
@@ -201,18 +203,28 @@ def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
         raise
 
 
-def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack) -> Training:
+def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack, file_keys=()) -> Training:
     """Training from its table; seq_length and global_batch_size are required. `dropout` left out
-    follows the model's config: on when its config.json sets a dropout probability > 0."""
+    follows the model's config: on when its config.json sets a dropout probability > 0. A value the checks
+    refuse that came from the file's [training] table (`file_keys`) names the file, as a [stack] value does."""
     for key in ("seq_length", "global_batch_size"):
         if key not in tr:
             raise InputError(f"missing key {key!r} in [training] of {where} (or give the flag)")
     if "dropout" not in tr and model.config_dropout > 0:
         tr = {**tr, "dropout": True}
     try:
-        return Training(**tr, stack=stack)
+        training = Training(**tr, stack=stack)
+        problem = moe_settings_problem(model, training)
+        if problem:
+            raise InputError(problem)
+        return training
     except TypeError as exc:
         raise InputError(f"[training] of {where}: {exc}") from None
+    except InputError as exc:
+        msg = str(exc)
+        if any(re.match(rf"{k}\b", msg) for k in file_keys) and where not in msg:
+            raise InputError(f"{msg} (in [training] of {where})") from None
+        raise
 
 
 def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training: Training, where: str,

@@ -84,9 +84,10 @@ def layout_valid_mask(model: ModelSpec, training: Training, **layout) -> np.ndar
 
 
 def _split_hint(num_layers: int, pp, chunks) -> str:
-    """What to pass instead: an uneven split, one entry per pipeline rank (as even as it goes, the earlier
-    stages one layer more) for one stage per rank, one per virtual stage (torchtitan's default split,
-    placement.torchtitan_split) for schedules with several stages per rank."""
+    """What to pass instead: an uneven split over the pp·chunks (virtual) stages, as even as it goes with the
+    earlier stages one layer more: one entry per pipeline rank for one stage per rank, one per virtual stage (in
+    layer order) for schedules with several stages per rank. It is reached only where the stack's own rule
+    (`placement.default_split` under its [runs] pipeline_split) gives no split, so it names no framework's rule."""
     try:
         p, c = int(pp), int(chunks)
     except (TypeError, ValueError):
@@ -94,17 +95,9 @@ def _split_hint(num_layers: int, pp, chunks) -> str:
     S = p * c
     if p < 2 or S > num_layers:
         return ""
-    if c == 1:
-        base, extra = divmod(num_layers, p)
-        split, what = [base + 1] * extra + [base] * (p - extra), ""
-    else:
-        from .placement import torchtitan_split
-
-        try:
-            split = list(torchtitan_split(num_layers, S))
-        except InputError:
-            return ""
-        what = " (one per virtual stage: torchtitan's default split)"
+    base, extra = divmod(num_layers, S)
+    split = [base + 1] * extra + [base] * (S - extra)
+    what = " (one per virtual stage, in layer order)" if c > 1 else ""
     shown = ",".join(map(str, split)) if S <= 16 else f"{split[0]},{split[1]},...,{split[-1]} ({S} numbers)"
     return f"; give an uneven split: layers_per_stage / --layers-per-stage {shown}{what}"
 
@@ -115,6 +108,18 @@ def recompute_problem(model: ModelSpec, recompute: str) -> str:
     if recompute == "op" and (model.is_moe or model.is_mla):
         return (f"recompute 'op' (torchtitan's op-level selective AC) is modelled for dense MHA/GQA layers; "
                 f"{model.name or 'this model'} has {'MoE' if model.is_moe else 'MLA'} layers: use full or none")
+    return ""
+
+
+def moe_settings_problem(model: ModelSpec, training: Training) -> str:
+    """Why `training`'s MoE routing settings cannot apply to `model` ('' when they can): a capacity factor or a
+    routing imbalance describes routed experts, and a dense model has none (a number for it would be nonsense)."""
+    if model.is_moe:
+        return ""
+    for key, value, default in (("moe_capacity_factor", training.moe_capacity_factor, 0.0),
+                                ("moe_imbalance", training.moe_imbalance, 1.0)):
+        if value != default:
+            return f"{key} {value:g} applies to routed experts; {model.name or 'this model'} is dense (no experts)"
     return ""
 
 
@@ -130,6 +135,8 @@ def recompute_modes(model: ModelSpec, asked=None) -> tuple[str, ...]:
 def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
     """Raise InputError with the first rule the (model, training, layout) triple breaks."""
     _check_accounted_split(model, layout)
+    if moe_settings_problem(model, training):
+        raise InputError(moe_settings_problem(model, training))
     if recompute_problem(model, layout.recompute):
         raise InputError(recompute_problem(model, layout.recompute))
     msg = layout_violations(model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp,

@@ -27,7 +27,8 @@ import pandas as pd
 from ..schedules import family
 from ..frames import text_column
 from ..spec.placement import default_split, megatron_split
-from ..spec.validate import layout_valid_mask, recompute_modes
+from ..errors import InputError
+from ..spec.validate import layout_valid_mask, moe_settings_problem, recompute_modes
 from .space import AUTO, DEFAULT_SCHEDULES, SweepSpace
 
 # columns of a candidate table, in order (layout fields + derived num_microbatches)
@@ -147,6 +148,8 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     cap (NVLink domain) and `max_tp_within_node`; without it tp is capped only by the space.
     """
     space = space or SweepSpace()
+    if moe_settings_problem(model, training):
+        raise InputError(moe_settings_problem(model, training))
     if hardware is None:
         hardware = _NoHardware(num_gpus)
     base = _numeric_candidates(model, training, hardware, num_gpus, space)
