@@ -17,7 +17,7 @@ from .schedules import SCHEDULE_NAMES
 from .spec.layout import Layout
 from .spec.rules import RECOMPUTE, check_choices
 
-INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "zero")
+INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "zero")
 ROW_FIELDS = (*INT_FIELDS, "recompute", "sequence_parallel", "schedule", "layers_per_stage")
 
 
@@ -53,6 +53,7 @@ class LayoutBatch:
     dp: np.ndarray
     cp: np.ndarray
     ep: np.ndarray
+    etp: np.ndarray  # the routed experts' tensor-parallel degree (Layout.etp; = tp unless given)
     vpp: np.ndarray
     micro_batch_size: np.ndarray
     zero: np.ndarray
@@ -66,13 +67,13 @@ class LayoutBatch:
     recompute_layers: int = 0  # Layout.recompute_layers, for every row with recompute 'full'
 
     @classmethod
-    def of_columns(cls, *, num_gpus: int, tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, micro_batch_size=1, zero=0,
+    def of_columns(cls, *, num_gpus: int, tp=1, pp=1, dp=1, cp=1, ep=1, etp=None, vpp=1, micro_batch_size=1, zero=0,
                    recompute="none", sequence_parallel=False, schedule="1f1b", layers_per_stage=None,
                    cp_algorithm: str = "ring", dp_mode: str = "ddp",
                    shard_group_size: int | None = None, recompute_layers: int = 0) -> "LayoutBatch":
         """A batch from scalars and (N,) arrays, broadcast to one length; schedule and recompute names
         are checked (one message for the first unknown one)."""
-        given = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=micro_batch_size, zero=zero,
+        given = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=tp if etp is None else etp, vpp=vpp, micro_batch_size=micro_batch_size, zero=zero,
                      recompute=recompute, sequence_parallel=sequence_parallel, schedule=schedule)
         n = int(np.prod(np.broadcast_shapes(*(np.shape(v) for v in given.values())), dtype=np.int64))
         cols = {k: np.broadcast_to(np.asarray(given[k]), (n,)).astype(np.int64) for k in INT_FIELDS}

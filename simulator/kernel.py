@@ -85,12 +85,13 @@ TIME_FIELDS = ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_frac
                *(f"exposed_{k}_s" for k in EXPOSED), *(f"hidden_{k}_s" for k in HIDDEN))
 
 
-def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, shard_group_size, *, tp, cp, ep, mbs,
-                 sp, rec, ep_ov, content, comm_id, gpus, dp, pp, zero, m, shape, recompute_layers: int = 0) -> dict:
+def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, shard_group_size, *, tp, cp, ep, etp,
+                 mbs, sp, rec, ep_ov, content, comm_id, gpus, dp, pp, zero, m, shape, recompute_layers: int = 0) -> dict:
     """Per virtual stage and microbatch, (K, S) arrays for K rows: compute F, B (input gradient +
     recompute forward), W (weight gradient) = per-block basis times x the block counts of the stages of
     `content` (`pt.content_counts`; cost/compute.py), and the TP/CP/EP communication inside them (per
-    layer: row `comm_id` of `comm_table`, from _layer_comm, times the stage's layers): exposed
+    layer: row `comm_id` of `comm_table`, from _layer_comm, times the stage's layers, plus its MoE-layer
+    difference `tp_moe_*` times the MoE layers where the experts' etp is not tp): exposed
     forward/backward per category (`tp_f`, `tp_b`, ...) and the part hidden under compute (`hid_f`,
     `hid_b`; by category: TP `hid_t_*`, CP `hid_c_*`, EP `hid_e_*`), which slows it when
     `comm_slowdown` > 0. `recompute_layers` N (full-recompute rows): the recompute forward and its re-run
@@ -104,10 +105,10 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, s
     basis = np.zeros((len(BASIS_KEYS), k, 4))
     for (spv,), idx in categories(sp):  # the op times once per SP setting; recompute only changes their sum
         modes = tuple(factorize(rec[idx])[1])
-        u, inv = distinct_rows(tp[idx], cp[idx], ep[idx], mbs[idx])  # all they depend on besides the modes
+        u, inv = distinct_rows(tp[idx], cp[idx], ep[idx], etp[idx], mbs[idx])  # all they depend on besides the modes
         b = layer_basis_times_by_mode(model, training, hardware, tp=tp[idx[u]], cp=cp[idx[u]], ep=ep[idx[u]],
-                                      micro_batch_size=mbs[idx[u]], modes=modes, sequence_parallel=bool(spv),
-                                      cp_algorithm=cp_algorithm, roofline=opt.roofline)
+                                      etp=etp[idx[u]], micro_batch_size=mbs[idx[u]], modes=modes,
+                                      sequence_parallel=bool(spv), cp_algorithm=cp_algorithm, roofline=opt.roofline)
         for r in modes:
             sel = rec[idx] == r
             basis[:, idx[sel]] = b[r][:, inv[sel]]
@@ -116,20 +117,26 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, s
     F, W, Bk, R = np.einsum("knb,nbs->kns", basis[keys], counts)
     if training.stack.grad_accumulation == "autograd":
         W = W + _grad_accumulation_times(model, training, hardware, pt, shard_group_size, tp=tp, cp=cp, ep=ep, dp=dp,
-                                         pp=pp, zero=zero, m=m, shape=shape, counts=counts)
+                                         pp=pp, zero=zero, m=m, shape=shape, counts=counts, etp=etp)
     slow = slowest_gpu_factor(opt.gpu_speed_cv, gpus)[:, None]
     F, W, Bk, R = F * slow, W * slow, Bk * slow, R * slow
     layers, moe_layers = counts[:, 0] + counts[:, 1], counts[:, 1]
     zeros = np.zeros_like(F)
-    tpf, tpb = comm["tp_f"][:, None] * layers, comm["tp_b"][:, None] * layers
+    tpf = comm["tp_f"][:, None] * layers + comm["tp_moe_f"][:, None] * moe_layers
+    tpb = comm["tp_b"][:, None] * layers + comm["tp_moe_b"][:, None] * moe_layers
+    # what TP overlap hides: the same share of an MoE layer's TP collectives as of a dense layer's
+    hidden_share = [np.divide(comm[h], comm[t], out=np.zeros(k), where=comm[t] > 0) for h, t in
+                    (("tp_hid_f", "tp_f"), ("tp_hid_b", "tp_b"))]
+    hf = comm["tp_hid_f"][:, None] * layers + (hidden_share[0] * comm["tp_moe_f"])[:, None] * moe_layers
+    hb = comm["tp_hid_b"][:, None] * layers + (hidden_share[1] * comm["tp_moe_b"])[:, None] * moe_layers
+    tpf_layer, hf_layer = tpf / np.maximum(layers, 1.0), hf / np.maximum(layers, 1.0)  # per layer, on average
     tpf = tpf + comm["tp_head_f"][:, None] * counts[:, 3]  # the last stage's logits gather (hf stack)
-    hf, hb = comm["tp_hid_f"][:, None] * layers, comm["tp_hid_b"][:, None] * layers  # what TP overlap hides
     if recompute_layers:  # full recompute of the first N layers per stage: the others re-run nothing
         full = (np.asarray(rec) == "full")[:, None]
         share = np.where(full, recomputed_layer_share(layers, recompute_layers), 1.0)
         kept = np.where(full, layers * (1.0 - share), 0.0)  # layers whose forward (and its TP comm) is not re-run
         R = R * share
-        tpb, hb = tpb - comm["tp_f"][:, None] * kept, hb - comm["tp_hid_f"][:, None] * kept
+        tpb, hb = tpb - tpf_layer * kept, hb - hf_layer * kept
     out = dict(F=F, B=Bk + R, W=W, tp_f=tpf - hf, tp_b=tpb - hb, hid_f=hf, hid_b=hb,
                cp_f=zeros, cp_b=zeros, ep_f=zeros, ep_b=zeros, hid_t_f=hf, hid_t_b=hb,
                hid_c_f=zeros, hid_c_b=zeros, hid_e_f=zeros, hid_e_b=zeros)
@@ -184,6 +191,7 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
     if (batch.shard_group_size or batch.dp_mode == "dataparallel") and len(np.unique(zz)) > 1:
         return _per_zero_stage(model, training, hardware, batch, opt, inference, time_infeasible, per_stage)
     tp, dp, cp, ep, mbs, ppa, vppa = batch.tp, batch.dp, batch.cp, batch.ep, batch.micro_batch_size, batch.pp, batch.vpp
+    etp = batch.etp
     sched, rec, spa = batch.schedule, batch.recompute, batch.sequence_parallel
     n = len(batch)
     B = training.global_batch_size
@@ -194,7 +202,8 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
 
     # memory first, with the in-flight microbatches of the replayed schedule order (known from the shape)
     inflight = inflight_per_rank(opt, pt, sched=sched, pp=ppa, chunks=chunks, m=m)
-    mem = stage_memory_arrays(model, training, tp=tp, pp=ppa, dp=dp, cp=cp, ep=ep, vpp=chunks, micro_batch_size=mbs,
+    mem = stage_memory_arrays(model, training, tp=tp, pp=ppa, dp=dp, cp=cp, ep=ep, etp=etp, vpp=chunks,
+                              micro_batch_size=mbs,
                               num_microbatches=m, zero=zz, shard_group_size=batch.shard_group_size, recompute=rec,
                               recompute_layers=batch.recompute_layers, dp_mode=batch.dp_mode,
                               sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
@@ -219,14 +228,15 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
     t = {k: np.full(n, np.nan) for k in TIME_FIELDS}
     if every or len(r):
         got = _step_times(model, training, hardware, opt, batch.cp_algorithm, batch.dp_mode, batch.shard_group_size,
-                          pt if every else pt.take(r), tp=tp[r], dp=dp[r], cp=cp[r], ep=ep[r], mbs=mbs[r], zz=zz[r],
+                          pt if every else pt.take(r), tp=tp[r], dp=dp[r], cp=cp[r], ep=ep[r], etp=etp[r], mbs=mbs[r],
+                          zz=zz[r],
                           pp=ppa[r], sched=sched[r], rec=rec[r], rec_c=rec_c[r], sp=spa[r], chunks=chunks[r], m=m[r],
                           keep=keep_stage_times, recompute_layers=batch.recompute_layers)
         for k in TIME_FIELDS:
             t[k][r] = got[k]
     step = t["step_s"]
     return Evaluation(rows=pd.DataFrame({
-        "tp": tp, "pp": ppa, "dp": dp, "cp": cp, "ep": ep, "vpp": vppa, "micro_batch_size": mbs,
+        "tp": tp, "pp": ppa, "dp": dp, "cp": cp, "ep": ep, "etp": etp, "vpp": vppa, "micro_batch_size": mbs,
         "num_microbatches": m, "zero": zz, "recompute": text_column(rec), "sequence_parallel": spa,
         "schedule": text_column(sched), **t,
         **throughput(model, training, hardware, batch.num_gpus, rec, rec_c, step,
@@ -273,13 +283,13 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
                      schedule="1f1b", zero=0, recompute="none", sequence_parallel=False,
                      cp_algorithm: str = "ring", dp_mode: str = "ddp", shard_group_size: int | None = None,
                      recompute_layers: int = 0,
-                     layers_per_stage=None, tp=1, dp=1, cp=1, ep=1, micro_batch_size=1,
+                     layers_per_stage=None, tp=1, dp=1, cp=1, ep=1, micro_batch_size=1, etp=None,
                      options: EstimateOptions | None = None, inference: bool = False,
                      time_infeasible: bool = True) -> pd.DataFrame:
     """`evaluate(...).rows` of the layouts given as columns (`LayoutBatch.of_columns`: every layout
     field a scalar or an (N,) array; `layers_per_stage` None, one tuple for every row, or an (N,)
     object array of tuples / "a,b,..." strings / None); the sweep's evaluator."""
-    batch = LayoutBatch.of_columns(num_gpus=num_gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
+    batch = LayoutBatch.of_columns(num_gpus=num_gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,
                                    micro_batch_size=micro_batch_size, zero=zero, recompute=recompute,
                                    sequence_parallel=sequence_parallel, schedule=schedule,
                                    layers_per_stage=layers_per_stage, cp_algorithm=cp_algorithm, dp_mode=dp_mode,
@@ -291,8 +301,8 @@ def evaluate_layouts(model: ModelSpec, training: Training, hardware, *, num_gpus
 evaluate_layouts.array_fields = True  # sweep.evaluate_candidates: every layout field may be an array
 
 
-def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_group_size, pt, *, tp, dp, cp, ep, mbs,
-                zz, pp, sched, rec, rec_c, sp, chunks, m, keep=False, recompute_layers: int = 0) -> dict:
+def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_group_size, pt, *, tp, dp, cp, ep, etp,
+                mbs, zz, pp, sched, rec, rec_c, sp, chunks, m, keep=False, recompute_layers: int = 0) -> dict:
     """Steps 1-5 of the module docstring for K rows with pipeline table `pt`: the step time and its
     breakdown on the busiest rank, (K,) arrays named TIME_FIELDS; with `keep`, also `stage_times`, the
     parts they were added from (`Evaluation.stage_times`)."""
@@ -307,7 +317,7 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
     # inputs it declares (dedup.once_per_distinct), then gathered: the per-layer communication, and the
     # stage times of each (its own inputs, the stage contents, the communication row it uses)
     gpus = tp * cp * pp * dp if opt.gpu_speed_cv > 0 else np.ones(n, dtype=np.int64)  # (the slowest GPU's pace)
-    cols = dict(tp=tp, cp=cp, ep=ep, dp=dp, mbs=mbs, pp=pp, sp=sp, rec=rec_c, ep_ov=ep_ov,
+    cols = dict(tp=tp, cp=cp, ep=ep, etp=etp, dp=dp, mbs=mbs, pp=pp, sp=sp, rec=rec_c, ep_ov=ep_ov,
                 content=pt.content_index, shape=pt.shape_index, gpus=gpus)
     c, c_inv = once_per_distinct(_layer_comm, {**cols, "rec": rec}, model=model, training=training,
                                  hardware=hardware, opt=opt, cp_algorithm=cp_algorithm)

@@ -30,17 +30,23 @@ def _take_span(span, idx):
     return replace(span, **{f: np.asarray(getattr(span, f))[idx] for f in span.__dataclass_fields__ if f != "group"})
 
 
-def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp, mbs, pp, sp, rec) -> dict:
+def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp, dp, mbs, pp, sp, rec) -> dict:
     """Per-layer, per-microbatch communication of K layouts, (K,) arrays: TP forward/backward
     (cost/comm.tp_comm; `tp_head_f` the last stage's gather of the logits, comm.loss_gather_s), CP
     (cp_comm) and the core-attention time that hides ring CP, EP all-to-all (ep_comm, per MoE layer), and
-    the PP p2p time of one stage boundary (0 without pipelining)."""
+    the PP p2p time of one stage boundary (0 without pipelining). `tp_moe_f`/`tp_moe_b`: what an MoE layer's
+    TP collectives differ from a dense layer's where the experts' tensor-parallel degree etp is not tp: the
+    attention keeps its pair over tp, the FFN's pair runs over the etp group of the expert grid instead
+    (none for etp = 1), half of tp_comm each (Megatron-Core: the expert layers' TP group is the expert
+    RankGenerator's, parallel_state.py). The EP group is that grid's too: ep ranks etp apart, the grid
+    regrouping a stage's tp·cp·dp ranks as etp × ep × expert-dp (with etp = tp and cp = 1, ranks tp apart)."""
     k = len(tp)
     ab = training.activation_bytes
     s = training.seq_length
     place = dict(order=opt.placement)
     out = {key: np.zeros(k) for key in ("tp_f", "tp_b", "tp_hid_f", "tp_hid_b", "cp_f", "cp_b", "att_f", "att_b",
-                                        "ep_f", "ep_b", "p2p", "tp_head_f")}
+                                        "ep_f", "ep_b", "p2p", "tp_head_f", "tp_moe_f", "tp_moe_b")}
+    grid = np.maximum(tp * cp * dp // (etp * ep), 1)  # the expert-data-parallel degree of the expert grid
     span_tp = group_span(hardware, group="tp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
     if not training.stack.loss_parallel and (tp > 1).any():  # the head's logits gathered for the loss
         out["tp_head_f"][:] = comm.loss_gather_s(hardware, span_tp, vocab_size=model.vocab_size, seq_length=s,
@@ -50,6 +56,15 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
                          micro_batch_size=mbs[idx].astype(float), num_layers=1.0, bytes_per_element=ab,
                          sequence_parallel=bool(spv), recompute=r, cp=cp[idx])
         out["tp_f"][idx], out["tp_b"][idx] = c.forward_s, c.backward_s
+        if model.is_moe and (etp[idx] != tp[idx]).any():  # the FFN's pair over the etp group, not tp
+            span_etp = group_span(hardware, group="tp", tp=etp[idx], cp=1, ep=ep[idx], dp=grid[idx], pp=pp[idx],
+                                  **place)
+            ce = comm.tp_comm(hardware, span_etp, hidden_size=model.hidden_size, seq_length=s,
+                              micro_batch_size=mbs[idx].astype(float), num_layers=1.0, bytes_per_element=ab,
+                              sequence_parallel=bool(spv), recompute=r, cp=cp[idx])
+            moved = etp[idx] != tp[idx]
+            out["tp_moe_f"][idx] = np.where(moved, 0.5 * (ce.forward_s - c.forward_s), 0.0)
+            out["tp_moe_b"][idx] = np.where(moved, 0.5 * (ce.backward_s - c.backward_s), 0.0)
         if opt.tp_overlap is not None:  # a given fraction hidden
             out["tp_hid_f"][idx], out["tp_hid_b"][idx] = opt.tp_overlap * c.forward_s, opt.tp_overlap * c.backward_s
         elif training.stack.tp_comm_overlap and (tp[idx] > 1).any():
@@ -68,7 +83,7 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, dp,
                                          opt.roofline)
                 out["att_f"][idx], out["att_b"][idx] = f[inv], b[inv]
     if model.is_moe and (ep > 1).any():
-        span_ep = group_span(hardware, group="ep", tp=tp, cp=cp, ep=ep, dp=np.maximum(dp // ep, 1), pp=pp, **place)
+        span_ep = group_span(hardware, group="ep", tp=etp, cp=1, ep=ep, dp=grid, pp=pp, **place)
         c = comm.ep_comm(hardware, span_ep, tokens_per_rank=mbs * s / cp / np.where(sp, tp, 1),
                          hidden_size=model.hidden_size, top_k=model.experts_per_token, num_moe_layers=1.0,
                          dispatch_bytes_per_element=1 if training.precision == "fp8" else ab,
@@ -125,21 +140,23 @@ def _tp_chunked_hidden(model, training, hardware, opt, tp, cp, mbs, sequence_par
     return hidden[0], hidden[1]
 
 
-def _dp_spans(hardware, order, *, tp, cp, ep, dp, pp, shard_group_size):
+def _dp_spans(hardware, order, *, tp, cp, ep, dp, pp, shard_group_size, etp=None):
     """(DP span, expert-DP span, HSDP replica span or None) of K rows: the DP group is dp·cp ranks (the
-    shard group with HSDP); the expert-data-parallel group dp·cp/ep ranks (Megatron), strided over the
-    expert-parallel block; the HSDP replica group dp/shard ranks."""
+    shard group with HSDP); the expert-data-parallel group tp·dp·cp/(etp·ep) ranks (Megatron-Core's expert
+    grid, etp = tp by default: dp·cp/ep), strided over the etp × ep block; the HSDP replica group dp/shard ranks."""
     kw = dict(group="dp", tp=tp, pp=pp, order=order)
-    span_edp = group_span(hardware, cp=1, ep=ep, dp=np.maximum(dp * cp // ep, 1), **kw)
+    etp = tp if etp is None else etp
+    span_edp = group_span(hardware, cp=1, ep=ep, dp=np.maximum(tp * dp * cp // (etp * ep), 1),
+                          **{**kw, "tp": etp})
     if not shard_group_size:
         return group_span(hardware, cp=1, ep=1, dp=dp * cp, **kw), span_edp, None
     replica = group_span(hardware, cp=cp, ep=1, dp=np.maximum(dp // shard_group_size, 1), **kw)
     return group_span(hardware, cp=cp, ep=1, dp=np.full(len(tp), shard_group_size), **kw), span_edp, replica
 
 
-def _class_params(model, pt, shape, tp, ep):
+def _class_params(model, pt, shape, tp, ep, etp=None):
     """(non-expert, expert) parameters per rank class (K, Q) of K rows (spec/placement.py: the one count)."""
-    return params_per_rank(stage_param_split(model, pt.of_shapes(shape).classes), tp=tp, ep=ep)
+    return params_per_rank(stage_param_split(model, pt.of_shapes(shape).classes), tp=tp, ep=ep, etp=etp)
 
 
 def _zero3_unit_times(model, training, hardware, opt, pt, shard_group_size, *, tp, cp, ep, dp, pp, shape, gpus):
@@ -169,22 +186,23 @@ def _zero3_unit_times(model, training, hardware, opt, pt, shard_group_size, *, t
     return tuple(np.where(live, x, 0.0) for x in (g, r, units, co, ci))
 
 
-def _dp_tail_traffic(model, training, hardware, opt, pt, shard_group_size, span_shard_group, *, tp, cp, ep, dp, pp,
-                     shape, zero):
+def _dp_tail_traffic(model, training, hardware, opt, pt, shard_group_size, span_shard_group, *, tp, cp, ep, etp, dp,
+                     pp, shape, zero):
     """The data-parallel tail's traffic per rank class (_dp_traffic) of K rows."""
-    ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep)
-    spans = _dp_spans(hardware, opt.placement, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, shard_group_size=span_shard_group)
+    ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep, etp)
+    spans = _dp_spans(hardware, opt.placement, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp, shard_group_size=span_shard_group,
+                      etp=etp)
     return _dp_traffic(hardware, training, opt, ne_cls, ex_cls, zero, spans, shard_group_size)
 
 
-def _optimizer_times(model, training, hardware, pt, shard_group_size, speed_cv, *, tp, cp, ep, dp, shape, zero,
+def _optimizer_times(model, training, hardware, pt, shard_group_size, speed_cv, *, tp, cp, ep, etp, dp, shape, zero,
                      gpus):
     """Optimizer-step time per rank class (K, Q): the state shards as in memory (spec.rules.shard_degrees)
     from ZeRO-1 on, plus the zeroing of the gradients the rank keeps (their bytes as memory counts them:
     memory/states.py zero_state_bytes_per_param), at the pace of the slowest of the layout's `gpus`
     (cost/variability.py)."""
-    ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep)
-    d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size)
+    ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep, etp)
+    d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size, tp=tp, etp=etp)
     sharded = zero >= 1
     t = optimizer_params_step_s(training, hardware, non_expert=ne_cls, expert=ex_cls,
                                 shard_degree=np.where(sharded, d, 1.0)[:, None],
@@ -201,7 +219,7 @@ def _kept_grad_bytes(training, zero, shard_degree) -> np.ndarray:
 
 
 def _grad_accumulation_times(model, training, hardware, pt, shard_group_size, *, tp, cp, ep, dp, pp, zero, m, shape,
-                             counts):
+                             counts, etp=None):
     """(K, S) per virtual stage and micro-batch: adding its new weight gradients into the gradients kept on its
     rank where autograd does it (cost/gradients.py `grad_accumulation_s`, times `accumulation_share` of the step's
     `m` micro-batches). What is added into: from ZeRO-2 on, when the stack reduces every micro-batch, each
@@ -211,8 +229,8 @@ def _grad_accumulation_times(model, training, hardware, pt, shard_group_size, *,
     its layers (4 attention + the FFN's) and of its embedding and head (`counts`: pt.content_counts)."""
     stack = training.stack
     ptg = pt.of_shapes(shape)
-    ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep)
-    d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size)
+    ne_cls, ex_cls = _class_params(model, pt, shape, tp, ep, etp)
+    d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size, tp=tp, etp=etp)
     sharded = (zero >= 2) & stack.fsdp_reduces_every_microbatch(pp)
     full = np.where(zero >= 3, float(stack.fsdp_reduce_bytes(training.grad_bytes)), float(training.grad_bytes))
     per = [np.where(sharded, _kept_grad_bytes(training, zero, x), full)[:, None] for x in (d, d_e)]
@@ -231,12 +249,13 @@ def _dp_tail(model, training, hardware, opt, dp_mode, shard_group_size, pt, last
     asynchronous DP waits for nothing; single-process DataParallel scatters and gathers serially. With
     its parts (K, P): the exposed reduction (`reduce`, its contention included), the exposed parameter
     gather (`gather`) and the reduction hidden under the backward (`reduce_hidden`)."""
-    tp, ep, dp, mbs, zz = cols["tp"], cols["ep"], cols["dp"], cols["mbs"], cols["zero"]
+    tp, ep, etp, dp, mbs, zz = cols["tp"], cols["ep"], cols["etp"], cols["dp"], cols["mbs"], cols["zero"]
     s, ab = training.seq_length, training.activation_bytes
     n = len(tp)
     P = pt.padded_ranks
     if dp_mode == "dataparallel":
-        ne_rank, ex_rank = (pt.of_class(x) for x in params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep))
+        ne_rank, ex_rank = (pt.of_class(x) for x in params_per_rank(stage_param_split(model, pt.classes), tp=tp, ep=ep,
+                                                                     etp=etp))
         d = comm.data_parallel_single_process_comm(hardware, n_gpus=dp[:, None], params=ne_rank + ex_rank,
                                                    param_bytes_per_element=training.param_bytes,
                                                    grad_bytes_per_element=training.grad_bytes,
@@ -266,8 +285,8 @@ def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, spans, shard_grou
     optimizer): reduce-scatter of the gradients + all-gather of the updated parameters (formulas.md §4.6,
     ZeRO §7); ZeRO-3: its traffic is per FSDP unit inside the ops, plus the HSDP replica all-reduce. The
     gradients go in buckets of the stack's `dp_bucket_mb`, each its own collective (comm.bucketed).
-    Non-expert params over the dp·cp group, expert params over the expert-data-parallel group dp·cp/ep
-    (`spans`: _dp_spans of the K rows)."""
+    Non-expert params over the dp·cp group, expert params over the expert-data-parallel group
+    tp·dp·cp/(etp·ep) (`spans`: _dp_spans of the K rows)."""
     gb, pb = training.grad_bytes, training.param_bytes
     bucket = training.stack.dp_bucket_mb * 1e6
     span_dp, span_edp, replica = spans

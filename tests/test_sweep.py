@@ -43,7 +43,7 @@ class FakeScenario:
 
 
 def fake_evaluate_layouts(model, training, hardware, *, num_gpus, pp, vpp, schedule, zero, recompute,
-                          sequence_parallel, tp, dp, cp, ep, micro_batch_size, layers_per_stage=None):
+                          sequence_parallel, tp, dp, cp, ep, micro_batch_size, layers_per_stage=None, etp=None):
     """A deterministic stand-in with the kernel's signature (numbers are arbitrary, not physics)."""
     tp, dp, cp, ep, mb = (np.asarray(x, dtype=float) for x in (tp, dp, cp, ep, micro_batch_size))
     m = training.global_batch_size / (dp * mb)

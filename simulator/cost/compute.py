@@ -213,7 +213,7 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
 
 def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool = False, tp=1, cp=1, ep=1,
                    micro_batch_size=1, sequence_parallel: bool = False, cp_algorithm: str = "ring",
-                   roofline: bool = True, core_attention_only: bool = False) -> list[OpTime]:
+                   roofline: bool = True, core_attention_only: bool = False, etp=None) -> list[OpTime]:
     """Per-op times of one transformer layer for one microbatch on one rank (a breakdown table).
 
     Executed attention FLOPs: causal halving with FlashAttention (masked blocks are skipped), the full
@@ -224,7 +224,7 @@ def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool 
     groups = stage_op_groups(model, training, tp=tp, cp=cp, ep=ep, micro_batch_size=micro_batch_size,
                               sequence_parallel=sequence_parallel, n_dense=0 * one if moe else one,
                               n_moe=one if moe else 0 * one, first=0 * one, last=0 * one, recompute="none",
-                              cp_algorithm=cp_algorithm)
+                              cp_algorithm=cp_algorithm, etp=etp)
     out = []
     for kind, ops, W, _ in groups:
         if core_attention_only and kind == "gemm":  # (projections, FFN, head: no core attention)
@@ -262,7 +262,7 @@ def _per_stage(t: np.ndarray, W: np.ndarray) -> np.ndarray:
 # ---- per-block basis times ------------------------------------------------------------------------
 def _unique_layouts(values):
     """Distinct combinations of the numeric layout fields: (unique columns, inverse index, batch shape);
-    a sweep repeats few distinct (tp, cp, ep, micro_batch_size) tuples (dedup.distinct_rows)."""
+    a sweep repeats few distinct (tp, cp, ep, etp, micro_batch_size) tuples (dedup.distinct_rows)."""
     arrays = np.broadcast_arrays(*[np.asarray(v) for v in values])
     flat = [x.ravel() for x in arrays]
     first, inverse = distinct_rows(*flat)
@@ -275,7 +275,7 @@ BASIS_KEYS = _TIME_KEYS + ("recompute_s", "recompute_flops")
 
 def layer_basis_times_by_mode(model: ModelSpec, training: Training, hardware, *, tp=1, cp=1, ep=1, micro_batch_size=1,
                               modes=F.RECOMPUTE_MODES, sequence_parallel: bool = False, cp_algorithm: str = "ring",
-                              roofline: bool = True) -> dict:
+                              roofline: bool = True, etp=None) -> dict:
     """Times and FLOPs per microbatch of the four building blocks of a virtual stage, for each recompute
     mode in `modes`: {mode: table}, each table of shape (8, 4) or (8, N, 4): rows `BASIS_KEYS` (F, B, W,
     their FLOPs, recompute forward and its FLOPs), columns `BASIS` (one dense layer, one MoE layer, the
@@ -285,8 +285,8 @@ def layer_basis_times_by_mode(model: ModelSpec, training: Training, hardware, *,
     and/or the head (last), takes  d·t_dense + e·t_moe + first·t_embedding + last·t_head  — every op
     time is linear in those counts (`_stage_op_groups`), so any pipeline split is a product with this
     table (the kernel's per-stage times). Only the recompute rows differ between modes, so the op times
-    are evaluated once. tp, cp, ep, micro_batch_size: scalars or (N,) arrays (distinct tuples are
-    evaluated once and gathered, exact).
+    are evaluated once. tp, cp, ep, micro_batch_size, etp (the routed experts' tensor-parallel degree; None:
+    tp): scalars or (N,) arrays (distinct tuples are evaluated once and gathered, exact).
     """
     for r in modes:
         if r not in F.RECOMPUTE_MODES:
@@ -295,27 +295,29 @@ def layer_basis_times_by_mode(model: ModelSpec, training: Training, hardware, *,
         raise InputError(f"cp_algorithm must be ring or ulysses, got {cp_algorithm!r}")
     kw = dict(modes=tuple(modes), sequence_parallel=bool(sequence_parallel), cp_algorithm=cp_algorithm,
               roofline=roofline)
-    if any(np.ndim(x) > 0 for x in (tp, cp, ep, micro_batch_size)):
-        cols, inverse, shape = _unique_layouts([tp, cp, ep, micro_batch_size])
+    etp = tp if etp is None else etp
+    if any(np.ndim(x) > 0 for x in (tp, cp, ep, micro_batch_size, etp)):
+        cols, inverse, shape = _unique_layouts([tp, cp, ep, micro_batch_size, etp])
         u = _basis(model, training, hardware, tp=cols[0][:, None].astype(float), cp=cols[1][:, None].astype(float),
-                   ep=cols[2][:, None].astype(float), micro_batch_size=cols[3][:, None].astype(float), **kw)
+                   ep=cols[2][:, None].astype(float), micro_batch_size=cols[3][:, None].astype(float),
+                   etp=cols[4][:, None].astype(float), **kw)
         out = {}
         for r, t in u.items():
             t = np.broadcast_to(t, (len(BASIS_KEYS), len(cols[0]), len(BASIS)))
             out[r] = t[:, inverse].reshape((len(BASIS_KEYS),) + shape + (len(BASIS),))
         return out
     return _basis(model, training, hardware, tp=float(tp), cp=float(cp), ep=float(ep),
-                  micro_batch_size=float(micro_batch_size), **kw)
+                  micro_batch_size=float(micro_batch_size), etp=float(etp), **kw)
 
 
 def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, sequence_parallel, cp_algorithm,
-           roofline) -> dict:
+           roofline, etp) -> dict:
     """{mode: basis table} for scalars or (K, 1) columns: the four blocks as four pseudo-stages."""
     one_hot = np.eye(len(BASIS))
     moe = one_hot[1] if (model.is_moe and model.moe_layer_mask.any()) else 0.0 * one_hot[1]
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
-    shape = dict(ep=ep, sequence_parallel=sequence_parallel, n_dense=one_hot[0], n_moe=moe, first=one_hot[2],
-                 last=one_hot[3], cp_algorithm=cp_algorithm, **kw)
+    shape = dict(ep=ep, etp=etp, sequence_parallel=sequence_parallel, n_dense=one_hot[0], n_moe=moe,
+                 first=one_hot[2], last=one_hot[3], cp_algorithm=cp_algorithm, **kw)
     per_mode = {r: stage_op_groups(model, training, recompute=r, **shape) for r in modes}  # same ops, own R
     acc = {r: 0.0 for r in modes}
     for g, (kind, ops, W, _) in enumerate(per_mode[modes[0]]):

@@ -60,9 +60,10 @@ SETTINGS = {  # Stack.elementwise -> the implementation of each block (elementwi
 }
 
 
-def layer_sizes(model, training, *, moe, tp, cp, micro_batch_size, sequence_parallel) -> dict:
+def layer_sizes(model, training, *, moe, tp, cp, micro_batch_size, sequence_parallel, etp=None) -> dict:
     """The named layer sizes per rank, in elements (T = b·s/c tokens, T_sp = T/t with sequence parallelism):
-    scalars or arrays, the values of `layer_graph`'s `Lin` sizes."""
+    scalars or arrays, the values of `layer_graph`'s `Lin` sizes. MoE: the routed token copies on a rank are
+    k·T·u/t (u = `etp`, the experts' tensor-parallel degree, None: t; flops.moe_ops), each f_e/u wide."""
     tp, cp, b = (F._f(x) for x in (tp, cp, micro_batch_size))
     s = float(training.seq_length)
     T = b * s / cp
@@ -75,8 +76,10 @@ def layer_sizes(model, training, *, moe, tp, cp, micro_batch_size, sequence_para
                    lat_q=T_rep * model.q_lora_rank, lat_kv=T_rep * model.kv_lora_rank)
     if moe:
         k = model.experts_per_token
+        regroup = 1.0 if etp is None else F._f(etp) / tp  # u/t
         out.update(f=training.moe_load_factor * k * T * model.moe_ffn_hidden_size / tp
-                   + T * model.shared_expert_ffn_hidden_size / tp, routed=k * T * h, scores=T_rep * model.num_experts)
+                   + T * model.shared_expert_ffn_hidden_size / tp, routed=k * T * regroup * h,
+                   scores=T_rep * model.num_experts)
     return out
 
 

@@ -24,10 +24,12 @@ Conventions (one place, every function below follows them):
   without it (each TP rank repeats them).
 - Context parallelism (ring attention): each rank holds s/c queries that attend to all s keys, so
   core-attention FLOPs per rank are the single-rank FLOPs ÷ c (load-balanced causal split).
-- Expert parallelism with expert-TP = t (Megatron's default `expert_tensor_parallel_size = tp`): with
-  balanced routing, each EP rank receives k·T token-expert assignments for its E/e experts (k·T·e/E
-  tokens per expert), each expert GEMM split t-ways. The FLOPs per rank do not depend on e; the GEMM
-  size (hence efficiency) does. With a capacity factor C > 0 every expert computes exactly its
+- Expert parallelism with expert-TP = u (Megatron-Core `expert_tensor_parallel_size`, default t): the
+  expert layers regroup a stage's t·c·d ranks as u × e × expert-dp, so an expert group of u·e ranks holds
+  the distinct tokens of u·e/t ranks' micro-batches. With balanced routing each rank receives k·T·u/t
+  token-expert assignments for its E/e experts (k·T·(u/t)·e/E tokens per expert), each expert GEMM split
+  u-ways (u = t: k·T assignments, each GEMM split t-ways). The FLOPs per rank depend on neither e nor u;
+  the GEMM shapes (hence efficiency) do. With a capacity factor C > 0 every expert computes exactly its
   C·k·T·e/E slots (padded, GShard/Switch): executed routed FLOPs ×C; model FLOPs keep k (dropless).
 - Embedding lookups have no FLOPs. The loss (softmax cross-entropy) and all norms/activations are
   memory-bound ops: their time comes from bytes (cost/compute.py), their FLOPs are not counted here,
@@ -214,13 +216,13 @@ def dense_mlp_ops(model: ModelSpec, *, seq_length, tp=1, cp=1, micro_batch_size=
 
 
 def moe_ops(model: ModelSpec, *, seq_length, tp=1, cp=1, ep=1, micro_batch_size=1,
-            sequence_parallel: bool = False, load_factor: float = 1.0) -> tuple[LayerOp, ...]:
+            sequence_parallel: bool = False, load_factor: float = 1.0, etp=None) -> tuple[LayerOp, ...]:
     """An MoE FFN per rank: router, routed experts (top-k), shared experts (formulas.md §1.3, §2.3).
 
     router: T'×h·(E [+1 shared-expert gate]) replicated across TP (T' = T/t with SP, else T), bf16.
-    routed: E/e local experts, each m = k·T·e/E·ρ tokens (ρ = `load_factor`: Training.moe_slot_factor for
-            the FLOPs executed on average, Training.moe_load_factor for the busiest rank's time),
-            up m×h·(c_f−1)·f_e/t, down m×(f_e/t)·h; total forward 2·ρ·k·T·c_f·h·f_e/t.
+    routed: E/e local experts, each m = k·T·(u/t)·e/E·ρ tokens (u = `etp`, None: t; ρ = `load_factor`:
+            Training.moe_slot_factor for the FLOPs executed on average, Training.moe_load_factor for the busiest
+            rank's time), up m×h·(c_f−1)·f_e/u, down m×(f_e/u)·h; total forward 2·ρ·k·T·c_f·h·f_e/t.
     shared: a dense FFN of width f_sh (split by t).
     """
     s = float(seq_length)
@@ -230,11 +232,12 @@ def moe_ops(model: ModelSpec, *, seq_length, tp=1, cp=1, ep=1, micro_batch_size=
     rho = float(load_factor)
     T_rep = T / tp if sequence_parallel else T
     ops = [_gemm("router", T_rep, E + (1 if model.shared_expert_gate else 0), h, fp8=False)]
+    u = tp if etp is None else _f(etp)
     local_experts = E / ep
-    m = k * T * ep / E * rho
+    m = k * T * (u / tp) * ep / E * rho
     f_e = model.moe_ffn_hidden_size
-    ops += [_gemm("expert_up", m, (model.glu_matrices - 1) * f_e / tp, h, local_experts),
-            _gemm("expert_down", m, h, f_e / tp, local_experts)]
+    ops += [_gemm("expert_up", m, (model.glu_matrices - 1) * f_e / u, h, local_experts),
+            _gemm("expert_down", m, h, f_e / u, local_experts)]
     if model.shared_expert_ffn_hidden_size:
         ops += dense_mlp_ops(model, seq_length=seq_length, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                              ffn_hidden_size=model.shared_expert_ffn_hidden_size, prefix="shared")
@@ -243,7 +246,7 @@ def moe_ops(model: ModelSpec, *, seq_length, tp=1, cp=1, ep=1, micro_batch_size=
 
 def layer_ops(model: ModelSpec, training: Training, *, moe: bool = False, tp=1, cp=1, ep=1, micro_batch_size=1,
               sequence_parallel: bool = False, attention_flops: str | None = None,
-              flash_attention: bool | None = None, load_factor: float | None = None) -> tuple[LayerOp, ...]:
+              flash_attention: bool | None = None, load_factor: float | None = None, etp=None) -> tuple[LayerOp, ...]:
     """The per-op FLOPs table of one transformer layer for one microbatch on one rank.
 
     `moe` selects the FFN (routed-expert layer or dense layer; ModelSpec.moe_layer_mask says which
@@ -259,7 +262,7 @@ def layer_ops(model: ModelSpec, training: Training, *, moe: bool = False, tp=1, 
     proj = projection_ops(model, sequence_parallel=sequence_parallel, **kw)
     ops = list(proj[:-1]) + list(attention_ops(model, attention_flops=conv, flash_attention=flash, **kw)) + [proj[-1]]
     if moe:
-        ops += moe_ops(model, ep=ep, sequence_parallel=sequence_parallel, load_factor=cap, **kw)
+        ops += moe_ops(model, ep=ep, sequence_parallel=sequence_parallel, load_factor=cap, etp=etp, **kw)
     else:
         ops += dense_mlp_ops(model, **kw)
     return tuple(ops)

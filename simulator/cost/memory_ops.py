@@ -93,7 +93,7 @@ class MemoryOp:
 
 
 def memory_ops(model: ModelSpec, training: Training, *, moe: bool = False, tp=1, cp=1, ep=1, micro_batch_size=1,
-               sequence_parallel: bool = False) -> tuple[MemoryOp, ...]:
+               sequence_parallel: bool = False, etp=None) -> tuple[MemoryOp, ...]:
     """Memory-bound ops of one layer per rank: the elementwise op list of the training's stack
     (`Stack.elementwise`, `Stack.compiled`; elementwise.py `layer_graph`), its bytes derived from the tensors
     each op reads and writes (elementwise.py `region_bytes`), one MemoryOp per group of blocks (eager and
@@ -108,15 +108,16 @@ def memory_ops(model: ModelSpec, training: Training, *, moe: bool = False, tp=1,
     - hidden_dropout (training.dropout, 2 sites): fwd read x, write y, write a 1-byte mask; bwd read dy,
       mask, write dx: (2e + 1)·T_sp·h each.
     - mlp_activation: SwiGLU/GeGLU fwd read gate, up + write = 3·T·f/t·e, bwd read gate, up, dy + write
-      dgate, dup = 5·T·f/t·e; GeLU 2 and 3. MoE: routed tokens ρ·k·T with f_e/t, shared experts T with f_sh/t.
-    - moe_permute (dispatch and combine): (1 + k)·T·h·e each way per kernel; router_softmax_topk over T'·E
+      dgate, dup = 5·T·f/t·e; GeLU 2 and 3. MoE: routed tokens ρ·k·T·u/t with f_e/u (u = `etp`, None: t),
+      shared experts T with f_sh/t.
+    - moe_permute (dispatch and combine): (T + k·T·u/t)·h·e each way per kernel; router_softmax_topk over T'·E
       fp32 scores (read + write).
     - softmax over the score matrix (no FlashAttention only; the full s/c × s): fwd read S + write P =
       2·e per element, bwd read P, dP + write dS = 3·e; attention dropout (2e + 1) per element each way.
     The eager settings add their own ops and groups (qkv_layout, input_grad_adds, repeat_kv): elementwise.py.
     """
     rows = layer_memory_rows(model, training, moe=moe, tp=tp, cp=cp, ep=ep, micro_batch_size=micro_batch_size,
-                             sequence_parallel=sequence_parallel)
+                             sequence_parallel=sequence_parallel, etp=etp)
     return tuple(MemoryOp(**row) for row in rows)
 
 
@@ -176,13 +177,13 @@ def _rows(model, setting, e, dropout, flash, moe, sequence_parallel, compiled, p
 
 
 def layer_memory_rows(model, training, *, moe: bool = False, tp=1, cp=1, ep=1, micro_batch_size=1,
-                      sequence_parallel: bool = False) -> list[dict]:
+                      sequence_parallel: bool = False, etp=None) -> list[dict]:
     """`memory_op_rows` of the training's stack, its bytes evaluated for the layout (scalars or arrays)."""
     st = training.stack
     rows = _rows(model, st.elementwise, float(training.activation_bytes), bool(training.dropout),
                  bool(training.flash_attention), moe, bool(sequence_parallel), st.compiled, st.attention_padding)
     sizes = layer_sizes(model, training, moe=moe, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
-                   sequence_parallel=sequence_parallel)
+                        sequence_parallel=sequence_parallel, etp=etp)
     return [{**r, "forward_bytes": r["forward_bytes"].value(sizes), "backward_bytes": r["backward_bytes"].value(sizes)}
             for r in rows]
 

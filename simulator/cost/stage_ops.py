@@ -14,8 +14,9 @@ __all__ = ["stage_op_groups"]
 
 
 def stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_parallel, n_dense, n_moe, first, last,
-                     recompute, cp_algorithm="ring"):
-    """Every op a virtual stage runs, grouped by kind, with per-stage multiplicities.
+                     recompute, cp_algorithm="ring", etp=None):
+    """Every op a virtual stage runs, grouped by kind, with per-stage multiplicities (`etp`: the routed experts'
+    tensor-parallel degree, None: tp; flops.moe_ops).
 
     Returns [(kind, ops, W, R)]: W[o, j] = how many times op o runs on virtual stage j per microbatch
     (layers holding it; 1 for the embedding on the first and the head on the last stage); R[o, j] = the
@@ -41,7 +42,7 @@ def stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_p
         ffn += [(op, n_dense) for op in F.dense_mlp_ops(model, **kw)]
     if has_moe:
         ffn += [(op, n_moe) for op in F.moe_ops(model, ep=ep, sequence_parallel=sequence_parallel,
-                                                  load_factor=training.moe_load_factor, **kw)]
+                                                  load_factor=training.moe_load_factor, etp=etp, **kw)]
     for op, w in ffn:
         g_ops.append(op); g_w.append(w); g_r.append(w * share(op))  # noqa: E702
     casts = [(fp8_cast_op(op, training), w, r) for op, w, r in zip(g_ops, g_w, g_r)
@@ -62,7 +63,7 @@ def stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_p
         w = n_dense if op.ffn else L
         m_ops.append(op); m_w.append(w); m_r.append(w * share(op, gemm=False))  # noqa: E702
     if has_moe:
-        for op in memory_ops(model, training, moe=True, ep=ep, sequence_parallel=sequence_parallel, **mkw):
+        for op in memory_ops(model, training, moe=True, ep=ep, sequence_parallel=sequence_parallel, etp=etp, **mkw):
             if op.ffn:
                 m_ops.append(op); m_w.append(n_moe); m_r.append(n_moe * share(op, gemm=False))  # noqa: E702
     for op, w, r in casts:

@@ -117,27 +117,33 @@ def routed_tokens(*, tokens, experts_per_token: int, load_factor: float) -> np.n
     return experts_per_token * float(load_factor) * _f(tokens)
 
 
-def moe_bytes(model: ModelSpec, *, tokens, e: int, t, t_s, load_factor: float) -> np.ndarray:
-    """MoE FFN stored tensors (Megatron-Core MoE with all-to-all dispatch; expert TP = TP):
+def moe_bytes(model: ModelSpec, *, tokens, e: int, t, t_s, load_factor: float, regroup=1.0) -> np.ndarray:
+    """MoE FFN stored tensors (Megatron-Core MoE with all-to-all dispatch; expert TP u, `regroup` = u/t):
     - input (norm output) e·T·h/t_s and fp32 router probabilities 4·T·E/t_s;
     - per routed token: the permuted token (expert input) e·h, the fused GLU input and down-projection
-      input 3·e·f_e/t (2·e·f_e/t for GeLU), the expert output kept for the probability-weighted combine
+      input 3·e·f_e/u (2·e·f_e/u for GeLU), the expert output kept for the probability-weighted combine
       e·h;
     - shared experts on every token: 3·e·T·f_sh/t.
-    Tokens entering the experts on a rank are all T of the micro-batch (with TP the dispatcher gathers
-    the sequence-parallel shards)."""
+    Routed token copies entering the experts on a rank: ρ·k·T·u/t (u = t: the dispatcher gathers the
+    sequence-parallel shards, all T; flops.moe_ops), so the h-wide terms scale with u/t and the f_e-wide ones
+    do not (ρ·k·T·(u/t)·f_e/u)."""
     glu = model.glu_matrices == 3
     T = _f(tokens)
     R = routed_tokens(tokens=T, experts_per_token=model.experts_per_token, load_factor=load_factor)
     inter = (3 if glu else 2) * e
     out = e * model.hidden_size * T / t_s + 4.0 * model.num_experts * T / t_s
-    out = out + R * (2 * e * model.hidden_size + inter * model.moe_ffn_hidden_size / t)
+    out = out + R * (2 * e * model.hidden_size * _f(regroup) + inter * model.moe_ffn_hidden_size / t)
     if model.shared_expert_ffn_hidden_size:
         out = out + inter * model.shared_expert_ffn_hidden_size * T / t
     return out
 
 
 # ---- one layer -------------------------------------------------------------------------------------
+def _regroup(t, etp):
+    """u/t: the routed token copies on a rank over those with expert TP = TP (u = `etp`, None: t)."""
+    return 1.0 if etp is None else _f(etp) / t
+
+
 def _setup(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size, sequence_parallel: bool):
     t = _f(tp)
     t_s = t if sequence_parallel else np.ones_like(t)
@@ -171,7 +177,7 @@ def attention_block_bytes(model: ModelSpec, training: Training, *, tp, cp, micro
 
 
 def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
-                           sequence_parallel: bool, recompute: str, moe: bool = False) -> np.ndarray:
+                           sequence_parallel: bool, recompute: str, moe: bool = False, etp=None) -> np.ndarray:
     """Bytes one layer keeps for backward per micro-batch, before pipeline/in-flight multiplication.
 
     recompute 'none'/'selective': norms + attention block + MLP (dense or MoE) + dropout masks
@@ -183,6 +189,7 @@ def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
     recompute 'full': only the layer input e·T·h/t_s (Korthikanti Table 2, "2sbh"); the working set of
       one recomputed layer is added once per stage by `stage_activation_bytes`.
     recompute 'op': `op_sac_bytes` (torchtitan's op-level selective AC), with the same working set.
+    `etp`: the routed experts' tensor-parallel degree (None: tp; `moe_bytes`).
     """
     t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                           sequence_parallel=sequence_parallel)
@@ -196,17 +203,18 @@ def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
     out = out + attention_block_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                                       sequence_parallel=sequence_parallel, recompute=recompute)
     if moe and model.is_moe:
-        out = out + moe_bytes(model, tokens=T, e=e, t=t, t_s=t_s, load_factor=training.moe_load_factor)
+        out = out + moe_bytes(model, tokens=T, e=e, t=t, t_s=t_s, load_factor=training.moe_load_factor,
+                              regroup=_regroup(t, etp))
     else:
         out = out + mlp_bytes(tokens=T, hidden=h, ffn=model.ffn_hidden_size, e=e, t=t, t_s=t_s,
                               glu=model.glu_matrices == 3)
     out = out + stack_saved_extra_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
-                                        sequence_parallel=sequence_parallel, recompute=recompute, moe=moe)
+                                        sequence_parallel=sequence_parallel, recompute=recompute, moe=moe, etp=etp)
     return out + dropout_mask_bytes(tokens=T, hidden=h, t_s=t_s, dropout=training.dropout)
 
 
 def stack_saved_extra_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
-                            sequence_parallel: bool, recompute: str, moe: bool = False) -> np.ndarray:
+                            sequence_parallel: bool, recompute: str, moe: bool = False, etp=None) -> np.ndarray:
     """Bytes a layer keeps for backward beyond the fused layer the formulas above describe, under its stack's
     elementwise code (Stack.elementwise, cost/elementwise.py `saved_bytes`): what the stack's backward reads
     from its forward, less what the fused (Megatron-LM / Transformer Engine) layer's does. transformers'
@@ -227,7 +235,7 @@ def stack_saved_extra_bytes(model: ModelSpec, training: Training, *, tp, cp, mic
     kw = dict(moe=moe and model.is_moe, sequence_parallel=sequence_parallel)
     extra = (saved_bytes(layer_graph(model, training, setting=setting, **kw), core=core)
              - saved_bytes(layer_graph(model, training, setting="fused", **kw), core=core))
-    sizes = layer_sizes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size, **kw)
+    sizes = layer_sizes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size, etp=etp, **kw)
     return zeros + extra.value(sizes)
 
 
@@ -249,7 +257,7 @@ def op_sac_bytes(model: ModelSpec, training: Training, *, tokens, e: int, t, t_s
 
 
 def layer_weight_grad_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
-                            sequence_parallel: bool, moe: bool = False) -> np.ndarray:
+                            sequence_parallel: bool, moe: bool = False, etp=None) -> np.ndarray:
     """M_W: bytes one layer keeps from its B (input-gradient) pass until its W (weight-gradient) pass:
     for every GEMM its input X and its output gradient dY, e·T·(d_in + d_out) (column-parallel:
     input h/t_s, output /t; row-parallel: input /t, output gradient h). GPT without parallelism:
@@ -265,7 +273,7 @@ def layer_weight_grad_bytes(model: ModelSpec, training: Training, *, tp, cp, mic
     if moe and model.is_moe:
         R = routed_tokens(tokens=T, experts_per_token=model.experts_per_token, load_factor=training.moe_load_factor)
         fe, fsh = model.moe_ffn_hidden_size, model.shared_expert_ffn_hidden_size
-        ffn_tok = R * (h + (cf - 1) * fe / t + fe / t + h) / T
+        ffn_tok = R * (2 * h * _regroup(t, etp) + cf * fe / t) / T  # (u/t)·R copies, f_e/u wide: moe_bytes
         ffn = ffn_tok + ((h / t_s + (cf - 1) * fsh / t + fsh / t + h) if fsh else 0.0)
     else:
         f = model.ffn_hidden_size

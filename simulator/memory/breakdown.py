@@ -96,6 +96,12 @@ class _ModeRows:
                                         (len(idx),))
         return vals[self.inv]
 
+def _without_experts(fn):
+    """`fn` called through `_ModeRows.per_mode`, whose layout arguments carry the experts' `etp`: the embedding
+    and the head hold no experts, so it is not theirs."""
+    return lambda model, training, etp=None, **kw: fn(model, training, **kw)
+
+
 def _check_categorical(*, recompute, schedule, zero) -> None:
     check_choices("recompute", recompute, RECOMPUTE)
     check_choices("schedule", schedule, SCHEDULES)
@@ -103,7 +109,7 @@ def _check_categorical(*, recompute, schedule, zero) -> None:
 
 def stage_activation_split(model: ModelSpec, training: Training, *, tp, pp: int, cp=1, vpp: int = 1,
                            micro_batch_size=1, recompute: str = "none", sequence_parallel: bool = False,
-                           schedule: str = "1f1b", layers_per_stage=None) -> dict[str, np.ndarray]:
+                           schedule: str = "1f1b", layers_per_stage=None, etp=None) -> dict[str, np.ndarray]:
     """Activation bytes of ONE micro-batch on each stage, split for zero-bubble accounting
     (formulas.md §3.5, sail-sg zerobubble/runtime.py): F allocates `forward_bytes`; B frees
     `backward_free_bytes` = forward − weight; W frees `weight_free_bytes` (GEMM inputs and output
@@ -115,9 +121,9 @@ def stage_activation_split(model: ModelSpec, training: Training, *, tp, pp: int,
     pl = stage_placement(model, pp=pp, vpp=vpp, schedule=schedule, layers_per_stage=layers_per_stage)
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size, sequence_parallel=sequence_parallel)
     a_d = layer_activation_bytes(model, training, recompute=recompute, moe=False, **kw)[..., None]
-    a_m = layer_activation_bytes(model, training, recompute=recompute, moe=True, **kw)[..., None]
+    a_m = layer_activation_bytes(model, training, recompute=recompute, moe=True, etp=etp, **kw)[..., None]
     w_d = layer_weight_grad_bytes(model, training, moe=False, **kw)[..., None]
-    w_m = layer_weight_grad_bytes(model, training, moe=True, **kw)[..., None]
+    w_m = layer_weight_grad_bytes(model, training, moe=True, etp=etp, **kw)[..., None]
     emb = embedding_activation_bytes(model, training, **kw)[..., None]
     head = head_activation_bytes(model, training, **kw)[..., None]
     w_head = head_weight_grad_bytes(model, training, **kw)[..., None]
@@ -227,7 +233,7 @@ def _stage_arrays(overheads, st, pl, act, kv, inflight, zeros, to_rank, worst_of
             "optimizer_step_bytes": zeros + ostep}
 
 
-def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp, cp=1, ep=1, vpp: int = 1,
+def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp, cp=1, ep=1, etp=None, vpp: int = 1,
                         micro_batch_size=1, num_microbatches=1, zero: int = 0,
                         shard_group_size: int | None = None, recompute: str = "none",
                         sequence_parallel: bool = False, schedule: str = "1f1b", layers_per_stage=None,
@@ -237,8 +243,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                         dp_mode: str = "ddp") -> dict[str, np.ndarray]:
     """Per-stage memory of many layouts at once (vectorisation contract of the sweep).
 
-    tp, dp, cp, ep, micro_batch_size, num_microbatches, zero, schedule, recompute and
-    sequence_parallel are scalars or arrays of shape (N,) (dp_mode a scalar: DDP keeps its bucket copy of the
+    tp, dp, cp, ep, etp (the routed experts' tensor-parallel degree; None: tp), micro_batch_size,
+    num_microbatches, zero, schedule, recompute and sequence_parallel are scalars or arrays of shape (N,) (dp_mode a scalar: DDP keeps its bucket copy of the
     gradients, memory/states.py `ddp_bucket_bytes`). The pipeline shape comes from pp, vpp,
     schedule and layers_per_stage (scalars), or from `placement`: a StagePlacement whose arrays are
     (N, P) (structure.pipeline_table pads layouts of different pp to P ranks; pp is then (N,)).
@@ -260,7 +266,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     _check_categorical(recompute=recompute, schedule=schedule, zero=zero)
     pl = placement if placement is not None else stage_placement(model, pp=pp, vpp=vpp, schedule=schedule,
                                                                  layers_per_stage=layers_per_stage)
-    st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, dp_mode=dp_mode,
+    etp = tp if etp is None else etp
+    st = model_state_bytes(model, training, pl, tp=tp, dp=dp, cp=cp, ep=ep, etp=etp, zero=zero, dp_mode=dp_mode,
                            shard_group_size=shard_group_size, inference=inference, pp=pp,
                            num_microbatches=num_microbatches)
     st = with_framework_terms(st, model, training, pl, tp=tp, dp=dp, cp=cp, zero=zero,
@@ -271,7 +278,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     to_rank, width = _rank_gather(rank_class, int(np.shape(pl.layers)[-1]))
     shape = np.broadcast_shapes(*(np.shape(x) for x in (tp, dp, cp, ep, micro_batch_size, num_microbatches)))
     shape = shape + (width,)
-    kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
+    kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size, etp=etp)
     has_dense = (pl.dense_layers > 0)
     has_moe = (pl.moe_layers > 0)
     to_rank_state = None  # the identity once the states are per rank (PipeDream's stashed weights)
@@ -301,8 +308,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         if recompute_layers and np.any(np.asarray(recompute) == "full"):  # the other layers keep everything
             a_d, a_m = (_block_recompute(a, per_mode(layer_activation_bytes, rc="none", moe=moe)[..., None], pl,
                                          recompute, recompute_layers) for a, moe in ((a_d, False), (a_m, True)))
-        emb = per_mode(embedding_activation_bytes, rc=False)[..., None]
-        head = per_mode(head_activation_bytes, rc=False)[..., None]
+        emb = per_mode(_without_experts(embedding_activation_bytes), rc=False)[..., None]
+        head = per_mode(_without_experts(head_activation_bytes), rc=False)[..., None]
         loss_m = np.asarray(loss_inflight_microbatches(schedule, num_microbatches=num_microbatches))[..., None]
         per_mb = pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb  # one microbatch's bytes
         if training.stack.pipe_buffers == "deepspeed":  # the engine keeps each stage output (framework.py)

@@ -11,8 +11,8 @@ Parameters resident on a rank (formulas.md §1.5, Megatron-LM `theoretical_memor
 - Ψ_rep: weights every TP rank keeps whole: norms, MoE router, row-parallel biases, QK-norm, MLA
   down-projections (Megatron-Core builds `linear_q_down_proj`/`linear_kv_down_proj` duplicated),
   learned position table;
-- Ψ_exp: routed experts, split over e (expert parallel) and over t (expert tensor parallel =
-  tensor parallel, Megatron-LM's default `expert_tensor_parallel_size`).
+- Ψ_exp: routed experts, split over e (expert parallel) and over u (expert tensor parallel,
+  Megatron-Core's `expert_tensor_parallel_size`: tensor parallel by default).
 Sharding degrees d (dense) and d_e (experts): `spec.rules.shard_degrees`, the one rule for memory
 and the optimizer step's time.
 """
@@ -61,12 +61,12 @@ def zero_state_bytes_per_param(*, zero: int, shard_degree, param_bytes: float, g
 
 
 def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlacement, *, tp, dp, cp, ep,
-                      zero: int, shard_group_size: int | None = None,
+                      zero: int, shard_group_size: int | None = None, etp=None,
                       inference: bool = False, pp=1, num_microbatches=1, dp_mode: str = "ddp") -> dict[str, np.ndarray]:
     """Weights, gradients, optimizer state (GPU) and host bytes per rank per stage.
 
     Combines `params_per_rank` with `zero_state_bytes_per_param` for the dense (degree d) and expert
-    (degree d_e) parts. Inference keeps only the weights, unsharded over data parallelism.
+    (degree d_e) parts (`etp`: the experts' tensor-parallel degree, None: tp; `shard_degrees`). Inference keeps only the weights, unsharded over data parallelism.
     Also returns 'gather' = transient bytes of ZeRO-3/FSDP: the all-gathered weights of the layer being
     computed and of the prefetched next layer plus the unsharded gradient of one layer before its
     reduce-scatter, 2·P·Ψ_layer + G·Ψ_layer (formulas.md §3.2, [derived]; Playbook: prefetch layer n+1
@@ -79,7 +79,7 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
     + R·Ψ_rank, R the stack's reduce dtype bytes (`accumulated_grad_bytes`). Shapes (pp,) or (N, pp).
     """
     split = stage_param_split(model, placement)
-    dense, expert = params_per_rank(split, tp=tp, ep=ep)
+    dense, expert = params_per_rank(split, tp=tp, ep=ep, etp=etp)
     P, G, K = training.param_bytes, training.grad_bytes, training.optimizer_bytes
     zeros = np.zeros_like(dense + expert)
     if inference:
@@ -88,7 +88,7 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
     if training.offload_params and np.any(np.asarray(zero) != 3):
         from ..errors import InputError
         raise InputError(f"offload_params needs zero = 3, got zero({np.asarray(zero).ravel()[0]})")
-    d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size)
+    d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size, tp=tp, etp=etp)
     kw = dict(zero=zero, param_bytes=P, grad_bytes=G, optimizer_bytes=K,
               offload_optimizer=training.offload_optimizer, offload_params=training.offload_params)
     bd = zero_state_bytes_per_param(shard_degree=d, **kw)

@@ -23,12 +23,15 @@ from ..schedules import family
 from .rules import BOUNDS, CP_ALGORITHMS, DP_MODES, RECOMPUTE, check_choice, check_count, check_zero
 
 
-def layout_label(tp, cp, pp, dp, ep=1, vpp=1) -> str:
-    """The canonical short label of a layout, e.g. `TP8-CP1-PP4-DP16`, with `-EP8` when ep > 1 and `-V2`
-    when vpp > 1: the one label builder (`Layout.label`, the sweep's `label` column)."""
+def layout_label(tp, cp, pp, dp, ep=1, vpp=1, etp=None) -> str:
+    """The canonical short label of a layout, e.g. `TP8-CP1-PP4-DP16`, with `-EP8` when ep > 1, `-ETP1` when
+    the experts' tensor-parallel degree is not tp, and `-V2` when vpp > 1: the one label builder (`Layout.label`,
+    the sweep's `label` column)."""
     s = f"TP{tp}-CP{cp}-PP{pp}-DP{dp}"
     if ep > 1:
         s += f"-EP{ep}"
+    if etp is not None and etp != tp:
+        s += f"-ETP{etp}"
     if vpp > 1:
         s += f"-V{vpp}"
     return s
@@ -52,6 +55,18 @@ def stage_layers(value, pp: int, *, stages: int | None = None, least: int = 1) -
     return tuple(int(v) for v in value)
 
 
+def expert_grid_problem(tp, cp, dp, ep, etp) -> str:
+    """The message for a layout whose expert layers cannot regroup its ranks: Megatron-Core builds the experts'
+    groups from the same tp·cp·dp ranks of a pipeline stage as etp × ep × expert-dp (megatron/core/
+    parallel_state.py initialize_model_parallel: `expert_tensor_model_pipeline_parallel_size` must divide the
+    world size, the expert RankGenerator's dp = tp·cp·dp / (etp·ep)), so etp·ep must divide tp·cp·dp. With
+    etp = tp (the default) this is Megatron's older rule that ep divide dp·cp."""
+    if etp == tp:
+        return f"ep({ep}) must divide dp({dp}) * cp({cp}) = {dp * cp}"
+    return (f"etp({etp}) * ep({ep}) = {etp * ep} must divide tp({tp}) * cp({cp}) * dp({dp}) = {tp * cp * dp} "
+            f"(the expert layers regroup a stage's ranks as etp x ep x expert-dp)")
+
+
 def recompute_label(recompute: str, recompute_layers: int = 0) -> str:
     """The recompute mode as printed: 'full (first N layers per stage)' with Layout.recompute_layers."""
     return f"{recompute} (first {recompute_layers} layers per stage)" if recompute_layers else recompute
@@ -67,6 +82,9 @@ class Layout:
     dp: int | None = None
     cp: int = 1
     ep: int = 1
+    # the routed experts' tensor-parallel degree (Megatron-Core --expert-tensor-parallel-size); None: tp. The
+    # tp·cp·dp ranks of a pipeline stage are regrouped for the expert layers as etp × ep × expert-dp
+    etp: int | None = None
     vpp: int = 1
     micro_batch_size: int = 1
     zero: int = 0  # 0 none, 1 optimizer, 2 + gradients, 3 + parameters (= FSDP full shard)
@@ -98,8 +116,11 @@ class Layout:
         if tcp * self.dp != self.num_gpus:
             raise InputError(f"tp({self.tp}) * cp({self.cp}) * pp({self.pp}) * dp({self.dp}) = {tcp * self.dp} "
                              f"!= num_gpus({self.num_gpus})")
-        if (self.dp * self.cp) % self.ep:
-            raise InputError(f"ep({self.ep}) must divide dp({self.dp}) * cp({self.cp}) = {self.dp * self.cp}")
+        if self.etp is None:
+            object.__setattr__(self, "etp", self.tp)
+        object.__setattr__(self, "etp", check_count("etp", self.etp))
+        if (self.tp * self.dp * self.cp) % (self.etp * self.ep):
+            raise InputError(expert_grid_problem(self.tp, self.cp, self.dp, self.ep, self.etp))
         check_zero(self.zero, scalar=True)
         if self.shard_group_size is not None:
             object.__setattr__(self, "shard_group_size", check_count("shard_group_size", self.shard_group_size))
@@ -134,7 +155,7 @@ class Layout:
     @property
     def label(self) -> str:
         """Canonical short label (`layout_label`)."""
-        return layout_label(self.tp, self.cp, self.pp, self.dp, self.ep, self.vpp)
+        return layout_label(self.tp, self.cp, self.pp, self.dp, self.ep, self.vpp, self.etp)
 
     @property
     def accounted_in_split(self) -> tuple[str, ...]:

@@ -18,12 +18,12 @@ embedding on a different rank than the head gets its own copy there (Megatron-LM
 word embeddings on the last stage and all-reduces their gradients).
 
 Parameters resident on a rank (formulas.md §1.5, Megatron-LM `theoretical_memory_usage.py`):
-    Ψ_rank = Ψ_tp / t + Ψ_rep + Ψ_exp / (e · t)
+    Ψ_rank = Ψ_tp / t + Ψ_rep + Ψ_exp / (e · u)
 - Ψ_tp: tensor-parallel weights (QKV/out projections, dense and shared-expert MLPs, vocab-parallel
   embedding and LM head), split over t;
 - Ψ_rep: weights every TP rank keeps whole: norms, MoE router, row-parallel biases, QK-norm, MLA
   down-projections, learned position table;
-- Ψ_exp: routed experts, split over e (expert parallel) and t (expert tensor parallel = tp).
+- Ψ_exp: routed experts, split over e (expert parallel) and u (expert tensor parallel, = tp by default).
 """
 from __future__ import annotations
 
@@ -332,13 +332,15 @@ def stage_param_split(model: ModelSpec, placement: StagePlacement) -> dict[str, 
     return {"tp": tp.astype(np.int64), "rep": rep.astype(np.int64), "exp": exp.astype(np.int64)}
 
 
-def params_per_rank(split: dict[str, np.ndarray], *, tp, ep) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, expert) parameters resident on one rank: Ψ_tp/t + Ψ_rep and Ψ_exp/(e·t).
+def params_per_rank(split: dict[str, np.ndarray], *, tp, ep, etp=None) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters resident on one rank: Ψ_tp/t + Ψ_rep and Ψ_exp/(e·u), u the experts'
+    tensor-parallel degree `etp` (None: t, Megatron's default expert_tensor_parallel_size).
 
     Shapes: (pp,) for scalar tp/ep, (N, pp) for arrays of shape (N,). Source: formulas.md §1.5.
     """
     t = np.asarray(tp, dtype=float)[..., None]
     e = np.asarray(ep, dtype=float)[..., None]
+    u = t if etp is None else np.asarray(etp, dtype=float)[..., None]
     dense = split["tp"] / t + split["rep"]
-    expert = split["exp"] / (e * t)
+    expert = split["exp"] / (e * u)
     return dense, expert

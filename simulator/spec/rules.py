@@ -39,6 +39,7 @@ BOUNDS = {
     "pp": (2**16, "pipeline stages"),
     "cp": (2**16, "ranks"),
     "ep": (2**16, "ranks"),
+    "etp": (2**16, "ranks"),
     "vpp": (2**16, "chunks per pipeline rank"),
     "layers_per_stage": (2**20, "layers"),
     "recompute_layers": (2**20, "layers"),
@@ -93,7 +94,7 @@ def check_zero(zero, *, scalar: bool = False) -> None:
         raise InputError(f"zero must be 0, 1, 2 or 3, got {shown!r}")
 
 
-def shard_degrees(*, dp, cp, ep, shard_group_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def shard_degrees(*, dp, cp, ep, shard_group_size: int | None = None, tp=1, etp=None) -> tuple[np.ndarray, np.ndarray]:
     """(d, d_e): the ZeRO/FSDP sharding degree of dense and of expert states, in memory and in time.
 
     d = (shard_group_size or dp) · cp: the data-parallel shard group, CP ranks included (Megatron's
@@ -103,13 +104,17 @@ def shard_degrees(*, dp, cp, ep, shard_group_size: int | None = None) -> tuple[n
         so within a shard group of d ranks each expert has d / ep copies, and its states shard over
         those (Megatron "expert data parallel" = dp·cp/ep without HSDP). When ep > d the EP group spans
         several shard groups: every copy is then alone in its shard group and nothing shards (1).
+        With an expert tensor-parallel degree etp other than tp, the expert layers regroup a stage's tp·d ranks
+        as etp × ep × expert-dp (Megatron-Core's expert RankGenerator, parallel_state.py): each expert shard
+        has tp·d/(etp·ep) copies, d_e = max(d·(tp/etp) / ep, 1) (etp = tp: the rule above).
     Worked example (tests/test_rules.py): dp = 8, cp = 1, ep = 4, HSDP shard group 2: d = 2; a shard
     group of 2 ranks holds experts of 2 different EP ranks, one copy each, so d_e = max(2/4, 1) = 1, not
     dp·cp/ep = 2 (which would shard across replicas that HSDP keeps whole).
     """
     g = np.asarray(dp if shard_group_size is None else shard_group_size, dtype=float)
     d = g * np.asarray(cp, dtype=float)
-    return d, np.maximum(d / np.asarray(ep, dtype=float), 1.0)
+    regroup = 1.0 if etp is None else np.asarray(tp, dtype=float) / np.asarray(etp, dtype=float)
+    return d, np.maximum(d * regroup / np.asarray(ep, dtype=float), 1.0)
 
 
 POSITIVE, NONNEGATIVE = "a finite number > 0", "a finite number >= 0"

@@ -32,7 +32,7 @@ from ..spec.validate import layout_valid_mask, moe_settings_problem, recompute_m
 from .space import AUTO, DEFAULT_SCHEDULES, SweepSpace
 
 # columns of a candidate table, in order (layout fields + derived num_microbatches)
-CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
+CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "micro_batch_size", "num_microbatches", "zero",
                      "recompute", "sequence_parallel", "schedule", "layers_per_stage")
 
 
@@ -279,7 +279,7 @@ def _candidate_frame(base: dict, blocks: list[tuple], split, training) -> pd.Dat
     texts = np.array([split(int(k // M), int(k % M)) for k in keys], dtype=object)[inv.ravel()]
     return pd.DataFrame({
         "tp": tp[rows], "cp": cp[rows], "pp": pp[rows], "dp": dp[rows], "ep": ep[rows],
-        "vpp": per_block(1, np.int64), "micro_batch_size": mb[rows],
+        "etp": base["etp"][rows] if "etp" in base else tp[rows], "vpp": per_block(1, np.int64), "micro_batch_size": mb[rows],
         "num_microbatches": (training.global_batch_size // (dp * mb))[rows],
         "zero": per_block(3, np.int64), "recompute": text_column(per_block(4, object)),
         "sequence_parallel": per_block(2, bool), "schedule": text_column(per_block(0, object)),

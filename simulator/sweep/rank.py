@@ -17,19 +17,20 @@ from ..dedup import distinct_rows, factorize
 from ..frames import text_column
 from ..spec.layout import layout_label
 
-TIE_COLUMNS = ("schedule", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "ep",
+TIE_COLUMNS = ("schedule", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel", "ep", "etp",
                "layers_per_stage")
-FIRST_COLUMNS = ("rank", "label", "tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
-                 "recompute", "sequence_parallel", "schedule", "layers_per_stage", "feasible", "reason",
+FIRST_COLUMNS = ("rank", "label", "tp", "cp", "pp", "dp", "ep", "etp", "vpp", "micro_batch_size", "num_microbatches",
+                 "zero", "recompute", "sequence_parallel", "schedule", "layers_per_stage", "feasible", "reason",
                  "tokens_per_s", "mfu", "step_s", "peak_bytes", "memory_headroom_bytes")
-LABEL_FIELDS = ("tp", "cp", "pp", "dp", "ep", "vpp")
+LABEL_FIELDS = ("tp", "cp", "pp", "dp", "ep", "vpp", "etp")  # layout_label's arguments, in order
 
 
 def layout_labels(df: pd.DataFrame) -> np.ndarray:
     """The `label` of every row (`spec.layout.layout_label`), built once per distinct layout."""
     if len(df) == 0:
         return np.array([], dtype=object)
-    keys = df[list(LABEL_FIELDS)].to_numpy(dtype=np.int64)
+    # (a table without `etp`, e.g. written before it was a layout field: the experts' TP is tp)
+    keys = np.stack([df[c if c in df else "tp"].to_numpy(dtype=np.int64) for c in LABEL_FIELDS], axis=1)
     first, inv = distinct_rows(*keys.T)
     distinct = np.array([layout_label(*k) for k in keys[first].tolist()], dtype=object)
     return distinct[inv]

@@ -72,7 +72,7 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
                 df[c] = _text(df[c].astype(object).where(df[c].notna(), "").to_numpy(dtype=object))
         if "asynchronous" in df and df["asynchronous"].dtype != bool:  # written True/False, read as text if empty
             df["asynchronous"] = df["asynchronous"].astype(str).str.lower().eq("true")
-        counts = ("rank", "tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
+        counts = ("rank", "tp", "cp", "pp", "dp", "ep", "etp", "vpp", "micro_batch_size", "num_microbatches", "zero",
                   "worst_stage")
         for c in df.columns:  # a float column of whole numbers (all 0, say) reads back as int: restore it
             if c not in counts and df[c].dtype.kind in "iu":

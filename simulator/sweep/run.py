@@ -61,7 +61,7 @@ def _call(evaluator, model, training, hardware, num_gpus, col: dict, rows) -> pd
     res = evaluator(model, training, hardware, num_gpus=int(num_gpus), pp=col["pp"][rows], vpp=col["vpp"][rows],
                     schedule=col["schedule"][rows], zero=col["zero"][rows], recompute=col["recompute"][rows],
                     sequence_parallel=col["sequence_parallel"][rows].astype(bool), tp=col["tp"][rows],
-                    dp=col["dp"][rows], cp=col["cp"][rows], ep=col["ep"][rows],
+                    dp=col["dp"][rows], cp=col["cp"][rows], ep=col["ep"][rows], etp=col["etp"][rows],
                     micro_batch_size=col["micro_batch_size"][rows],
                     layers_per_stage=np.where(split == "", None, split).astype(object))
     if len(res) != len(rows):
