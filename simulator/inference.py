@@ -107,6 +107,9 @@ def inference_layout(layout: Layout, model: ModelSpec) -> Layout:
     layout's per-rank split if it has one, else an even one (or `uneven_split`'s when pp does not divide)."""
     if layout.cp > 1:
         raise InputError(f"--inference models cp = 1 (context-parallel decoding is not modelled), got cp({layout.cp})")
+    if layout.etp != layout.tp:
+        raise InputError(f"--inference models the experts split over tp (etp = tp), got etp({layout.etp}) and "
+                         f"tp({layout.tp})")
     split = layout.layers_per_stage
     if not split or len(split) != layout.pp or layout.accounted_in_split:
         split = uneven_split(model.num_layers, layout.pp)

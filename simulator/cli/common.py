@@ -35,6 +35,8 @@ _FLAGS = [
     ("--dp", "dp", int, "data-parallel degree (default: derived)"),
     ("--cp", "cp", int, "context-parallel degree"),
     ("--ep", "ep", int, "expert-parallel degree (MoE)"),
+    ("--etp", "etp", int, "expert tensor-parallel degree: the routed experts split over etp ranks (Megatron-Core "
+                          "--expert-tensor-parallel-size; default: tp)"),
     ("--vpp", "vpp", int, "virtual pipeline chunks per rank (interleaved schedule)"),
     ("--layers-per-stage", "layers_per_stage", str, "uneven pipeline split, e.g. 7,8,8,7: one entry per pp rank "
                                                     "or per virtual stage (default: even, or the first and last "

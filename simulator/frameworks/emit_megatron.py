@@ -51,6 +51,8 @@ def _layout_flags(sc, layout, notes: list[str]) -> list:
         f += [("--context-parallel-size", layout.cp), ("--cp-comm-type", "a2a" if layout.cp_algorithm == "ulysses" else "p2p")]
     if layout.ep > 1:
         f.append(("--expert-model-parallel-size", layout.ep))
+    if layout.etp != layout.tp:  # (Megatron-Core's default is tp)
+        f.append(("--expert-tensor-parallel-size", layout.etp))
     if layout.sequence_parallel and layout.tp > 1:
         f.append(("--sequence-parallel", None))
     if layout.pp > 1 and layout.schedule not in ("1f1b", "interleaved"):

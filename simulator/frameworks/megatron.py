@@ -130,11 +130,11 @@ def megatron_layout(f: Fields, gpus: int, layers: int, rep: Report) -> tuple[dic
                          f"context({cp}) parallel sizes")
     dp = gpus // (tp * pp * cp)
     etp = f.int("expert_tensor_parallel_size")
-    if etp is not None and etp != tp:
-        rep.cannot(f"{f.name('expert_tensor_parallel_size')} {etp}: parasim splits experts over tp ({tp})")
     if not f.has("micro_batch_size"):
         rep.assume("--micro-batch-size: 1")
     lay = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "micro_batch_size": f.int("micro_batch_size", 1)}
+    if etp is not None and etp != tp:  # (Layout: etp·ep must divide tp·cp·dp; validate: SP with tp > 1)
+        lay["etp"] = etp
     sp = f.flag("sequence_parallel")
     if sp and tp == 1:
         rep.assume("--sequence-parallel with tp 1: Megatron switches it off")

@@ -111,6 +111,21 @@ def recompute_problem(model: ModelSpec, recompute: str) -> str:
     return ""
 
 
+def expert_tp_problem(model: ModelSpec, layout: Layout) -> str:
+    """Why the layout's expert tensor-parallel degree cannot be modelled ('' when it can): it splits routed
+    experts (a dense model has none), and an etp other than tp regroups the token shards of sequence
+    parallelism (Megatron-Core: expert with tensor parallelism needs --sequence-parallel, model_parallel_config.py),
+    so with tp > 1 each rank must hold its own T/tp tokens."""
+    if layout.etp == layout.tp:
+        return ""
+    if not model.is_moe:
+        return f"etp({layout.etp}) applies to routed experts; {model.name or 'this model'} is dense (no experts)"
+    if layout.tp > 1 and not layout.sequence_parallel:
+        return (f"etp({layout.etp}) other than tp({layout.tp}) needs sequence_parallel (the expert layers take "
+                f"each rank's sequence shard: Megatron-Core's expert and tensor parallelism need it)")
+    return ""
+
+
 def moe_settings_problem(model: ModelSpec, training: Training) -> str:
     """Why `training`'s MoE routing settings cannot apply to `model` ('' when they can): a capacity factor or a
     routing imbalance describes routed experts, and a dense model has none (a number for it would be nonsense)."""
@@ -137,6 +152,8 @@ def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
     _check_accounted_split(model, layout)
     if moe_settings_problem(model, training):
         raise InputError(moe_settings_problem(model, training))
+    if expert_tp_problem(model, layout):
+        raise InputError(expert_tp_problem(model, layout))
     if recompute_problem(model, layout.recompute):
         raise InputError(recompute_problem(model, layout.recompute))
     msg = layout_violations(model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp,
