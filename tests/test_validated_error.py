@@ -146,7 +146,10 @@ def test_shipped_file_is_package_data_and_every_group_is_well_formed():
     (["--hardware", "dgx-h100"], "exact"),  # the megatron stack: NVIDIA's NeMo recipes (DGXC_H100)
     (["--hardware", "dgx-h100", "--stack", "deepspeed"], "same hardware"),
     (["--hardware", "dgx-h200"], "same GPU family"),
-    (["--hardware", "dgx-b200"], "none"),
+    # Blackwell: NVIDIA's Grok-1 recipe on GB200s (DGXC_MOE) is the nearest measurement of a B200
+    (["--hardware", "dgx-b200"], "same GPU family"),
+    (["--hardware", "gb200-nvl72"], "exact"),
+    (["--hardware", "mi300x"], "none"),
 ])
 def test_estimate_prints_the_validated_error(args, match, capsys):
     from simulator.cli import main
@@ -170,6 +173,10 @@ def test_estimate_prints_the_validated_error(args, match, capsys):
     if match == "exact" and "torchtitan" in args:
         assert "validated on dgx-h100 with the torchtitan stack (H100_HARNESS" in table
     elif match == "exact":
-        assert "validated on dgx-h100 with the megatron stack (DGXC_H100" in table
+        want = "gb200-nvl72 with the megatron stack (DGXC_MOE" if "gb200-nvl72" in args else \
+            "dgx-h100 with the megatron stack (DGXC_H100"
+        assert f"validated on {want}" in table
+    if "dgx-b200" in args:
+        assert "validated on gb200-nvl72 with the megatron stack (DGXC_MOE" in table
     if match == "none":
-        assert "no validation data for this hardware and stack (dgx-b200, megatron)" in table
+        assert "no validation data for this hardware and stack (mi300x, megatron)" in table

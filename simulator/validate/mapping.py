@@ -227,8 +227,10 @@ def map_run(row: Mapping, *, hardware: str | None = None) -> MappedRun:
         seq = _int(row.get("seq_len"), "seq_len")
         name = _text(row.get("model"))
         rules = _row_rules(source_id, name, notes)
-        if not _blank(row.get("moe_experts")):
-            raise InputError("MoE rows are not mapped yet (no MoE run in the data set)")
+        mtp = re.search(r"mtp_num_layers (\d+)", _text(row.get("notes")))
+        if mtp and int(mtp.group(1)) > 0:
+            raise InputError(f"multi-token prediction (mtp_num_layers {mtp.group(1)}: an extra layer and output head "
+                             f"on the last stage) is not modelled")
         tp = _int(row.get("tp"), "tp")
         model = _row_model(row, name, seq, tp, rules, notes)
         training = _row_training(row, seq, rules, notes)
@@ -258,13 +260,20 @@ def _row_model(row: Mapping, name: str, seq: int, tp: int, rules: SourceRules, n
     from ..spec.model import ModelSpec
 
     kv = None if _blank(row.get("kv_heads")) else _int(row.get("kv_heads"), "kv_heads")
+    moe = {}
+    if not _blank(row.get("moe_experts")):  # every layer routed (Mixtral's layout): ffn_hidden is one expert's
+        moe = dict(num_experts=_int(row.get("moe_experts"), "moe_experts"),
+                   experts_per_token=_int(row.get("moe_topk"), "moe_topk"),
+                   moe_ffn_hidden_size=_int(row.get("ffn_hidden"), "ffn_hidden"))
+        notes.append(f"MoE: {moe['num_experts']} experts, top-{moe['experts_per_token']}, every layer routed, "
+                     f"ffn_hidden the expert's")
     return ModelSpec(name=name, hidden_size=_int(row.get("hidden"), "hidden"),
                      num_layers=_int(row.get("layers"), "layers"), num_heads=_int(row.get("heads"), "heads"),
                      num_kv_heads=kv, ffn_hidden_size=_int(row.get("ffn_hidden"), "ffn_hidden"),
                      vocab_size=_vocab(row.get("vocab"), rules if rules.source_id != "generic" else None, tp, notes),
                      tie_word_embeddings=rules.tie_word_embeddings,
                      learned_position_embeddings=seq if rules.learned_positions else 0,
-                     **FAMILIES[rules.family])
+                     **FAMILIES[rules.family], **moe)
 
 
 def _row_training(row: Mapping, seq: int, rules: SourceRules, notes: list[str]):
@@ -282,7 +291,7 @@ def _row_training(row: Mapping, seq: int, rules: SourceRules, notes: list[str]):
     return Training(seq_length=seq, global_batch_size=_int(row.get("global_batch_seqs"), "global_batch_seqs"),
                     precision=prec, grad_dtype=_grad_dtype(rules, row.get("precision"), prec, notes),
                     flash_attention=rules.flash_attention, dropout=rules.dropout,
-                    stack=load_stack(rules.stack, **overrides))
+                    stack=load_stack(rules.stack, **overrides), **dict(rules.training_overrides))
 
 
 def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str], rule: str = "first-last"):
@@ -306,6 +315,7 @@ def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str], rule: 
                   dp=_int(row.get("dp"), "dp"),
                   cp=1 if _blank(row.get("cp")) else _int(row.get("cp"), "cp"),
                   ep=1 if _blank(row.get("ep")) else _int(row.get("ep"), "ep"), vpp=vpp,
+                  etp=None if _blank(row.get("etp")) else _int(row.get("etp"), "etp"),
                   micro_batch_size=mbs, zero=_zero(row.get("zero_fsdp")),
                   recompute=recompute, recompute_layers=blocks,
                   sequence_parallel=_sp(row.get("sequence_parallel")), schedule=sched,

@@ -148,6 +148,7 @@ class SourceRules:
     precision_unstated: str | None = None  # precision when the cell names none ('mixed (not stated)')
     stack: str = "megatron"  # the software stack preset (stacks/) the source ran
     stack_overrides: tuple[tuple[str, object], ...] = ()  # Stack fields the source's runs set otherwise
+    training_overrides: tuple[tuple[str, object], ...] = ()  # Training fields the source's runs set (MoE routing)
     hardware: str | None = None  # the preset of the source's cluster, when its gpu_type's preset is not it
     # (regex on the row's notes, Stack field, value): every match applies, after stack_overrides (rows of one
     # source that ran different kernels, compiled or not, with TP overlap or not)
@@ -335,6 +336,26 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "TP communication overlap with userbuffers (ub_tp_comm_overlap), sequence parallelism, gradients "
             "reduced in bf16 (distributed_fused_adam grad_sync_dtype bf16), no recompute",
             _DGXC_FP8, _DGXC_OPTIMIZER,
+        )),
+    SourceRules(
+        source_id="DGXC_MOE", family="llama", tie_word_embeddings=False, learned_positions=False, dropout=False,
+        vocab_pad_per_tp=128, flash_attention=True, grad_dtype=((r".", "bf16"),), stack="megatron",
+        stack_overrides=_DGXC_STACK + (("tp_comm_overlap", True),), stack_by_notes=((r", FP8;", "fp8_params", True),),
+        training_overrides=(("moe_capacity_factor", 1.0),),
+        statements=(
+            "NeMo 2 performance recipes (NVIDIA/dgxc-benchmarking 6be5ea0; NeMo 6f2c6fd scripts/performance/llm/"
+            "pretrain_grok1_314b.py): Megatron-core with Transformer Engine, the megatron stack",
+            "Grok-1 as NeMo builds it: MixtralConfig8x7B (RMSNorm, SwiGLU experts, RoPE, no biases, untied output "
+            "layer) with the recipe's shapes; the Llama 3 tokenizer's 128256 tokens padded to 128·tp",
+            "routed experts: token drop padded to capacity factor 1.0 (MegatronTokenDropCallback: "
+            "moe_expert_capacity_factor 1.0, moe_pad_expert_input_to_capacity), the experts' tensor-parallel "
+            "degree as the layout table's ETP",
+            "TP communication overlap with userbuffers (MegatronCommOverlapCallback tp_comm_overlap True), sequence "
+            "parallelism, the distributed optimizer with bf16 gradient reduction (grad_reduce_in_fp32 False), "
+            "16-bit master remainders (use_precision_aware_optimizer), no recompute, no dropout",
+            "FP8 rows: TE delayed scaling (bf16_with_fp8_mixed: hybrid, amax history 1024) with FP8 parameters "
+            "(fp8_param_gather)",
+            "GB200 rows ran with CUDA graphs (launch.sh CUDA_GRAPH true): not modelled (their steps are GPU-bound)",
         )),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
