@@ -55,7 +55,7 @@ def test_pipedream_stash_reaches_estimate_and_the_sweep_row_by_row():
     rows = df[(df.schedule == "pipedream") & (df.pp > 1)]
     for _, r in rows.iloc[:: max(1, len(rows) // 8)].iterrows():
         lay = Layout(num_gpus=16, tp=int(r.tp), pp=int(r.pp), dp=int(r.dp), cp=int(r.cp), ep=int(r.ep),
-                     vpp=int(r.vpp), micro_batch_size=int(r.micro_batch_size), zero=int(r.zero),
+                     etp=int(r.etp), vpp=int(r.vpp), micro_batch_size=int(r.micro_batch_size), zero=int(r.zero),
                      recompute=r.recompute, sequence_parallel=bool(r.sequence_parallel), schedule=r.schedule)
         d = estimate(sc.model, sc.training, lay, sc.hardware).to_dict()
         assert d["memory"]["peak_bytes"] == r.peak_bytes and d["memory"]["params_bytes"] == r.params_bytes

@@ -321,7 +321,7 @@ def test_sweep_rows_equal_estimate_of_the_same_layout(data, model_i, gpus, seq, 
         r = df.iloc[i]
         split = tuple(int(x) for x in r.layers_per_stage.split(",")) if r.layers_per_stage else None
         lay = Layout(num_gpus=gpus, tp=int(r.tp), pp=int(r.pp), dp=int(r.dp), cp=int(r.cp), ep=int(r.ep),
-                     vpp=int(r.vpp), micro_batch_size=int(r.micro_batch_size), zero=int(r.zero),
+                     etp=int(r.etp), vpp=int(r.vpp), micro_batch_size=int(r.micro_batch_size), zero=int(r.zero),
                      recompute=r.recompute, sequence_parallel=bool(r.sequence_parallel), schedule=r.schedule,
                      layers_per_stage=split)
         e = estimate(sc.model, sc.training, lay, sc.hardware)

@@ -72,7 +72,8 @@ def brute_force(model, training, N, hw, *, max_mbs=8, schedules=("1f1b", "interl
     """Every (layout fields) tuple from a plain product, kept if Layout + validate accept it and the
     documented sweep rules hold (tp within the NVLink domain, cp keeps >= 2048 tokens per rank,
     sp only with tp > 1, zero > 0 only with dp·cp > 1, pp = 1 rows carry 1f1b, vpp only interleaved,
-    and for one-chunk schedules a pp not dividing L when ceil(L/pp)·pp − L <= 2)."""
+    and for one-chunk schedules a pp not dividing L when ceil(L/pp)·pp − L <= 2; the experts' TP degree tp, and
+    also 1 with ep > 1)."""
     L = model.num_layers
     div = [d for d in range(1, N + 1) if N % d == 0]
     E = model.num_experts or 1
@@ -95,23 +96,24 @@ def brute_force(model, training, N, hw, *, max_mbs=8, schedules=("1f1b", "interl
             split = [base] * pp  # any split adding up to L passes validate; the column is checked elsewhere
             for i in range(base * pp - L):
                 split[-1 - i * (pp - 1)] -= 1
-        try:
-            lay = Layout(num_gpus=N, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, vpp=vpp, micro_batch_size=mbs, zero=zero,
-                         recompute=rec, sequence_parallel=sp, schedule=sched, layers_per_stage=split)
-            validate(model, training, lay)
-        except InputError:
-            continue
-        if (sp and tp == 1) or (zero > 0 and dp * cp == 1) or (pp == 1 and sched != "1f1b"):
-            continue
-        if sched == "interleaved" and vpp < 2:
-            continue
-        out.add((tp, cp, pp, dp, ep, vpp, mbs, zero, rec, sp, sched))
+        for etp in sorted({tp} | ({1} if ep > 1 else set())):
+            try:
+                lay = Layout(num_gpus=N, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, vpp=vpp, micro_batch_size=mbs,
+                             zero=zero, recompute=rec, sequence_parallel=sp, schedule=sched, layers_per_stage=split)
+                validate(model, training, lay)
+            except InputError:
+                continue
+            if (sp and tp == 1) or (zero > 0 and dp * cp == 1) or (pp == 1 and sched != "1f1b"):
+                continue
+            if sched == "interleaved" and vpp < 2:
+                continue
+            out.add((tp, cp, pp, dp, ep, vpp, mbs, zero, rec, sp, sched, etp))
     return out
 
 
 def as_set(df):
     cols = ["tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel",
-            "schedule"]
+            "schedule", "etp"]
     return {tuple(r) for r in df[cols].itertuples(index=False, name=None)}
 
 
@@ -150,7 +152,13 @@ def test_moe_enumeration_carves_ep_out_of_dp_cp_like_brute_force():
     df = enumerate_layouts(MOE, tr, 8, SweepSpace(), hardware=hw)
     assert as_set(df) == brute_force(MOE, tr, 8, hw)
     assert set(df["ep"]) == {1, 2, 4}
-    assert ((df["dp"] * df["cp"]) % df["ep"] == 0).all()
+    # the expert grid: etp·ep divides tp·cp·dp; experts split like the attention (etp = tp: ep divides dp·cp) or,
+    # with ep > 1, whole (etp 1: ep may span the TP ranks, with sequence parallelism)
+    assert ((df["tp"] * df["dp"] * df["cp"]) % (df["ep"] * df["etp"]) == 0).all()
+    split = df[df.etp == df.tp]
+    assert ((split["dp"] * split["cp"]) % split["ep"] == 0).all()
+    whole = df[(df.etp == 1) & (df.tp > 1)]
+    assert len(whole) and (whole.ep > 1).all() and whole.sequence_parallel.all()
 
 
 def test_enumeration_with_listed_schedules_matches_brute_force():
@@ -210,7 +218,7 @@ def test_labels_equal_layout_label():
     for i in range(0, len(df), max(1, len(df) // 40)):
         r = df.iloc[i]
         lay = Layout(num_gpus=8, tp=int(r.tp), cp=int(r.cp), pp=int(r.pp), dp=int(r.dp), ep=int(r.ep),
-                     vpp=int(r.vpp), schedule=r.schedule)
+                     etp=int(r.etp), vpp=int(r.vpp), schedule=r.schedule)
         assert labels[i] == lay.label
 
 
@@ -395,7 +403,7 @@ def test_vectorised_sweep_equals_estimate_row_by_row(gpus, cross_entropy):
     pruned = run_sweep(sc, space)
     fit = df[df.feasible]
     pd.testing.assert_frame_equal(pruned[pruned.feasible], fit)
-    keys = ["tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel",
+    keys = ["tp", "cp", "pp", "dp", "ep", "etp", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel",
             "schedule", "layers_per_stage"]
     a, b = (x[~x.feasible].sort_values(keys).reset_index(drop=True) for x in (pruned, df))
     pd.testing.assert_frame_equal(a[keys + ["peak_bytes", "reason"]], b[keys + ["peak_bytes", "reason"]])

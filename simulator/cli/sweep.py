@@ -26,6 +26,7 @@ _LIST_FLAGS = [
     ("--dp", "dp", "data-parallel degrees (default: whatever is left)"),
     ("--cp", "cp", "context-parallel degrees"),
     ("--ep", "ep", "expert-parallel degrees (MoE)"),
+    ("--etp", "etp", "expert tensor-parallel degrees (MoE; default: tp and, with ep > 1, 1)"),
     ("--vpp", "vpp", "virtual pipeline chunks (interleaved schedule)"),
     ("--micro-batch", "micro_batch_size", "micro-batch sizes"),
     ("--zero", "zero", "ZeRO stages 0-3 (3 = FSDP full shard)"),
@@ -95,7 +96,8 @@ def _fmt_table(df, top: int, num_layers: int) -> str:
     d = df.head(top)
     layers = [layers_text(r, num_layers) for _, r in d.iterrows()]
     w = max([len("layers/stage"), *map(len, layers)])
-    head = (f"{'rank':>5} {'label':<24} {'choices':<32} {'layers/stage':<{w}} {'tokens/s':>12} {'MFU':>6} "
+    lw = max([24, *(len(x) for x in d["label"])])  # (an -EP and -ETP label is longer)
+    head = (f"{'rank':>5} {'label':<{lw}} {'choices':<32} {'layers/stage':<{w}} {'tokens/s':>12} {'MFU':>6} "
             f"{'step s':>9} {'bubble':>7} {'peak GiB':>9}  feasible")
     lines = [head]
 
@@ -106,7 +108,7 @@ def _fmt_table(df, top: int, num_layers: int) -> str:
         # the pipeline bubble as estimate prints it: the share of the step the busiest rank waits on other
         # stages (bubble_s / step_s); bubble_fraction, the idle share over all ranks, is in --format json/csv
         bub = r["bubble_s"] / r["step_s"] if r["step_s"] == r["step_s"] and r["step_s"] > 0 else float("nan")
-        lines.append(f"{int(r['rank']):>5} {r['label']:<24} {short_variant(r):<32} {lay:<{w}} "
+        lines.append(f"{int(r['rank']):>5} {r['label']:<{lw}} {short_variant(r):<32} {lay:<{w}} "
                      f"{num(r['tokens_per_s'], '>12,.0f', 12)} {num(r['mfu'], '>6.1%', 6)} "
                      f"{num(r['step_s'], '>9.3f', 9)} {num(bub, '>7.1%', 7)} {r['peak_bytes'] / 2**30:>9.1f}  "
                      f"{'yes' if r['feasible'] else 'no: ' + str(r['reason'])}")
@@ -119,7 +121,7 @@ def _winner_not_modelled(sc, w) -> str:
 
     from ..estimate import not_modelled
 
-    lay = SimpleNamespace(tp=int(w["tp"]), cp=int(w["cp"]), ep=int(w["ep"]),
+    lay = SimpleNamespace(tp=int(w["tp"]), cp=int(w["cp"]), ep=int(w["ep"]), etp=int(w["etp"]),
                           micro_batch_size=int(w["micro_batch_size"]), sequence_parallel=bool(w["sequence_parallel"]))
     return "\n".join(f"Not modelled: {c}" for c in not_modelled(sc.model, sc.training, lay))
 

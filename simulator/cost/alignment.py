@@ -48,7 +48,8 @@ def estimate_misaligned(model, training, layout) -> tuple[str, ...]:
     kw = dict(tp=layout.tp, cp=layout.cp, micro_batch_size=layout.micro_batch_size)
     ops = list(layer_ops(model, training, sequence_parallel=layout.sequence_parallel, **kw))
     if model.is_moe:
-        ops += layer_ops(model, training, moe=True, ep=layout.ep, sequence_parallel=layout.sequence_parallel, **kw)
+        ops += layer_ops(model, training, moe=True, ep=layout.ep, etp=layout.etp,
+                         sequence_parallel=layout.sequence_parallel, **kw)
     ops += head_ops(model, training, **kw)
 
     def dtype_of(op):

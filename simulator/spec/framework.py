@@ -5,7 +5,8 @@ its source in the preset's `[source]` table under the rule's key (`zero`, `sched
 of a refusal):
 
     zero = [0, 1, 2, 3]            ZeRO stages it runs (3 = FSDP full shard)
-    tp = true                      a parallel dimension at a degree > 1 (also pp, cp, ep)
+    tp = true                      a parallel dimension at a degree > 1 (also pp, cp, ep; etp: an expert
+                                   tensor-parallel degree other than tp)
     sequence_parallel = true       Megatron-style sequence parallelism (with tp > 1)
     hsdp = true                    hybrid sharding: a shard group smaller than the DP group
     schedules = ["1f1b", ...]      pipeline schedules (with pp > 1)
@@ -38,7 +39,7 @@ from ..schedules import SCHEDULE_NAMES
 from .placement import PIPELINE_SPLITS
 from .rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE, ZERO_STAGES
 
-INT_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero")
+INT_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "micro_batch_size", "num_microbatches", "zero")
 TEXT_COLUMNS = ("recompute", "schedule", "cp_algorithm", "dp_mode")
 BOOL_COLUMNS = ("sequence_parallel", "hsdp", "moe")
 COLUMNS = INT_COLUMNS + TEXT_COLUMNS + BOOL_COLUMNS
@@ -56,6 +57,7 @@ _LISTS = {"zero": ("ZeRO stages", ZERO_STAGES, "zero", ()),
 # on/off keys: (the column condition a false value refuses, what it is)
 _SWITCHES = {"tp": ((("tp", ">", 1),), "tensor parallelism"), "pp": ((("pp", ">", 1),), "pipeline parallelism"),
              "cp": ((("cp", ">", 1),), "context parallelism"), "ep": ((("ep", ">", 1),), "expert parallelism"),
+             "etp": ((("etp", "!=", "tp"), ("moe", "==", True)), "experts split other than over the TP group (etp)"),
              "sequence_parallel": ((("sequence_parallel", "==", True), ("tp", ">", 1)), "sequence parallelism"),
              "hsdp": ((("hsdp", "==", True),), "hybrid sharding (shard_group_size)")}
 KEYS = tuple(_LISTS) + tuple(_SWITCHES) + ("refuse", "pipeline_split")
@@ -201,6 +203,8 @@ class _Columns:
 
     def __init__(self, cols: dict):
         self.cols = {**DEFAULTS, **cols}
+        if "etp" not in cols and "tp" in cols:  # (the experts split like the attention unless said otherwise)
+            self.cols["etp"] = cols["tp"]
         self._codes: dict = {}
 
     def operand(self, x):
@@ -284,7 +288,7 @@ def summary(rules: FrameworkRules) -> str:
 
 def layout_columns(layout, model, training) -> dict:
     """The rule columns of one Layout (spec/layout.py) of `model` trained with `training`."""
-    cols = {k: getattr(layout, k) for k in ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "zero",
+    cols = {k: getattr(layout, k) for k in ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "micro_batch_size", "zero",
                                             "recompute", "sequence_parallel", "schedule", "cp_algorithm", "dp_mode")}
     sg = layout.shard_group_size
     return dict(cols, num_microbatches=layout.num_microbatches(training.global_batch_size),

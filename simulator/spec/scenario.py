@@ -234,6 +234,8 @@ def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training:
     if not (has_layout or require_layout):
         return None
     lay = _default_layer_split(model, lay, training.stack.runs.pipeline_split)
+    if "etp" not in lay and model.is_moe and training.stack.whole_experts_with_ep and lay.get("ep", 1) > 1:
+        lay = {**lay, "etp": 1}  # the stack keeps experts whole under expert parallelism (torchtitan)
     try:
         layout = Layout(num_gpus=num_gpus, **lay)
     except TypeError as exc:

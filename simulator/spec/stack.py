@@ -153,6 +153,9 @@ class Stack:
     fsdp_copies: bool = False  # FSDP2's copy-out / copy-in kernels on the compute stream (cost/fsdp.py)
     tp_comm_overlap: bool = False  # TP collectives chunked under their GEMMs (Megatron userbuffers, AsyncTP)
     loss_parallel: bool = True  # the loss runs on vocabulary-sharded logits under TP (`loss_shards`)
+    # with expert parallelism the routed experts stay whole (etp 1) instead of split over the TP group (etp tp):
+    # the layout's etp when it gives none (spec/scenario.py, the sweep); Megatron-Core's default is tp
+    whole_experts_with_ep: bool = False
     dp_bucket_mb: float = 25.0  # gradients per data-parallel reduction bucket, MB (PyTorch DDP bucket_cap_mb)
     # memory: framework buffers (memory/framework.py) and the CUDA context (memory/overheads.py)
     zero_buffers: str = "none"  # "deepspeed": DeepSpeed's ZeRO-1/2 and BF16_Optimizer buffers
@@ -184,7 +187,7 @@ class Stack:
                 raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
         for name in ("compiled", "tp_comm_overlap", "loss_parallel", "ddp_bucket_view", "ddp_one_rank",
-                     "fsdp_copies", "fp8_params"):
+                     "fsdp_copies", "fp8_params", "whole_experts_with_ep"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("kernels_per_layer", "compiled_kernels_per_layer"):

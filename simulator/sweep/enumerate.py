@@ -83,8 +83,20 @@ def _mb_values(training, space: SweepSpace) -> np.ndarray:
     return mb[(mb >= space.min_micro_batch_size) & (mb <= space.max_micro_batch_size)]
 
 
+def _etp_options(model, space: SweepSpace, T, E) -> list:
+    """The experts' tensor-parallel degree of each row, one array per option: tp for a dense model or ep = 1 (the
+    experts split like the attention, Megatron-Core's default); for MoE with ep > 1 also 1 (whole experts, as
+    NVIDIA's MoE recipes and torchtitan run them), or the values asked for. The stack's framework rules drop the
+    ones it does not run (sweep/supported.py)."""
+    if not model.is_moe:
+        return [T]
+    if space.etp == AUTO:
+        return [T, np.where(E > 1, 1, T)]
+    return [np.full_like(T, int(u)) for u in space.etp]
+
+
 def _numeric_candidates(model, training, hardware, num_gpus: int, space: SweepSpace) -> dict:
-    """tp, cp, pp, dp, ep, micro_batch_size arrays of every factorization before schedule choices."""
+    """tp, cp, pp, dp, ep, etp, micro_batch_size arrays of every factorization before schedule choices."""
     N = int(num_gpus)
     divs = divisors(N)
     tp = _tp_values(hardware, N, divs, space)[1]
@@ -103,13 +115,20 @@ def _numeric_candidates(model, training, hardware, num_gpus: int, space: SweepSp
     n, k = len(T), len(ep)
     T, C, P, D = (np.repeat(a, k) for a in (T, C, P, D))
     E = np.tile(ep, n)
-    ok = (D * C) % E == 0
-    T, C, P, D, E = T[ok], C[ok], P[ok], D[ok], E[ok]
+    # the expert grid (Layout): etp·ep divides tp·cp·dp; each distinct etp of a row once, in option order
+    opts = _etp_options(model, space, T, E)
+    U = np.stack(opts, axis=1)
+    keep = np.ones(U.shape, dtype=bool)
+    for j in range(1, U.shape[1]):
+        keep[:, j] = (U[:, :j] != U[:, [j]]).all(axis=1)
+    keep &= (T * C * D)[:, None] % (U * E[:, None]) == 0
+    r, j = np.nonzero(keep)
+    T, C, P, D, E, U = T[r], C[r], P[r], D[r], E[r], U[r, j]
     mb = _mb_values(training, space)
     n, k = len(T), len(mb)
-    T, C, P, D, E = (np.repeat(a, k) for a in (T, C, P, D, E))
+    T, C, P, D, E, U = (np.repeat(a, k) for a in (T, C, P, D, E, U))
     M = np.tile(mb, n)
-    return {"tp": T, "cp": C, "pp": P, "dp": D, "ep": E, "micro_batch_size": M}
+    return {"tp": T, "cp": C, "pp": P, "dp": D, "ep": E, "etp": U, "micro_batch_size": M}
 
 
 def _auto_vpps(num_layers: int) -> list[int]:
@@ -236,6 +255,8 @@ def _blocks(base: dict, choices, sps, valid: dict, col: dict, split, zeros, recs
             mask &= np.isin(pp, [p for p in pps if split(int(p), c) is not None])
             if sp:
                 mask &= tp > 1
+            else:  # experts regrouped across TP ranks take each rank's sequence shard (spec/validate.py)
+                mask &= (base["etp"] == tp) | (tp == 1)
             if sched == "1f1b":
                 if not user_has_1f1b:
                     mask &= pp == 1

@@ -14,7 +14,7 @@ import pandas as pd
 from ..spec.framework import first_refusal
 
 # the candidate columns the rules read (spec.framework.COLUMNS less the ones the sweep fixes)
-RULE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "vpp", "micro_batch_size", "num_microbatches", "zero",
+RULE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "micro_batch_size", "num_microbatches", "zero",
                 "recompute", "sequence_parallel", "schedule")
 
 
