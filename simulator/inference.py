@@ -130,7 +130,7 @@ def _ep_forward_s(model, training, hardware, span, *, tokens, moe_layers):
     e = training.activation_bytes
     return comm.ep_comm(hardware, span, tokens_per_rank=tokens, hidden_size=model.hidden_size,
                         top_k=model.experts_per_token, num_moe_layers=moe_layers,
-                        dispatch_bytes_per_element=1 if training.precision == "fp8" else e,
+                        dispatch_bytes_per_element=training.ep_dispatch_bytes,
                         combine_bytes_per_element=e, load_factor=training.moe_load_factor).forward_s
 
 

@@ -86,7 +86,7 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
         span_ep = group_span(hardware, group="ep", tp=etp, cp=1, ep=ep, dp=grid, pp=pp, **place)
         c = comm.ep_comm(hardware, span_ep, tokens_per_rank=mbs * s / cp / np.where(sp, tp, 1),
                          hidden_size=model.hidden_size, top_k=model.experts_per_token, num_moe_layers=1.0,
-                         dispatch_bytes_per_element=1 if training.precision == "fp8" else ab,
+                         dispatch_bytes_per_element=training.ep_dispatch_bytes,
                          combine_bytes_per_element=ab, load_factor=training.moe_load_factor)
         out["ep_f"][:], out["ep_b"][:] = c.forward_s, c.backward_s
     piped = np.flatnonzero(pp > 1)

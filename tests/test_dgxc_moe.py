@@ -92,3 +92,23 @@ def test_grok_rows_are_predicted_and_deepseek_rows_say_why_not():
     # measured step; split over the TP group like the attention it would be more than 10 % slow
     assert abs(t.step_error["dgxc_moe_grok1_h100_bf16_g512"]) < 0.05
     assert dgxc_moe.split_experts_step_s() > 1.10 * t.measured_step_s["dgxc_moe_grok1_h100_bf16_g512"]
+
+
+def test_fp8_dispatch_follows_the_stack():
+    # Megatron-Core dispatches the routed tokens in bf16 (moe_dispatch_fwd_dtype 'bf16'); DeepSeek's framework
+    # quantizes them to FP8 first (DeepSeek-V3 §3.3), which a stack says with ep_dispatch_fp8
+    from dataclasses import replace
+
+    from simulator.estimate import estimate
+    from simulator.spec.hardware import load_hardware
+
+    m = map_run(_rows()["dgxc_moe_grok1_h100_fp8_g512"])
+    assert m.training.ep_dispatch_bytes == 2
+    fp8 = replace(m.training, stack=replace(m.training.stack, ep_dispatch_fp8=True))
+    assert fp8.ep_dispatch_bytes == 1
+    hw = load_hardware(m.hardware_name)
+    ep = [estimate(m.model, t, m.layout, hw).to_dict()["time"]["exposed_comm_by_group_s"]["ep"]
+          for t in (m.training, fp8)]
+    # of the four transfers per MoE layer (dispatch, combine, and their gradients, cost/comm.py ep_comm) only the
+    # forward dispatch halves: at most 4 / 3.5 of the time
+    assert ep[1] < ep[0] < ep[1] * 4 / 3.5 * 1.01

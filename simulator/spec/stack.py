@@ -156,6 +156,7 @@ class Stack:
     # with expert parallelism the routed experts stay whole (etp 1) instead of split over the TP group (etp tp):
     # the layout's etp when it gives none (spec/scenario.py, the sweep); Megatron-Core's default is tp
     whole_experts_with_ep: bool = False
+    ep_dispatch_fp8: bool = False  # FP8 training dispatches the routed tokens in FP8 (Training.ep_dispatch_bytes)
     dp_bucket_mb: float = 25.0  # gradients per data-parallel reduction bucket, MB (PyTorch DDP bucket_cap_mb)
     # memory: framework buffers (memory/framework.py) and the CUDA context (memory/overheads.py)
     zero_buffers: str = "none"  # "deepspeed": DeepSpeed's ZeRO-1/2 and BF16_Optimizer buffers
@@ -187,7 +188,7 @@ class Stack:
                 raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
         for name in ("compiled", "tp_comm_overlap", "loss_parallel", "ddp_bucket_view", "ddp_one_rank",
-                     "fsdp_copies", "fp8_params", "whole_experts_with_ep"):
+                     "fsdp_copies", "fp8_params", "whole_experts_with_ep", "ep_dispatch_fp8"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("kernels_per_layer", "compiled_kernels_per_layer"):

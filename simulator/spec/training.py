@@ -115,6 +115,13 @@ class Training:
         return 4 if self.precision == "fp32" else 2
 
     @property
+    def ep_dispatch_bytes(self) -> int:
+        """Bytes per element of the MoE dispatch all-to-all: 1 under FP8 training where the stack quantizes the
+        routed tokens before dispatching them (`Stack.ep_dispatch_fp8`: DeepSeek-V3 §3.3), else the activations'
+        (the combine and the backward stay in activation precision: cost/comm.py ep_comm)."""
+        return 1 if self.precision == "fp8" and self.stack.ep_dispatch_fp8 else self.activation_bytes
+
+    @property
     def grad_bytes(self) -> int:
         return DTYPE_BYTES[self.grad_dtype]
 
