@@ -130,3 +130,18 @@ def test_megatron_import_and_emit_carry_the_expert_tp(tmp_path):
     assert (sc.layout.tp, sc.layout.ep, sc.layout.etp, sc.layout.dp) == (2, 64, 1, 32)
     emitted = CliRunner().invoke(cli, ["emit", "megatron", str(out)])
     assert emitted.exit_code == 0 and "--expert-tensor-parallel-size 1" in emitted.stdout
+
+
+def test_the_sweep_tries_whole_experts_and_says_when_etp_cannot_apply():
+    from simulator.sweep import SweepSpace, enumerate_layouts
+    from simulator.sweep.empty_reason import empty_space_reason
+
+    tr = Training(seq_length=4096, global_batch_size=64)
+    mix = load_model("mixtral-8x7b")
+    df = enumerate_layouts(mix, tr, 16, SweepSpace(tp=(2,), pp=(1,), cp=(1,)))
+    assert set(df.etp) == {1, 2} and set(df[df.etp == 1].ep) >= {8}  # EP 8 over DP 8 x TP 2 with whole experts
+    assert df[(df.etp == 1)].sequence_parallel.all()
+    with pytest.raises(InputError, match="dense"):
+        enumerate_layouts(load_model("llama3-8b"), tr, 8, SweepSpace(etp=(1,)))
+    # an etp no expert grid of 16 GPUs takes: the reason names it, not ep
+    assert "no etp in {3}" in empty_space_reason(mix, tr, 16, SweepSpace(etp=(3,)))

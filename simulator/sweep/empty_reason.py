@@ -58,6 +58,9 @@ def _factor_reason(model, training, hardware, N: int, space: SweepSpace) -> str:
         return f"no ep in {_vals(space.ep)} is <= max_ep {space.max_ep}"
     base = _numeric_candidates(model, training, hardware, N, space)
     if not len(base["ep"]) and len(_mb_values(training, space)):
+        if model.is_moe and space.etp != AUTO:
+            return (f"no etp in {_vals(space.etp)} with an ep in {_vals(ep)} has etp × ep dividing tp × cp × dp of "
+                    f"any split of {N} GPUs")
         return f"no ep in {_vals(ep)} divides dp × cp of any split of {N} GPUs"
     if not len(_mb_values(training, space)):
         return (f"no micro_batch_size in {space.min_micro_batch_size}..{space.max_micro_batch_size} divides "

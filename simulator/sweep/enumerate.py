@@ -169,6 +169,9 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     space = space or SweepSpace()
     if moe_settings_problem(model, training):
         raise InputError(moe_settings_problem(model, training))
+    if space.etp != AUTO and not model.is_moe:
+        raise InputError(f"sweep etp {','.join(map(str, space.etp))} applies to routed experts; "
+                         f"{model.name or 'this model'} is dense (no experts)")
     if hardware is None:
         hardware = _NoHardware(num_gpus)
     base = _numeric_candidates(model, training, hardware, num_gpus, space)
