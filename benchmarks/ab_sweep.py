@@ -69,20 +69,22 @@ def main():
     ap.add_argument("--case", default="all", choices=["all", "cli", "70b", "405b", "mixtral"])
     a = ap.parse_args()
     cases = ["cli", "70b", "405b", "mixtral"] if a.case == "all" else [a.case]
-    print(f"{'case':<8} {'rows':>7} {'old median s':>12} {'new median s':>12} {'new/old':>8}  (rounds: old, new)")
+    print(f"{'case':<8} {'rows old':>9} {'rows new':>9} {'old median s':>12} {'new median s':>12} {'new/old':>8} "
+          f"{'old rows/s':>11} {'new rows/s':>11}  (rounds: old, new)")
     for case in cases:
         times = {"old": [], "new": []}
-        rows = 0
+        rows = {}  # (the trees may enumerate different spaces: each one's rows, and its layouts per second)
         with tempfile.TemporaryDirectory(prefix="parasim-ab-") as tmp:
             caches = {k: os.path.join(tmp, f"cache-{k}") for k in times}
             for k, tree in (("old", a.old), ("new", a.new)):  # warm-up: fill each tree's shape cache
                 _one(tree, case, caches[k], os.path.join(tmp, f"{k}.csv"))
             for _ in range(a.rounds):
                 for k, tree in (("old", a.old), ("new", a.new)):
-                    dt, rows = _one(tree, case, caches[k], os.path.join(tmp, f"{k}.csv"))
+                    dt, rows[k] = _one(tree, case, caches[k], os.path.join(tmp, f"{k}.csv"))
                     times[k].append(dt)
         mo, mn = statistics.median(times["old"]), statistics.median(times["new"])
-        print(f"{case:<8} {rows:>7,} {mo:>12.3f} {mn:>12.3f} {mn / mo:>8.2f}  "
+        print(f"{case:<8} {rows['old']:>9,} {rows['new']:>9,} {mo:>12.3f} {mn:>12.3f} {mn / mo:>8.2f} "
+              f"{rows['old'] / mo:>11,.0f} {rows['new'] / mn:>11,.0f}  "
               f"{' '.join(f'{x:.3f}' for x in times['old'])} | {' '.join(f'{x:.3f}' for x in times['new'])}", flush=True)
 
 
