@@ -178,12 +178,17 @@ def layout_text(layout: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in layout.items())
 
 
+def write_rows(rows, fields=FIELDS, out=None) -> None:
+    """The rows as CSV (blank where a row has no value) on `out` (stdout): the recipe importers' output."""
+    w = csv.DictWriter(out or sys.stdout, fields, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: r.get(k, "") for k in fields})
+
+
 def main(argv):
     text = open(argv[1], encoding="utf-8").read() if len(argv) > 1 else sys.stdin.read()
-    w = csv.DictWriter(sys.stdout, FIELDS, lineterminator="\n")
-    w.writeheader()
-    for r in rows(text):
-        w.writerow({k: r.get(k, "") for k in FIELDS})
+    write_rows(rows(text))
 
 
 if __name__ == "__main__":

@@ -148,11 +148,10 @@ def rows(texts):
 
 
 def main(argv):
-    texts = [open(p, encoding="utf-8").read() for p in argv[1:]]
-    w = csv.DictWriter(sys.stdout, FIELDS, lineterminator="\n")
-    w.writeheader()
-    for r in rows(texts):
-        w.writerow({k: r.get(k, "") for k in FIELDS})
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from dgxc_h100 import write_rows
+
+    write_rows(rows([open(p, encoding="utf-8").read() for p in argv[1:]]), FIELDS)
 
 
 if __name__ == "__main__":
