@@ -129,13 +129,7 @@ class MemoryResult:
                        "per_stage": [s.to_dict() for s in self.per_stage]})
         return {
             "model": m.summary(),
-            "layout": {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "etp": lay.etp,
-                       "vpp": lay.vpp,
-                       "zero": lay.zero, "recompute": lay.recompute, "micro_batch_size": lay.micro_batch_size,
-                       "global_batch_size": tr.global_batch_size,
-                       "num_microbatches": lay.num_microbatches(tr.global_batch_size),
-                       "schedule": lay.schedule, "sequence_parallel": lay.sequence_parallel,
-                       "shard_group_size": lay.shard_group_size, "label": lay.label},
+            "layout": lay.to_dict(tr.global_batch_size),
             "memory": memory,
             "inference": self.inference,
             "feasible": self.feasible,

@@ -152,6 +152,20 @@ class Layout:
                 self.layers_per_stage, self.pp, stages=family(self.schedule).num_stages(self.pp, self.vpp),
                 least=0 if self.accounted_in_split else 1))
 
+    def to_dict(self, global_batch_size: int) -> dict:
+        """The layout as `estimate` and `memory` print it in JSON (one builder for both): its fields, the label and
+        the global batch with the microbatches it makes."""
+        return {"label": self.label, "num_gpus": self.num_gpus, "tp": self.tp, "pp": self.pp, "dp": self.dp,
+                "cp": self.cp, "ep": self.ep, "etp": self.etp, "vpp": self.vpp, "zero": self.zero,
+                "shard_group_size": self.shard_group_size, "recompute": self.recompute,
+                "recompute_layers": self.recompute_layers, "sequence_parallel": self.sequence_parallel,
+                "micro_batch_size": self.micro_batch_size, "global_batch_size": global_batch_size,
+                "num_microbatches": self.num_microbatches(global_batch_size), "schedule": self.schedule,
+                "cp_algorithm": self.cp_algorithm, "dp_mode": self.dp_mode,
+                "layers_per_stage": list(self.layers_per_stage) if self.layers_per_stage else None,
+                "account_for_embedding_in_pipeline_split": self.account_for_embedding_in_pipeline_split,
+                "account_for_loss_in_pipeline_split": self.account_for_loss_in_pipeline_split}
+
     @property
     def label(self) -> str:
         """Canonical short label (`layout_label`)."""
