@@ -317,7 +317,7 @@ def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, se
     moe = one_hot[1] if (model.is_moe and model.moe_layer_mask.any()) else 0.0 * one_hot[1]
     kw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     shape = dict(ep=ep, etp=etp, sequence_parallel=sequence_parallel, n_dense=one_hot[0], n_moe=moe,
-                 first=one_hot[2], last=one_hot[3], cp_algorithm=cp_algorithm, **kw)
+                 first=one_hot[2], last=one_hot[3], mtp=model.mtp_layers * one_hot[3], cp_algorithm=cp_algorithm, **kw)
     per_mode = {r: stage_op_groups(model, training, recompute=r, **shape) for r in modes}  # same ops, own R
     acc = {r: 0.0 for r in modes}
     for g, (kind, ops, W, _) in enumerate(per_mode[modes[0]]):

@@ -328,7 +328,24 @@ def _per_sequence(model, training, *, attention_flops, recompute, hardware) -> f
             per_layer += t.backward_recompute_flops + recompute_forward_flops(ops, recompute, model, flash)
         total += count * per_layer
     total += sum_ops(head_ops(model, training)).model_flops
+    if model.mtp_layers:  # each MTP module: a layer of the last layer's kind, its projection, the shared head again
+        ops = layer_ops(model, training, moe=model.mtp_layer_is_moe, attention_flops=conv, flash_attention=flash,
+                        load_factor=cap)
+        t = sum_ops(ops)
+        per_layer = t.model_flops
+        if hardware:
+            per_layer += t.backward_recompute_flops + recompute_forward_flops(ops, recompute, model, flash)
+        total += model.mtp_layers * (per_layer + sum_ops(mtp_ops(model, training) + head_ops(model, training)).model_flops)
     return float(total)
+
+
+def mtp_ops(model: ModelSpec, training: Training, *, tp=1, cp=1, micro_batch_size=1) -> tuple[LayerOp, ...]:
+    """One multi-token-prediction module's own GEMM per rank: the projection of [norm(embedding); norm(hidden)]
+    (2h wide) to h, T×2h·h/t (Megatron-Core MultiTokenPredictionLayer eh_proj, column-parallel; DeepSeek-V3 §2.2
+    M_k). Its transformer layer is a layer's ops (layer_ops) and its head the LM head's (head_ops)."""
+    T = _f(micro_batch_size) * training.seq_length / _f(cp)
+    h = model.hidden_size
+    return (_gemm("mtp_proj", T, h / _f(tp), 2 * h),)
 
 
 def step_flops(model: ModelSpec, training: Training, *, recompute: str = "none",

@@ -8,15 +8,17 @@ import numpy as np
 
 from . import flops as F
 from .cp_merge import cp_merge_ops
-from .memory_ops import _embedding_memory_ops, _head_memory_ops, fp8_cast_op, memory_ops
+from .memory_ops import _embedding_memory_ops, _head_memory_ops, fp8_cast_op, memory_ops, norm_ops
 
 __all__ = ["stage_op_groups"]
 
 
 def stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_parallel, n_dense, n_moe, first, last,
-                     recompute, cp_algorithm="ring", etp=None):
+                     recompute, cp_algorithm="ring", etp=None, mtp=0.0):
     """Every op a virtual stage runs, grouped by kind, with per-stage multiplicities (`etp`: the routed experts'
-    tensor-parallel degree, None: tp; flops.moe_ops).
+    tensor-parallel degree, None: tp; flops.moe_ops). `mtp`: the multi-token-prediction modules a stage runs
+    (ModelSpec.mtp_layers on the head stage): each a layer of the last layer's kind, its projection (flops.mtp_ops)
+    and two norms, an embedding lookup and the head again (final norm, LM head, loss); none is recomputed.
 
     Returns [(kind, ops, W, R)]: W[o, j] = how many times op o runs on virtual stage j per microbatch
     (layers holding it; 1 for the embedding on the first and the head on the last stage); R[o, j] = the
@@ -26,6 +28,11 @@ def stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_p
     kw = dict(seq_length=training.seq_length, tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     mkw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     flash = training.flash_attention
+    mtp = 0.0 * n_dense + mtp  # (the MTP modules' layers run as the model's last layer's kind)
+    if model.mtp_layer_is_moe:
+        n_moe = n_moe + mtp
+    else:
+        n_dense = n_dense + mtp
     L = n_dense + n_moe
     zero = 0.0 * L
     has_dense, has_moe = bool(np.any(n_dense)), bool(np.any(n_moe))
@@ -48,7 +55,10 @@ def stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_p
     casts = [(fp8_cast_op(op, training), w, r) for op, w, r in zip(g_ops, g_w, g_r)
              if op.fp8 and training.precision == "fp8"]  # the FP8 GEMMs' casts (memory-bound, below)
     for op in F.head_ops(model, training, **mkw):
-        g_ops.append(op); g_w.append(last); g_r.append(zero)  # noqa: E702
+        g_ops.append(op); g_w.append(last + mtp); g_r.append(zero)  # noqa: E702
+    if model.mtp_layers:
+        for op in F.mtp_ops(model, training, **mkw):
+            g_ops.append(op); g_w.append(mtp); g_r.append(zero)  # noqa: E702
 
     a_ops = list(F.attention_ops(model, attention_flops="causal" if flash else "full", flash_attention=flash, **kw))
     n_att = len(a_ops) if not flash else 1
@@ -71,8 +81,12 @@ def stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_p
     for op in cp_merge_ops(model, training, cp_algorithm=cp_algorithm, **mkw):  # ring CP's merge (cp_merge.py)
         m_ops.append(op); m_w.append(L); m_r.append(L * share(op, gemm=False))  # noqa: E702
     for op in _embedding_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):
-        m_ops.append(op); m_w.append(first); m_r.append(zero)  # noqa: E702
+        m_ops.append(op); m_w.append(first + mtp); m_r.append(zero)  # noqa: E702
     for op in _head_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):
-        m_ops.append(op); m_w.append(last); m_r.append(zero)  # noqa: E702
+        m_ops.append(op); m_w.append(last + mtp); m_r.append(zero)  # noqa: E702
+    if model.mtp_layers:  # each module's enorm and hnorm over the rank's tokens (sequence-parallel shards with SP)
+        tokens = micro_batch_size * training.seq_length / cp / (tp if sequence_parallel else 1)
+        for op in norm_ops("mtp_norms", training, tokens * model.hidden_size, norm=model.norm):
+            m_ops.append(op); m_w.append(2 * mtp); m_r.append(zero)  # noqa: E702
     return [("gemm", g_ops, np.array(g_w), np.array(g_r)), ("attention", a_ops, np.array(a_w), np.array(a_r)),
             ("memory", m_ops, np.array(m_w), np.array(m_r))]

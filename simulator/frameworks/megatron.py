@@ -100,17 +100,22 @@ def _world(f: Fields, gpus: int | None) -> int:
 
 
 def _model(f: Fields, tp: int, seq: int, rep: Report, model: str | None, vocab_size) -> tuple[dict, int]:
-    """([model] table, layers): the arguments' model, or `model` (a preset or config.json) instead."""
+    """([model] table, layers): the arguments' model, or `model` (a preset or config.json) instead; with
+    --mtp-num-layers, the multi-token-prediction modules it trains (mtp_layers)."""
+    mtp = f.int("mtp_num_layers")
     if model is None:
         table = megatron_model(f, tp, seq, rep, vocab_size)
-        return table, table["num_hidden_layers"]
-    from ..spec.load import load_model
+        layers = table["num_hidden_layers"]
+    else:
+        from ..spec.load import load_model
 
-    layers = load_model(model).num_layers
-    f.take(*[k for k in f.items if k in _MODEL_KEYS or k.startswith(("moe_", "num_experts"))])
-    rep.assume(f"the model is {model} (--model); the arguments' model sizes were not used")
-    key = "hf_config" if model.endswith(".json") else "preset"
-    return {key: model}, layers
+        layers = load_model(model).num_layers
+        f.take(*[k for k in f.items if k in _MODEL_KEYS or k.startswith(("moe_", "num_experts"))])
+        rep.assume(f"the model is {model} (--model); the arguments' model sizes were not used")
+        table = {"hf_config" if model.endswith(".json") else "preset": model}
+    if mtp:
+        table["mtp_layers"] = mtp
+    return table, layers
 
 
 _MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "group_query_attention",

@@ -361,13 +361,15 @@ def train_metric_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_ba
 def head_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,
                           sequence_parallel: bool) -> np.ndarray:
     """Last stage, per micro-batch: final-norm input and LM-head input (2·e·T·h/t_s + stats) plus the
-    fp32 logits: 4·s·b·h/t·(1 + V/h) with SP (Korthikanti §4.3; formulas.md pitfall 13)."""
+    fp32 logits: 4·s·b·h/t·(1 + V/h) with SP (Korthikanti §4.3; formulas.md pitfall 13). Each of the D
+    multi-token-prediction modules (ModelSpec.mtp_layers) keeps the same again for its own head, plus its two
+    norms' inputs and its projection's 2h-wide input (its transformer layer is counted as a layer: breakdown.py)."""
     t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                           sequence_parallel=sequence_parallel)
     h = model.hidden_size
-    out = norm_bytes(tokens=T, hidden=h, e=e, t_s=t_s, layernorm=model.norm == "layernorm")
-    out = out + e * h * T / t_s
-    return out + logits_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size)
+    norm = norm_bytes(tokens=T, hidden=h, e=e, t_s=t_s, layernorm=model.norm == "layernorm")
+    out = norm + e * h * T / t_s + logits_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size)
+    return out * (1 + model.mtp_layers) + model.mtp_layers * (2 * norm + 2 * e * h * T / t_s)
 
 
 def head_weight_grad_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size,

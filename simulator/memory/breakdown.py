@@ -312,6 +312,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         head = per_mode(_without_experts(head_activation_bytes), rc=False)[..., None]
         loss_m = np.asarray(loss_inflight_microbatches(schedule, num_microbatches=num_microbatches))[..., None]
         per_mb = pl.dense_layers * a_d + pl.moe_layers * a_m + pl.embedding * emb  # one microbatch's bytes
+        if model.mtp_layers:  # the MTP modules' layers, on the head stage, of the last layer's kind
+            per_mb = per_mb + pl.head * model.mtp_layers * (a_m if model.mtp_layer_is_moe else a_d)
         if training.stack.pipe_buffers == "deepspeed":  # the engine keeps each stage output (framework.py)
             per_mb = per_mb + (1 - pl.head) * pipe_output_bytes(model, training, tp=tp, cp=cp,
                                                                 micro_batch_size=micro_batch_size)[..., None]

@@ -71,7 +71,8 @@ ARCH_KEYS = {
 # Keys parasim reads but does not count, with why: a warning when set (not 0 / false).
 WARN_KEYS = {
     "num_nextn_predict_layers": "its multi-token-prediction layers are not counted (transformers' model "
-                                "does not build them; DeepSeek-V3's 671B excludes them)",
+                                "does not build them; DeepSeek-V3's 671B excludes them); to train with them give "
+                                "mtp_layers in the scenario's [model]",
 }
 # Dropout probabilities of the supported configs (transformers 5.24.0 config classes) and of BERT-style
 # and generic configs. The largest is ModelSpec.config_dropout.

@@ -64,6 +64,10 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # multi-token prediction (DeepSeek-V3 §2.2; Megatron-Core --mtp-num-layers; HF num_nextn_predict_layers): D
+    # modules on the last pipeline stage, each a transformer layer of the last layer's kind, a projection 2h -> h of
+    # the normed embedding and hidden state (2 norms), a final norm and the shared embedding and LM head
+    mtp_layers: int = 0
     source: str = ""
     # The largest dropout probability of the config it was read from (spec/hf.py); the scenario's
     # default for Training.dropout (spec/scenario.py). Not part of the architecture: no count uses it.
@@ -263,10 +267,32 @@ class ModelSpec:
         """N without the input embedding and position table (Kaplan 2020 §2.1 convention)."""
         return self.total_params() - self.embedding_params()
 
+    @property
+    def mtp_layer_is_moe(self) -> bool:
+        """An MTP module's transformer layer has routed experts where the model's last layer has (Megatron-Core
+        num_floating_point_operations: `last_layer_is_moe`)."""
+        return bool(self.num_layers and self.moe_layer_mask[-1])
+
+    def mtp_module_split(self) -> tuple[int, int, int]:
+        """(TP-sharded, replicated, routed-expert) parameters of one MTP module: its transformer layer (by class,
+        spec/placement.py layer_param_split) plus the projection 2h·h (column-parallel, Megatron eh_proj) and
+        three norms (enorm, hnorm, final_layernorm); the embedding and the LM head are the model's own."""
+        from .placement import layer_param_split
+
+        split = layer_param_split(self)["moe" if self.mtp_layer_is_moe else "dense"]
+        h = self.hidden_size
+        return int(split[0]) + 2 * h * h, int(split[1]) + 3 * self.norm_params, int(split[2])
+
+    def mtp_params(self) -> int:
+        """Parameters of the D multi-token-prediction modules (0 without them)."""
+        return self.mtp_layers * sum(self.mtp_module_split())
+
     def summary(self) -> dict:
         """The "model" object of the JSON outputs (estimate, memory): name, params, active_params, and the
         `source` of a model read from the Hugging Face Hub ("hf-hub:org/name@<commit>", spec/hub.py)."""
         d = {"name": self.name, "params": self.total_params(), "active_params": self.active_params()}
+        if self.mtp_layers:
+            d["mtp_params"] = self.mtp_params()
         if self.source.startswith("hf-hub:"):
             d["source"] = self.source
         return d

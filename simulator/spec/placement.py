@@ -317,18 +317,23 @@ def stage_param_split(model: ModelSpec, placement: StagePlacement) -> dict[str, 
 
     Embedding V·h is vocab-parallel (TP-sharded); a learned position table is replicated; the head is
     the final norm (replicated) plus the untied LM head V·h (TP-sharded); `tied_copy` adds V·h on a
-    head rank that does not hold the embedding (Megatron's last-stage copy of tied embeddings).
+    head rank that does not hold the embedding (Megatron's last-stage copy of tied embeddings). The head
+    rank also holds the D multi-token-prediction modules (ModelSpec.mtp_module_split) and, where it does not
+    hold the embedding, its own copy of it: Megatron-Core's GPTModel builds the embedding on every rank that
+    runs the MTP block (`if self.pre_process or self.mtp_process`, megatron/core/models/gpt/gpt_model.py).
     """
     split = layer_param_split(model)
     d, m = split["dense"], split["moe"]
     Vh = model.vocab_size * model.hidden_size
     pos = model.learned_position_embeddings * model.hidden_size
     head_tp = 0 if model.tie_word_embeddings else Vh
+    mtp = model.mtp_layers * np.array(model.mtp_module_split()) if model.mtp_layers else np.zeros(3, dtype=np.int64)
+    mtp_embedding = placement.head * (1 - placement.embedding) * (1 - placement.tied_copy) * (model.mtp_layers > 0)
     tp = (placement.dense_layers * d[0] + placement.moe_layers * m[0] + placement.embedding * Vh
-          + placement.head * head_tp + placement.tied_copy * Vh)
+          + placement.head * (head_tp + mtp[0]) + (placement.tied_copy + mtp_embedding) * Vh)
     rep = (placement.dense_layers * d[1] + placement.moe_layers * m[1] + placement.embedding * pos
-           + placement.head * model.norm_params)
-    exp = placement.moe_layers * m[2]
+           + placement.head * (model.norm_params + mtp[1]))
+    exp = placement.moe_layers * m[2] + placement.head * mtp[2]
     return {"tp": tp.astype(np.int64), "rep": rep.astype(np.int64), "exp": exp.astype(np.int64)}
 
 

@@ -53,7 +53,22 @@ class Scenario:
 
 
 def _load_model_table(table: dict, base: Path | None, where: str) -> ModelSpec:
+    """The [model] table's ModelSpec; `mtp_layers` (with a preset, a config.json or inline keys) trains that many
+    multi-token-prediction modules (ModelSpec.mtp_layers: Megatron-Core --mtp-num-layers), which a released
+    config does not build."""
     table = dict(table)
+    mtp = table.pop("mtp_layers", None)
+    model = _model_of_table(table, base, where)
+    if mtp is None:
+        return model
+    if isinstance(mtp, bool) or not isinstance(mtp, int) or not 0 <= mtp <= 16:
+        raise InputError(f"mtp_layers in {where} must be an integer from 0 to 16, got {mtp!r}")
+    if mtp and not model.num_layers:
+        raise InputError(f"mtp_layers in {where} needs a model with layers")
+    return model.with_(mtp_layers=mtp)
+
+
+def _model_of_table(table: dict, base: Path | None, where: str) -> ModelSpec:
     if "preset" in table or "hf_config" in table:
         check_keys(table, where=where, optional=("preset", "hf_config", "name"))
         if "preset" in table and "hf_config" in table:
