@@ -83,15 +83,24 @@ def test_grok_rows_map_with_the_recipe_settings():
     assert (gb200.layout.etp, gb200.hardware_name) == (4, "gb200-nvl72")
 
 
-def test_grok_rows_are_predicted_and_deepseek_rows_say_why_not():
+def test_every_row_is_predicted_and_the_expert_grid_matters():
     res, skipped = predict_runs(read_runs(CSV))
-    assert len(res) == 8 and res.feasible.all()
-    assert len(skipped) == 5 and skipped.reason.str.contains("multi-token prediction").all()
+    assert skipped.empty and len(res) == 13
     t = res.set_index("run_id")
-    # the expert grid matters: the H100 BF16 row with whole experts (the recipe's ETP 1) is within 5 % of its
-    # measured step; split over the TP group like the attention it would be more than 10 % slow
+    # the expert grid matters: the Grok-1 H100 BF16 row with whole experts (the recipe's ETP 1) is within 5 % of
+    # its measured step; split over the TP group like the attention it would be more than 10 % slow
     assert abs(t.step_error["dgxc_moe_grok1_h100_bf16_g512"]) < 0.05
     assert dgxc_moe.split_experts_step_s() > 1.10 * t.measured_step_s["dgxc_moe_grok1_h100_bf16_g512"]
+
+
+def test_deepseek_rows_map_to_the_preset_with_the_recipes_mtp_module_and_split():
+    rows = _rows()
+    m = map_run(rows["dgxc_moe_dsv3_h100_bf16_g1024"])
+    assert m.model.name == "deepseek-v3" and m.model.mtp_layers == 1 and m.model.is_mla
+    assert m.layout.layers_per_stage == (3,) + (4,) * 14 + (2,)  # pretrain_deepseek_v3.py: 64/16 - 1, 64/16 - 2
+    assert (m.layout.tp, m.layout.ep, m.layout.etp) == (2, 64, 1)
+    g = map_run(rows["dgxc_moe_dsv3_gb200_bf16_g128"])
+    assert g.layout.layers_per_stage == (15, 16, 16, 14) and g.hardware_name == "gb200-nvl72"
 
 
 def test_fp8_dispatch_follows_the_stack():

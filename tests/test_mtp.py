@@ -65,16 +65,18 @@ def test_the_head_stage_runs_the_modules():
 
 def test_scenarios_and_megatron_imports_set_the_modules(tmp_path):
     p = tmp_path / "s.toml"
+    split = ", ".join(["3"] + ["4"] * 14 + ["2"])
     p.write_text('[model]\npreset = "deepseek-v3"\nmtp_layers = 1\n[hardware]\npreset = "dgx-h100"\nnum_gpus = 1024\n'
                  '[training]\nseq_length = 4096\nglobal_batch_size = 8192\n[layout]\ntp = 2\npp = 16\nep = 64\n'
-                 'etp = 1\nsequence_parallel = true\nlayers_per_stage = [3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2]\n')
+                 f'etp = 1\nsequence_parallel = true\nlayers_per_stage = [{split}]\n')
     assert load_scenario(str(p)).model.mtp_layers == 1
     p.write_text(p.read_text().replace("mtp_layers = 1", "mtp_layers = 1.5"))
     with pytest.raises(InputError, match=r"mtp_layers in .* must be an integer from 0 to 16, got 1.5"):
         load_scenario(str(p))
     script = tmp_path / "run.sh"
     script.write_text("torchrun --nnodes 128 --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
-                      "--pipeline-model-parallel-size 16 --expert-model-parallel-size 64 --expert-tensor-parallel-size 1 "
+                      "--pipeline-model-parallel-size 16 --expert-model-parallel-size 64 "
+                      "--expert-tensor-parallel-size 1 "
                       "--sequence-parallel --mtp-num-layers 1 --seq-length 4096 --global-batch-size 8192 "
                       "--decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 2\n")
     out = tmp_path / "imported.toml"
@@ -82,3 +84,5 @@ def test_scenarios_and_megatron_imports_set_the_modules(tmp_path):
                                  "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert load_scenario(str(out)).model.mtp_layers == 1
+    emitted = CliRunner().invoke(cli, ["emit", "megatron", str(out)])
+    assert emitted.exit_code == 0 and "--mtp-num-layers 1" in emitted.stdout

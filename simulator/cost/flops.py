@@ -335,7 +335,8 @@ def _per_sequence(model, training, *, attention_flops, recompute, hardware) -> f
         per_layer = t.model_flops
         if hardware:
             per_layer += t.backward_recompute_flops + recompute_forward_flops(ops, recompute, model, flash)
-        total += model.mtp_layers * (per_layer + sum_ops(mtp_ops(model, training) + head_ops(model, training)).model_flops)
+        own = sum_ops(mtp_ops(model, training) + head_ops(model, training)).model_flops  # projection, head again
+        total += model.mtp_layers * (per_layer + own)
     return float(total)
 
 

@@ -36,6 +36,8 @@ def emit_megatron(sc, layout, *, with_model: bool = False) -> tuple[str, list[st
         flags += _model_flags(sc, notes)
     flags += _layout_flags(sc, layout, notes)
     flags += _training_flags(sc, layout, notes)
+    if sc.model.mtp_layers:  # (a training choice in Megatron-LM: emitted with or without the model's sizes)
+        flags.append(("--mtp-num-layers", sc.model.mtp_layers))
     per = sc.hardware.gpus_per_node
     nodes, rest = divmod(sc.num_gpus, per)
     launch = (f"torchrun --nnodes {nodes} --nproc-per-node {per} pretrain_gpt.py" if not rest and nodes

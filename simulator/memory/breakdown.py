@@ -244,9 +244,9 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     """Per-stage memory of many layouts at once (vectorisation contract of the sweep).
 
     tp, dp, cp, ep, etp (the routed experts' tensor-parallel degree; None: tp), micro_batch_size,
-    num_microbatches, zero, schedule, recompute and sequence_parallel are scalars or arrays of shape (N,) (dp_mode a scalar: DDP keeps its bucket copy of the
-    gradients, memory/states.py `ddp_bucket_bytes`). The pipeline shape comes from pp, vpp,
-    schedule and layers_per_stage (scalars), or from `placement`: a StagePlacement whose arrays are
+    num_microbatches, zero, schedule, recompute and sequence_parallel are scalars or arrays of shape (N,) (dp_mode
+    a scalar: DDP keeps its bucket copy of the gradients, memory/states.py `ddp_bucket_bytes`). The pipeline shape
+    comes from pp, vpp, schedule and layers_per_stage (scalars), or from `placement`: a StagePlacement whose arrays are
     (N, P) (structure.pipeline_table pads layouts of different pp to P ranks; pp is then (N,)).
     With `rank_class` (N, P), `placement` holds one column per rank class (structure.PipelineTable):
     model states and per-microbatch activations are computed per class and gathered to the ranks.

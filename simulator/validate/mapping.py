@@ -192,6 +192,13 @@ _FIRST_LAST_FEWER = ("one fewer", "own pp slot")  # ZB24 notes; BLOOM 'embedding
 
 def _layers_per_stage(L: int, pp: int, chunks: int, notes_cell: str, notes: list[str], rule: str = "first-last"):
     low = notes_cell.lower()
+    given = re.search(r"first and last pipeline stages hold (\d+) and (\d+) layers", low)
+    if given and pp > 2 and chunks == 1:  # the recipe's own first/last stage sizes, the rest even
+        a, b = int(given.group(1)), int(given.group(2))
+        per, rest = divmod(L - a - b, pp - 2)
+        if not rest and per > 0:
+            notes.append(f"first and last stages hold {a} and {b} layers, the others {per} (row notes)")
+            return (a,) + (per,) * (pp - 2) + (b,)
     if pp > 1 and any(k in low for k in _FIRST_LAST_FEWER) and (L + 2) % pp == 0:
         per = (L + 2) // pp
         why = "embedding has its own PP slot" if "own pp slot" in low else "row notes"
@@ -227,10 +234,6 @@ def map_run(row: Mapping, *, hardware: str | None = None) -> MappedRun:
         seq = _int(row.get("seq_len"), "seq_len")
         name = _text(row.get("model"))
         rules = _row_rules(source_id, name, notes)
-        mtp = re.search(r"mtp_num_layers (\d+)", _text(row.get("notes")))
-        if mtp and int(mtp.group(1)) > 0:
-            raise InputError(f"multi-token prediction (mtp_num_layers {mtp.group(1)}: an extra layer and output head "
-                             f"on the last stage) is not modelled")
         tp = _int(row.get("tp"), "tp")
         model = _row_model(row, name, seq, tp, rules, notes)
         training = _row_training(row, seq, rules, notes)
@@ -256,7 +259,37 @@ def _row_rules(source_id: str, name: str, notes: list[str]) -> SourceRules:
 
 
 def _row_model(row: Mapping, name: str, seq: int, tp: int, rules: SourceRules, notes: list[str]):
-    """The row's ModelSpec: its shape cells, the vocabulary per `_vocab`, the family's architecture."""
+    """The row's ModelSpec: its shape cells, the vocabulary per `_vocab`, the family's architecture; or the preset
+    the source's rules name for the model (`SourceRules.model_presets`), whose shape the cells must agree with;
+    with the multi-token-prediction modules the row's notes give (`mtp_num_layers N`)."""
+    model = _preset_model(row, name, rules, notes)
+    mtp = re.search(r"mtp_num_layers (\d+)", _text(row.get("notes")))
+    if model is None:
+        model = _shape_model(row, name, seq, tp, rules, notes)
+    if mtp and int(mtp.group(1)):
+        notes.append(f"multi-token prediction: {mtp.group(1)} module(s) on the last stage (row notes)")
+        model = model.with_(mtp_layers=int(mtp.group(1)))
+    return model
+
+
+def _preset_model(row: Mapping, name: str, rules: SourceRules, notes: list[str]):
+    """The preset of `rules.model_presets` matching the model cell (None: none), checked against the row's
+    layers, hidden and heads cells."""
+    from ..spec.load import load_model
+
+    for pattern, preset in rules.model_presets:
+        if re.search(pattern, name):
+            m = load_model(preset)
+            cells = tuple(_int(row.get(k), k) for k in ("layers", "hidden", "heads"))
+            if cells != (m.num_layers, m.hidden_size, m.num_heads):
+                raise InputError(f"the row's layers, hidden, heads {cells} are not preset {preset}'s")
+            notes.append(f"model: parasim's {preset} preset (its vocabulary {m.vocab_size}, as the recipe's tokenizer)")
+            return m
+    return None
+
+
+def _shape_model(row: Mapping, name: str, seq: int, tp: int, rules: SourceRules, notes: list[str]):
+    """The ModelSpec of the row's shape cells (`_row_model`)."""
     from ..spec.model import ModelSpec
 
     kv = None if _blank(row.get("kv_heads")) else _int(row.get("kv_heads"), "kv_heads")

@@ -149,6 +149,7 @@ class SourceRules:
     stack: str = "megatron"  # the software stack preset (stacks/) the source ran
     stack_overrides: tuple[tuple[str, object], ...] = ()  # Stack fields the source's runs set otherwise
     training_overrides: tuple[tuple[str, object], ...] = ()  # Training fields the source's runs set (MoE routing)
+    model_presets: tuple[tuple[str, str], ...] = ()  # (regex on the model cell, preset) for shapes no cell holds
     hardware: str | None = None  # the preset of the source's cluster, when its gpu_type's preset is not it
     # (regex on the row's notes, Stack field, value): every match applies, after stack_overrides (rows of one
     # source that ran different kernels, compiled or not, with TP overlap or not)
@@ -341,7 +342,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         source_id="DGXC_MOE", family="llama", tie_word_embeddings=False, learned_positions=False, dropout=False,
         vocab_pad_per_tp=128, flash_attention=True, grad_dtype=((r".", "bf16"),), stack="megatron",
         stack_overrides=_DGXC_STACK + (("tp_comm_overlap", True),), stack_by_notes=((r", FP8;", "fp8_params", True),),
-        training_overrides=(("moe_capacity_factor", 1.0),),
+        training_overrides=(("moe_capacity_factor", 1.0),), model_presets=((r"^DeepSeek-V3", "deepseek-v3"),),
         statements=(
             "NeMo 2 performance recipes (NVIDIA/dgxc-benchmarking 6be5ea0; NeMo 6f2c6fd scripts/performance/llm/"
             "pretrain_grok1_314b.py): Megatron-core with Transformer Engine, the megatron stack",
@@ -356,6 +357,11 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "FP8 rows: TE delayed scaling (bf16_with_fp8_mixed: hybrid, amax history 1024) with FP8 parameters "
             "(fp8_param_gather)",
             "GB200 rows ran with CUDA graphs (launch.sh CUDA_GRAPH true): not modelled (their steps are GPU-bound)",
+            "DeepSeek-V3 (NeMo 7a8f1cc pretrain_deepseek_v3.py): parasim's deepseek-v3 preset (MLA, 1 shared expert, "
+            "3 dense layers; the DeepSeek-V3-Base tokenizer's 129280 tokens) with one multi-token-prediction module "
+            "(recipes/deepseek_v3.py use_mtp); the recipe recomputes the MLA up-projections (recompute_modules "
+            "mla_up_proj), which parasim does not model: mapped as no recompute (more activation memory, less "
+            "recompute time than the run had)",
         )),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
