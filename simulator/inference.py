@@ -226,8 +226,11 @@ def _memory(model, training, hardware, lay, setup) -> dict:
 
 def estimate_inference(model: ModelSpec, training: Training, layout: Layout, hardware,
                        setup: InferenceSetup) -> InferenceEstimate:
-    """Prefill, decode, throughput and memory of one replica of `layout` serving `setup` (module docstring)."""
+    """Prefill, decode, throughput and memory of one replica of `layout` serving `setup` (module docstring). The
+    model's multi-token-prediction modules train only: decoding here is one token per step (no speculative
+    decoding with them)."""
     validate(model, training, layout)
+    model = model.with_(mtp_layers=0)
     lay = inference_layout(layout, model)
     tr = replace(training, dropout=False)
     pl = stage_placement(model, pp=lay.pp, layers_per_stage=lay.layers_per_stage)

@@ -19,7 +19,9 @@ def _table(d: dict) -> str:
     step = t["step_s"]
     pct = lambda x: f"{100 * x / step:5.1f} %"  # noqa: E731
     lines = [
-        f"{d['model']['name']} ({d['model']['params'] / 1e9:.2f} B params) on {lay['num_gpus']} x {d['hardware']}: "
+        f"{d['model']['name']} ({d['model']['params'] / 1e9:.2f} B params"
+        + (f" + {d['model']['mtp_params'] / 1e9:.2f} B MTP" if d['model'].get('mtp_params') else "")
+        + f") on {lay['num_gpus']} x {d['hardware']}: "
         f"{lay['label']}, zero={lay['zero']}, recompute={recompute_label(lay['recompute'], lay['recompute_layers'])}, "
         f"schedule={lay['schedule']}, "
         f"micro-batch={lay['micro_batch_size']} x {lay['num_microbatches']} microbatches"
