@@ -368,6 +368,12 @@ for _key, _raw, _needle in (("moe_imbalance", "0.5", "moe_imbalance"), ("grad_dt
         ["estimate", scenario(t, {"training": {key: raw}})], [needle, "in [training] of"]))
 
 
+# multi-token-prediction modules beside a preset: a whole number from 0 to 16, named with the file
+for _name, _raw in (("negative", "-1"), ("too-many", "17"), ("float", "1.5"), ("text", '"one"'), ("bool", "true")):
+    case("layout", f"mtp_layers-{_name}", lambda t, raw=_raw: (
+        ["estimate", scenario(t, {"model": {"mtp_layers": raw}})], ["mtp_layers", as_written(raw), "[model]"]))
+
+
 # ---- family: hardware profiles -------------------------------------------------------------------------
 POSITIVE = {("gpu", "hbm_gb"): (), ("gpu", "hbm_usable_mib"): (), ("gpu", "hbm_gb_per_s"): (),
             ("gpu", "blas_workspace_mib"): (),
