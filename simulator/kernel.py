@@ -120,7 +120,9 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, s
                                          pp=pp, zero=zero, m=m, shape=shape, counts=counts, etp=etp)
     slow = slowest_gpu_factor(opt.gpu_speed_cv, gpus)[:, None]
     F, W, Bk, R = F * slow, W * slow, Bk * slow, R * slow
-    layers, moe_layers = counts[:, 0] + counts[:, 1], counts[:, 1]
+    mtp = model.mtp_layers * counts[:, 3]  # the head stage's MTP modules: a layer's TP, CP and EP collectives each
+    layers = counts[:, 0] + counts[:, 1] + mtp
+    moe_layers = counts[:, 1] + (mtp if model.mtp_layer_is_moe else 0.0)
     zeros = np.zeros_like(F)
     tpf = comm["tp_f"][:, None] * layers + comm["tp_moe_f"][:, None] * moe_layers
     tpb = comm["tp_b"][:, None] * layers + comm["tp_moe_b"][:, None] * moe_layers

@@ -86,3 +86,17 @@ def test_scenarios_and_megatron_imports_set_the_modules(tmp_path):
     assert load_scenario(str(out)).model.mtp_layers == 1
     emitted = CliRunner().invoke(cli, ["emit", "megatron", str(out)])
     assert emitted.exit_code == 0 and "--mtp-num-layers 1" in emitted.stdout
+
+
+def test_the_head_stage_pays_the_mtp_layers_collectives():
+    # an MTP module's layer has the collectives of any layer of its kind: with EP, its dispatch and combine
+    from simulator.estimate import estimate
+    from simulator.spec.layout import Layout
+
+    hw = load_hardware("dgx-h100")
+    tr = Training(seq_length=4096, global_batch_size=64)
+    lay = Layout(num_gpus=128, tp=1, pp=2, ep=64, layers_per_stage=(31, 30))
+    parts = [estimate(m, tr, lay, hw, keep_stage_times=True).stage_times["stage"] for m in (DSV3, MTP)]
+    head_ep = [float(p["ep_f"][0, -1]) for p in parts]
+    moe_per_layer = float(parts[0]["ep_f"][0, -1]) / 30  # 30 routed layers on the head stage
+    assert head_ep[1] == pytest.approx(head_ep[0] + moe_per_layer, rel=1e-9)
