@@ -73,7 +73,8 @@ class LayoutBatch:
                    shard_group_size: int | None = None, recompute_layers: int = 0) -> "LayoutBatch":
         """A batch from scalars and (N,) arrays, broadcast to one length; schedule and recompute names
         are checked (one message for the first unknown one)."""
-        given = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=tp if etp is None else etp, vpp=vpp, micro_batch_size=micro_batch_size, zero=zero,
+        given = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=tp if etp is None else etp, vpp=vpp,
+                     micro_batch_size=micro_batch_size, zero=zero,
                      recompute=recompute, sequence_parallel=sequence_parallel, schedule=schedule)
         n = int(np.prod(np.broadcast_shapes(*(np.shape(v) for v in given.values())), dtype=np.int64))
         cols = {k: np.broadcast_to(np.asarray(given[k]), (n,)).astype(np.int64) for k in INT_FIELDS}

@@ -86,7 +86,8 @@ TIME_FIELDS = ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "bubble_frac
 
 
 def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, shard_group_size, *, tp, cp, ep, etp,
-                 mbs, sp, rec, ep_ov, content, comm_id, gpus, dp, pp, zero, m, shape, recompute_layers: int = 0) -> dict:
+                 mbs, sp, rec, ep_ov, content, comm_id, gpus, dp, pp, zero, m, shape,
+                 recompute_layers: int = 0) -> dict:
     """Per virtual stage and microbatch, (K, S) arrays for K rows: compute F, B (input gradient +
     recompute forward), W (weight gradient) = per-block basis times x the block counts of the stages of
     `content` (`pt.content_counts`; cost/compute.py), and the TP/CP/EP communication inside them (per

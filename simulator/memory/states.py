@@ -66,7 +66,8 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
     """Weights, gradients, optimizer state (GPU) and host bytes per rank per stage.
 
     Combines `params_per_rank` with `zero_state_bytes_per_param` for the dense (degree d) and expert
-    (degree d_e) parts (`etp`: the experts' tensor-parallel degree, None: tp; `shard_degrees`). Inference keeps only the weights, unsharded over data parallelism.
+    (degree d_e) parts (`etp`: the experts' tensor-parallel degree, None: tp; `shard_degrees`). Inference keeps
+    only the weights, unsharded over data parallelism.
     Also returns 'gather' = transient bytes of ZeRO-3/FSDP: the all-gathered weights of the layer being
     computed and of the prefetched next layer plus the unsharded gradient of one layer before its
     reduce-scatter, 2·P·Ψ_layer + G·Ψ_layer (formulas.md §3.2, [derived]; Playbook: prefetch layer n+1

@@ -303,7 +303,8 @@ def _candidate_frame(base: dict, blocks: list[tuple], split, training) -> pd.Dat
     texts = np.array([split(int(k // M), int(k % M)) for k in keys], dtype=object)[inv.ravel()]
     return pd.DataFrame({
         "tp": tp[rows], "cp": cp[rows], "pp": pp[rows], "dp": dp[rows], "ep": ep[rows],
-        "etp": base["etp"][rows] if "etp" in base else tp[rows], "vpp": per_block(1, np.int64), "micro_batch_size": mb[rows],
+        "etp": base["etp"][rows] if "etp" in base else tp[rows], "vpp": per_block(1, np.int64),
+        "micro_batch_size": mb[rows],
         "num_microbatches": (training.global_batch_size // (dp * mb))[rows],
         "zero": per_block(3, np.int64), "recompute": text_column(per_block(4, object)),
         "sequence_parallel": per_block(2, bool), "schedule": text_column(per_block(0, object)),

@@ -10,7 +10,7 @@ It comes from a scenario's `[sweep]` table and/or CLI flags (unknown keys reject
 | cp                | divisors of num_gpus keeping >= `min_tokens_per_cp_rank` (2048) tokens per rank |
 | dp                | whatever is left: num_gpus / (tp·cp·pp)                                      |
 | ep                | 1 for dense models; divisors of num_experts that divide dp·cp for MoE          |
-| etp               | MoE with ep > 1: tp and 1 (experts split like the attention, or whole), where etp·ep divides tp·cp·dp and the stack's framework runs it; else tp |
+| etp               | tp; for MoE with ep > 1 also 1 (whole experts), where etp·ep divides tp·cp·dp    |
 | vpp               | interleaved only: every vpp >= 2 with num_layers % (pp·vpp) == 0             |
 | micro_batch_size  | divisors of global_batch_size in [min_micro_batch_size, max_micro_batch_size] (1..8) |
 | zero              | 0, 1, 2, 3 (zero > 0 only where dp·cp > 1: with nothing to shard it equals 0) |
