@@ -100,3 +100,15 @@ def test_the_head_stage_pays_the_mtp_layers_collectives():
     head_ep = [float(p["ep_f"][0, -1]) for p in parts]
     moe_per_layer = float(parts[0]["ep_f"][0, -1]) / 30  # 30 routed layers on the head stage
     assert head_ep[1] == pytest.approx(head_ep[0] + moe_per_layer, rel=1e-9)
+
+
+def test_the_flag_sets_the_modules_and_refuses_nonsense():
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-c", "from simulator.cli import main; main()", "estimate", "--model", "deepseek-v3",
+            "--hardware", "dgx-h100", "--gpus", "64", "--ep", "64", "--seq", "4096", "--global-batch", "64"]
+    ok = subprocess.run(base + ["--mtp-layers", "1"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "+ 11.61 B MTP" in ok.stdout.splitlines()[0]
+    bad = subprocess.run(base + ["--mtp-layers", "17"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --mtp-layers must be an integer from 0 to 16, got 17"

@@ -23,6 +23,8 @@ CROSS_ENTROPY_FLAG = (
 _FLAGS = [
     ("--model", "model", str, "model preset name, path to a Hugging Face config.json (or its folder), or a Hub id "
                               "such as Qwen/Qwen2.5-7B[@revision] (needs huggingface_hub; cache first)"),
+    ("--mtp-layers", "mtp_layers", int, "multi-token-prediction modules trained on the last pipeline stage "
+                                        "(DeepSeek-V3; Megatron --mtp-num-layers); default: the [model] table's, 0"),
     ("--hardware", "hardware", str, "hardware preset name or profile TOML path"),
     ("--stack", "stack", str, "software stack preset (parasim stacks: megatron, torchtitan, fsdp, deepspeed, hf) "
                               "or a stack TOML path; default megatron"),

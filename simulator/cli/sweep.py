@@ -16,7 +16,7 @@ from .common import GPU_SPEED_CV_HELP, flags, pipeline_split_options, with_gpu_s
 from .flagnames import flag_names, given_flags
 
 # scenario flags passed through to load_scenario (not layout fields: those are lists here)
-_SCENARIO_FLAGS = flags("model", "hardware", "stack", "num_gpus", "seq_length", "global_batch_size", "precision",
+_SCENARIO_FLAGS = flags("model", "mtp_layers", "hardware", "stack", "num_gpus", "seq_length", "global_batch_size", "precision",
                         "optimizer", "grad_dtype", "cross_entropy", "moe_capacity_factor", "moe_imbalance",
                         *(k for k in STACK_FLAG_KEYS if k not in ("compiled", "tp_comm_overlap")))  # on/off below
 # sweep axes: comma lists or "auto"

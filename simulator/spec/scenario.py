@@ -58,13 +58,15 @@ def _load_model_table(table: dict, base: Path | None, where: str) -> ModelSpec:
     config does not build."""
     table = dict(table)
     mtp = table.pop("mtp_layers", None)
-    model = _model_of_table(table, base, where)
+    return _with_mtp(_model_of_table(table, base, where), mtp, f"mtp_layers in {where}")
+
+
+def _with_mtp(model: ModelSpec, mtp, what: str) -> ModelSpec:
+    """`model` training `mtp` multi-token-prediction modules (None: as it is); `what` names the key or flag."""
     if mtp is None:
         return model
     if isinstance(mtp, bool) or not isinstance(mtp, int) or not 0 <= mtp <= 16:
-        raise InputError(f"mtp_layers in {where} must be an integer from 0 to 16, got {mtp!r}")
-    if mtp and not model.num_layers:
-        raise InputError(f"mtp_layers in {where} needs a model with layers")
+        raise InputError(f"{what} must be an integer from 0 to 16, got {mtp!r}")
     return model.with_(mtp_layers=mtp)
 
 
@@ -143,12 +145,15 @@ def _read_scenario_file(path: str | None) -> tuple[dict, Path | None, str]:
 
 
 def _scenario_model(doc: dict, base: Path | None, where: str, overrides: dict) -> ModelSpec:
-    """The model of --model (taken out of `overrides`), else of the [model] section."""
+    """The model of --model (taken out of `overrides`), else of the [model] section; --mtp-layers over either."""
+    mtp = overrides.pop("mtp_layers", None)
     if "model" in overrides:
-        return load_model(str(overrides.pop("model")))
-    if "model" in doc:
-        return _load_model_table(doc["model"], base, f"[model] of {where}")
-    raise InputError(f"no model: give --model or a [model] section in {where}")
+        model = load_model(str(overrides.pop("model")))
+    elif "model" in doc:
+        model = _load_model_table(doc["model"], base, f"[model] of {where}")
+    else:
+        raise InputError(f"no model: give --model or a [model] section in {where}")
+    return _with_mtp(model, mtp, "--mtp-layers")
 
 
 def _scenario_hardware(doc: dict, base: Path | None, where: str, overrides: dict):
