@@ -21,6 +21,7 @@ from .cost.topology import group_span
 from .cost.variability import slowest_gpu_factor
 from .dedup import categories, distinct_rows, gather_rows, once_per_distinct
 from .memory.states import zero_state_bytes_per_param
+from .spec.layout import expert_dp
 from .spec.placement import params_per_rank, stage_param_split
 from .spec.rules import shard_degrees
 
@@ -46,7 +47,7 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
     place = dict(order=opt.placement)
     out = {key: np.zeros(k) for key in ("tp_f", "tp_b", "tp_hid_f", "tp_hid_b", "cp_f", "cp_b", "att_f", "att_b",
                                         "ep_f", "ep_b", "p2p", "tp_head_f", "tp_moe_f", "tp_moe_b")}
-    grid = np.maximum(tp * cp * dp // (etp * ep), 1)  # the expert-data-parallel degree of the expert grid
+    grid = expert_dp(tp, cp, dp, ep, etp)  # the expert-data-parallel degree of the expert grid
     span_tp = group_span(hardware, group="tp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
     if not training.stack.loss_parallel and (tp > 1).any():  # the head's logits gathered for the loss
         out["tp_head_f"][:] = comm.loss_gather_s(hardware, span_tp, vocab_size=model.vocab_size, seq_length=s,
@@ -146,8 +147,7 @@ def _dp_spans(hardware, order, *, tp, cp, ep, dp, pp, shard_group_size, etp=None
     grid, etp = tp by default: dp·cp/ep), strided over the etp × ep block; the HSDP replica group dp/shard ranks."""
     kw = dict(group="dp", tp=tp, pp=pp, order=order)
     etp = tp if etp is None else etp
-    span_edp = group_span(hardware, cp=1, ep=ep, dp=np.maximum(tp * dp * cp // (etp * ep), 1),
-                          **{**kw, "tp": etp})
+    span_edp = group_span(hardware, cp=1, ep=ep, dp=expert_dp(tp, cp, dp, ep, etp), **{**kw, "tp": etp})
     if not shard_group_size:
         return group_span(hardware, cp=1, ep=1, dp=dp * cp, **kw), span_edp, None
     replica = group_span(hardware, cp=cp, ep=1, dp=np.maximum(dp // shard_group_size, 1), **kw)

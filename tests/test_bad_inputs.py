@@ -374,6 +374,19 @@ for _name, _raw in (("negative", "-1"), ("too-many", "17"), ("float", "1.5"), ("
         ["estimate", scenario(t, {"model": {"mtp_layers": raw}})], ["mtp_layers", as_written(raw), "[model]"]))
 
 
+# the experts' TP degree (a whole number the expert grid takes) and the new stack switches (true or false)
+for _name, _raw in (("zero", "0"), ("negative", "-2"), ("float", "1.5"), ("text", '"one"'), ("huge", str(2**40))):
+    case("layout", f"etp-{_name}", lambda t, raw=_raw: (
+        ["estimate", scenario(t, {"model": {"preset": '"mixtral-8x7b"'}, "layout": {"ep": "8", "etp": raw}})],
+        ["etp", as_written(raw)]))
+case("layout", "etp-grid", lambda t: (
+    ["estimate", scenario(t, {"model": {"preset": '"mixtral-8x7b"'}, "layout": {"ep": "8", "etp": "4"}})],
+    ["etp(4)", "ep(8)", "tp(1)"]))
+for _key in ("whole_experts_with_ep", "ep_dispatch_fp8"):
+    case("layout", f"stack-{_key}-text", lambda t, key=_key: (
+        ["estimate", scenario(t, {"stack": {key: '"yes"'}})], [key, "yes"]))
+
+
 # ---- family: hardware profiles -------------------------------------------------------------------------
 POSITIVE = {("gpu", "hbm_gb"): (), ("gpu", "hbm_usable_mib"): (), ("gpu", "hbm_gb_per_s"): (),
             ("gpu", "blas_workspace_mib"): (),

@@ -109,27 +109,12 @@ def test_bad_expert_tp_exits_2_with_one_line():
 
 
 def test_megatron_import_and_emit_carry_the_expert_tp(tmp_path):
-    # NVIDIA's DeepSeek-V3 recipe on 1024 H100s (dgxc-benchmarking 6be5ea0 deepseek_v3/pretraining): TP 2, PP 16,
-    # EP 64, ETP 1; the shapes from parasim's preset (--model)
-    from click.testing import CliRunner
+    # NVIDIA's DeepSeek-V3 recipe on 1024 H100s: TP 2, PP 16, EP 64, ETP 1 (tests/helpers/megatron_dsv3.py)
+    from helpers.megatron_dsv3 import import_then_emit
 
-    from simulator.cli import cli
-    from simulator.spec.scenario import load_scenario
-
-    script = tmp_path / "dsv3.sh"
-    script.write_text("torchrun --nnodes 128 --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
-                      "--pipeline-model-parallel-size 16 --expert-model-parallel-size 64 "
-                      "--expert-tensor-parallel-size 1 --sequence-parallel --micro-batch-size 1 "
-                      "--global-batch-size 8192 --seq-length 4096 --decoder-first-pipeline-num-layers 3 "
-                      "--decoder-last-pipeline-num-layers 2 --bf16\n")
-    out = tmp_path / "dsv3.toml"
-    r = CliRunner().invoke(cli, ["import", "megatron", str(script), "--model", "deepseek-v3", "--hardware", "dgx-h100",
-                                 "--out", str(out)])
-    assert r.exit_code == 0, r.output
-    sc = load_scenario(str(out))
+    sc, emitted = import_then_emit(tmp_path)
     assert (sc.layout.tp, sc.layout.ep, sc.layout.etp, sc.layout.dp) == (2, 64, 1, 32)
-    emitted = CliRunner().invoke(cli, ["emit", "megatron", str(out)])
-    assert emitted.exit_code == 0 and "--expert-tensor-parallel-size 1" in emitted.stdout
+    assert "--expert-tensor-parallel-size 1" in emitted
 
 
 def test_the_sweep_tries_whole_experts_and_says_when_etp_cannot_apply():

@@ -4,9 +4,7 @@ the shared embedding and LM head. Checked against the released model card's coun
 for MTP and its placement of the embedding copy."""
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from simulator.cli import cli
 from simulator.cost import compute as C
 from simulator.cost import flops as F
 from simulator.errors import InputError
@@ -73,19 +71,10 @@ def test_scenarios_and_megatron_imports_set_the_modules(tmp_path):
     p.write_text(p.read_text().replace("mtp_layers = 1", "mtp_layers = 1.5"))
     with pytest.raises(InputError, match=r"mtp_layers in .* must be an integer from 0 to 16, got 1.5"):
         load_scenario(str(p))
-    script = tmp_path / "run.sh"
-    script.write_text("torchrun --nnodes 128 --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
-                      "--pipeline-model-parallel-size 16 --expert-model-parallel-size 64 "
-                      "--expert-tensor-parallel-size 1 "
-                      "--sequence-parallel --mtp-num-layers 1 --seq-length 4096 --global-batch-size 8192 "
-                      "--decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 2\n")
-    out = tmp_path / "imported.toml"
-    r = CliRunner().invoke(cli, ["import", "megatron", str(script), "--model", "deepseek-v3", "--hardware", "dgx-h100",
-                                 "--out", str(out)])
-    assert r.exit_code == 0, r.output
-    assert load_scenario(str(out)).model.mtp_layers == 1
-    emitted = CliRunner().invoke(cli, ["emit", "megatron", str(out)])
-    assert emitted.exit_code == 0 and "--mtp-num-layers 1" in emitted.stdout
+    from helpers.megatron_dsv3 import import_then_emit
+
+    sc, emitted = import_then_emit(tmp_path, "--mtp-num-layers 1")
+    assert sc.model.mtp_layers == 1 and "--mtp-num-layers 1" in emitted
 
 
 def test_the_head_stage_pays_the_mtp_layers_collectives():

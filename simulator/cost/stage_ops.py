@@ -18,7 +18,9 @@ def stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_p
     """Every op a virtual stage runs, grouped by kind, with per-stage multiplicities (`etp`: the routed experts'
     tensor-parallel degree, None: tp; flops.moe_ops). `mtp`: the multi-token-prediction modules a stage runs
     (ModelSpec.mtp_layers on the head stage): each a layer of the last layer's kind, its projection (flops.mtp_ops)
-    and two norms, an embedding lookup and the head again (final norm, LM head, loss); none is recomputed.
+    and two norms, an embedding lookup and the head again (final norm, LM head, loss); its layer is recomputed as
+    the model's layers are (Megatron-Core checkpoints it under recompute_granularity 'full':
+    megatron/core/transformer/multi_token_prediction.py), the rest is not.
 
     Returns [(kind, ops, W, R)]: W[o, j] = how many times op o runs on virtual stage j per microbatch
     (layers holding it; 1 for the embedding on the first and the head on the last stage); R[o, j] = the

@@ -96,6 +96,7 @@ class _ModeRows:
                                         (len(idx),))
         return vals[self.inv]
 
+
 def _without_experts(fn):
     """`fn` called through `_ModeRows.per_mode`, whose layout arguments carry the experts' `etp`: the embedding
     and the head hold no experts, so it is not theirs."""

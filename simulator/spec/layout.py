@@ -55,6 +55,25 @@ def stage_layers(value, pp: int, *, stages: int | None = None, least: int = 1) -
     return tuple(int(v) for v in value)
 
 
+def expert_grid_fits(tp, cp, dp, ep, etp):
+    """Where the expert layers can regroup a stage's ranks (`expert_grid_problem`): etp·ep divides tp·cp·dp.
+    Scalars or arrays (the sweep's candidates), broadcast."""
+    return (tp * cp * dp) % (etp * ep) == 0
+
+
+def expert_dp(tp, cp, dp, ep, etp):
+    """The expert-data-parallel degree: the replicas of each expert shard among a stage's tp·cp·dp ranks,
+    tp·cp·dp / (etp·ep) (Megatron-Core's expert RankGenerator dp; at least 1). Scalars or arrays."""
+    return np.maximum(tp * cp * dp // (etp * ep), 1)
+
+
+def expert_tp_needs_sp(tp, etp):
+    """Where the experts' tensor-parallel degree needs sequence parallelism: etp other than tp with tp > 1 (the
+    expert layers then take each rank's own T/tp tokens; Megatron-Core: expert with tensor parallelism needs
+    --sequence-parallel, model_parallel_config.py). Scalars or arrays."""
+    return (etp != tp) & (tp > 1)
+
+
 def expert_grid_problem(tp, cp, dp, ep, etp) -> str:
     """The message for a layout whose expert layers cannot regroup its ranks: Megatron-Core builds the experts'
     groups from the same tp·cp·dp ranks of a pipeline stage as etp × ep × expert-dp (megatron/core/
@@ -119,7 +138,7 @@ class Layout:
         if self.etp is None:
             object.__setattr__(self, "etp", self.tp)
         object.__setattr__(self, "etp", check_count("etp", self.etp))
-        if (self.tp * self.dp * self.cp) % (self.etp * self.ep):
+        if not expert_grid_fits(self.tp, self.cp, self.dp, self.ep, self.etp):
             raise InputError(expert_grid_problem(self.tp, self.cp, self.dp, self.ep, self.etp))
         check_zero(self.zero, scalar=True)
         if self.shard_group_size is not None:

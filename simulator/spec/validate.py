@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..schedules import family
-from .layout import Layout
+from .layout import Layout, expert_tp_needs_sp
 from .model import ModelSpec
 from .rules import RECOMPUTE
 from .training import Training
@@ -114,13 +114,12 @@ def recompute_problem(model: ModelSpec, recompute: str) -> str:
 def expert_tp_problem(model: ModelSpec, layout: Layout) -> str:
     """Why the layout's expert tensor-parallel degree cannot be modelled ('' when it can): it splits routed
     experts (a dense model has none), and an etp other than tp regroups the token shards of sequence
-    parallelism (Megatron-Core: expert with tensor parallelism needs --sequence-parallel, model_parallel_config.py),
-    so with tp > 1 each rank must hold its own T/tp tokens."""
+    parallelism (`layout.expert_tp_needs_sp`)."""
     if layout.etp == layout.tp:
         return ""
     if not model.is_moe:
         return f"etp({layout.etp}) applies to routed experts; {model.name or 'this model'} is dense (no experts)"
-    if layout.tp > 1 and not layout.sequence_parallel:
+    if expert_tp_needs_sp(layout.tp, layout.etp) and not layout.sequence_parallel:
         return (f"etp({layout.etp}) other than tp({layout.tp}) needs sequence_parallel (the expert layers take "
                 f"each rank's sequence shard: Megatron-Core's expert and tensor parallelism need it)")
     return ""

@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..schedules import family
 from ..frames import text_column
+from ..spec.layout import expert_grid_fits, expert_tp_needs_sp
 from ..spec.placement import default_split, megatron_split
 from ..errors import InputError
 from ..spec.validate import layout_valid_mask, moe_settings_problem, recompute_modes
@@ -121,7 +122,7 @@ def _numeric_candidates(model, training, hardware, num_gpus: int, space: SweepSp
     keep = np.ones(U.shape, dtype=bool)
     for j in range(1, U.shape[1]):
         keep[:, j] = (U[:, :j] != U[:, [j]]).all(axis=1)
-    keep &= (T * C * D)[:, None] % (U * E[:, None]) == 0
+    keep &= expert_grid_fits(T[:, None], C[:, None], D[:, None], E[:, None], U)
     r, j = np.nonzero(keep)
     T, C, P, D, E, U = T[r], C[r], P[r], D[r], E[r], U[r, j]
     mb = _mb_values(training, space)
@@ -258,8 +259,8 @@ def _blocks(base: dict, choices, sps, valid: dict, col: dict, split, zeros, recs
             mask &= np.isin(pp, [p for p in pps if split(int(p), c) is not None])
             if sp:
                 mask &= tp > 1
-            else:  # experts regrouped across TP ranks take each rank's sequence shard (spec/validate.py)
-                mask &= (base["etp"] == tp) | (tp == 1)
+            else:  # experts regrouped across TP ranks take each rank's sequence shard
+                mask &= ~expert_tp_needs_sp(tp, base["etp"])
             if sched == "1f1b":
                 if not user_has_1f1b:
                     mask &= pp == 1

@@ -10,7 +10,7 @@ a row gives (shape, batch, layout, recompute, precision, schedule) are used as g
 leaves out is filled **by source** (`source_id`, table `SOURCE_RULES`) from what the source's
 framework did at the time, never from the errors; every such choice is recorded per row in
 `MappedRun.assumptions` (the "assumptions" column of the results). Rows of an unknown source get the
-generic family rules (sources.py, mapping.py), also recorded.
+generic family rules (families.py, mapping.py), also recorded.
 
 The package is cut by concern, imports pointing one way (cells <- sources <- mapping <- predict):
 - `cells`: readers of one CSV cell (blank, integer, text), shared by the others;
@@ -25,11 +25,12 @@ from __future__ import annotations
 from .mapping import DEFAULT_MICRO_BATCH, DEFAULT_VOCAB, MappedRun, map_run
 from .predict import (error_summary, measured_oom, measured_step, memory_counter, memory_counter_bytes,
                       memory_stages, predict_runs, predicted_memory, read_runs, signed_error, spearman)
-from .sources import GPU_PRESETS, SOURCE_RULES, SourceRules, hardware_for_gpu, pad_vocab
+from .families import GPU_PRESETS, SourceRules, hardware_for_gpu, pad_vocab
+from .sources import SOURCE_RULES
 
 # Public constants of the former single module that are not in __all__: still `simulator.validate.X`.
 from .predict import GIB, REQUIRED_COLUMNS, RESULT_COLUMNS  # noqa: F401,E402
-from .sources import FAMILIES  # noqa: F401,E402
+from .families import FAMILIES  # noqa: F401,E402
 
 __all__ = [
     "GPU_PRESETS",

@@ -32,7 +32,8 @@ from ..cost.recompute import every_kth_layer
 from ..errors import InputError
 from ..spec.placement import default_split
 from .cells import _blank, _int, _text
-from .sources import FAMILIES, SOURCE_RULES, SourceRules, _family, _generic_rules, hardware_for_gpu, pad_vocab
+from .families import FAMILIES, SourceRules, _family, _generic_rules, hardware_for_gpu, pad_vocab
+from .sources import SOURCE_RULES
 
 DEFAULT_VOCAB = 51200
 DEFAULT_MICRO_BATCH = 1

@@ -42,7 +42,8 @@ def groups_from_results(results, *, doc: str, generator: str, what: str) -> list
 
 def stack_of_source(source_id: str) -> str:
     """The stack preset a published source ran (sources.SOURCE_RULES; generic rules: their default)."""
-    from .sources import SOURCE_RULES, SourceRules
+    from .families import SourceRules
+    from .sources import SOURCE_RULES
 
     rules = SOURCE_RULES.get(str(source_id))
     return rules.stack if rules is not None else SourceRules.__dataclass_fields__["stack"].default
