@@ -98,8 +98,7 @@ class _ModeRows:
 
 
 def _without_experts(fn):
-    """`fn` called through `_ModeRows.per_mode`, whose layout arguments carry the experts' `etp`: the embedding
-    and the head hold no experts, so it is not theirs."""
+    """`fn` via `_ModeRows.per_mode`, whose arguments carry the experts' `etp` (the embedding and head have none)."""
     return lambda model, training, etp=None, **kw: fn(model, training, **kw)
 
 
