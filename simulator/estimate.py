@@ -144,7 +144,7 @@ def stack_summary(stack) -> dict:
             "attention_padding": stack.attention_padding, "cp_ring_merge": stack.cp_ring_merge, "compiled": stack.compiled, "optimizer_impl": stack.optimizer_impl, "grad_buffer": stack.grad_buffer,
             "grad_accumulation": stack.grad_accumulation, "cross_entropy": stack.cross_entropy,
             "elementwise": stack.elementwise, "kernels_per_layer": list(stack.layer_kernels),
-            "train_metric_losses": stack.train_metric_losses,
+            "train_metric_losses": stack.train_metric_losses, "recompute_modules": list(stack.recompute_modules),
             "host_us_per_kernel": stack.host_s_per_kernel * 1e6,
             "decode_host_us_per_kernel": (stack.decode_host_s_per_kernel or stack.host_s_per_kernel) * 1e6}
 

@@ -132,8 +132,11 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, s
                     (("tp_hid_f", "tp_f"), ("tp_hid_b", "tp_b"))]
     hf = comm["tp_hid_f"][:, None] * layers + (hidden_share[0] * comm["tp_moe_f"])[:, None] * moe_layers
     hb = comm["tp_hid_b"][:, None] * layers + (hidden_share[1] * comm["tp_moe_b"])[:, None] * moe_layers
+    rerun = comm["tp_rerun_d"][:, None] * (layers - moe_layers) + comm["tp_rerun_m"][:, None] * moe_layers
+    tpb, hb = tpb + rerun, hb + hidden_share[0][:, None] * rerun  # selective recompute's MLP / MoE pairs again
     tpf_layer, hf_layer = tpf / np.maximum(layers, 1.0), hf / np.maximum(layers, 1.0)  # per layer, on average
     tpf = tpf + comm["tp_head_f"][:, None] * counts[:, 3]  # the last stage's logits gather (hf stack)
+    share = 1.0
     if recompute_layers:  # full recompute of the first N layers per stage: the others re-run nothing
         full = (np.asarray(rec) == "full")[:, None]
         share = np.where(full, recomputed_layer_share(layers, recompute_layers), 1.0)
@@ -153,7 +156,8 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, s
             cf, cb = ef, eb
         out["cp_f"], out["cp_b"] = cf, cb
     if model.is_moe and (ep > 1).any():
-        ef, eb = comm["ep_f"][:, None] * moe_layers, comm["ep_b"][:, None] * moe_layers
+        ef = comm["ep_f"][:, None] * moe_layers
+        eb = (comm["ep_b"][:, None] + comm["ep_rerun"][:, None] * share) * moe_layers  # (recomputed layers again)
         ov = ep_ov[:, None]
         out["ep_f"], out["ep_b"] = (1 - ov) * ef, (1 - ov) * eb
         out["hid_e_f"], out["hid_e_b"] = ov * ef, ov * eb

@@ -34,7 +34,9 @@ def _take_span(span, idx):
 def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp, dp, mbs, pp, sp, rec) -> dict:
     """Per-layer, per-microbatch communication of K layouts, (K,) arrays: TP forward/backward
     (cost/comm.tp_comm; `tp_head_f` the last stage's gather of the logits, comm.loss_gather_s), CP
-    (cp_comm) and the core-attention time that hides ring CP, EP all-to-all (ep_comm, per MoE layer), and
+    (cp_comm) and the core-attention time that hides ring CP, EP all-to-all (ep_comm, per MoE layer; `ep_rerun`: its
+    forward again where recompute re-runs the MoE block, full or the module moe; `tp_rerun_d`/`_m`: the MLP's/MoE's
+    forward TP pair again under the modules mlp/moe), and
     the PP p2p time of one stage boundary (0 without pipelining). `tp_moe_f`/`tp_moe_b`: what an MoE layer's
     TP collectives differ from a dense layer's where the experts' tensor-parallel degree etp is not tp: the
     attention keeps its pair over tp, the FFN's pair runs over the etp group of the expert grid instead
@@ -46,7 +48,9 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
     s = training.seq_length
     place = dict(order=opt.placement)
     out = {key: np.zeros(k) for key in ("tp_f", "tp_b", "tp_hid_f", "tp_hid_b", "cp_f", "cp_b", "att_f", "att_b",
-                                        "ep_f", "ep_b", "p2p", "tp_head_f", "tp_moe_f", "tp_moe_b")}
+                                        "ep_f", "ep_b", "p2p", "tp_head_f", "tp_moe_f", "tp_moe_b", "tp_rerun_d",
+                                        "tp_rerun_m", "ep_rerun")}
+    mods = training.stack.recompute_modules
     grid = expert_dp(tp, cp, dp, ep, etp)  # the expert-data-parallel degree of the expert grid
     span_tp = group_span(hardware, group="tp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
     if not training.stack.loss_parallel and (tp > 1).any():  # the head's logits gathered for the loss
@@ -66,6 +70,9 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
             moved = etp[idx] != tp[idx]
             out["tp_moe_f"][idx] = np.where(moved, 0.5 * (ce.forward_s - c.forward_s), 0.0)
             out["tp_moe_b"][idx] = np.where(moved, 0.5 * (ce.backward_s - c.backward_s), 0.0)
+        if r == "selective":  # the recomputed MLP / MoE block re-runs its forward pair (half of a layer's)
+            out["tp_rerun_d"][idx] = 0.5 * c.forward_s * ("mlp" in mods)
+            out["tp_rerun_m"][idx] = 0.5 * (c.forward_s + 2.0 * out["tp_moe_f"][idx]) * ("moe" in mods)
         if opt.tp_overlap is not None:  # a given fraction hidden
             out["tp_hid_f"][idx], out["tp_hid_b"][idx] = opt.tp_overlap * c.forward_s, opt.tp_overlap * c.backward_s
         elif training.stack.tp_comm_overlap and (tp[idx] > 1).any():
@@ -90,6 +97,8 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
                          dispatch_bytes_per_element=training.ep_dispatch_bytes,
                          combine_bytes_per_element=ab, load_factor=training.moe_load_factor)
         out["ep_f"][:], out["ep_b"][:] = c.forward_s, c.backward_s
+        rerun = (rec == "full") | ((rec == "selective") & ("moe" in mods))  # the layer's or MoE block's forward again
+        out["ep_rerun"][:] = np.where(rerun, c.forward_s, 0.0)
     piped = np.flatnonzero(pp > 1)
     if len(piped):
         span_pp = group_span(hardware, group="pp", tp=tp[piped], cp=cp[piped], ep=1, dp=dp[piped], pp=pp[piped], **place)

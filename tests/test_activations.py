@@ -3,8 +3,8 @@ closed forms (ZB's M_W, §4.3 output layer, GQA/MoE/CP scaling)."""
 import numpy as np
 import pytest
 
-from simulator.memory.activations import (head_activation_bytes, layer_activation_bytes,
-                                          layer_weight_grad_bytes, routed_tokens)
+from simulator.memory.activations import layer_activation_bytes, layer_weight_grad_bytes, routed_tokens
+from simulator.memory.head_activations import head_activation_bytes
 from simulator.spec.load import load_model
 from simulator.spec.model import ModelSpec
 from simulator.spec.training import Training

@@ -424,7 +424,7 @@ def test_torch_fp32_cross_entropy_peaks_at_the_kept_logits_plus_the_backward_wor
     # live bytes of F.cross_entropy(logits.float()) forward + backward on bf16 logits: the peak (in
     # backward) is what the memory model holds for it, logits_bytes + loss_backward_bytes = (4 + 8)·T·V,
     # and after the forward only the kept 4·T·V are alive
-    from simulator.memory.activations import logits_bytes, loss_backward_bytes
+    from simulator.memory.head_activations import logits_bytes, loss_backward_bytes
 
     b, s, V = 2, 96, 1000
     model = ModelSpec(name="t", hidden_size=64, num_layers=1, num_heads=4, ffn_hidden_size=176, vocab_size=V, mlp="swiglu",
@@ -455,7 +455,7 @@ def test_loss_parallel_under_tp_peaks_four_bytes_per_logit_above_plain_cross_ent
     import sys
     from pathlib import Path
 
-    from simulator.memory.activations import logits_bytes, loss_backward_bytes
+    from simulator.memory.head_activations import logits_bytes, loss_backward_bytes
 
     port = free_port()
     helper = Path(__file__).parent / "helpers" / "loss_parallel_bytes.py"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from simulator.cost.memory_ops import _embedding_memory_ops
-from simulator.memory.activations import embedding_activation_bytes
+from simulator.memory.head_activations import embedding_activation_bytes
 from simulator.spec.hf import model_from_hf
 from simulator.spec.training import Training
 

@@ -292,7 +292,7 @@ def test_sweep_form_rejects_unknown_categorical_values(kw, word):
 def test_the_torch_loss_working_set_is_counted_once_on_the_last_stage():
     # cross_entropy = torch-fp32 adds 8·T·V once to the last stage's activations (not per micro-batch in
     # flight, not on other stages); with full recompute only the larger of it and a layer's working set
-    from simulator.memory.activations import loss_backward_bytes
+    from simulator.memory.head_activations import loss_backward_bytes
 
     m = load_model("llama3-8b")
     for schedule in ("1f1b", "gpipe"):

@@ -231,7 +231,7 @@ def test_logits_follow_the_stacks_loss_sharding_under_tp():
     """Under TP a vocab-parallel loss (megatron, torchtitan's loss_parallel) splits the logits over the TP ranks;
     Hugging Face's tp_plan gathers them (lm_head colwise_rep), so each rank holds and backpropagates as many as
     without TP, with plain F.cross_entropy's working set (tests/test_activations_torch.py measures both losses)."""
-    from simulator.memory.activations import logits_bytes, loss_backward_bytes
+    from simulator.memory.head_activations import logits_bytes, loss_backward_bytes
     from simulator.spec.stack import load_stack
 
     m = load_model("llama3-8b")

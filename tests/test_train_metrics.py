@@ -101,7 +101,7 @@ def test_metric_memory_is_what_the_decomposition_allocates_on_cpu(dtype):
     import gc
 
     from helpers.profiler_peak import peak_bytes
-    from simulator.memory.activations import train_metric_bytes
+    from simulator.memory.head_activations import train_metric_bytes
     from torch.profiler import ProfilerActivity, profile
 
     T, V = 64, 4096

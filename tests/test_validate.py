@@ -221,7 +221,7 @@ def test_llm_foundry_rows_use_flash_attn_cross_entropy():
     row = pd.read_csv(SHARED).query("source_id == 'LLMFOUNDRY'").iloc[0].to_dict()
     training = map_run(row).training
     assert training.cross_entropy == "xentropy"
-    from simulator.memory.activations import logits_bytes, loss_backward_bytes
+    from simulator.memory.head_activations import logits_bytes, loss_backward_bytes
 
     T = int(row["micro_batch"]) * int(row["seq_len"])
     e = training.activation_bytes

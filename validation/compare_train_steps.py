@@ -97,7 +97,7 @@ def _untimed_s(training, hardware, worst) -> float:
 
 def _loss_work(model, training, layout) -> float:
     """The loss's backward working set the prediction holds in its activations (memory/activations.py)."""
-    from simulator.memory.activations import loss_backward_bytes
+    from simulator.memory.head_activations import loss_backward_bytes
 
     return float(loss_backward_bytes(model, training, tp=layout.tp, cp=layout.cp,
                                      micro_batch_size=layout.micro_batch_size))

@@ -21,8 +21,8 @@ rules are `SOURCE_RULES["DGXC_MOE"]`, simulator/validate/sources.py):
   CUDA graphs.
 - DeepSeek-V3 (deepseek_v3/pretraining/launch.sh: NeMo 25.04.01, NeMo 7a8f1cc pretrain_deepseek_v3.py): the
   recipe trains with one multi-token-prediction layer (recipes/deepseek_v3.py pretrain_recipe use_mtp=True) and
-  recomputes the MLA up-projections (--recompute_modules mla_up_proj); parasim models neither, so these rows are
-  listed and not compared (the mapping says why).
+  selective recompute (pretrain_deepseek_v3.py recompute_granularity "selective") of the modules launch.sh's RM
+  names: the MLA up-projections on H100 (RM='mla_up_proj'), the core attention on GB200 (RM='core_attn').
 
 The measured step is the table's; the tokens/s cell is kept where it agrees with GBS·sequence / step within 1 %
 (Grok-1's GB200 512-GPU cells give half that: the GBS of the 256-GPU run; the layout table, the step and the MFU
@@ -48,8 +48,9 @@ MODELS = {
     "Deepseek V3": ("DeepSeek-V3", "dsv3", 61, 7168, 128, 128, 2048, 129280, 256, 8, 671, 4096,
                     "deepseek_v3/pretraining/README.md", "25.04.01",
                     "MLA, 1 shared expert, 3 dense layers; mtp_num_layers 1 (pretrain_recipe use_mtp=True); "
-                    "recompute_modules mla_up_proj; token drop, capacity factor 1.0 with padding"),
+                    "token drop, capacity factor 1.0 with padding"),
 }
+RECOMPUTE_MODULES = {"H100": "mla_up_proj", "GB200": "core_attn"}  # DeepSeek-V3: deepseek_v3/pretraining/launch.sh RM
 GPUS = {"H100": ("H100-SXM5-80GB", "DGX Cloud H100 nodes: NVLink/NVSwitch, InfiniBand"),
         "GB200": ("GB200", "DGX Cloud GB200 NVL72: NVLink domain of 72 GPUs, 4 per compute tray")}
 PERF = re.compile(r"^\|\s*(Grok1 314b|Deepseek V3) (BF16|FP8)(?: (H100|GB200))?\s*\|(.*)$")
@@ -128,6 +129,10 @@ def rows(texts):
                 if family == "DeepSeek-V3" and pp > 1:  # pretrain_deepseek_v3.py: 64/PP - 1 and 64/PP - 2 layers
                     graphs += (f" First and last pipeline stages hold {64 // pp - 1} and {64 // pp - 2} layers "
                                "(num_layers_in_first/last_pipeline_stage).")
+                recompute = "none"
+                if family == "DeepSeek-V3":  # pretrain_deepseek_v3.py: selective, of launch.sh's RM modules
+                    recompute = "selective"
+                    graphs += f" Selective recompute, recompute_modules {RECOMPUTE_MODULES[gpu]} (launch.sh RM)."
                 yield {
                     "run_id": f"dgxc_moe_{stem}_{gpu.lower()}_{dtype.lower()}_g{n}", "source_id": "DGXC_MOE",
                     "source": RELEASE.format(file=readme, fw=fw, gpu=gpu),
@@ -138,7 +143,7 @@ def rows(texts):
                     "gpu_type": GPUS[gpu][0], "interconnect": GPUS[gpu][1], "tp": tp, "pp": pp, "dp": dp, "cp": cp,
                     "ep": ep, "etp": etp, "vpp": vp if vp > 1 else "",
                     "zero_fsdp": "ZeRO-1 (NeMo distributed_fused_adam)", "sequence_parallel": "yes" if tp > 1 else "no",
-                    "recompute": "none", "precision": "bf16" if dtype == "BF16" else "fp8 (TE hybrid, delayed scaling)",
+                    "recompute": recompute, "precision": "bf16" if dtype == "BF16" else "fp8 (TE hybrid, delayed scaling)",
                     "pipeline_schedule": "interleaved 1F1B" if vp > 1 else ("1F1B" if pp > 1 else ""),
                     "step_time_s": step, "tokens_per_s": tps or "",
                     "tokens_per_s_per_gpu": round(tps / n, 1) if tps else "",

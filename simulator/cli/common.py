@@ -7,7 +7,7 @@ import click
 
 from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES
-from ..spec.rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE
+from ..spec.rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE, RECOMPUTE_MODULES
 from ..spec.scenario import load_scenario
 from ..spec.stack import GRAD_ACCUMULATIONS, GRAD_BUFFERS, REDUCE, REDUCE_DTYPES, RESHARD
 from ..spec.training import CROSS_ENTROPY, OPTIMIZERS, PRECISIONS, STATE_DTYPES
@@ -49,6 +49,9 @@ _FLAGS = [
     ("--recompute-layers", "recompute_layers", int, "with --recompute full: recompute only the first N layers of "
                                                     "each pipeline stage (Megatron --recompute-method block "
                                                     "--recompute-num-layers N); the others keep their activations"),
+    ("--recompute-modules", "recompute_modules", str,
+     "what --recompute selective re-runs, comma-separated: " + ", ".join(RECOMPUTE_MODULES) + " (Megatron-Core "
+     "--recompute-modules; default: the stack's, core_attn)"),
     ("--schedule", "schedule", click.Choice(list(SCHEDULE_NAMES)), "pipeline schedule"),
     ("--precision", "precision", click.Choice(list(PRECISIONS)), "training precision"),
     ("--optimizer", "optimizer", click.Choice(list(OPTIMIZERS)), "optimizer"),

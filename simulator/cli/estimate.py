@@ -22,7 +22,8 @@ def _table(d: dict) -> str:
         f"{d['model']['name']} ({d['model']['params'] / 1e9:.2f} B params"
         + (f" + {d['model']['mtp_params'] / 1e9:.2f} B MTP" if d['model'].get('mtp_params') else "")
         + f") on {lay['num_gpus']} x {d['hardware']}: "
-        f"{lay['label']}, zero={lay['zero']}, recompute={recompute_label(lay['recompute'], lay['recompute_layers'])}, "
+        f"{lay['label']}, zero={lay['zero']}, "
+        f"recompute={recompute_label(lay['recompute'], lay['recompute_layers'], d['stack']['recompute_modules'])}, "
         f"schedule={lay['schedule']}, "
         f"micro-batch={lay['micro_batch_size']} x {lay['num_microbatches']} microbatches"
         + split_text(lay),

@@ -31,11 +31,11 @@ def flag_names(flags: dict[str, str], *, relations: dict[str, str] | None = None
         msg = str(exc)
         for key, flag in (relations or {}).items():
             msg = re.sub(rf"(?:\bsweep )?\b{re.escape(key)}\(([^()]*)\)", rf"{flag} \1", msg)
-        for key, flag in flags.items():
-            m = re.match(rf"(?:sweep |stack '[^']*': )?{re.escape(key)}(?= )", msg)  # a space or a stack field
-            if m:
-                msg = flag + msg[m.end():]
-                break
+        found = [(m.end(), flag) for key, flag in flags.items()  # a space or a stack field; the longest names it
+                 if (m := re.match(rf"(?:sweep |stack '[^']*': )?{re.escape(key)}(?= )", msg))]
+        if found:
+            end, flag = max(found)
+            msg = flag + msg[end:]
         if msg == str(exc):
             raise
         raise InputError(msg) from None

@@ -24,7 +24,8 @@ def _table(result) -> str:
     lay = result.layout
     head = f"{'stage':>5} {'layers':>6} {'in-flight':>9} " + " ".join(f"{lbl + ' GiB':>{_width(lbl)}}" for _, lbl in _COLS)
     lines = [f"{result.model.name}: {lay.label}, zero={lay.zero}, "
-             f"recompute={recompute_label(lay.recompute, lay.recompute_layers)}, "
+             f"recompute={recompute_label(lay.recompute, lay.recompute_layers, result.training.stack.recompute_modules)}"
+             f", "
              f"schedule={lay.schedule}, micro-batch={lay.micro_batch_size}, "
              f"seq={result.training.seq_length}{', inference' if result.inference else ''}"
              + split_text(dataclasses.asdict(lay)), head]

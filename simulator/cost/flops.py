@@ -325,7 +325,8 @@ def _per_sequence(model, training, *, attention_flops, recompute, hardware) -> f
         t = sum_ops(ops)
         per_layer = t.model_flops
         if hardware:
-            per_layer += t.backward_recompute_flops + recompute_forward_flops(ops, recompute, model, flash)
+            per_layer += t.backward_recompute_flops + recompute_forward_flops(
+                ops, recompute, model, flash, modules=training.stack.recompute_modules, moe_layer=is_moe)
         total += count * per_layer
     total += sum_ops(head_ops(model, training)).model_flops
     if model.mtp_layers:  # each MTP module: a layer of the last layer's kind, its projection, the shared head again
@@ -334,7 +335,9 @@ def _per_sequence(model, training, *, attention_flops, recompute, hardware) -> f
         t = sum_ops(ops)
         per_layer = t.model_flops
         if hardware:
-            per_layer += t.backward_recompute_flops + recompute_forward_flops(ops, recompute, model, flash)
+            per_layer += t.backward_recompute_flops + recompute_forward_flops(
+                ops, recompute, model, flash, modules=training.stack.recompute_modules,
+                moe_layer=model.mtp_layer_is_moe)
         own = sum_ops(mtp_ops(model, training) + head_ops(model, training)).model_flops  # projection, head again
         total += model.mtp_layers * (per_layer + own)
     return float(total)
@@ -355,8 +358,8 @@ def step_flops(model: ModelSpec, training: Training, *, recompute: str = "none",
 
     model_flops: forward + backward once, no rematerialisation, dropless routing, the causal convention
       of `attention_flops` (default `training.attention_flops`) — the numerator of MFU (PaLM App. B).
-    hardware_flops: model_flops + recompute forward (`recompute`: selective = core attention, full =
-      every layer's forward, never the LM head) + FlashAttention's backward recompute of QKᵀ when
+    hardware_flops: model_flops + recompute forward (`recompute`: selective = the stack's
+      recompute_modules, by default the core attention; full = every layer's forward, never the LM head) + FlashAttention's backward recompute of QKᵀ when
       `training.flash_attention` + capacity-factor padding of routed experts — the numerator of HFU.
     Both are layout independent: replicated work under TP (router, MLA down-projections without
     sequence parallelism) is a per-rank cost (see cost/compute.py), not counted here.

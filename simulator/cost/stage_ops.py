@@ -24,8 +24,9 @@ def stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_p
 
     Returns [(kind, ops, W, R)]: W[o, j] = how many times op o runs on virtual stage j per microbatch
     (layers holding it; 1 for the embedding on the first and the head on the last stage); R[o, j] = the
-    same for the recompute forward, W times the op's `flops.recomputed_fraction` (selective: core
-    attention; full: every layer op; op: torchtitan's op-level selective AC; never the embedding or head).
+    same for the recompute forward, W times the op's `flops.recomputed_fraction` (selective: the stack's
+    recompute_modules, of each layer's kind; full: every layer op; op: torchtitan's op-level selective AC; never
+    the embedding or head).
     """
     kw = dict(seq_length=training.seq_length, tp=tp, cp=cp, micro_batch_size=micro_batch_size)
     mkw = dict(tp=tp, cp=cp, micro_batch_size=micro_batch_size)
@@ -39,21 +40,25 @@ def stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_p
     zero = 0.0 * L
     has_dense, has_moe = bool(np.any(n_dense)), bool(np.any(n_moe))
 
-    def share(op, gemm=True):  # the recompute forward's share of the op (flops.recomputed_fraction)
+    def share(op, gemm=True, moe=False):  # the recompute forward's share of the op (flops.recomputed_fraction)
         return F.recomputed_fraction(op.name, recompute, model, core_attention=op.core_attention,
-                                     flash_attention=flash, gemm=gemm)
+                                     flash_attention=flash, gemm=gemm, modules=training.stack.recompute_modules,
+                                     moe_layer=moe, load_factor=training.moe_load_factor)
+
+    def rerun(op, gemm=True):  # an op of every layer: its recompute count over the stage's dense and MoE layers
+        return n_dense * share(op, gemm) + n_moe * share(op, gemm, moe=True)
 
     g_ops, g_w, g_r = [], [], []
     for op in F.projection_ops(model, sequence_parallel=sequence_parallel, **kw):
-        g_ops.append(op); g_w.append(L); g_r.append(L * share(op))  # noqa: E702
+        g_ops.append(op); g_w.append(L); g_r.append(rerun(op))  # noqa: E702
     ffn = []
     if has_dense:
-        ffn += [(op, n_dense) for op in F.dense_mlp_ops(model, **kw)]
+        ffn += [(op, n_dense, False) for op in F.dense_mlp_ops(model, **kw)]
     if has_moe:
-        ffn += [(op, n_moe) for op in F.moe_ops(model, ep=ep, sequence_parallel=sequence_parallel,
-                                                  load_factor=training.moe_load_factor, etp=etp, **kw)]
-    for op, w in ffn:
-        g_ops.append(op); g_w.append(w); g_r.append(w * share(op))  # noqa: E702
+        ffn += [(op, n_moe, True) for op in F.moe_ops(model, ep=ep, sequence_parallel=sequence_parallel,
+                                                        load_factor=training.moe_load_factor, etp=etp, **kw)]
+    for op, w, moe in ffn:
+        g_ops.append(op); g_w.append(w); g_r.append(w * share(op, moe=moe))  # noqa: E702
     casts = [(fp8_cast_op(op, training), w, r) for op, w, r in zip(g_ops, g_w, g_r)
              if op.fp8 and training.precision == "fp8"]  # the FP8 GEMMs' casts (memory-bound, below)
     for op in F.head_ops(model, training, **mkw):
@@ -65,23 +70,23 @@ def stage_op_groups(model, training, *, tp, cp, ep, micro_batch_size, sequence_p
     a_ops = list(F.attention_ops(model, attention_flops="causal" if flash else "full", flash_attention=flash, **kw))
     n_att = len(a_ops) if not flash else 1
     a_w = [L] * n_att
-    a_r = [L * share(op) for op in a_ops[:n_att]]
+    a_r = [rerun(op) for op in a_ops[:n_att]]
 
     m_ops, m_w, m_r = [], [], []
     mem = memory_ops(model, training, moe=False, ep=ep, sequence_parallel=sequence_parallel, **mkw)
     for op in mem:
         if op.ffn and not has_dense:
             continue
-        w = n_dense if op.ffn else L
-        m_ops.append(op); m_w.append(w); m_r.append(w * share(op, gemm=False))  # noqa: E702
+        w, r = (n_dense, n_dense * share(op, gemm=False)) if op.ffn else (L, rerun(op, gemm=False))
+        m_ops.append(op); m_w.append(w); m_r.append(r)  # noqa: E702
     if has_moe:
         for op in memory_ops(model, training, moe=True, ep=ep, sequence_parallel=sequence_parallel, etp=etp, **mkw):
             if op.ffn:
-                m_ops.append(op); m_w.append(n_moe); m_r.append(n_moe * share(op, gemm=False))  # noqa: E702
+                m_ops.append(op); m_w.append(n_moe); m_r.append(n_moe * share(op, gemm=False, moe=True))  # noqa: E702
     for op, w, r in casts:
         m_ops.append(op); m_w.append(w); m_r.append(r)  # noqa: E702
     for op in cp_merge_ops(model, training, cp_algorithm=cp_algorithm, **mkw):  # ring CP's merge (cp_merge.py)
-        m_ops.append(op); m_w.append(L); m_r.append(L * share(op, gemm=False))  # noqa: E702
+        m_ops.append(op); m_w.append(L); m_r.append(rerun(op, gemm=False))  # noqa: E702
     for op in _embedding_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):
         m_ops.append(op); m_w.append(first + mtp); m_r.append(zero)  # noqa: E702
     for op in _head_memory_ops(model, training, sequence_parallel=sequence_parallel, **mkw):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..errors import InputError
 from ..schedules import family
 from ..spec.placement import megatron_split
+from ..spec.rules import DEFAULT_RECOMPUTE_MODULES
 
 RECIPES = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8"}
 
@@ -76,6 +77,8 @@ def _layout_flags(sc, layout, notes: list[str]) -> list:
                          f"data-parallel sharding is not written")
     if layout.recompute == "selective":
         f.append(("--recompute-granularity", "selective"))
+        if sc.training.stack.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+            f.append(("--recompute-modules", " ".join(sc.training.stack.recompute_modules)))
     elif layout.recompute == "full" and layout.recompute_layers:
         f += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
               ("--recompute-num-layers", layout.recompute_layers)]

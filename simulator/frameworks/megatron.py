@@ -50,7 +50,7 @@ IGNORED = (
     "moe_grouped_gemm", "moe_permute_fusion", "moe_router_enable_expert_bias", "moe_router_bias_update_rate",
     "moe_router_topk_scaling_factor", "moe_router_num_groups", "moe_router_group_topk", "moe_enable_deepep",
     "bf16_", "accumulate_allreduce_grads_in_fp32", "node_rank", "master_addr", "master_port", "rdzv_",
-    "standalone", "max_restarts", "monitor_interval", "start_method", "role", "log_dir", "redirects", "tee", "fp16_lm_cross_entropy", "recompute_modules",
+    "standalone", "max_restarts", "monitor_interval", "start_method", "role", "log_dir", "redirects", "tee", "fp16_lm_cross_entropy",
     # NeMo (the YAML's trees other than the model's sizes and parallelism)
     "name", "restore_from_path", "exp_manager.", "trainer.", "data.", "optim.", "nsys_profile.", "tokenizer.",
     "mcore_gpt", "init_method_std", "use_scaled_init_method", "ffn_dropout", "headscale", "transformer_block_type",
@@ -306,6 +306,12 @@ def _stack(f: Fields, dp: int, training: dict, rep: Report) -> dict:
     st = {"preset": "megatron"}
     if f.flag("tp_comm_overlap"):
         st["tp_comm_overlap"] = True
+    modules = f.raw("recompute_modules")  # (a list on the command line and in YAML; a comma text also passes)
+    if modules is not None:
+        items = modules if isinstance(modules, list) else str(modules).replace(",", " ").split()
+        if not all(isinstance(m, str) for m in items):
+            raise f.error("recompute_modules", f"must be module names, got {modules!r}")
+        st["recompute_modules"] = [m for m in items if m]
     recipe = f.text("fp8_recipe")
     if recipe is not None and training["precision"] == "fp8":
         if recipe in FP8_RECIPES:

@@ -11,12 +11,12 @@ The consumers are those alive in the step's larger phase (worst.py `peak_terms`)
 (without the gradients where the stack frees them between steps and no backward ran before the peak:
 states.absent_grad_bytes) or the optimizer step's (all states + the step's own buffers,
 states.optimizer_step_bytes; no activations). The training metrics' evaluation after a micro-batch's backward
-(activations.train_metric_bytes: the kept logits and their log-probabilities) holds the states and no
+(head_activations.train_metric_bytes: the kept logits and their log-probabilities) holds the states and no
 activations either: it counts in that phase, as the larger of it and the step's buffers.
     activations = in_flight · (per-micro-batch bytes of the rank's layers + embedding extras)
                   + loss_in_flight · (head + logits)
-                  [+ max(one layer's working set with full recompute, the loss's backward working set
-                         on the head stage: memory/activations.py loss_backward_bytes)]
+                  [+ max(what a recomputed layer's backward re-creates: the whole layer (full) or its
+                         modules' bytes (selective), the loss's backward working set on the head stage)]
 
 Two forms: `stage_memory_arrays` (layout fields as numpy arrays of shape (N,), results of shape
 (N, pp); with `worst_of`, only each layout's worst stage: worst.py) for the kernel, and
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dedup import distinct_rows, factorize
+from ..dedup import factorize
 from ..errors import InputError
 from ..schedules import family
 from ..spec.layout import SCHEDULES, Layout
@@ -40,9 +40,11 @@ from ..spec.model import ModelSpec
 from ..spec.placement import stage_placement
 from ..spec.rules import RECOMPUTE, check_choices, check_zero
 from ..spec.training import Training
-from .activations import (embedding_activation_bytes, head_activation_bytes, head_weight_grad_bytes,
-                          layer_activation_bytes, layer_weight_grad_bytes, loss_backward_bytes, train_metric_bytes)
+from .activations import layer_activation_bytes, layer_weight_grad_bytes
+from .head_activations import (embedding_activation_bytes, head_activation_bytes, head_weight_grad_bytes,
+                               loss_backward_bytes, train_metric_bytes)
 from .framework import pipe_output_bytes, with_framework_terms
+from .mode_rows import ModeRows
 from .inflight import inflight_microbatches, loss_inflight_microbatches
 from .kv_cache import kv_cache_bytes
 from .overheads import Overheads, context_bytes
@@ -59,46 +61,8 @@ def _check_inflight(inflight_per_stage, pp: int) -> np.ndarray:
         raise InputError(f"inflight_per_stage must be finite and >= 0, got {a.tolist()}")
     return a
 
-class _ModeRows:
-    """The distinct rows of (recompute, SP, the array-valued `kw`) of N layouts, found once: per-row
-    activation terms are then evaluated on those rows only and gathered back (`per_mode`)."""
-
-    def __init__(self, recompute, sequence_parallel, kw: dict):
-        self.kw = kw
-        self.scalar = np.ndim(recompute) == 0 and np.ndim(sequence_parallel) == 0
-        if self.scalar:
-            self.recompute, self.sp = recompute, sequence_parallel
-            return
-        n = max(len(np.atleast_1d(x)) for x in (recompute, sequence_parallel))
-        rc = np.broadcast_to(np.asarray(recompute, dtype=object), (n,))
-        sp = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,))
-        rc_code = factorize(rc)[0]
-        cols = [np.broadcast_to(np.asarray(v), (n,)) for v in kw.values() if np.ndim(v)]
-        first, self.inv = distinct_rows(rc_code, sp, *cols)
-        self.recompute, self.sp = rc[first], sp[first]
-        self.args = {k: (np.broadcast_to(np.asarray(v), (n,))[first] if np.ndim(v) else v) for k, v in kw.items()}
-        self.modes = rc_code[first] * 2 + self.sp
-
-    def per_mode(self, fn, model, training, rc=None, **extra) -> np.ndarray:
-        """fn(model, training, recompute=..., sequence_parallel=..., **kw) per layout, once per distinct
-        (recompute, SP) pair (rc: a scalar recompute for every row; False: fn takes no recompute)."""
-        def call(r, sp, args):
-            r = {} if r is False else {"recompute": r}
-            return np.asarray(fn(model, training, sequence_parallel=bool(sp), **r, **args, **extra), dtype=float)
-
-        if self.scalar:
-            return call(self.recompute if rc is None else rc, self.sp, self.kw)
-        vals = np.empty(len(self.modes))
-        for c in np.unique(self.modes):
-            idx = np.flatnonzero(self.modes == c)
-            args = {k: (v[idx] if np.ndim(v) else v) for k, v in self.args.items()}
-            vals[idx] = np.broadcast_to(call(self.recompute[idx[0]] if rc is None else rc, self.sp[idx[0]], args),
-                                        (len(idx),))
-        return vals[self.inv]
-
-
 def _without_experts(fn):
-    """`fn` via `_ModeRows.per_mode`, whose arguments carry the experts' `etp` (the embedding and head have none)."""
+    """`fn` via `ModeRows.per_mode`, whose arguments carry the experts' `etp` (the embedding and head have none)."""
     return lambda model, training, etp=None, **kw: fn(model, training, **kw)
 
 
@@ -283,14 +247,16 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
     has_moe = (pl.moe_layers > 0)
     to_rank_state = None  # the identity once the states are per rank (PipeDream's stashed weights)
 
-    modes = _ModeRows(recompute, sequence_parallel, kw)
+    modes = ModeRows(recompute, sequence_parallel, kw)
 
     def per_mode(fn, rc=None, **extra):  # fn(recompute?, sequence_parallel) for scalar or per-row modes
         return modes.per_mode(fn, model, training, rc, **extra)
 
+    def none_bytes():  # one layer's bytes without recompute, dense and MoE
+        return tuple(per_mode(layer_activation_bytes, rc="none", moe=m)[..., None] for m in (False, True))
+
     def working_set():
-        wd = per_mode(layer_activation_bytes, rc="none", moe=False)[..., None]
-        wm = per_mode(layer_activation_bytes, rc="none", moe=True)[..., None]
+        wd, wm = none_bytes()
         return np.maximum(wd * has_dense, wm * has_moe)
 
     if inference:
@@ -317,7 +283,13 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         if training.stack.pipe_buffers == "deepspeed":  # the engine keeps each stage output (framework.py)
             per_mb = per_mb + (1 - pl.head) * pipe_output_bytes(model, training, tp=tp, cp=cp,
                                                                 micro_batch_size=micro_batch_size)[..., None]
-        full = np.isin(np.asarray(recompute), ("full", "op"))  # a recomputed layer's working set in backward
+        full = np.isin(np.asarray(recompute), ("full", "op"))
+        rebuilt = None  # what one layer's backward re-creates: the whole layer (full, op) or its modules (selective)
+        if full.any() or np.any(np.asarray(recompute) == "selective"):
+            wd, wm = none_bytes()
+            part = np.maximum((wd - a_d) * has_dense, (wm - a_m) * has_moe)
+            rebuilt = np.where(full[..., None] if full.ndim else full, np.maximum(wd * has_dense, wm * has_moe), part)
+            rebuilt = rebuilt if rebuilt.any() else None
         # the loss's backward working set, once, on the head stage (0 for losses without one:
         # loss_backward_bytes); it and a full-recompute layer's working set are never alive together: the
         # larger counts
@@ -339,7 +311,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                 grads_off_allocated = off_a if np.any(off_a != off) else None
         if (worst_of is not None and rank_class is not None and inflight_key is not None
                 and inflight_per_stage is not None and to_rank_state is None and grads_off is None):
-            ws = working_set() * (full[..., None] if full.ndim else 1.0) if full.any() else None
+            ws = rebuilt
             if loss is not None:
                 ws = pl.head * loss if ws is None else np.maximum(ws, pl.head * loss)
             got = worst_stage_by_class(overheads, st, per_mb, pl.head * head, ws, loss_m, inflight, inflight_key,
@@ -348,7 +320,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                 return got
         act = inflight * to_rank(per_mb)
         act = act + np.minimum(loss_m, np.maximum(inflight, 1.0)) * to_rank(pl.head * head)  # head: 0 or 1
-        extra = to_rank(working_set()) * (full[..., None] if full.ndim else 1.0) if full.any() else None
+        extra = to_rank(rebuilt) if rebuilt is not None else None
         if loss is not None:
             extra = to_rank(pl.head * loss) if extra is None else np.maximum(extra, to_rank(pl.head * loss))
         if extra is not None:

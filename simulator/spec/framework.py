@@ -11,6 +11,8 @@ of a refusal):
     hsdp = true                    hybrid sharding: a shard group smaller than the DP group
     schedules = ["1f1b", ...]      pipeline schedules (with pp > 1)
     recompute = [...]              recompute modes;  cp_algorithms (with cp > 1);  dp_modes
+    selective_modules = [...]      the modules its selective recompute can take (Stack.recompute_modules; default
+                                   ["core_attn"]: the core attention only)
     pipeline_split = "first-last"  how it splits layers its pipeline stages do not divide (placement.PIPELINE_SPLITS:
                                    "first-last", the default; "torchtitan")
     [[runs.refuse]]                a combination it refuses: name, when = {column = condition, ...}, reason
@@ -37,7 +39,7 @@ import numpy as np
 from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES
 from .placement import PIPELINE_SPLITS
-from .rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE, ZERO_STAGES
+from .rules import CP_ALGORITHMS, DEFAULT_RECOMPUTE_MODULES, DP_MODES, RECOMPUTE, RECOMPUTE_MODULES, ZERO_STAGES
 
 INT_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "micro_batch_size", "num_microbatches", "zero")
 TEXT_COLUMNS = ("recompute", "schedule", "cp_algorithm", "dp_mode")
@@ -60,7 +62,7 @@ _SWITCHES = {"tp": ((("tp", ">", 1),), "tensor parallelism"), "pp": ((("pp", ">"
              "etp": ((("etp", "!=", "tp"), ("moe", "==", True)), "experts split other than over the TP group (etp)"),
              "sequence_parallel": ((("sequence_parallel", "==", True), ("tp", ">", 1)), "sequence parallelism"),
              "hsdp": ((("hsdp", "==", True),), "hybrid sharding (shard_group_size)")}
-KEYS = tuple(_LISTS) + tuple(_SWITCHES) + ("refuse", "pipeline_split")
+KEYS = tuple(_LISTS) + tuple(_SWITCHES) + ("refuse", "pipeline_split", "selective_modules")
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,11 @@ class FrameworkRules:
         return self.table.get("pipeline_split", "first-last")
 
     @property
+    def selective_modules(self) -> tuple[str, ...]:
+        """The modules the framework's selective recompute can take (spec/rules.py RECOMPUTE_MODULES)."""
+        return tuple(self.table.get("selective_modules", DEFAULT_RECOMPUTE_MODULES))
+
+    @property
     def names(self) -> tuple[str, ...]:
         """The rule keys (each has a [source] entry in a preset), in order, once each."""
         return tuple(dict.fromkeys(r.name for r in self.refusals))
@@ -118,6 +125,11 @@ def rules_from_table(table: dict, *, framework: str, where: str) -> FrameworkRul
     if split not in PIPELINE_SPLITS:
         raise InputError(f"pipeline_split in [runs] of {where} must be one of {', '.join(PIPELINE_SPLITS)}, "
                          f"got {split!r}")
+    modules = _as_list(table.get("selective_modules", list(DEFAULT_RECOMPUTE_MODULES)), "selective_modules", where)
+    bad = [m for m in modules if isinstance(m, bool) or m not in RECOMPUTE_MODULES]
+    if bad:
+        raise InputError(f"selective_modules in [runs] of {where}: {bad[0]!r} is not one of "
+                         f"{', '.join(RECOMPUTE_MODULES)}")
     out = []  # switches first (pp > 1 where there is no pipeline at all says so), then lists, then refusals
     for key, (when, what) in _SWITCHES.items():
         if key in table:

@@ -20,7 +20,8 @@ import numpy as np
 from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES as SCHEDULES
 from ..schedules import family
-from .rules import BOUNDS, CP_ALGORITHMS, DP_MODES, RECOMPUTE, check_choice, check_count, check_zero
+from .rules import (BOUNDS, CP_ALGORITHMS, DEFAULT_RECOMPUTE_MODULES, DP_MODES, RECOMPUTE, check_choice, check_count,
+                    check_zero)
 
 
 def layout_label(tp, cp, pp, dp, ep=1, vpp=1, etp=None) -> str:
@@ -86,8 +87,11 @@ def expert_grid_problem(tp, cp, dp, ep, etp) -> str:
             f"(the expert layers regroup a stage's ranks as etp x ep x expert-dp)")
 
 
-def recompute_label(recompute: str, recompute_layers: int = 0) -> str:
-    """The recompute mode as printed: 'full (first N layers per stage)' with Layout.recompute_layers."""
+def recompute_label(recompute: str, recompute_layers: int = 0, modules=DEFAULT_RECOMPUTE_MODULES) -> str:
+    """The recompute mode as printed: 'full (first N layers per stage)' with Layout.recompute_layers, 'selective
+    (mla_up_proj, moe_act)' where the stack's recompute_modules are not the default core attention."""
+    if recompute == "selective" and tuple(modules) != DEFAULT_RECOMPUTE_MODULES:
+        return f"selective ({', '.join(modules)})"
     return f"{recompute} (first {recompute_layers} layers per stage)" if recompute_layers else recompute
 
 

@@ -18,6 +18,12 @@ from .efficiency import is_finite_number
 # none | selective (Megatron: the core attention) | full (every layer) | op (torchtitan's op-level selective
 # AC: SDPA and every other matmul saved, the rest recomputed; cost/flops.py op_sac_recompute_fraction)
 RECOMPUTE = ("none", "selective", "full", "op")
+# What 'selective' recomputes, by module: Megatron-Core's --recompute-modules (TransformerConfig.recompute_modules,
+# NVIDIA/Megatron-LM d98e8a6 transformer_config.py; default ["core_attn"]) less the modules of architectures
+# parasim does not model (gdn_norm_out, gdp_in_proj, gdp_qkv, mhc). Stack.recompute_modules holds a stack's;
+# cost/recompute.py `module_share` what each re-runs, memory/activations.py `module_recompute_bytes` what each frees.
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 ZERO_STAGES = (0, 1, 2, 3)
 CP_ALGORITHMS = ("ring", "ulysses")
 DP_MODES = ("ddp", "dataparallel", "async")  # DDP (default), single-process DataParallel, asynchronous DP

@@ -22,14 +22,15 @@ from .rules import check_count
 from .run import run_table
 from .stack import US_KEYS, Stack, load_stack, seconds_from_us
 from .training import Training
-from .validate import moe_settings_problem, validate
+from .validate import moe_settings_problem, recompute_modules_problem, validate
 
 SECTIONS = ("model", "hardware", "training", "layout", "sweep", "stack", "run", "name", "description")
 TRAINING_KEYS = tuple(f.name for f in fields(Training) if f.name != "stack")  # the stack: [stack] / --stack
 STACK_FIELDS = tuple(f.name for f in fields(Stack) if f.name not in ("name", "source"))
 # the Stack fields a command-line flag may set (cli/common.py STACK_FLAGS)
 STACK_FLAG_KEYS = ("compiled", "tp_comm_overlap", "fsdp_unit_layers", "fsdp_prefetch", "fsdp_reshard_after_forward",
-                   "fsdp_reduce", "fsdp_reduce_dtype", "dp_bucket_mb", "grad_buffer", "grad_accumulation")
+                   "fsdp_reduce", "fsdp_reduce_dtype", "dp_bucket_mb", "grad_buffer", "grad_accumulation",
+                   "recompute_modules")
 LAYOUT_KEYS = tuple(f.name for f in fields(Layout) if f.name != "num_gpus")
 
 
@@ -234,7 +235,7 @@ def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack, fil
         tr = {**tr, "dropout": True}
     try:
         training = Training(**tr, stack=stack)
-        problem = moe_settings_problem(model, training)
+        problem = moe_settings_problem(model, training) or recompute_modules_problem(model, training)
         if problem:
             raise InputError(problem)
         return training

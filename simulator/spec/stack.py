@@ -90,6 +90,7 @@ import numpy as np
 from ..errors import InputError
 from .framework import FrameworkRules, rules_from_table, summary
 from .presets import check_keys, preset_names, read_toml, resolve
+from .rules import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
 
 ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "triton-pre-mlir", "xformers", "unfused")
 ATTENTION_PADDING = ("none", "unpad")  # attention_padding: flash-attn bert_padding around each attention call
@@ -102,7 +103,7 @@ GRAD_ACCUMULATIONS = ("fused", "autograd")  # grad_accumulation: the wgrad GEMM 
 #   the tensor before the cast; mxfp8: one 1-byte scale per 32 elements (block scaling)
 FP8_RECIPES = ("delayed", "current", "mxfp8")
 MASTER_WEIGHTS = ("fp32", "remainders")  # master_weights: the fp32 master copy, or its 16 low bits beside bf16
-# How the loss is computed over the logits (memory/activations.py `logits_bytes`, `loss_backward_bytes`;
+# How the loss is computed over the logits (memory/head_activations.py `logits_bytes`, `loss_backward_bytes`;
 # cost/memory_ops.py `_head_memory_ops`):
 #   vocab-parallel: Megatron-LM's vocab-parallel cross-entropy, in place on an fp32 copy of the logits
 #   torch-fp32:     torch.nn.functional.cross_entropy(logits.float()) (torchtitan, Hugging Face Trainer)
@@ -157,6 +158,9 @@ class Stack:
     # the layout's etp when it gives none (spec/scenario.py, the sweep); Megatron-Core's default is tp
     whole_experts_with_ep: bool = False
     ep_dispatch_fp8: bool = False  # FP8 training dispatches the routed tokens in FP8 (Training.ep_dispatch_bytes)
+    # what recompute 'selective' re-runs, by module (spec/rules.py RECOMPUTE_MODULES; Megatron --recompute-modules),
+    # within what the framework takes ([runs] selective_modules); a TOML list or a comma-separated text
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
     dp_bucket_mb: float = 25.0  # gradients per data-parallel reduction bucket, MB (PyTorch DDP bucket_cap_mb)
     # memory: framework buffers (memory/framework.py) and the CUDA context (memory/overheads.py)
     zero_buffers: str = "none"  # "deepspeed": DeepSpeed's ZeRO-1/2 and BF16_Optimizer buffers
@@ -209,10 +213,31 @@ class Stack:
             raise InputError(f"stack {self.name!r}: dp_bucket_mb must be a number of MB in [1e-06, 1e6] (one byte "
                              f"to 1 TB), got {b!r}")
         self._check_memory_fields()
+        self._check_recompute_modules()
         for name, lo in (("fsdp_unit_layers", 1), ("fsdp_prefetch", 0), ("train_metric_losses", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= 1024:
                 raise InputError(f"stack {self.name!r}: {name} must be an integer in {lo}..1024, got {v!r}")
+
+    def _check_recompute_modules(self):
+        """Normalise `recompute_modules` to RECOMPUTE_MODULES order, once each; InputError for an unknown module, an
+        empty list or one the framework's selective recompute does not take ([runs] selective_modules)."""
+        v = self.recompute_modules
+        if isinstance(v, str):
+            v = [m.strip() for m in v.split(",") if m.strip()]
+        if not isinstance(v, (list, tuple)) or not v or not all(isinstance(m, str) for m in v):
+            raise InputError(f"stack {self.name!r}: recompute_modules must be a non-empty list of module names "
+                             f"({', '.join(RECOMPUTE_MODULES)}), got {self.recompute_modules!r}")
+        bad = [m for m in v if m not in RECOMPUTE_MODULES]
+        if bad:
+            raise InputError(f"stack {self.name!r}: recompute_modules {bad[0]!r} is not one of "
+                             f"{', '.join(RECOMPUTE_MODULES)}")
+        takes = self.runs.selective_modules
+        refused = [m for m in v if m not in takes]
+        if refused:
+            raise InputError(f"stack {self.name!r}: recompute_modules {refused[0]!r}: its framework's selective "
+                             f"recompute takes {', '.join(takes)} only ([runs] selective_modules)")
+        object.__setattr__(self, "recompute_modules", tuple(m for m in RECOMPUTE_MODULES if m in v))
 
     def _check_memory_fields(self):
         for name in ("zero_buffers", "pipe_buffers"):

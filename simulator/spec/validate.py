@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..schedules import family
 from .layout import Layout, expert_tp_needs_sp
 from .model import ModelSpec
-from .rules import RECOMPUTE
+from .rules import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE
 from .training import Training
 
 
@@ -137,6 +137,26 @@ def moe_settings_problem(model: ModelSpec, training: Training) -> str:
     return ""
 
 
+def recompute_modules_problem(model: ModelSpec, training: Training) -> str:
+    """Why the stack's selective-recompute modules (Stack.recompute_modules) cannot apply to `model` under `training`
+    ('' when they can). Megatron-Core refuses mla_up_proj without MLA and, under FP8 with delayed scaling, moe_act and
+    layernorm (transformer_config.py __post_init__, NVIDIA/Megatron-LM d98e8a6); a module the model does not have
+    (moe, moe_act or shared_experts without routed or shared experts) would recompute nothing: refused as a mistake."""
+    mods, name = training.stack.recompute_modules, model.name or "this model"
+    needs = (("mla_up_proj", model.is_mla, "multi-latent attention"), ("moe", model.is_moe, "routed experts"),
+             ("moe_act", model.is_moe, "routed experts"),
+             ("shared_experts", bool(model.shared_expert_ffn_hidden_size), "shared experts"))
+    for module, has, what in needs:
+        if module in mods and not has:
+            return f"recompute_modules {module} needs {what}; {name} has none"
+    if training.precision == "fp8" and training.stack.fp8_recipe == "delayed":
+        bad = [m for m in ("moe_act", "layernorm") if m in mods]
+        if bad:
+            return (f"recompute_modules {bad[0]} with FP8 delayed scaling (fp8_recipe 'delayed'): Megatron-Core "
+                    f"refuses it ('Delayed scaling does not support moe_act and layernorm recompute for fp8')")
+    return ""
+
+
 def recompute_modes(model: ModelSpec, asked=None) -> tuple[str, ...]:
     """The recompute modes a sweep tries: every mode `model` can run (asked=None), or the modes asked for,
     InputError (`recompute_problem`) if one of them cannot run."""
@@ -151,6 +171,12 @@ def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
     _check_accounted_split(model, layout)
     if moe_settings_problem(model, training):
         raise InputError(moe_settings_problem(model, training))
+    if recompute_modules_problem(model, training):
+        raise InputError(recompute_modules_problem(model, training))
+    if training.stack.recompute_modules != DEFAULT_RECOMPUTE_MODULES and layout.recompute != "selective":
+        raise InputError(f"recompute_modules {','.join(training.stack.recompute_modules)} apply to recompute "
+                         f"'selective' (Megatron --recompute-granularity selective); this layout's recompute is "
+                         f"{layout.recompute!r}")
     if expert_tp_problem(model, layout):
         raise InputError(expert_tp_problem(model, layout))
     if recompute_problem(model, layout.recompute):

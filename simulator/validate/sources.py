@@ -274,7 +274,9 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="DGXC_MOE", family="llama", tie_word_embeddings=False, learned_positions=False, dropout=False,
         vocab_pad_per_tp=128, flash_attention=True, grad_dtype=((r".", "bf16"),), stack="megatron",
-        stack_overrides=_DGXC_STACK + (("tp_comm_overlap", True),), stack_by_notes=((r", FP8;", "fp8_params", True),),
+        stack_overrides=_DGXC_STACK + (("tp_comm_overlap", True),),
+        stack_by_notes=((r", FP8;", "fp8_params", True), (r"recompute_modules mla_up_proj", "recompute_modules",
+                                                             "mla_up_proj")),
         training_overrides=(("moe_capacity_factor", 1.0),), model_presets=((r"^DeepSeek-V3", "deepseek-v3"),),
         statements=(
             "NeMo 2 performance recipes (NVIDIA/dgxc-benchmarking 6be5ea0; NeMo 6f2c6fd scripts/performance/llm/"
@@ -292,9 +294,9 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "GB200 rows ran with CUDA graphs (launch.sh CUDA_GRAPH true): not modelled (their steps are GPU-bound)",
             "DeepSeek-V3 (NeMo 7a8f1cc pretrain_deepseek_v3.py): parasim's deepseek-v3 preset (MLA, 1 shared expert, "
             "3 dense layers; the DeepSeek-V3-Base tokenizer's 129280 tokens) with one multi-token-prediction module "
-            "(recipes/deepseek_v3.py use_mtp); the recipe recomputes the MLA up-projections (recompute_modules "
-            "mla_up_proj), which parasim does not model: mapped as no recompute (more activation memory, less "
-            "recompute time than the run had)",
+            "(recipes/deepseek_v3.py use_mtp); selective recompute (pretrain_deepseek_v3.py recompute_granularity "
+            "selective) of the MLA up-projections on H100 (launch.sh RM='mla_up_proj': the stack's recompute_modules) "
+            "and of the core attention on GB200 (RM='core_attn', Megatron-Core's default)",
         )),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
