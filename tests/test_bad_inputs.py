@@ -333,7 +333,7 @@ _toml_case("bounds", "seq_length", "1e30", "issue-1e30", extra=[str(BOUNDS["seq_
 
 
 # ---- family: layout rules ----------------------------------------------------------------------------
-LPS = {"zero-first": "[0, 32]", "zero-last": "[32, 0]", "negative": "[-1, 33]", "halves": "[16.5, 15.5]",
+LPS = {"negative": "[-1, 33]", "halves": "[16.5, 15.5]",
        "near-int": "[16.000001, 15.999999]", "strings": '["16", "16"]', "bool": "[true, 31]",
        "nested": "[[16], [16]]", "scalar": "32", "text": '"16,16"', "empty": "[]", "too-many": "[16, 16, 0]",
        "huge": f"[{2**63}, 1]", "float-huge": "[1e30, 1]", "nan": "[nan, 32]", "inf": "[inf, 32]",
@@ -385,6 +385,28 @@ case("layout", "etp-grid", lambda t: (
 for _key in ("whole_experts_with_ep", "ep_dispatch_fp8"):
     case("layout", f"stack-{_key}-text", lambda t, key=_key: (
         ["estimate", scenario(t, {"stack": {key: '"yes"'}})], [key, "yes"]))
+
+# what selective recompute re-runs (Megatron's modules): a list of known module names the framework takes, named
+# with the file; modules the model lacks and Megatron's FP8 refusal
+for _name, _raw, _says in (("unknown", '["core_attn", "attention"]', ["recompute_modules", "attention"]),
+                           ("empty", "[]", ["recompute_modules", "non-empty"]),
+                           ("number", "[1]", ["recompute_modules", "[1]"]),
+                           ("not-a-list", "true", ["recompute_modules", "True"])):
+    case("layout", f"stack-recompute_modules-{_name}", lambda t, raw=_raw, says=_says: (
+        ["estimate", scenario(t, {"stack": {"recompute_modules": raw}, "layout": {"recompute": '"selective"'}})],
+        says))
+case("layout", "stack-recompute_modules-no-mla", lambda t: (
+    ["estimate", scenario(t, {"stack": {"recompute_modules": '["mla_up_proj"]'},
+                              "layout": {"recompute": '"selective"'}})], ["mla_up_proj", "multi-latent attention"]))
+case("layout", "stack-recompute_modules-framework", lambda t: (
+    ["estimate", scenario(t, {"stack": {"preset": '"deepspeed"', "recompute_modules": '["moe"]'},
+                              "layout": {"recompute": '"selective"'}})], ["recompute_modules", "moe", "core_attn only"]))
+case("layout", "stack-recompute_modules-not-selective", lambda t: (
+    ["estimate", scenario(t, {"stack": {"recompute_modules": '["mlp"]'}, "layout": {"recompute": '"full"'}})],
+    ["recompute_modules", "mlp", "'full'"]))
+case("layout", "stack-runs-selective_modules", lambda t: (
+    ["estimate", scenario(t, {"stack.runs": {"selective_modules": '["core_attn", "all"]'}})],
+    ["selective_modules", "all"]))
 
 
 # ---- family: hardware profiles -------------------------------------------------------------------------

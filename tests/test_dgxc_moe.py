@@ -101,6 +101,25 @@ def test_deepseek_rows_map_to_the_preset_with_the_recipes_mtp_module_and_split()
     assert (m.layout.tp, m.layout.ep, m.layout.etp) == (2, 64, 1)
     g = map_run(rows["dgxc_moe_dsv3_gb200_bf16_g128"])
     assert g.layout.layers_per_stage == (15, 16, 16, 14) and g.hardware_name == "gb200-nvl72"
+    # selective recompute of launch.sh's RM modules: the MLA up-projections on H100, the core attention on GB200
+    assert m.layout.recompute == g.layout.recompute == "selective"
+    assert m.training.stack.recompute_modules == ("mla_up_proj",) and g.training.stack.recompute_modules == ("core_attn",)
+
+
+def test_deepseek_h100_rows_fit_with_the_recipes_recompute():
+    """The recipe ran on 80 GB H100s: with its mla_up_proj recompute the rows fit; without it (Q, K, V of every
+    layer kept) the 1,024-GPU row would not."""
+    from dataclasses import replace
+
+    from simulator.estimate import estimate
+    from simulator.spec.hardware import load_hardware
+
+    for run in ("dgxc_moe_dsv3_h100_bf16_g512", "dgxc_moe_dsv3_h100_bf16_g1024"):
+        m = map_run(_rows()[run])
+        hw = load_hardware(m.hardware_name)
+        assert estimate(m.model, m.training, m.layout, hw).to_dict()["feasible"]
+    kept = replace(m.training, stack=replace(m.training.stack, recompute_modules=("core_attn",)))
+    assert not estimate(m.model, kept, m.layout, hw).to_dict()["feasible"]
 
 
 def test_fp8_dispatch_follows_the_stack():

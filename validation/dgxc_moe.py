@@ -200,6 +200,9 @@ def paragraph(results, pct) -> str:
     def med(mask):
         return pct(d.step_error[mask].median())
 
+    def mem(mask):  # the rows' predicted peaks, GiB
+        return "-".join(f"{x / 2**30:.1f}" for x in sorted(d.predicted_mem_bytes[mask]))
+
     gb = d[dsv3 & ~h100]
     from simulator.validate import read_runs
 
@@ -217,8 +220,10 @@ def paragraph(results, pct) -> str:
         "recipes' FP8 rows do (DGXC_H100), not established why (the FP8 expert GEMMs' casts and padding are the "
         "candidates; no MoE FP8 kernel is measured here). DeepSeek-V3 671B (parasim's preset with one "
         "multi-token-prediction module, TP 2, EP 32-64 with whole experts): on 512-1024 H100s "
-        f"{med(dsv3 & h100)}, its EP 64 all-to-all across 8 nodes most of the predicted step; these rows are "
-        "predicted not to fit (the recipe recomputes the MLA up-projections, which parasim does not model). On "
+        f"{med(dsv3 & h100)}, its EP 64 all-to-all across 8 nodes most of the predicted step; the recipe "
+        "recomputes the MLA up-projections (launch.sh RM='mla_up_proj', the megatron stack's recompute_modules), "
+        f"which frees Q, K and V of every layer: predicted peaks {mem(dsv3 & h100)} GiB per GPU, which fit (without "
+        "it the 1,024-GPU row's 92 GiB did not). On "
         f"128-512 GB200s, where the EP all-to-all stays inside the NVLink domain, the README's own MFU is "
         f"{mfu.min():.1f}-{mfu.max():.1f} % and the prediction {pct(gb.step_error.median())}: these steps are "
         f"{gb.measured_step_s.median() / gb.predicted_step_s.median():.1f}x the predicted one, far beyond any other "

@@ -12,6 +12,9 @@ from ..errors import InputError
 from ..schedules import family
 from ..spec.placement import megatron_split
 from ..spec.rules import DEFAULT_RECOMPUTE_MODULES
+from .megatron_layout import layout_text
+
+LAYOUT_FLAG = "--pipeline-model-parallel-layout"
 
 RECIPES = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8"}
 
@@ -60,9 +63,10 @@ def _layout_flags(sc, layout, notes: list[str]) -> list:
         f.append(("--sequence-parallel", None))
     if layout.pp > 1 and layout.schedule not in ("1f1b", "interleaved"):
         notes.append(f"schedule {layout.schedule}: Megatron-LM runs 1F1B or interleaved 1F1B only")
-    if layout.schedule == "interleaved" and layout.vpp > 1:
-        f.append(("--num-virtual-stages-per-pipeline-rank", layout.vpp))
-    f += _split_flags(sc, layout, notes)
+    split = _split_flags(sc, layout, notes)
+    if layout.schedule == "interleaved" and layout.vpp > 1 and not any(k == LAYOUT_FLAG for k, _ in split):
+        f.append(("--num-virtual-stages-per-pipeline-rank", layout.vpp))  # (the layout gives vpp: arguments.py)
+    f += split
     z = layout.zero
     if z == 1:
         f.append(("--use-distributed-optimizer", None))
@@ -119,8 +123,10 @@ def _split_flags(sc, layout, notes: list[str]) -> list:
             return [("--decoder-first-pipeline-num-layers", split[0])]
         return ([("--decoder-first-pipeline-num-layers", split[0])] if split[0] != inner[0] else []) + \
             ([("--decoder-last-pipeline-num-layers", split[-1])] if split[-1] != inner[0] else [])
-    notes.append(f"layers per stage {','.join(map(str, split))}: not written (Megatron's "
-                 f"--pipeline-model-parallel-layout could give it)")
+    if len(split) == layout.pp * chunks:  # one entry per virtual stage: Megatron-Core's layout text gives any split
+        return [(LAYOUT_FLAG, f'"{layout_text(split, mtp_layers=sc.model.mtp_layers)}"')]
+    notes.append(f"layers per rank {','.join(map(str, split))} of an interleaved schedule: not written (Megatron's "
+                 f"--pipeline-model-parallel-layout needs the layers of each virtual stage)")
     return []
 
 

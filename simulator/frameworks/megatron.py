@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from ..errors import InputError
 from .fields import Fields, Report, prefixed
+from .megatron_layout import parse_layout
 from .megatron_model import megatron_model
 
 SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
@@ -166,8 +167,12 @@ def _pipeline(f: Fields, layers: int, pp: int, rep: Report) -> dict:
     out = {k: True for k, on in (("account_for_embedding_in_pipeline_split", emb),
                                  ("account_for_loss_in_pipeline_split", loss)) if on}
     if f.has("pipeline_model_parallel_layout"):
-        f.take("pipeline_model_parallel_layout")
-        rep.cannot(f"{f.name('pipeline_model_parallel_layout')}: a per-stage layer layout; parasim's split used")
+        other = [k for k in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+                             "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers") if f.has(k)]
+        if other:  # (Megatron's arguments.py: no more than one of them)
+            raise f.error("pipeline_model_parallel_layout", f"cannot be given with {f.name(other[0])}: the layout "
+                                                            f"sets the split and the virtual stages")
+        return _layout(f, layers, pp, rep, out)
     per_virtual = f.int("num_layers_per_virtual_pipeline_stage")
     vpp = f.int("num_virtual_stages_per_pipeline_rank") or f.int("virtual_pipeline_model_parallel_size") or 1
     if per_virtual:
@@ -188,6 +193,25 @@ def _pipeline(f: Fields, layers: int, pp: int, rep: Report) -> dict:
             rep.cannot("--decoder-first/last-pipeline-num-layers with virtual stages: parasim's split used")
         else:
             out["layers_per_stage"] = _first_last_split(f, layers, pp, first, last)
+    return out
+
+
+def _layout(f: Fields, layers: int, pp: int, rep: Report, out: dict) -> dict:
+    """--pipeline-model-parallel-layout: the decoder layers of each virtual stage (megatron_layout.py); Megatron
+    refuses it beside the other split flags (arguments.py), which are then not read."""
+    try:
+        placed = parse_layout(f.text("pipeline_model_parallel_layout"), pp=pp, num_layers=layers,
+                              mtp_layers=f.int("mtp_num_layers", 0))
+    except InputError as exc:
+        raise f.error("pipeline_model_parallel_layout", str(exc)) from None
+    if placed.problem():
+        rep.cannot(f"{f.name('pipeline_model_parallel_layout')}: {placed.problem()}")
+    if out:  # (--account-for-*-in-pipeline-split: the layout's E and L say where the embedding and loss are)
+        rep.assume(f"{', '.join('--' + k.replace('_', '-') for k in out)}: the layout places the embedding and loss")
+    vpp = len(placed.stages) // pp
+    out = {"layers_per_stage": list(placed.layers_per_stage), "schedule": "1f1b"}
+    if vpp > 1 and pp > 1:
+        out.update(vpp=vpp, schedule="interleaved")
     return out
 
 

@@ -38,10 +38,11 @@ def layout_label(tp, cp, pp, dp, ep=1, vpp=1, etp=None) -> str:
     return s
 
 
-def stage_layers(value, pp: int, *, stages: int | None = None, least: int = 1) -> tuple[int, ...]:
+def stage_layers(value, pp: int, *, stages: int | None = None, least: int = 0) -> tuple[int, ...]:
     """`layers_per_stage` as a tuple of ints: pp (or `stages`: one per virtual stage) whole numbers from
-    `least` to BOUNDS' limit (a stage holds at least one layer, except in a split that counts the embedding
-    or the loss as a layer; 16.0 is whole, 16.5 is not), else InputError naming the list as written."""
+    `least` to BOUNDS' limit (a stage may hold no layer: only the embedding or the loss, as Megatron-Core's
+    --pipeline-model-parallel-layout "E|t*32L" places them; 16.0 is whole, 16.5 is not), else InputError naming
+    the list as written."""
     limit = BOUNDS["layers_per_stage"][0]
 
     def whole(v) -> bool:
@@ -172,8 +173,7 @@ class Layout:
         if self.layers_per_stage is not None:
             # one entry per rank, or one per virtual stage (torchtitan's and Megatron's accounted splits)
             object.__setattr__(self, "layers_per_stage", stage_layers(
-                self.layers_per_stage, self.pp, stages=family(self.schedule).num_stages(self.pp, self.vpp),
-                least=0 if self.accounted_in_split else 1))
+                self.layers_per_stage, self.pp, stages=family(self.schedule).num_stages(self.pp, self.vpp)))
 
     def to_dict(self, global_batch_size: int) -> dict:
         """The layout as `estimate` and `memory` print it in JSON (one builder for both): its fields, the label and
