@@ -6,6 +6,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers.megatron_dsv3 import import_then_emit
 from simulator.cost.flops import layer_ops, recompute_forward_flops
@@ -151,3 +153,30 @@ def test_a_framework_without_module_lists_refuses_them():
         load_stack("deepspeed", recompute_modules="core_attn,moe")
     with pytest.raises(InputError, match="selective_modules"):
         load_stack("megatron", runs={"selective_modules": ["core_attn", "everything"]})
+
+
+_MOE_LAYOUTS = [dict(tp=2, pp=4, ep=8, etp=1, layers_per_stage=(16, 16, 16, 13)),
+                dict(tp=4, pp=2, ep=4, etp=4, layers_per_stage=(31, 30)), dict(tp=1, pp=1, ep=8, etp=1)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(_MOE_LAYOUTS), st.sets(st.sampled_from(["moe_act", "layernorm", "mla_up_proj", "moe",
+                                                               "shared_experts", "core_attn"]), min_size=1),
+       st.sampled_from(["moe_act", "layernorm", "mla_up_proj", "moe", "shared_experts", "core_attn"]))
+def test_recomputing_more_modules_never_needs_more_memory_or_less_time(lay, modules, more):
+    """A superset of modules frees at least as many bytes per layer (its working set is one layer's, the kept
+    bytes every layer's of every micro-batch in flight) and re-runs at least as much: DeepSeek-V3 on 64 H100s."""
+    from simulator.estimate import estimate
+    from simulator.spec.hardware import load_hardware
+    from simulator.spec.layout import Layout
+
+    m, hw = load_model("deepseek-v3"), load_hardware("dgx-h100")
+    layout = Layout(num_gpus=64, dp=64 // (lay["tp"] * lay["pp"]), micro_batch_size=1, recompute="selective",
+                    sequence_parallel=lay["tp"] > 1, **lay)
+    got = []
+    for mods in (modules, modules | {more}):
+        t = _training(",".join(sorted(mods)))
+        d = estimate(m, t, layout, hw).to_dict()
+        got.append((d["memory"]["peak_bytes"], d["time"]["step_s"]))
+    assert got[1][0] <= got[0][0] * (1 + 1e-12)
+    assert got[1][1] >= got[0][1] * (1 - 1e-12)
