@@ -400,7 +400,8 @@ case("layout", "stack-recompute_modules-no-mla", lambda t: (
                               "layout": {"recompute": '"selective"'}})], ["mla_up_proj", "multi-latent attention"]))
 case("layout", "stack-recompute_modules-framework", lambda t: (
     ["estimate", scenario(t, {"stack": {"preset": '"deepspeed"', "recompute_modules": '["moe"]'},
-                              "layout": {"recompute": '"selective"'}})], ["recompute_modules", "moe", "core_attn only"]))
+                              "layout": {"recompute": '"selective"'}})],
+    ["recompute_modules", "moe", "core_attn only"]))
 case("layout", "stack-recompute_modules-not-selective", lambda t: (
     ["estimate", scenario(t, {"stack": {"recompute_modules": '["mlp"]'}, "layout": {"recompute": '"full"'}})],
     ["recompute_modules", "mlp", "'full'"]))

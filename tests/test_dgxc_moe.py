@@ -103,7 +103,8 @@ def test_deepseek_rows_map_to_the_preset_with_the_recipes_mtp_module_and_split()
     assert g.layout.layers_per_stage == (15, 16, 16, 14) and g.hardware_name == "gb200-nvl72"
     # selective recompute of launch.sh's RM modules: the MLA up-projections on H100, the core attention on GB200
     assert m.layout.recompute == g.layout.recompute == "selective"
-    assert m.training.stack.recompute_modules == ("mla_up_proj",) and g.training.stack.recompute_modules == ("core_attn",)
+    assert m.training.stack.recompute_modules == ("mla_up_proj",)
+    assert g.training.stack.recompute_modules == ("core_attn",)
 
 
 def test_deepseek_h100_rows_fit_with_the_recipes_recompute():

@@ -19,7 +19,8 @@ RUNS = ROOT / "validation" / "published_runs.csv"
 # Table 9: (micro-batch, TF + TB + TW in ms), middle stage
 TABLE_9 = {"1.5B": (6, 18.522 + 18.086 + 9.337), "6.2B": (3, 29.718 + 29.444 + 19.927),
            "14.6B": (1, 11.347 + 11.248 + 8.132), "28.3B": (1, 10.419 + 10.207 + 7.715)}
-TCOMM_MS = {"1.5B": 0.601, "6.2B": 0.527, "14.6B": 0.377, "28.3B": 0.408}  # Table 9's Tcomm: one stage-boundary transfer
+# Table 9's Tcomm, ms: one stage-boundary transfer
+TCOMM_MS = {"1.5B": 0.601, "6.2B": 0.527, "14.6B": 0.377, "28.3B": 0.408}
 
 
 def gaps():

@@ -21,11 +21,10 @@ def _table(result) -> str:
     from ..report.tables import nonnegative
     from ..units import GiB
 
-    lay = result.layout
+    lay, modules = result.layout, result.training.stack.recompute_modules
     head = f"{'stage':>5} {'layers':>6} {'in-flight':>9} " + " ".join(f"{lbl + ' GiB':>{_width(lbl)}}" for _, lbl in _COLS)
     lines = [f"{result.model.name}: {lay.label}, zero={lay.zero}, "
-             f"recompute={recompute_label(lay.recompute, lay.recompute_layers, result.training.stack.recompute_modules)}"
-             f", "
+             f"recompute={recompute_label(lay.recompute, lay.recompute_layers, modules)}, "
              f"schedule={lay.schedule}, micro-batch={lay.micro_batch_size}, "
              f"seq={result.training.seq_length}{', inference' if result.inference else ''}"
              + split_text(dataclasses.asdict(lay)), head]

@@ -359,8 +359,9 @@ def step_flops(model: ModelSpec, training: Training, *, recompute: str = "none",
     model_flops: forward + backward once, no rematerialisation, dropless routing, the causal convention
       of `attention_flops` (default `training.attention_flops`) — the numerator of MFU (PaLM App. B).
     hardware_flops: model_flops + recompute forward (`recompute`: selective = the stack's
-      recompute_modules, by default the core attention; full = every layer's forward, never the LM head) + FlashAttention's backward recompute of QKᵀ when
-      `training.flash_attention` + capacity-factor padding of routed experts — the numerator of HFU.
+      recompute_modules, by default the core attention; full = every layer's forward, never the LM head)
+      + FlashAttention's backward recompute of QKᵀ when `training.flash_attention` + capacity-factor padding
+      of routed experts — the numerator of HFU.
     Both are layout independent: replicated work under TP (router, MLA down-projections without
     sequence parallelism) is a per-rank cost (see cost/compute.py), not counted here.
     """

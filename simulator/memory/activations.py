@@ -155,10 +155,9 @@ def attention_block_bytes(model: ModelSpec, training: Training, *, tp, cp, micro
                           sequence_parallel: bool, recompute: str) -> np.ndarray:
     """Attention half of a layer without its norm: QKV input, (MLA latents), Q/K/V, scores or LSE, O,
     output dropout mask. Korthikanti §4.1 "11sbh + 5as²b" generalised to GQA/MLA and FlashAttention;
-    selective recompute of the core attention (Stack.recompute_modules) drops the score terms (Korthikanti §5).
-    Under flash-attn's unpadding
-    (Stack.attention_padding "unpad") O is kept twice: the varlen kernel saves its output rows, the output
-    projection the padded copy pad_input writes."""
+    selective recompute of the core attention (Stack.recompute_modules) drops the score terms (Korthikanti
+    §5). Under flash-attn's unpadding (Stack.attention_padding "unpad") O is kept twice: the varlen kernel
+    saves its output rows, the output projection the padded copy pad_input writes."""
     t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                           sequence_parallel=sequence_parallel)
     w = attention_widths(model)
@@ -184,7 +183,8 @@ def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
     recompute 'none'/'selective': norms + attention block + MLP (dense or MoE) + dropout masks
       GPT, no parallelism: s·b·h·(34 + 5·a·s/h)            (Korthikanti Eq. 1)
       TP:                   s·b·h·(10 + 24/t + 5·a·s/(h·t))  (Eq. 2); TP+SP: ÷ t (Eq. 3)
-      selective:            the 5·a·s/h term removed         (Table 2)
+      selective:            the 5·a·s/h term removed         (Table 2), less the bytes the stack's other
+                            recompute_modules free (`module_recompute_bytes`; Megatron-Core --recompute-modules)
       Llama-style (flash):  s·b·(8h + 4q + 4kv + 6f)         (formulas.md §3.4) + small fp32 stats
       + what the stack's unfused elementwise code keeps beyond that (`stack_saved_extra_bytes`)
     recompute 'full': only the layer input e·T·h/t_s (Korthikanti Table 2, "2sbh"); the working set of
