@@ -140,8 +140,14 @@ def _training_flags(sc, layout, notes: list[str]) -> list:
         f.append(("--fp16", None))
     if tr.precision == "fp8":
         f += [("--fp8-format", "hybrid"), ("--fp8-recipe", RECIPES[st.fp8_recipe])]
-    if tr.grad_dtype == "bf16":
+    if layout.zero >= 2:  # Megatron-FSDP's own gradient dtypes (its auto: the model's dtype, the main grads')
+        f.append(("--megatron-fsdp-main-grads-dtype", tr.grad_dtype))
+        if st.fsdp_reduce_dtype in ("fp32", "bf16") and st.fsdp_reduce_dtype != tr.grad_dtype:
+            f.append(("--megatron-fsdp-grad-comm-dtype", st.fsdp_reduce_dtype))
+    elif tr.grad_dtype == "bf16":
         f.append(("--grad-reduce-in-bf16", None))
+    if st.grad_accumulation == "autograd":
+        f.append(("--no-gradient-accumulation-fusion", None))
     if tr.optimizer in ("sgd", "sgd-momentum"):
         f.append(("--optimizer", "sgd"))
         if tr.optimizer == "sgd":

@@ -41,6 +41,10 @@ class Fields:
         self.read.add(key)
         return self.items[key][1]
 
+    def peek(self, key: str, default=None):
+        """The value as written, without marking it read (the caller reads it where it matters)."""
+        return self.items[key][1] if key in self.items else default
+
     def take(self, *keys: str) -> None:
         """Mark keys read without using them (their effect is reported by the caller)."""
         self.read.update(k for k in keys if k in self.items)

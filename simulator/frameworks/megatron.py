@@ -40,7 +40,7 @@ IGNORED = (
     "distributed_backend", "distributed_timeout_minutes", "use_mcore_models", "transformer_impl", "spec",
     "rotary_base", "rotary_percent", "rope_scaling_factor", "use_rope_scaling", "rotary_seq_len_interpolation_factor",
     "norm_epsilon", "layernorm_epsilon", "attention_softmax_in_fp32", "no_masked_softmax_fusion", "no_bias_",
-    "no_rope_fusion", "no_gradient_accumulation_fusion", "apply_query_key_layer_scaling", "timing_log_",
+    "no_rope_fusion", "apply_query_key_layer_scaling", "timing_log_",
     "profile", "profile_", "use_pytorch_profiler", "manual_gc", "manual_gc_", "check_for_", "calculate_per_token_loss",
     "eod_mask_loss", "reset_position_ids", "reset_attention_mask", "no_create_attention_mask_in_dataloader",
     "num_dataset_builder_threads", "object_storage_cache_path", "use_cpu_initialization", "override_opt_param_scheduler",
@@ -48,6 +48,12 @@ IGNORED = (
     "hysteresis", "deterministic_mode", "straggler_", "enable_one_logger", "one_logger_", "no_persist_layer_norm",
     "use_checkpoint_args", "finetune", "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff",
     "moe_router_score_function", "moe_router_pre_softmax", "moe_router_dtype", "moe_token_dispatcher_type",
+    # RoPE scaling (YaRN), loss weights, checks, logging and checkpoint formats: neither memory nor step time;
+    # --moe-router-force-load-balancing routes uniformly, parasim's default (moe_imbalance 1)
+    "rotary_scaling_factor", "mscale", "mscale_all_dim", "mtp_loss_scaling_factor",
+    "no_check_for_nan_in_loss_and_grad",
+    "no_mmap_bin_files", "auto_detect_ckpt_format", "logging_level", "enable_experimental",
+    "init_model_with_meta_device", "moe_router_force_load_balancing",
     "moe_grouped_gemm", "moe_permute_fusion", "moe_router_enable_expert_bias", "moe_router_bias_update_rate",
     "moe_router_topk_scaling_factor", "moe_router_num_groups", "moe_router_group_topk", "moe_enable_deepep",
     "bf16_", "accumulate_allreduce_grads_in_fp32", "node_rank", "master_addr", "master_port", "rdzv_",
@@ -238,6 +244,13 @@ def _sharding(f: Fields, dp: int, rep: Report) -> dict:
         zero = 3
     elif f.flag("use_megatron_fsdp") or f.flag("use_custom_fsdp"):
         zero = SHARDING[f.text("data_parallel_sharding_strategy", "optim_grads_params", choices=tuple(SHARDING))]
+        f.take("use_distributed_optimizer")  # (Megatron-FSDP's examples pass it too: the strategy sets the sharding)
+        if f.flag("fsdp_double_buffer"):
+            rep.assume(f"{f.name('fsdp_double_buffer')}: persistent buffers for two units' gathers, as parasim's "
+                       f"FSDP prefetch of one unit holds them")
+        if f.flag("use_nccl_ub"):
+            rep.cannot(f"{f.name('use_nccl_ub')}: NCCL user-buffer registration (fewer copies and SMs per "
+                       f"collective) is not modelled; the collectives are timed as without it")
     else:
         zero = 1 if f.flag("use_distributed_optimizer") else 0
         if f.has("data_parallel_sharding_strategy"):
@@ -282,6 +295,13 @@ def _training(f: Fields, dp: int, mbs: int, seq: int, rep: Report) -> dict:
     tr.update(_optimizer(f, rep))
     grads16 = f.flag("grad_reduce_in_bf16") or f.text("main_grads_dtype", "fp32", choices=("fp32", "bf16")) == "bf16"
     tr["grad_dtype"] = "bf16" if grads16 else "fp32"
+    fsdp_grads = f.text("megatron_fsdp_main_grads_dtype", "auto", choices=("fp32", "bf16", "fp16", "auto"))
+    if fsdp_grads != "auto":  # Megatron-FSDP's main gradient buffer (it replaces --main-grads-dtype there)
+        tr["grad_dtype"] = fsdp_grads
+    elif f.flag("use_megatron_fsdp") or f.flag("use_custom_fsdp"):  # auto: the model's compute dtype
+        tr["grad_dtype"] = {"fp16": "fp16", "fp32": "fp32"}.get(tr["precision"], "bf16")
+        rep.assume(f"Megatron-FSDP's main gradients in the model's dtype, {tr['grad_dtype']} (--megatron-fsdp-main-"
+                   f"grads-dtype auto: DistributedDataParallelConfig.megatron_fsdp_main_grads_dtype None)")
     factor = f.float("moe_expert_capacity_factor")
     if factor:
         tr["moe_capacity_factor"] = factor
@@ -330,6 +350,16 @@ def _stack(f: Fields, dp: int, training: dict, rep: Report) -> dict:
     st = {"preset": "megatron"}
     if f.flag("tp_comm_overlap"):
         st["tp_comm_overlap"] = True
+    if f.flag("no_gradient_accumulation_fusion"):  # main_grad += the new gradient, a pass of its own
+        st["grad_accumulation"] = "autograd"
+    comm = f.text("megatron_fsdp_grad_comm_dtype", "auto", choices=("fp32", "bf16", "fp16", "auto"))
+    if comm != "auto":  # Megatron-FSDP's gradient reduce-scatter dtype (fp16 moves as many bytes as bf16)
+        st["fsdp_reduce_dtype"] = "fp32" if comm == "fp32" else "bf16"
+    if f.peek("moe_token_dispatcher_type") in ("flex", ["flex"]):  # (alltoall, allgather: ignored, listed so)
+        f.take("moe_token_dispatcher_type")
+        f.take("moe_flex_dispatcher_backend")
+        rep.assume(f"{f.name('moe_token_dispatcher_type')} flex (DeepEP / HybridEP kernels): timed as parasim's "
+                   f"expert-parallel all-to-all at the fabric's bandwidth")
     modules = f.raw("recompute_modules")  # (a list on the command line and in YAML; a comma text also passes)
     if modules is not None:
         items = modules if isinstance(modules, list) else str(modules).replace(",", " ").split()

@@ -69,6 +69,9 @@ def megatron_model(f: Fields, tp: int, seq_length: int, rep: Report, vocab_size:
         rep.cannot(f"{f.name('position_embedding_type')} learned_absolute with this architecture: the "
                    f"{max_pos} x {h} position table is not counted (parasim counts it for GPT-2-style models only)")
     if mla:
+        if not f.flag("qk_layernorm"):
+            rep.assume("--multi-latent-attention without --qk-layernorm: Megatron-Core builds no latent norms; "
+                       "parasim counts DeepSeek's two (q_a_layernorm, kv_a_layernorm: their bytes and time)")
         return _deepseek_keys(keys, moe, mla, f)
     keys.update(mlp=mlp, norm=norm, bias=bias)
     if f.flag("add_qkv_bias") and not bias:
