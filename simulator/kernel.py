@@ -67,7 +67,8 @@ from .cost.recompute import recomputed_layer_share
 from .kernel_throughput import recomputed_share, throughput
 from .dedup import categories, distinct_rows, factorize, gather_rows, once_per_distinct
 from .frames import text_column
-from .kernel_comm import _dp_tail, _grad_accumulation_times, _layer_comm, _optimizer_times, _zero3_exposure
+from .kernel_comm import _dp_tail, _grad_accumulation_times, _optimizer_times, _zero3_exposure
+from .kernel_layer_comm import _layer_comm
 from .kernel_pipeline import family_column, inflight_per_rank, pipeline_times
 from .memory.breakdown import stage_memory_arrays
 from .memory.overheads import Overheads

@@ -1,153 +1,25 @@
-"""The kernel's communication and per-rank-class steps (kernel.py composes them): per-layer TP/CP/EP
-communication and the PP p2p time, ZeRO-3/FSDP parameter gathers, the data-parallel tail (its traffic
-and what of it the last backward hides) and the optimizer step. Each step's keyword-only parameters are
-the row columns it reads (`dedup.once_per_distinct` evaluates it once per distinct combination of them);
-the rules are in cost/comm.py, cost/collectives.py, cost/topology.py, spec/placement.py and spec/rules.py.
+"""The kernel's communication and per-rank-class steps (kernel.py composes them; the per-layer TP/CP/EP
+communication and the PP p2p time are kernel_layer_comm.py's): ZeRO-3/FSDP parameter gathers, the
+data-parallel tail (its traffic and what of it the last backward hides) and the optimizer step. Each step's
+keyword-only parameters are the row columns it reads (`dedup.once_per_distinct` evaluates it once per distinct
+combination of them); the rules are in cost/comm.py, cost/collectives.py, cost/topology.py, spec/placement.py and spec/rules.py.
 """
 from __future__ import annotations
-
-from dataclasses import replace
 
 import numpy as np
 
 from .cost import collectives as C
 from .cost import comm
-from .cost.compute import layer_op_times
-from .cost.fsdp import (backward_pass, chunked_overlap_exposed_s, forward_pass, fsdp_copy_s,
-                        reduce_behind_compute_exposed_s, unit_count)
+from .cost.fsdp import backward_pass, forward_pass, fsdp_copy_s, reduce_behind_compute_exposed_s, unit_count
 from .cost.gradients import accumulation_share, grad_accumulation_s, grad_zeroing_s
 from .cost.optimizer import optimizer_params_step_s
 from .cost.topology import group_span
 from .cost.variability import slowest_gpu_factor
-from .dedup import categories, distinct_rows, gather_rows, once_per_distinct
+from .dedup import distinct_rows, gather_rows, once_per_distinct
 from .memory.states import zero_state_bytes_per_param
 from .spec.layout import expert_dp
 from .spec.placement import params_per_rank, stage_param_split
 from .spec.rules import shard_degrees
-
-
-def _take_span(span, idx):
-    """The GroupSpan of rows `idx` (every array field indexed)."""
-    return replace(span, **{f: np.asarray(getattr(span, f))[idx] for f in span.__dataclass_fields__ if f != "group"})
-
-
-def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp, dp, mbs, pp, sp, rec) -> dict:
-    """Per-layer, per-microbatch communication of K layouts, (K,) arrays: TP forward/backward
-    (cost/comm.tp_comm; `tp_head_f` the last stage's gather of the logits, comm.loss_gather_s), CP
-    (cp_comm) and the core-attention time that hides ring CP, EP all-to-all (ep_comm, per MoE layer; `ep_rerun`: its
-    forward again where recompute re-runs the MoE block, full or the module moe; `tp_rerun_d`/`_m`: the MLP's/MoE's
-    forward TP pair again under the modules mlp/moe), and
-    the PP p2p time of one stage boundary (0 without pipelining). `tp_moe_f`/`tp_moe_b`: what an MoE layer's
-    TP collectives differ from a dense layer's where the experts' tensor-parallel degree etp is not tp: the
-    attention keeps its pair over tp, the FFN's pair runs over the etp group of the expert grid instead
-    (none for etp = 1), half of tp_comm each (Megatron-Core: the expert layers' TP group is the expert
-    RankGenerator's, parallel_state.py). The EP group is that grid's too: ep ranks etp apart, the grid
-    regrouping a stage's tp·cp·dp ranks as etp × ep × expert-dp (with etp = tp and cp = 1, ranks tp apart)."""
-    k = len(tp)
-    ab = training.activation_bytes
-    s = training.seq_length
-    place = dict(order=opt.placement)
-    out = {key: np.zeros(k) for key in ("tp_f", "tp_b", "tp_hid_f", "tp_hid_b", "cp_f", "cp_b", "att_f", "att_b",
-                                        "ep_f", "ep_b", "p2p", "tp_head_f", "tp_moe_f", "tp_moe_b", "tp_rerun_d",
-                                        "tp_rerun_m", "ep_rerun")}
-    mods = training.stack.recompute_modules
-    grid = expert_dp(tp, cp, dp, ep, etp)  # the expert-data-parallel degree of the expert grid
-    span_tp = group_span(hardware, group="tp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
-    if not training.stack.loss_parallel and (tp > 1).any():  # the head's logits gathered for the loss
-        out["tp_head_f"][:] = comm.loss_gather_s(hardware, span_tp, vocab_size=model.vocab_size, seq_length=s,
-                                                 micro_batch_size=mbs.astype(float), bytes_per_element=ab, cp=cp)
-    for (r, spv), idx in categories(rec, sp):
-        c = comm.tp_comm(hardware, _take_span(span_tp, idx), hidden_size=model.hidden_size, seq_length=s,
-                         micro_batch_size=mbs[idx].astype(float), num_layers=1.0, bytes_per_element=ab,
-                         sequence_parallel=bool(spv), recompute=r, cp=cp[idx])
-        out["tp_f"][idx], out["tp_b"][idx] = c.forward_s, c.backward_s
-        if model.is_moe and (etp[idx] != tp[idx]).any():  # the FFN's pair over the etp group, not tp
-            span_etp = group_span(hardware, group="tp", tp=etp[idx], cp=1, ep=ep[idx], dp=grid[idx], pp=pp[idx],
-                                  **place)
-            ce = comm.tp_comm(hardware, span_etp, hidden_size=model.hidden_size, seq_length=s,
-                              micro_batch_size=mbs[idx].astype(float), num_layers=1.0, bytes_per_element=ab,
-                              sequence_parallel=bool(spv), recompute=r, cp=cp[idx])
-            moved = etp[idx] != tp[idx]
-            out["tp_moe_f"][idx] = np.where(moved, 0.5 * (ce.forward_s - c.forward_s), 0.0)
-            out["tp_moe_b"][idx] = np.where(moved, 0.5 * (ce.backward_s - c.backward_s), 0.0)
-        if r == "selective":  # the recomputed MLP / MoE block re-runs its forward pair (half of a layer's)
-            out["tp_rerun_d"][idx] = 0.5 * c.forward_s * ("mlp" in mods)
-            out["tp_rerun_m"][idx] = 0.5 * (c.forward_s + 2.0 * out["tp_moe_f"][idx]) * ("moe" in mods)
-        if opt.tp_overlap is not None:  # a given fraction hidden
-            out["tp_hid_f"][idx], out["tp_hid_b"][idx] = opt.tp_overlap * c.forward_s, opt.tp_overlap * c.backward_s
-        elif training.stack.tp_comm_overlap and (tp[idx] > 1).any():
-            out["tp_hid_f"][idx], out["tp_hid_b"][idx] = _tp_chunked_hidden(
-                model, training, hardware, opt, tp[idx], cp[idx], mbs[idx], bool(spv), c)
-    if (cp > 1).any():
-        span_cp = group_span(hardware, group="cp", tp=tp, cp=cp, ep=1, dp=dp, pp=pp, **place)
-        c = comm.cp_comm(hardware, span_cp, seq_length=s, micro_batch_size=mbs.astype(float), num_layers=1.0,
-                         kv_hidden=model.num_kv_heads * model.head_dim, hidden_size=model.hidden_size,
-                         bytes_per_element=ab, algorithm=cp_algorithm, tp=tp.astype(float))
-        out["cp_f"][:], out["cp_b"][:] = c.forward_s, c.backward_s
-        if cp_algorithm == "ring" and opt.cp_overlap:
-            for (spv,), idx in categories(sp):  # once per distinct (tp, cp, micro-batch)
-                u, inv = distinct_rows(tp[idx], cp[idx], mbs[idx])
-                f, b = _core_attention_s(model, training, hardware, tp[idx[u]], cp[idx[u]], mbs[idx[u]], bool(spv),
-                                         opt.roofline)
-                out["att_f"][idx], out["att_b"][idx] = f[inv], b[inv]
-    if model.is_moe and (ep > 1).any():
-        span_ep = group_span(hardware, group="ep", tp=etp, cp=1, ep=ep, dp=grid, pp=pp, **place)
-        c = comm.ep_comm(hardware, span_ep, tokens_per_rank=mbs * s / cp / np.where(sp, tp, 1),
-                         hidden_size=model.hidden_size, top_k=model.experts_per_token, num_moe_layers=1.0,
-                         dispatch_bytes_per_element=training.ep_dispatch_bytes,
-                         combine_bytes_per_element=ab, load_factor=training.moe_load_factor)
-        out["ep_f"][:], out["ep_b"][:] = c.forward_s, c.backward_s
-        rerun = (rec == "full") | ((rec == "selective") & ("moe" in mods))  # the layer's or MoE block's forward again
-        out["ep_rerun"][:] = np.where(rerun, c.forward_s, 0.0)
-    piped = np.flatnonzero(pp > 1)
-    if len(piped):
-        span_pp = group_span(hardware, group="pp", tp=tp[piped], cp=cp[piped], ep=1, dp=dp[piped], pp=pp[piped], **place)
-        msg = comm.pp_message_bytes(hidden_size=model.hidden_size, seq_length=s, micro_batch_size=mbs[piped],
-                                    bytes_per_element=ab, tp=tp[piped], cp=cp[piped], sequence_parallel=sp[piped])
-        out["p2p"][piped] = C.p2p_s(hardware, np.asarray(msg, dtype=float), span_pp)
-    return out
-
-
-# The GEMMs each TP collective of a layer feeds or drains, as positions in the layer's GEMM list (flops.py:
-# the attention projections ending with out_proj, then the MLP's up and down; Megatron-LM / torchtitan TP
-# plans). With sequence parallelism: forward all-gather -> the attention's input GEMMs (QKV, or MLA's
-# projections) and FC1, reduce-scatter <- out_proj and FC2; backward the transposes, each against the same
-# GEMM's input- and weight-gradient products. Without it: one all-reduce after out_proj and one after FC2
-# (forward), after the attention-input and FC1 input gradients (backward).
-def _tp_collective_gemms(gemms: list, sequence_parallel: bool) -> tuple[tuple, tuple]:
-    """(forward groups, backward groups) of OpTimes, one group per TP collective of the layer."""
-    attn_in, out, up, down = gemms[:-3], gemms[-3:-2], gemms[-2:-1], gemms[-1:]
-    assert out[0].name == "out_proj", [g.name for g in gemms]  # flops.attention_ops ends with it
-    if sequence_parallel:
-        return (attn_in, out, up, down), (attn_in, out, up, down)
-    return (out, down), (attn_in, up)
-
-
-def _tp_chunked_hidden(model, training, hardware, opt, tp, cp, mbs, sequence_parallel, c):
-    """The TP communication per layer that the chunked pipeline of the stack's `tp_comm_overlap` hides,
-    (forward, backward): each of the layer's TP collectives (4 with SP, 2 all-reduces without; equal
-    messages, s·b·h) split into tp chunks against the GEMM it feeds or drains (`_tp_collective_gemms`:
-    forward its forward GEMM, backward its input- and weight-gradient GEMMs), cost/fsdp.py
-    chunked_overlap_exposed_s; hidden = total − exposed. A collective whose GEMM is shorter than it stays
-    partly exposed whatever the other GEMMs of the layer take."""
-    u, inv = distinct_rows(tp, cp, mbs)
-    k = 4 if sequence_parallel else 2
-    gf, gb = np.zeros((len(u), k)), np.zeros((len(u), k))
-    for j, i in enumerate(u):  # scalar layouts: one op table each (few distinct (tp, cp, micro-batch))
-        gemms = [o for o in layer_op_times(model, training, hardware, tp=float(tp[i]), cp=float(cp[i]),
-                                           micro_batch_size=float(mbs[i]), sequence_parallel=sequence_parallel,
-                                           roofline=opt.roofline) if o.kind == "gemm"]
-        fwd, bwd = _tp_collective_gemms(gemms, bool(sequence_parallel))
-        for q in range(k):
-            gf[j, q] = sum(float(o.forward_s) for o in fwd[q])
-            gb[j, q] = sum(float(o.backward_s) + float(o.weight_s) for o in bwd[q])
-    gf, gb = gf[inv], gb[inv]
-    hidden = []
-    for total, g in ((np.asarray(c.forward_s, dtype=float), gf), (np.asarray(c.backward_s, dtype=float), gb)):
-        total = np.broadcast_to(total, tp.shape)
-        exposed = sum(chunked_overlap_exposed_s(total / k, g[:, q], tp.astype(float)) for q in range(k))
-        hidden.append(np.where(tp > 1, np.maximum(total - exposed, 0.0), 0.0))
-    return hidden[0], hidden[1]
 
 
 def _dp_spans(hardware, order, *, tp, cp, ep, dp, pp, shard_group_size, etp=None):
@@ -181,8 +53,8 @@ def _zero3_unit_times(model, training, hardware, opt, pt, shard_group_size, *, t
     ne_cls, _ = _class_params(model, pt, shape, tp, ep)
     units = unit_count(ptg.layers, stack.fsdp_unit_layers)
     unit_params = ptg.stage_of_rank(ptg.of_class(ne_cls)) / ptg.chunks[:, None] / units
-    span = _col_span(_dp_spans(hardware, opt.placement, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp,
-                               shard_group_size=shard_group_size)[0])
+    span = _dp_spans(hardware, opt.placement, tp=tp, cp=cp, ep=ep, dp=dp, pp=pp,
+                     shard_group_size=shard_group_size)[0].column()
     live = ptg.stage_valid
     rb = float(stack.fsdp_reduce_bytes(training.grad_bytes))
     g = C.all_gather_s(hardware, unit_params * training.param_bytes, span)
@@ -302,8 +174,8 @@ def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, spans, shard_grou
     rs, ag, nb = np.zeros(ne_rank.shape), np.zeros(ne_rank.shape), np.zeros(ne_rank.shape)
 
     def reduce(fn, rows, bytes_ne, bytes_ex, span_ne, span_ex):
-        t1, n1 = comm.bucketed(fn, hardware, bytes_ne, _col_span(_take_span(span_ne, rows)), bucket)
-        t2, n2 = comm.bucketed(fn, hardware, bytes_ex, _col_span(_take_span(span_ex, rows)), bucket)
+        t1, n1 = comm.bucketed(fn, hardware, bytes_ne, span_ne.rows(rows).column(), bucket)
+        t2, n2 = comm.bucketed(fn, hardware, bytes_ex, span_ex.rows(rows).column(), bucket)
         rs[rows], nb[rows] = t1 + t2, n1 + n2
 
     r0 = np.flatnonzero(zz == 0)
@@ -313,33 +185,14 @@ def _dp_traffic(hardware, training, opt, ne_rank, ex_rank, zz, spans, shard_grou
     if len(r12):  # ZeRO-1/2
         reduce(C.reduce_scatter_s, r12, ne_rank[r12] * gb, ex_rank[r12] * gb, span_dp, span_edp)
         if not opt.param_gather_overlap:
-            d, e = _col_span(_take_span(span_dp, r12)), _col_span(_take_span(span_edp, r12))
+            d, e = span_dp.rows(r12).column(), span_edp.rows(r12).column()
             ag[r12] = C.all_gather_s(hardware, ne_rank[r12] * pb, d) + C.all_gather_s(hardware, ex_rank[r12] * pb, e)
     r3 = np.flatnonzero(zz == 3)
     if replica is not None and len(r3):  # HSDP: all-reduce of the gradient shard across the replicas
         t, n = comm.bucketed(C.all_reduce_s, hardware, ne_rank[r3] * gb / shard_group_size,
-                             _col_span(_take_span(replica, r3)), bucket)
+                             replica.rows(r3).column(), bucket)
         rs[r3], nb[r3] = t, n
     return rs, ag, nb
-
-
-def _col_span(span):
-    """A GroupSpan whose array fields get a trailing axis, to broadcast against (n, S) stage arrays."""
-    kw = {f: (np.asarray(getattr(span, f))[..., None] if np.ndim(getattr(span, f)) else getattr(span, f))
-          for f in span.__dataclass_fields__ if f != "group"}
-    return replace(span, **kw)
-
-
-def _core_attention_s(model, training, hardware, tp, cp, mbs, sequence_parallel, roofline):
-    """Forward and backward time of one layer's core attention per microbatch, (n,) arrays."""
-    ops = layer_op_times(model, training, hardware, tp=tp[:, None].astype(float), cp=cp[:, None].astype(float),
-                         micro_batch_size=mbs[:, None].astype(float), sequence_parallel=sequence_parallel,
-                         roofline=roofline, core_attention_only=True)
-    f = sum(np.asarray(o.forward_s, dtype=float) for o in ops if o.core_attention)
-    b = sum(np.asarray(o.backward_s, dtype=float) for o in ops if o.core_attention)
-    n = len(tp)
-    return np.broadcast_to(np.reshape(f, (-1,))[:n] if np.size(f) >= n else f, (n,)), \
-        np.broadcast_to(np.reshape(b, (-1,))[:n] if np.size(b) >= n else b, (n,))
 
 
 def _zero3_exposure(model, training, hardware, opt, shard_group_size, pt, st, b_inv, cols3, r3, n):

@@ -246,7 +246,7 @@ def test_exposed_plus_hidden_is_all_the_communication_overlap_could_not_remove()
 
 
 def test_each_tp_collective_hides_behind_its_own_gemm_not_the_layers_average():
-    """Pairing (kernel_comm._tp_collective_gemms): a collective longer than the GEMM it feeds stays partly
+    """Pairing (kernel_layer_comm._tp_collective_gemms): a collective longer than the GEMM it feeds stays partly
     exposed however long the layer's other GEMMs are. max(0, t_c − t_g) is convex in t_g, so pairing never
     hides more than sharing the layer's GEMM time equally, and hides less when the QKV and projection GEMMs are
     shorter than their collectives (Llama-3-70B, TP 8, SP, 16 x 8192 tokens: 3.6 and 2.9 ms of GEMM against
@@ -255,7 +255,7 @@ def test_each_tp_collective_hides_behind_its_own_gemm_not_the_layers_average():
 
     from simulator.cost.compute import layer_op_times
     from simulator.cost.fsdp import chunked_overlap_exposed_s
-    from simulator.kernel_comm import _tp_chunked_hidden
+    from simulator.kernel_layer_comm import _tp_chunked_hidden
     from simulator.options import EstimateOptions
 
     m = load_model("llama3-70b")

@@ -16,7 +16,7 @@ LAYERS = (
     ("pipeline",),
     ("cost", "memory"),
     ("structure",),
-    ("batch", "kernel_comm", "kernel_pipeline", "kernel_throughput", "options"),
+    ("batch", "kernel_comm", "kernel_layer_comm", "kernel_pipeline", "kernel_throughput", "options"),
     ("kernel",),
     ("estimate", "inference", "run_plan", "plan", "sweep", "calibrate"),
     ("torchmodel",),  # any torch model (torch imported inside its functions only)

@@ -85,3 +85,16 @@ def test_emitted_flags_read_back(tmp_path):
         assert getattr(back.training.stack, key) == getattr(sc.training.stack, key), key
     reduce_bytes = [s.training.stack.fsdp_reduce_bytes(s.training.grad_bytes) for s in (sc, back)]
     assert reduce_bytes == [2, 2]  # (bf16 as written, or 'grad' of bf16 gradients: the same bytes)
+
+
+def test_a_bad_megatron_fsdp_dtype_names_the_flag(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "bad.sh"
+    script.write_text(COMMAND.replace("--megatron-fsdp-main-grads-dtype bf16", "--megatron-fsdp-main-grads-dtype fp64"))
+    r = subprocess.run([sys.executable, "-c", "from simulator.cli import main; main()", "import", "megatron",
+                        str(script), "--hardware", "dgx-b200"], capture_output=True, text=True)
+    assert r.returncode == 2, r.stdout + r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and "--megatron-fsdp-main-grads-dtype" in line and "fp64" in line

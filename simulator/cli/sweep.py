@@ -10,7 +10,8 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
-from ..spec.rules import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE
+from ..spec.layout import recompute_label
+from ..spec.rules import RECOMPUTE
 from ..spec.scenario import STACK_FLAG_KEYS
 from .common import GPU_SPEED_CV_HELP, flags, pipeline_split_options, with_gpu_speed_cv
 from .flagnames import flag_names, given_flags
@@ -148,8 +149,8 @@ def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_i
     untimed = "" if time_infeasible or nfeas == len(df) else " (only those timed; --time-infeasible times all)"
     blocks = (f"; full recompute: the first {space.recompute_layers} layers of each stage"
               if space.recompute_layers else "")
-    mods = sc.training.stack.recompute_modules
-    blocks += f"; selective recompute: {', '.join(mods)}" if mods != DEFAULT_RECOMPUTE_MODULES else ""
+    selective = recompute_label("selective", 0, sc.training.stack.recompute_modules)
+    blocks += f"; recompute {selective}" if selective != "selective" else ""
     click.echo(f"{sc.name}: {len(df):,} layouts on {sc.num_gpus} GPUs, {nfeas:,} fit{untimed}{blocks}; "
                f"{seconds:.2f} s ({len(df) / seconds if seconds > 0 else 0:,.0f} layouts/s)")
     if left and len(df):  # (an empty table says it below, naming the rules)

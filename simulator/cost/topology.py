@@ -20,7 +20,7 @@ switches) for path/bottleneck queries; the tests check `group_span` against it o
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -56,6 +56,16 @@ class GroupSpan:
     crosses_domain: np.ndarray
     crosses_spine: np.ndarray
     regular: np.ndarray
+
+    def rows(self, idx) -> "GroupSpan":
+        """The span of layout rows `idx` (every array field indexed)."""
+        return replace(self, **{f: np.asarray(getattr(self, f))[idx] for f in self.__dataclass_fields__
+                                if f != "group"})
+
+    def column(self) -> "GroupSpan":
+        """The span with a trailing axis on its array fields, to broadcast against (n, S) stage arrays."""
+        return replace(self, **{f: (np.asarray(getattr(self, f))[..., None] if np.ndim(getattr(self, f))
+                                    else getattr(self, f)) for f in self.__dataclass_fields__ if f != "group"})
 
 
 def _deg(name, v):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from ..errors import InputError
 from .fields import Fields, Report, prefixed
-from .megatron_layout import parse_layout
+from .megatron_layout import pipeline_fields
 from .megatron_model import megatron_model
 
 SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
@@ -57,7 +57,8 @@ IGNORED = (
     "moe_grouped_gemm", "moe_permute_fusion", "moe_router_enable_expert_bias", "moe_router_bias_update_rate",
     "moe_router_topk_scaling_factor", "moe_router_num_groups", "moe_router_group_topk", "moe_enable_deepep",
     "bf16_", "accumulate_allreduce_grads_in_fp32", "node_rank", "master_addr", "master_port", "rdzv_",
-    "standalone", "max_restarts", "monitor_interval", "start_method", "role", "log_dir", "redirects", "tee", "fp16_lm_cross_entropy",
+    "standalone", "max_restarts", "monitor_interval", "start_method", "role", "log_dir", "redirects", "tee",
+    "fp16_lm_cross_entropy",
     # NeMo (the YAML's trees other than the model's sizes and parallelism)
     "name", "restore_from_path", "exp_manager.", "trainer.", "data.", "optim.", "nsys_profile.", "tokenizer.",
     "mcore_gpt", "init_method_std", "use_scaled_init_method", "ffn_dropout", "headscale", "transformer_block_type",
@@ -151,7 +152,7 @@ def megatron_layout(f: Fields, gpus: int, layers: int, rep: Report) -> tuple[dic
     if sp and tp == 1:
         rep.assume("--sequence-parallel with tp 1: Megatron switches it off")
     lay["sequence_parallel"] = sp and tp > 1
-    lay.update(_pipeline(f, layers, pp, rep))
+    lay.update(pipeline_fields(f, layers, pp, rep))
     lay.update(_sharding(f, dp, rep))
     lay["recompute"], blocks = _recompute(f, rep)
     if blocks:
@@ -165,77 +166,6 @@ def megatron_layout(f: Fields, gpus: int, layers: int, rep: Report) -> tuple[dic
         else:
             lay["cp_algorithm"] = CP_COMM[next(iter(kinds))]
     return lay, dp
-
-
-def _pipeline(f: Fields, layers: int, pp: int, rep: Report) -> dict:
-    """Schedule, vpp and the layer split."""
-    emb, loss = f.flag("account_for_embedding_in_pipeline_split"), f.flag("account_for_loss_in_pipeline_split")
-    out = {k: True for k, on in (("account_for_embedding_in_pipeline_split", emb),
-                                 ("account_for_loss_in_pipeline_split", loss)) if on}
-    if f.has("pipeline_model_parallel_layout"):
-        other = [k for k in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
-                             "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers") if f.has(k)]
-        if other:  # (Megatron's arguments.py: no more than one of them)
-            raise f.error("pipeline_model_parallel_layout", f"cannot be given with {f.name(other[0])}: the layout "
-                                                            f"sets the split and the virtual stages")
-        return _layout(f, layers, pp, rep, out)
-    per_virtual = f.int("num_layers_per_virtual_pipeline_stage")
-    vpp = f.int("num_virtual_stages_per_pipeline_rank") or f.int("virtual_pipeline_model_parallel_size") or 1
-    if per_virtual:
-        n = layers + emb + loss
-        if n % pp or (n // pp) % per_virtual:
-            raise f.error("num_layers_per_virtual_pipeline_stage",
-                          f"{per_virtual} does not divide the {n} layers over pp {pp} evenly")
-        vpp = n // pp // per_virtual
-    if vpp > 1 and pp > 1:
-        out.update(vpp=vpp, schedule="interleaved")
-    else:
-        if vpp > 1:
-            rep.assume(f"{vpp} virtual stages with pp 1: no interleaving (Megatron needs pp > 1)")
-        out["schedule"] = "1f1b"
-    first, last = f.int("decoder_first_pipeline_num_layers", least=0), f.int("decoder_last_pipeline_num_layers", least=0)
-    if (first is not None or last is not None) and pp > 1:
-        if vpp > 1:
-            rep.cannot("--decoder-first/last-pipeline-num-layers with virtual stages: parasim's split used")
-        else:
-            out["layers_per_stage"] = _first_last_split(f, layers, pp, first, last)
-    return out
-
-
-def _layout(f: Fields, layers: int, pp: int, rep: Report, out: dict) -> dict:
-    """--pipeline-model-parallel-layout: the decoder layers of each virtual stage (megatron_layout.py); Megatron
-    refuses it beside the other split flags (arguments.py), which are then not read."""
-    try:
-        placed = parse_layout(f.text("pipeline_model_parallel_layout"), pp=pp, num_layers=layers,
-                              mtp_layers=f.int("mtp_num_layers", 0))
-    except InputError as exc:
-        raise f.error("pipeline_model_parallel_layout", str(exc)) from None
-    if placed.problem():
-        rep.cannot(f"{f.name('pipeline_model_parallel_layout')}: {placed.problem()}")
-    if out:  # (--account-for-*-in-pipeline-split: the layout's E and L say where the embedding and loss are)
-        rep.assume(f"{', '.join('--' + k.replace('_', '-') for k in out)}: the layout places the embedding and loss")
-    vpp = len(placed.stages) // pp
-    out = {"layers_per_stage": list(placed.layers_per_stage), "schedule": "1f1b"}
-    if vpp > 1 and pp > 1:
-        out.update(vpp=vpp, schedule="interleaved")
-    return out
-
-
-def _first_last_split(f: Fields, layers: int, pp: int, first, last) -> list[int]:
-    """Megatron's uneven split: the first (last) stage holds the layers given, the others share the rest evenly."""
-    middle = pp - (first is not None) - (last is not None)
-    rest = layers - (first or 0) - (last or 0)
-    if middle == 0 and rest == 0:
-        return [first, last]
-    if middle < 1 or rest < middle or rest % middle:
-        key = "decoder_first_pipeline_num_layers" if first is not None else "decoder_last_pipeline_num_layers"
-        raise f.error(key, f"leaves {rest} layers for {middle} stages (they must share them evenly)")
-    split = [rest // middle] * pp
-    if first is not None:
-        split[0] = first
-    if last is not None:
-        split[-1] = last
-    return split
 
 
 def _sharding(f: Fields, dp: int, rep: Report) -> dict:

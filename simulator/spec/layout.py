@@ -38,19 +38,19 @@ def layout_label(tp, cp, pp, dp, ep=1, vpp=1, etp=None) -> str:
     return s
 
 
-def stage_layers(value, pp: int, *, stages: int | None = None, least: int = 0) -> tuple[int, ...]:
+def stage_layers(value, pp: int, *, stages: int | None = None) -> tuple[int, ...]:
     """`layers_per_stage` as a tuple of ints: pp (or `stages`: one per virtual stage) whole numbers from
-    `least` to BOUNDS' limit (a stage may hold no layer: only the embedding or the loss, as Megatron-Core's
+    0 to BOUNDS' limit (a stage may hold no layer: only the embedding or the loss, as Megatron-Core's
     --pipeline-model-parallel-layout "E|t*32L" places them; 16.0 is whole, 16.5 is not), else InputError naming
     the list as written."""
     limit = BOUNDS["layers_per_stage"][0]
 
     def whole(v) -> bool:
         return not isinstance(v, bool) and (isinstance(v, numbers.Integral)
-                                            or (isinstance(v, float) and v.is_integer())) and least <= v <= limit
+                                            or (isinstance(v, float) and v.is_integer())) and 0 <= v <= limit
     if not (isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim == 1)) \
             or not all(whole(v) for v in value):
-        raise InputError(f"layers_per_stage must be a list of whole numbers from {least} to {limit}, got {value!r}")
+        raise InputError(f"layers_per_stage must be a list of whole numbers from 0 to {limit}, got {value!r}")
     if len(value) not in (pp, stages or pp):
         expected = f"pp({pp})" + (f" or one per virtual stage ({stages})" if stages and stages != pp else "")
         raise InputError(f"layers_per_stage has {len(value)} entries, expected {expected}, got {value!r}")
