@@ -13,7 +13,8 @@ Composition (formulas.md §7.4, made concrete):
    - CP ring p2p: overlapped with the core-attention kernel of the same layer (Megatron CP); only the
      excess is exposed. Ulysses all-to-all: exposed.
    - EP dispatch/combine all-to-all: exposed, except `ep_overlap` of it (default 1 for dualpipe /
-     dualpipev, whose F&B pairs hide it — DeepSeek-V3 §3.2.1 — else 0).
+     dualpipev, whose F&B pairs hide it — DeepSeek-V3 §3.2.1 — else 0) and, with the stack's
+     `moe_shared_expert_overlap`, what runs beside the shared experts (cost/moe_overlap.py).
    - ZeRO-3/FSDP parameter all-gathers (forward and backward) and gradient reduce-scatters, one
      collective per FSDP unit (a layer by default), replayed beside the compute on a communication
      stream with the stack's prefetch depth, reshard-after-forward and reduce policy (cost/fsdp.py):
@@ -159,9 +160,10 @@ def _stage_times(model, training, hardware, opt, cp_algorithm, pt, comm_table, s
     if model.is_moe and (ep > 1).any():
         ef = comm["ep_f"][:, None] * moe_layers
         eb = (comm["ep_b"][:, None] + comm["ep_rerun"][:, None] * share) * moe_layers  # (recomputed layers again)
-        ov = ep_ov[:, None]
-        out["ep_f"], out["ep_b"] = (1 - ov) * ef, (1 - ov) * eb
-        out["hid_e_f"], out["hid_e_b"] = ov * ef, ov * eb
+        ov = ep_ov[:, None]  # hidden: the ep_overlap share, then what runs beside the shared experts of the rest
+        hef = ov * ef + np.minimum((1 - ov) * ef, comm["ep_sh_f"][:, None] * moe_layers)
+        heb = ov * eb + np.minimum((1 - ov) * eb, comm["ep_sh_b"][:, None] * moe_layers)
+        out["ep_f"], out["ep_b"], out["hid_e_f"], out["hid_e_b"] = ef - hef, eb - heb, hef, heb
         out["hid_f"], out["hid_b"] = out["hid_f"] + out["hid_e_f"], out["hid_b"] + out["hid_e_b"]
     return out
 

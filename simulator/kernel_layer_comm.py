@@ -9,8 +9,9 @@ import numpy as np
 from .cost import collectives as C
 from .cost import comm
 from .cost.compute import layer_op_times
-from .cost.recompute import recomputed_fraction
 from .cost.fsdp import chunked_overlap_exposed_s
+from .cost.moe_overlap import shared_expert_hidden_s
+from .cost.recompute import recomputed_fraction
 from .cost.topology import group_span
 from .dedup import categories, distinct_rows
 from .spec.layout import expert_dp
@@ -20,7 +21,8 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
     """Per-layer, per-microbatch communication of K layouts, (K,) arrays: TP forward/backward
     (cost/comm.tp_comm; `tp_head_f` the last stage's gather of the logits, comm.loss_gather_s), CP
     (cp_comm) and the core-attention time that hides ring CP, EP all-to-all (ep_comm, per MoE layer; `ep_rerun`: its
-    forward again where recompute re-runs the MoE block, full or the module moe; `tp_rerun_d`/`_m`: the MLP's/MoE's
+    forward again where recompute re-runs the MoE block, full or the module moe; `ep_sh_f`/`_b`: what of it runs
+    beside the shared experts under the stack's `moe_shared_expert_overlap`; `tp_rerun_d`/`_m`: the MLP's/MoE's
     forward TP pair again under the modules mlp/moe), and
     the PP p2p time of one stage boundary (0 without pipelining). `tp_moe_f`/`tp_moe_b`: what an MoE layer's
     TP collectives differ from a dense layer's where the experts' tensor-parallel degree etp is not tp: the
@@ -34,7 +36,7 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
     place = dict(order=opt.placement)
     out = {key: np.zeros(k) for key in ("tp_f", "tp_b", "tp_hid_f", "tp_hid_b", "cp_f", "cp_b", "att_f", "att_b",
                                         "ep_f", "ep_b", "p2p", "tp_head_f", "tp_moe_f", "tp_moe_b", "tp_rerun_d",
-                                        "tp_rerun_m", "ep_rerun")}
+                                        "tp_rerun_m", "ep_rerun", "ep_sh_f", "ep_sh_b")}
     def rerun(op: str, r: str, moe: bool) -> float:  # the recompute forward's share of the FFN op (the one rule)
         return recomputed_fraction(op, r, model, modules=training.stack.recompute_modules, moe_layer=moe)
 
@@ -86,6 +88,9 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
         out["ep_f"][:], out["ep_b"][:] = c.forward_s, c.backward_s
         for (r,), idx in categories(rec):  # the MoE block's forward again where the recompute re-runs its experts
             out["ep_rerun"][idx] = np.broadcast_to(c.forward_s, (k,))[idx] * rerun("expert_up", r, True)
+        if training.stack.moe_shared_expert_overlap and model.shared_expert_ffn_hidden_size:
+            out["ep_sh_f"][:], out["ep_sh_b"][:] = _shared_expert_hidden(model, training, hardware, opt, c, tp=tp,
+                                                                        cp=cp, mbs=mbs, sp=sp)
     piped = np.flatnonzero(pp > 1)
     if len(piped):
         span_pp = group_span(hardware, group="pp", tp=tp[piped], cp=cp[piped], ep=1, dp=dp[piped], pp=pp[piped], **place)
@@ -135,6 +140,26 @@ def _tp_chunked_hidden(model, training, hardware, opt, tp, cp, mbs, sequence_par
         exposed = sum(chunked_overlap_exposed_s(total / k, g[:, q], tp.astype(float)) for q in range(k))
         hidden.append(np.where(tp > 1, np.maximum(total - exposed, 0.0), 0.0))
     return hidden[0], hidden[1]
+
+
+def _shared_expert_hidden(model, training, hardware, opt, c, *, tp, cp, mbs, sp):
+    """Per MoE layer, (forward, backward) EP all-to-all seconds beside the shared experts
+    (cost/moe_overlap.py shared_expert_hidden_s), (K,) arrays: the dispatch and combine times from ep_comm's
+    (forward = t_d + t_c, backward = 2·t_c per layer), the shared FC1 / FC2 GEMMs timed once per distinct
+    (tp, cp, micro-batch, sequence parallelism)."""
+    t_c = np.broadcast_to(np.asarray(c.backward_s, dtype=float), tp.shape) / 2.0
+    t_d = np.broadcast_to(np.asarray(c.forward_s, dtype=float), tp.shape) - t_c
+    u, inv = distinct_rows(tp, cp, mbs, sp)
+    g = np.zeros((len(u), 4))  # up forward, down forward, up backward, down backward
+    for j, i in enumerate(u):
+        ops = {o.name: o for o in layer_op_times(model, training, hardware, moe=True, tp=float(tp[i]),
+                                                 cp=float(cp[i]), micro_batch_size=float(mbs[i]),
+                                                 sequence_parallel=bool(sp[i]), roofline=opt.roofline)}
+        up, down = ops["shared_up"], ops["shared_down"]
+        g[j] = (float(up.forward_s), float(down.forward_s), float(up.backward_s) + float(up.weight_s),
+                float(down.backward_s) + float(down.weight_s))
+    g = g[inv]
+    return shared_expert_hidden_s(t_d, t_c, g[:, 0], g[:, 1], g[:, 2], g[:, 3])
 
 
 def _core_attention_s(model, training, hardware, tp, cp, mbs, sequence_parallel, roofline):

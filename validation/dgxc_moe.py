@@ -22,7 +22,10 @@ rules are `SOURCE_RULES["DGXC_MOE"]`, simulator/validate/sources.py):
 - DeepSeek-V3 (deepseek_v3/pretraining/launch.sh: NeMo 25.04.01, NeMo 7a8f1cc pretrain_deepseek_v3.py): the
   recipe trains with one multi-token-prediction layer (recipes/deepseek_v3.py pretrain_recipe use_mtp=True) and
   selective recompute (pretrain_deepseek_v3.py recompute_granularity "selective") of the modules launch.sh's RM
-  names: the MLA up-projections on H100 (RM='mla_up_proj'), the core attention on GB200 (RM='core_attn').
+  names: the MLA up-projections on H100 (RM='mla_up_proj'), the core attention on GB200 (RM='core_attn'); the
+  shared experts beside the all-to-all dispatcher (nemo/collections/llm/gpt/model/deepseek.py DeepSeekConfig:
+  moe_shared_expert_overlap True, moe_token_dispatcher_type "alltoall"); no TP communication overlap
+  (pretrain_deepseek_v3.py: MegatronCommOverlapCallback tp_comm_overlap=False).
 
 The measured step is the table's; the tokens/s cell is kept where it agrees with GBS·sequence / step within 1 %
 (Grok-1's GB200 512-GPU cells give half that: the GBS of the 256-GPU run; the layout table, the step and the MFU
@@ -48,7 +51,9 @@ MODELS = {
     "Deepseek V3": ("DeepSeek-V3", "dsv3", 61, 7168, 128, 128, 2048, 129280, 256, 8, 671, 4096,
                     "deepseek_v3/pretraining/README.md", "25.04.01",
                     "MLA, 1 shared expert, 3 dense layers; mtp_num_layers 1 (pretrain_recipe use_mtp=True); "
-                    "token drop, capacity factor 1.0 with padding"),
+                    "token drop, capacity factor 1.0 with padding; shared experts overlapped with the all-to-all "
+                    "dispatcher (DeepSeekV3Config moe_shared_expert_overlap True, moe_token_dispatcher_type alltoall); "
+                    "no TP communication overlap (MegatronCommOverlapCallback tp_comm_overlap False)"),
 }
 RECOMPUTE_MODULES = {"H100": "mla_up_proj", "GB200": "core_attn"}  # DeepSeek-V3: deepseek_v3/pretraining/launch.sh RM
 GPUS = {"H100": ("H100-SXM5-80GB", "DGX Cloud H100 nodes: NVLink/NVSwitch, InfiniBand"),
@@ -224,7 +229,9 @@ def paragraph(results, pct) -> str:
         f"{med(dsv3 & h100)}, its EP 64 all-to-all across 8 nodes most of the predicted step; the recipe "
         "recomputes the MLA up-projections (launch.sh RM='mla_up_proj', the megatron stack's recompute_modules), "
         f"which frees Q, K and V of every layer: predicted peaks {mem(dsv3 & h100)} GiB per GPU, which fit (without "
-        "it the 1,024-GPU row's 92 GiB did not). On "
+        "it the 1,024-GPU row's 92 GiB did not). Its shared expert runs beside the dispatcher's all-to-alls "
+        "(DeepSeekConfig moe_shared_expert_overlap, the stack's moe_shared_expert_overlap: cost/moe_overlap.py), and "
+        "its recipe turns TP communication overlap off (MegatronCommOverlapCallback tp_comm_overlap=False). On "
         f"128-512 GB200s, where the EP all-to-all stays inside the NVLink domain, the README's own MFU is "
         f"{mfu.min():.1f}-{mfu.max():.1f} % and the prediction {pct(gb.step_error.median())}: these steps are "
         f"{gb.measured_step_s.median() / gb.predicted_step_s.median():.1f}x the predicted one, far beyond any other "

@@ -127,6 +127,10 @@ def split_text(layout: dict) -> str:
             + (f" (Megatron split: {' and '.join(parts)} counted as a layer)" if parts else ""))
 
 
+SHARED_OVERLAP_HELP = ("MoE shared experts on a second stream beside the expert-parallel all-to-alls (Megatron "
+                       "--moe-shared-expert-overlap; default: the stack's)")
+
+
 def scenario_options(fn):
     """Decorate a click command with the scenario argument and the DESIGN.md flags."""
     @click.argument("scenario", required=False)
@@ -141,6 +145,8 @@ def scenario_options(fn):
     @click.option("--tp-comm-overlap/--no-tp-comm-overlap", "tp_comm_overlap", default=None,
                   help="TP collectives in chunks pipelined with their GEMMs (Megatron --tp-comm-overlap, torchtitan "
                        "AsyncTP; default: the stack's)")
+    @click.option("--moe-shared-expert-overlap/--no-moe-shared-expert-overlap", "moe_shared_expert_overlap",
+                  default=None, help=SHARED_OVERLAP_HELP)
     @click.option("--allow-unsupported", "allow_unsupported", is_flag=True, default=False,
                   help="evaluate a layout the stack's framework cannot run (default: exit 2 naming the rule; "
                        "the rules and their sources are each stack's [runs], docs/stacks.md)")
@@ -155,7 +161,7 @@ def scenario_options(fn):
 
 
 SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + ["sequence_parallel", "flash_attention", "offload_optimizer", "compiled",
-                                                      "tp_comm_overlap"]
+                                                      "tp_comm_overlap", "moe_shared_expert_overlap"]
 SCENARIO_KEYS += [dest for dest, _ in PIPELINE_SPLIT_FLAGS]
 
 

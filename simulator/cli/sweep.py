@@ -13,13 +13,14 @@ from ..errors import InputError
 from ..spec.layout import recompute_label
 from ..spec.rules import RECOMPUTE
 from ..spec.scenario import STACK_FLAG_KEYS
-from .common import GPU_SPEED_CV_HELP, flags, pipeline_split_options, with_gpu_speed_cv
+from .common import GPU_SPEED_CV_HELP, SHARED_OVERLAP_HELP, flags, pipeline_split_options, with_gpu_speed_cv
 from .flagnames import flag_names, given_flags
 
+_ON_OFF = ("compiled", "tp_comm_overlap", "moe_shared_expert_overlap")  # stack flags that are --x/--no-x switches
 # scenario flags passed through to load_scenario (not layout fields: those are lists here)
 _SCENARIO_FLAGS = flags("model", "mtp_layers", "hardware", "stack", "num_gpus", "seq_length", "global_batch_size", "precision",
                         "optimizer", "grad_dtype", "cross_entropy", "moe_capacity_factor", "moe_imbalance",
-                        *(k for k in STACK_FLAG_KEYS if k not in ("compiled", "tp_comm_overlap")))  # on/off below
+                        *(k for k in STACK_FLAG_KEYS if k not in _ON_OFF))  # on/off below
 # sweep axes: comma lists or "auto"
 _LIST_FLAGS = [
     ("--tp", "tp", "tensor-parallel degrees, e.g. 1,2,4,8"),
@@ -60,6 +61,8 @@ def _options(fn):
                       help="torch.compile / CUDA graphs: fused elementwise kernels, fewer launches (the stack's default)")(fn)
     fn = click.option("--tp-comm-overlap/--no-tp-comm-overlap", "tp_comm_overlap", default=None,
                       help="TP collectives in chunks pipelined with their GEMMs (the stack's default)")(fn)
+    fn = click.option("--moe-shared-expert-overlap/--no-moe-shared-expert-overlap", "moe_shared_expert_overlap",
+                      default=None, help=SHARED_OVERLAP_HELP)(fn)
     for flag, dest, typ, hlp in reversed(_SCENARIO_FLAGS):
         fn = click.option(flag, dest, type=typ, default=None, help=hlp)(fn)
     return click.argument("scenario", required=False)(fn)
@@ -225,8 +228,7 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
     emit = kwargs.pop("emit")
     over = {dest: kwargs.pop(dest) for _, dest, _, _ in _SCENARIO_FLAGS}
     over["flash_attention"] = kwargs.pop("flash_attention")
-    over["compiled"] = kwargs.pop("compiled")
-    over["tp_comm_overlap"] = kwargs.pop("tp_comm_overlap")
+    over.update({k: kwargs.pop(k) for k in _ON_OFF})
     with flag_names(given_flags(_SCENARIO_FLAGS, over)):  # an error about a flag's value names the flag
         sc = load_scenario(scenario, require_layout=False, **over)
     sc = replace(sc, hardware=with_gpu_speed_cv(sc.hardware, gpu_speed_cv))

@@ -64,6 +64,8 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   copied into the unsharded parameters, each unit's unsharded gradients copied into the reduce-scatter input;
 - `tp_comm_overlap`: tensor-parallel collectives split into chunks pipelined with the GEMMs they feed
   (cost/fsdp.py `chunked_overlap_exposed_s`);
+- `moe_shared_expert_overlap`: an MoE layer's shared experts run on a second stream beside its expert-parallel
+  all-to-alls (Megatron-Core `--moe-shared-expert-overlap`; cost/moe_overlap.py); no effect without shared experts;
 - `dp_bucket_mb`: the gradient bucket of its data-parallel reduction (DDP, ZeRO-1/2): buckets are reduced
   as the last backward fills them, so only the last one is sure to be exposed (kernel.py's DP tail);
 - memory (memory/framework.py): `zero_buffers` names whose ZeRO optimizer buffers the memory model adds
@@ -153,6 +155,7 @@ class Stack:
     fsdp_reduce: str = "every-microbatch"
     fsdp_copies: bool = False  # FSDP2's copy-out / copy-in kernels on the compute stream (cost/fsdp.py)
     tp_comm_overlap: bool = False  # TP collectives chunked under their GEMMs (Megatron userbuffers, AsyncTP)
+    moe_shared_expert_overlap: bool = False  # shared experts beside the EP all-to-alls (cost/moe_overlap.py)
     loss_parallel: bool = True  # the loss runs on vocabulary-sharded logits under TP (`loss_shards`)
     # with expert parallelism the routed experts stay whole (etp 1) instead of split over the TP group (etp tp):
     # the layout's etp when it gives none (spec/scenario.py, the sweep); Megatron-Core's default is tp
@@ -192,7 +195,8 @@ class Stack:
                 raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
         for name in ("compiled", "tp_comm_overlap", "loss_parallel", "ddp_bucket_view", "ddp_one_rank",
-                     "fsdp_copies", "fp8_params", "whole_experts_with_ep", "ep_dispatch_fp8"):
+                     "fsdp_copies", "fp8_params", "whole_experts_with_ep", "ep_dispatch_fp8",
+                     "moe_shared_expert_overlap"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("kernels_per_layer", "compiled_kernels_per_layer"):

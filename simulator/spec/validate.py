@@ -140,7 +140,8 @@ def moe_settings_problem(model: ModelSpec, training: Training) -> str:
 def recompute_modules_problem(model: ModelSpec, training: Training) -> str:
     """Why the stack's selective-recompute modules (Stack.recompute_modules) cannot apply to `model` under `training`
     ('' when they can). Megatron-Core refuses mla_up_proj without MLA and, under FP8 with delayed scaling, moe_act and
-    layernorm (transformer_config.py __post_init__, NVIDIA/Megatron-LM d98e8a6); a module the model does not have
+    layernorm, and shared_experts with moe_shared_expert_overlap (transformer_config.py __post_init__,
+    NVIDIA/Megatron-LM d98e8a6); a module the model does not have
     (moe, moe_act or shared_experts without routed or shared experts) would recompute nothing: refused as a mistake."""
     mods, name = training.stack.recompute_modules, model.name or "this model"
     needs = (("mla_up_proj", model.is_mla, "multi-latent attention"), ("moe", model.is_moe, "routed experts"),
@@ -149,6 +150,9 @@ def recompute_modules_problem(model: ModelSpec, training: Training) -> str:
     for module, has, what in needs:
         if module in mods and not has:
             return f"recompute_modules {module} needs {what}; {name} has none"
+    if "shared_experts" in mods and training.stack.moe_shared_expert_overlap:
+        return ("recompute_modules shared_experts with moe_shared_expert_overlap: Megatron-Core refuses it "
+                "('shared_experts recompute cannot work with --moe-shared-expert-overlap')")
     if training.precision == "fp8" and training.stack.fp8_recipe == "delayed":
         bad = [m for m in ("moe_act", "layernorm") if m in mods]
         if bad:

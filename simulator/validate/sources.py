@@ -274,9 +274,11 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="DGXC_MOE", family="llama", tie_word_embeddings=False, learned_positions=False, dropout=False,
         vocab_pad_per_tp=128, flash_attention=True, grad_dtype=((r".", "bf16"),), stack="megatron",
-        stack_overrides=_DGXC_STACK + (("tp_comm_overlap", True),),
+        stack_overrides=_DGXC_STACK,
         stack_by_notes=((r", FP8;", "fp8_params", True), (r"recompute_modules mla_up_proj", "recompute_modules",
-                                                             "mla_up_proj")),
+                                                             "mla_up_proj"),
+                        (r"TP communication overlap \(userbuffers\)", "tp_comm_overlap", True),
+                        (r"shared experts overlapped", "moe_shared_expert_overlap", True)),
         training_overrides=(("moe_capacity_factor", 1.0),), model_presets=((r"^DeepSeek-V3", "deepseek-v3"),),
         statements=(
             "NeMo 2 performance recipes (NVIDIA/dgxc-benchmarking 6be5ea0; NeMo 6f2c6fd scripts/performance/llm/"
@@ -286,8 +288,9 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "routed experts: token drop padded to capacity factor 1.0 (MegatronTokenDropCallback: "
             "moe_expert_capacity_factor 1.0, moe_pad_expert_input_to_capacity), the experts' tensor-parallel "
             "degree as the layout table's ETP",
-            "TP communication overlap with userbuffers (MegatronCommOverlapCallback tp_comm_overlap True), sequence "
-            "parallelism, the distributed optimizer with bf16 gradient reduction (grad_reduce_in_fp32 False), "
+            "Grok-1: TP communication overlap with userbuffers (MegatronCommOverlapCallback tp_comm_overlap True); "
+            "DeepSeek-V3: none (pretrain_deepseek_v3.py tp_comm_overlap=False), its shared experts beside the "
+            "all-to-all dispatcher (DeepSeekConfig moe_shared_expert_overlap True); sequence parallelism, the distributed optimizer with bf16 gradient reduction (grad_reduce_in_fp32 False), "
             "16-bit master remainders (use_precision_aware_optimizer), no recompute, no dropout",
             "FP8 rows: TE delayed scaling (bf16_with_fp8_mixed: hybrid, amax history 1024) with FP8 parameters "
             "(fp8_param_gather)",
