@@ -14,7 +14,8 @@ Composition (formulas.md §7.4, made concrete):
      excess is exposed. Ulysses all-to-all: exposed.
    - EP dispatch/combine all-to-all: exposed, except `ep_overlap` of it (default 1 for dualpipe /
      dualpipev, whose F&B pairs hide it — DeepSeek-V3 §3.2.1 — else 0) and, with the stack's
-     `moe_shared_expert_overlap`, what runs beside the shared experts (cost/moe_overlap.py).
+     `moe_shared_expert_overlap`, what runs beside the shared experts; with `moe_a2a_overlap` (combined 1F1B)
+     the share its merged passes hide (cost/moe_overlap.py).
    - ZeRO-3/FSDP parameter all-gathers (forward and backward) and gradient reduce-scatters, one
      collective per FSDP unit (a layer by default), replayed beside the compute on a communication
      stream with the stack's prefetch depth, reshard-after-forward and reduce policy (cost/fsdp.py):
@@ -63,6 +64,7 @@ import pandas as pd
 from .batch import LayoutBatch
 from .options import EstimateOptions
 from .cost.compute import BASIS_KEYS, layer_basis_times_by_mode
+from .cost.moe_overlap import combined_1f1b_share
 from .cost.variability import slowest_gpu_factor
 from .cost.recompute import recomputed_layer_share
 from .kernel_throughput import recomputed_share, throughput
@@ -331,6 +333,8 @@ def _step_times(model, training, hardware, opt, cp_algorithm, dp_mode, shard_gro
                 content=pt.content_index, shape=pt.shape_index, gpus=gpus)
     c, c_inv = once_per_distinct(_layer_comm, {**cols, "rec": rec}, model=model, training=training,
                                  hardware=hardware, opt=opt, cp_algorithm=cp_algorithm)
+    if training.stack.moe_a2a_overlap and model.is_moe:  # the merged passes' share of what a merged pair hides
+        cols["ep_ov"] = np.maximum(ep_ov, combined_1f1b_share(pp, chunks, m) * c["ep_pair"][c_inv])
     # the stage times read dp, pp, zero, m and the shape only for autograd's gradient accumulation: elsewhere
     # constants, so as not to split the distinct rows by them
     acc = training.stack.grad_accumulation == "autograd"

@@ -10,7 +10,7 @@ from .cost import collectives as C
 from .cost import comm
 from .cost.compute import layer_op_times
 from .cost.fsdp import chunked_overlap_exposed_s
-from .cost.moe_overlap import shared_expert_hidden_s
+from .cost.moe_overlap import combined_pair_period_s, shared_expert_hidden_s
 from .cost.recompute import recomputed_fraction
 from .cost.topology import group_span
 from .dedup import categories, distinct_rows
@@ -22,7 +22,8 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
     (cost/comm.tp_comm; `tp_head_f` the last stage's gather of the logits, comm.loss_gather_s), CP
     (cp_comm) and the core-attention time that hides ring CP, EP all-to-all (ep_comm, per MoE layer; `ep_rerun`: its
     forward again where recompute re-runs the MoE block, full or the module moe; `ep_sh_f`/`_b`: what of it runs
-    beside the shared experts under the stack's `moe_shared_expert_overlap`; `tp_rerun_d`/`_m`: the MLP's/MoE's
+    beside the shared experts under the stack's `moe_shared_expert_overlap`; `ep_pair`: the share of it a merged layer
+    pair of the stack's `moe_a2a_overlap` hides; `tp_rerun_d`/`_m`: the MLP's/MoE's
     forward TP pair again under the modules mlp/moe), and
     the PP p2p time of one stage boundary (0 without pipelining). `tp_moe_f`/`tp_moe_b`: what an MoE layer's
     TP collectives differ from a dense layer's where the experts' tensor-parallel degree etp is not tp: the
@@ -36,7 +37,7 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
     place = dict(order=opt.placement)
     out = {key: np.zeros(k) for key in ("tp_f", "tp_b", "tp_hid_f", "tp_hid_b", "cp_f", "cp_b", "att_f", "att_b",
                                         "ep_f", "ep_b", "p2p", "tp_head_f", "tp_moe_f", "tp_moe_b", "tp_rerun_d",
-                                        "tp_rerun_m", "ep_rerun", "ep_sh_f", "ep_sh_b")}
+                                        "tp_rerun_m", "ep_rerun", "ep_sh_f", "ep_sh_b", "ep_pair")}
     def rerun(op: str, r: str, moe: bool) -> float:  # the recompute forward's share of the FFN op (the one rule)
         return recomputed_fraction(op, r, model, modules=training.stack.recompute_modules, moe_layer=moe)
 
@@ -91,6 +92,9 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
         if training.stack.moe_shared_expert_overlap and model.shared_expert_ffn_hidden_size:
             out["ep_sh_f"][:], out["ep_sh_b"][:] = _shared_expert_hidden(model, training, hardware, opt, c, tp=tp,
                                                                         cp=cp, mbs=mbs, sp=sp)
+        if training.stack.moe_a2a_overlap:
+            out["ep_pair"][:] = _merged_pair_hidden_share(model, training, hardware, opt, c, tp=tp, cp=cp, ep=ep,
+                                                          etp=etp, mbs=mbs, sp=sp)
     piped = np.flatnonzero(pp > 1)
     if len(piped):
         span_pp = group_span(hardware, group="pp", tp=tp[piped], cp=cp[piped], ep=1, dp=dp[piped], pp=pp[piped], **place)
@@ -160,6 +164,37 @@ def _shared_expert_hidden(model, training, hardware, opt, c, *, tp, cp, mbs, sp)
                 float(down.backward_s) + float(down.weight_s))
     g = g[inv]
     return shared_expert_hidden_s(t_d, t_c, g[:, 0], g[:, 1], g[:, 2], g[:, 3])
+
+
+# an MoE layer's ops that run between its dispatch and its combine (the routed experts: Megatron-Core's `mlp` node
+# of the combined 1F1B, fine_grained_callables.py submodule_moe_forward); the others run before the dispatch
+_ROUTED = ("expert_up", "expert_down", "mlp_activation")
+
+
+def _merged_pair_hidden_share(model, training, hardware, opt, c, *, tp, cp, ep, etp, mbs, sp):
+    """Per row, the share of an MoE layer's four all-to-alls that the steady state of Megatron-Core's combined 1F1B
+    hides (the stack's `moe_a2a_overlap`), (K,): (S − period) / A for a merged pair of MoE layers, S its ops one
+    after another, A its all-to-alls (dispatch t_d and combine t_c forward, two of t_c backward: ep_comm), the
+    period from cost/moe_overlap.py combined_pair_period_s. The routed experts (_ROUTED) are its `mlp` node, the
+    rest of the layer its `pre_dispatch` node; their weight gradients run after the input gradients, the
+    experts' split off with `moe_delay_wgrad`. Ops timed once per distinct (tp, cp, ep, etp, micro-batch, SP)."""
+    t_c = np.broadcast_to(np.asarray(c.backward_s, dtype=float), tp.shape) / 2.0
+    t_d = np.broadcast_to(np.asarray(c.forward_s, dtype=float), tp.shape) - t_c
+    u, inv = distinct_rows(tp, cp, ep, etp, mbs, sp)
+    g = np.zeros((len(u), 6))  # pre f, mlp f, pre b (input grads), pre weight grads, mlp b, mlp weight grads
+    for j, i in enumerate(u):
+        for o in layer_op_times(model, training, hardware, moe=True, tp=float(tp[i]), cp=float(cp[i]),
+                                ep=float(ep[i]), etp=float(etp[i]), micro_batch_size=float(mbs[i]),
+                                sequence_parallel=bool(sp[i]), roofline=opt.roofline):
+            f, b, w = float(o.forward_s), float(o.backward_s), float(o.weight_s)
+            g[j] += (0, f, 0, 0, b, w) if o.name in _ROUTED else (f, 0, b, w, 0, 0)
+    g = g[inv]
+    if not training.stack.moe_delay_wgrad:  # the experts' weight gradients inside their backward
+        g[:, 4], g[:, 5] = g[:, 4] + g[:, 5], 0.0
+    a2a = t_d + 3.0 * t_c
+    period = combined_pair_period_s(g[:, 0], g[:, 1], g[:, 2], g[:, 3], g[:, 4], g[:, 5], t_d, t_c, t_c, t_c)
+    hidden = g.sum(axis=1) + a2a - period
+    return np.clip(np.divide(hidden, a2a, out=np.zeros_like(a2a), where=a2a > 0), 0.0, 1.0)
 
 
 def _core_attention_s(model, training, hardware, tp, cp, mbs, sequence_parallel, roofline):

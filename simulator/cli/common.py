@@ -127,8 +127,30 @@ def split_text(layout: dict) -> str:
             + (f" (Megatron split: {' and '.join(parts)} counted as a layer)" if parts else ""))
 
 
-SHARED_OVERLAP_HELP = ("MoE shared experts on a second stream beside the expert-parallel all-to-alls (Megatron "
-                       "--moe-shared-expert-overlap; default: the stack's)")
+# the Stack's on/off fields a --x/--no-x switch sets (estimate, memory and sweep; default: the stack's)
+STACK_SWITCHES = (
+    ("--compile/--no-compile", "compiled",
+     "torch.compile / CUDA graphs: fused elementwise kernels, fewer launches (the stack's default)"),
+    ("--tp-comm-overlap/--no-tp-comm-overlap", "tp_comm_overlap",
+     "TP collectives in chunks pipelined with their GEMMs (Megatron --tp-comm-overlap, torchtitan AsyncTP; default: "
+     "the stack's)"),
+    ("--moe-shared-expert-overlap/--no-moe-shared-expert-overlap", "moe_shared_expert_overlap",
+     "MoE shared experts on a second stream beside the expert-parallel all-to-alls (Megatron "
+     "--moe-shared-expert-overlap; default: the stack's)"),
+    ("--moe-a2a-overlap/--no-moe-a2a-overlap", "moe_a2a_overlap",
+     "one micro-batch's forward beside another's backward, layer by layer, each one's expert-parallel all-to-alls "
+     "beside the other's compute (Megatron --overlap-moe-expert-parallel-comm, combined 1F1B; default: the stack's)"),
+    ("--moe-delay-wgrad/--no-moe-delay-wgrad", "moe_delay_wgrad",
+     "with --moe-a2a-overlap: the experts' weight gradients after their dispatch gradient (Megatron "
+     "--delay-wgrad-compute; default: the stack's)"),
+)
+
+
+def stack_switches(fn):
+    """Decorate a click command with the STACK_SWITCHES."""
+    for flag, dest, hlp in reversed(STACK_SWITCHES):
+        fn = click.option(flag, dest, default=None, help=hlp)(fn)
+    return fn
 
 
 def scenario_options(fn):
@@ -140,13 +162,7 @@ def scenario_options(fn):
                   help="FlashAttention (no a·s² tensors stored)")
     @click.option("--offload-optimizer/--no-offload-optimizer", "offload_optimizer", default=None,
                   help="ZeRO-Offload: optimizer states in host memory")
-    @click.option("--compile/--no-compile", "compiled", default=None,
-                  help="torch.compile / CUDA graphs: fused elementwise kernels, fewer launches (the stack's default)")
-    @click.option("--tp-comm-overlap/--no-tp-comm-overlap", "tp_comm_overlap", default=None,
-                  help="TP collectives in chunks pipelined with their GEMMs (Megatron --tp-comm-overlap, torchtitan "
-                       "AsyncTP; default: the stack's)")
-    @click.option("--moe-shared-expert-overlap/--no-moe-shared-expert-overlap", "moe_shared_expert_overlap",
-                  default=None, help=SHARED_OVERLAP_HELP)
+    @stack_switches
     @click.option("--allow-unsupported", "allow_unsupported", is_flag=True, default=False,
                   help="evaluate a layout the stack's framework cannot run (default: exit 2 naming the rule; "
                        "the rules and their sources are each stack's [runs], docs/stacks.md)")
@@ -160,8 +176,8 @@ def scenario_options(fn):
     return wrapper
 
 
-SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + ["sequence_parallel", "flash_attention", "offload_optimizer", "compiled",
-                                                      "tp_comm_overlap", "moe_shared_expert_overlap"]
+SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + ["sequence_parallel", "flash_attention", "offload_optimizer"]
+SCENARIO_KEYS += [dest for _, dest, _ in STACK_SWITCHES]
 SCENARIO_KEYS += [dest for dest, _ in PIPELINE_SPLIT_FLAGS]
 
 

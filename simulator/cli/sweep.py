@@ -13,10 +13,10 @@ from ..errors import InputError
 from ..spec.layout import recompute_label
 from ..spec.rules import RECOMPUTE
 from ..spec.scenario import STACK_FLAG_KEYS
-from .common import GPU_SPEED_CV_HELP, SHARED_OVERLAP_HELP, flags, pipeline_split_options, with_gpu_speed_cv
+from .common import GPU_SPEED_CV_HELP, STACK_SWITCHES, flags, pipeline_split_options, stack_switches, with_gpu_speed_cv
 from .flagnames import flag_names, given_flags
 
-_ON_OFF = ("compiled", "tp_comm_overlap", "moe_shared_expert_overlap")  # stack flags that are --x/--no-x switches
+_ON_OFF = tuple(dest for _, dest, _ in STACK_SWITCHES)  # the stack's --x/--no-x switches
 # scenario flags passed through to load_scenario (not layout fields: those are lists here)
 _SCENARIO_FLAGS = flags("model", "mtp_layers", "hardware", "stack", "num_gpus", "seq_length", "global_batch_size", "precision",
                         "optimizer", "grad_dtype", "cross_entropy", "moe_capacity_factor", "moe_imbalance",
@@ -57,12 +57,7 @@ def _options(fn):
         fn = click.option(flag, dest, type=str, default=None, metavar="LIST|auto", help=hlp)(fn)
     fn = click.option("--flash-attention/--no-flash-attention", "flash_attention", default=None,
                       help="FlashAttention (no a·s² tensors stored)")(fn)
-    fn = click.option("--compile/--no-compile", "compiled", default=None,
-                      help="torch.compile / CUDA graphs: fused elementwise kernels, fewer launches (the stack's default)")(fn)
-    fn = click.option("--tp-comm-overlap/--no-tp-comm-overlap", "tp_comm_overlap", default=None,
-                      help="TP collectives in chunks pipelined with their GEMMs (the stack's default)")(fn)
-    fn = click.option("--moe-shared-expert-overlap/--no-moe-shared-expert-overlap", "moe_shared_expert_overlap",
-                      default=None, help=SHARED_OVERLAP_HELP)(fn)
+    fn = stack_switches(fn)
     for flag, dest, typ, hlp in reversed(_SCENARIO_FLAGS):
         fn = click.option(flag, dest, type=typ, default=None, help=hlp)(fn)
     return click.argument("scenario", required=False)(fn)

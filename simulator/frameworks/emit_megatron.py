@@ -171,6 +171,10 @@ def _training_flags(sc, layout, notes: list[str]) -> list:
         f.append(("--tp-comm-overlap", None))
     if st.moe_shared_expert_overlap and sc.model.shared_expert_ffn_hidden_size:
         f.append(("--moe-shared-expert-overlap", None))
+    for on, flag in ((st.moe_a2a_overlap, "--overlap-moe-expert-parallel-comm"),
+                     (st.moe_delay_wgrad, "--delay-wgrad-compute")):
+        if on:
+            f.append((flag, None))
     f += _bucket_flags(layout, tr)
     return f
 

@@ -15,9 +15,10 @@ megatron/core/transformer/transformer_config.py, megatron/core/distributed/distr
   Layout.recompute_layers N); `--cp-comm-type` p2p = ring, a2a = Ulysses;
 - training: `--seq-length`, `--global-batch-size` (default micro x dp), `--bf16` / `--fp16` / `--fp8-format`,
   `--optimizer`, fp32 gradients unless `--grad-reduce-in-bf16`, `--optimizer-cpu-offload`;
-- stack `megatron` with: `--tp-comm-overlap`, `--moe-shared-expert-overlap`, `--fp8-recipe`, `--attention-backend`;
-  the gradient bucket: `--ddp-bucket-size` parameters (default max(40M, 1M x dp), training.py) x the gradient's bytes with
-  `--overlap-grad-reduce`; without it Megatron reduces after the backward: one bucket (dp_bucket_mb 1e6).
+- stack `megatron` with: `--tp-comm-overlap`, `--moe-shared-expert-overlap`, `--overlap-moe-expert-parallel-comm`,
+  `--delay-wgrad-compute`, `--fp8-recipe`, `--attention-backend`; the gradient bucket: `--ddp-bucket-size`
+  parameters (default max(40M, 1M x dp), training.py) x the gradient's bytes with `--overlap-grad-reduce`;
+  without it Megatron reduces after the backward: one bucket (dp_bucket_mb 1e6).
 The model: frameworks/megatron_model.py.
 """
 from __future__ import annotations
@@ -280,8 +281,11 @@ def _stack(f: Fields, dp: int, training: dict, rep: Report) -> dict:
     st = {"preset": "megatron"}
     if f.flag("tp_comm_overlap"):
         st["tp_comm_overlap"] = True
-    if f.flag("moe_shared_expert_overlap"):  # (shared experts beside the dispatcher's all-to-alls)
-        st["moe_shared_expert_overlap"] = True
+    for dest, key in (("moe_shared_expert_overlap", "moe_shared_expert_overlap"),  # (cost/moe_overlap.py)
+                      ("overlap_moe_expert_parallel_comm", "moe_a2a_overlap"),
+                      ("delay_wgrad_compute", "moe_delay_wgrad")):
+        if f.flag(dest):
+            st[key] = True
     if f.flag("no_gradient_accumulation_fusion"):  # main_grad += the new gradient, a pass of its own
         st["grad_accumulation"] = "autograd"
     comm = f.text("megatron_fsdp_grad_comm_dtype", "auto", choices=("fp32", "bf16", "fp16", "auto"))

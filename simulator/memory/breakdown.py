@@ -45,7 +45,7 @@ from .head_activations import (embedding_activation_bytes, head_activation_bytes
                                loss_backward_bytes, train_metric_bytes)
 from .framework import pipe_output_bytes, with_framework_terms
 from .mode_rows import ModeRows
-from .inflight import inflight_microbatches, loss_inflight_microbatches
+from .inflight import combined_1f1b_inflight, inflight_microbatches, loss_inflight_microbatches
 from .kv_cache import kv_cache_bytes
 from .overheads import Overheads, context_bytes
 from .result import MemoryResult, memory_result
@@ -269,6 +269,9 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         inflight = np.broadcast_to(_check_inflight(inflight_per_stage, width) if inflight_per_stage is not None
                                    else inflight_microbatches(schedule, pp=pp, num_microbatches=num_microbatches,
                                                               vpp=vpp), shape)
+        if training.stack.moe_a2a_overlap:  # its extra warm-up forward
+            inflight = np.broadcast_to(combined_1f1b_inflight(inflight, pp=pp, vpp=vpp,
+                                                              num_microbatches=num_microbatches), shape)
         a_d = per_mode(layer_activation_bytes, moe=False)[..., None]
         a_m = per_mode(layer_activation_bytes, moe=True)[..., None]
         if recompute_layers and np.any(np.asarray(recompute) == "full"):  # the other layers keep everything

@@ -48,3 +48,18 @@ def loss_inflight_microbatches(schedule, *, num_microbatches) -> np.ndarray:
     codes, distinct = factorize(names)
     first = np.array([family(x).forwards_first for x in distinct], dtype=bool)[codes]
     return np.where(first.reshape(np.shape(schedule)), m, 1.0)
+
+
+def combined_1f1b_inflight(inflight, *, pp, vpp, num_microbatches) -> np.ndarray:
+    """`inflight` (stage units, (p,) or (N, p)) under Megatron-Core's combined 1F1B (the stack's moe_a2a_overlap):
+    with pipelining it runs one more warm-up forward on every rank (schedules.py get_pp_rank_microbatches: "we
+    schedule one extra micro-batch forward step before the 1f1b stages"), one more (chunk, micro-batch) pair,
+    1/v of a rank's share, at most all m; its merged passes then free a layer's backward as they add a layer's
+    forward, which adds no micro-batch. Without pipelining the merged pass's forward and backward balance the same
+    way: unchanged."""
+    pp, v = np.asarray(pp, dtype=float), np.asarray(vpp, dtype=float)
+    m = np.asarray(num_microbatches, dtype=float)
+    extra = np.where(pp > 1, 1.0 / v, 0.0)
+    if np.ndim(inflight) == 2:
+        extra, m = np.reshape(extra, (-1, 1)), np.reshape(m, (-1, 1))
+    return np.minimum(inflight + extra, np.maximum(inflight, m))

@@ -298,6 +298,29 @@ def summary(rules: FrameworkRules) -> str:
     return "; ".join(parts + ([f"{n} refused combination{'s' if n != 1 else ''}"] if n else []))
 
 
+# Megatron-Core's asserts on overlap_moe_expert_parallel_comm that read the layout (transformer_config.py
+# __post_init__, NVIDIA/Megatron-LM d98e8a6): the rules a stack with `moe_a2a_overlap` adds to its [runs]
+_A2A = "with moe_a2a_overlap (Megatron-Core --overlap-moe-expert-parallel-comm asserts"
+A2A_OVERLAP_RULES = (
+    ("moe_a2a_overlap_ep", (("ep", "<=", 1),),
+     f"expert parallelism 1 {_A2A} 'only supported with expert model parallelism')"),
+    ("moe_a2a_overlap_vpp", (("pp", ">", 1), ("vpp", "<=", 1)),
+     f"pipeline parallelism without virtual stages {_A2A} 'virtual_pipeline_model_parallel_size must be specified "
+     f"when pipeline_model_parallel_size > 1')"),
+    ("moe_a2a_overlap_full", (("recompute", "==", "full"),),
+     f"full recompute {_A2A} 'disable full recomputation when enabling overlap_moe_expert_parallel_comm')"),
+)
+
+
+def with_a2a_overlap_rules(rules: FrameworkRules, on: bool) -> FrameworkRules:
+    """`rules` with A2A_OVERLAP_RULES appended when `on`, without them when not (idempotent: a Stack rebuilt by
+    dataclasses.replace passes its rules through again)."""
+    names = {n for n, _, _ in A2A_OVERLAP_RULES}
+    kept = tuple(r for r in rules.refusals if r.name not in names)
+    extra = tuple(Refusal(n, tuple(Condition(*c) for c in when), reason) for n, when, reason in A2A_OVERLAP_RULES)
+    return FrameworkRules(kept + (extra if on else ()), rules.table_json)
+
+
 def layout_columns(layout, model, training) -> dict:
     """The rule columns of one Layout (spec/layout.py) of `model` trained with `training`."""
     cols = {k: getattr(layout, k) for k in ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "micro_batch_size", "zero",

@@ -66,6 +66,10 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   (cost/fsdp.py `chunked_overlap_exposed_s`);
 - `moe_shared_expert_overlap`: an MoE layer's shared experts run on a second stream beside its expert-parallel
   all-to-alls (Megatron-Core `--moe-shared-expert-overlap`; cost/moe_overlap.py); no effect without shared experts;
+- `moe_a2a_overlap`: the forward of one micro-batch runs beside the backward of another, layer by layer, each one's
+  expert-parallel all-to-alls beside the other's compute (Megatron-Core `--overlap-moe-expert-parallel-comm`, its
+  combined 1F1B; cost/moe_overlap.py), with `moe_delay_wgrad` its experts' weight gradients split off
+  (`--delay-wgrad-compute`); the layouts Megatron then refuses join [runs] (framework.A2A_OVERLAP_RULES);
 - `dp_bucket_mb`: the gradient bucket of its data-parallel reduction (DDP, ZeRO-1/2): buckets are reduced
   as the last backward fills them, so only the last one is sure to be exposed (kernel.py's DP tail);
 - memory (memory/framework.py): `zero_buffers` names whose ZeRO optimizer buffers the memory model adds
@@ -90,7 +94,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import InputError
-from .framework import FrameworkRules, rules_from_table, summary
+from .framework import FrameworkRules, rules_from_table, summary, with_a2a_overlap_rules
 from .presets import check_keys, preset_names, read_toml, resolve
 from .rules import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
 
@@ -156,6 +160,8 @@ class Stack:
     fsdp_copies: bool = False  # FSDP2's copy-out / copy-in kernels on the compute stream (cost/fsdp.py)
     tp_comm_overlap: bool = False  # TP collectives chunked under their GEMMs (Megatron userbuffers, AsyncTP)
     moe_shared_expert_overlap: bool = False  # shared experts beside the EP all-to-alls (cost/moe_overlap.py)
+    moe_a2a_overlap: bool = False  # combined 1F1B: one micro-batch's all-to-alls beside another's compute
+    moe_delay_wgrad: bool = False  # with moe_a2a_overlap: the MLP's weight gradients after its dispatch gradient
     loss_parallel: bool = True  # the loss runs on vocabulary-sharded logits under TP (`loss_shards`)
     # with expert parallelism the routed experts stay whole (etp 1) instead of split over the TP group (etp tp):
     # the layout's etp when it gives none (spec/scenario.py, the sweep); Megatron-Core's default is tp
@@ -196,7 +202,7 @@ class Stack:
                                  f"got {getattr(self, name)!r}")
         for name in ("compiled", "tp_comm_overlap", "loss_parallel", "ddp_bucket_view", "ddp_one_rank",
                      "fsdp_copies", "fp8_params", "whole_experts_with_ep", "ep_dispatch_fp8",
-                     "moe_shared_expert_overlap"):
+                     "moe_shared_expert_overlap", "moe_a2a_overlap", "moe_delay_wgrad"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("kernels_per_layer", "compiled_kernels_per_layer"):
@@ -218,6 +224,7 @@ class Stack:
                              f"to 1 TB), got {b!r}")
         self._check_memory_fields()
         self._check_recompute_modules()
+        self._check_moe_overlaps()
         for name, lo in (("fsdp_unit_layers", 1), ("fsdp_prefetch", 0), ("train_metric_losses", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= 1024:
@@ -242,6 +249,21 @@ class Stack:
             raise InputError(f"stack {self.name!r}: recompute_modules {refused[0]!r}: its framework's selective "
                              f"recompute takes {', '.join(takes)} only ([runs] selective_modules)")
         object.__setattr__(self, "recompute_modules", tuple(m for m in RECOMPUTE_MODULES if m in v))
+
+    def _check_moe_overlaps(self):
+        """Megatron-Core's asserts on the MoE overlaps that read no layout (transformer_config.py, d98e8a6); the
+        layout's join the [runs] rules (framework.with_a2a_overlap_rules)."""
+        a2a = "moe_a2a_overlap (Megatron-Core --overlap-moe-expert-parallel-comm)"
+        if self.moe_delay_wgrad and not self.moe_a2a_overlap:
+            raise InputError(f"stack {self.name!r}: moe_delay_wgrad needs {a2a} ('overlap_moe_expert_parallel_comm "
+                             f"must be enabled when enabling delay_wgrad_compute')")
+        if self.moe_a2a_overlap and self.moe_shared_expert_overlap:
+            raise InputError(f"stack {self.name!r}: {a2a} with moe_shared_expert_overlap: Megatron-Core refuses it "
+                             f"('disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm')")
+        if self.moe_a2a_overlap and "moe" in self.recompute_modules:
+            raise InputError(f"stack {self.name!r}: {a2a} with recompute_modules moe: Megatron-Core refuses it "
+                             f"('disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm')")
+        object.__setattr__(self, "runs", with_a2a_overlap_rules(self.runs, self.moe_a2a_overlap))
 
     def _check_memory_fields(self):
         for name in ("zero_buffers", "pipe_buffers"):

@@ -177,6 +177,9 @@ def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
         raise InputError(moe_settings_problem(model, training))
     if recompute_modules_problem(model, training):
         raise InputError(recompute_modules_problem(model, training))
+    if training.stack.moe_a2a_overlap and model.mtp_layers > 1:
+        raise InputError(f"mtp_layers {model.mtp_layers} with moe_a2a_overlap: Megatron-Core refuses it ('MTP supports "
+                         f"at most one layer when enabling overlap_moe_expert_parallel_comm')")
     if training.stack.recompute_modules != DEFAULT_RECOMPUTE_MODULES and layout.recompute != "selective":
         raise InputError(f"recompute_modules {','.join(training.stack.recompute_modules)} apply to recompute "
                          f"'selective' (Megatron --recompute-granularity selective); this layout's recompute is "
