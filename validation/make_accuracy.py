@@ -23,13 +23,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "validation"))  # its sibling alignment_pairs.py, however this file is loaded
 from alignment_pairs import section as alignment_section  # noqa: E402
 from dgxc_moe import paragraph as moe_paragraph  # noqa: E402
+from mbridge_h100 import paragraph as mbridge_paragraph  # noqa: E402
 # the project's shared published runs, and Korthikanti et al. 2022 Table 5 (the eight Megatron runs peer
 # simulators validate on: Calculon's calculon/llm/validation.py seqsel_tab5), kept in this repository
 RUNS = (ROOT / "validation" / "published_runs.csv", ROOT / "validation" / "korthikanti22.csv",
         ROOT / "validation" / "llmfoundry_h100.csv",  # llm-foundry's H100 tables (validation/llmfoundry_h100.py)
         ROOT / "validation" / "torchtitan_h100.csv",  # torchtitan's H100 tables (docs/performance.md at d4c86e3)
         ROOT / "validation" / "dgxc_h100.csv",  # NVIDIA DGX Cloud NeMo recipes on H100 (validation/dgxc_h100.py)
-        ROOT / "validation" / "dgxc_moe.csv")  # their MoE recipes, H100 and GB200 (validation/dgxc_moe.py)
+        ROOT / "validation" / "dgxc_moe.csv",  # their MoE recipes, H100 and GB200 (validation/dgxc_moe.py)
+        ROOT / "validation" / "mbridge_h100.csv")  # Megatron-Bridge's H100 tables (validation/mbridge_h100.py)
 DOC = ROOT / "docs" / "accuracy.md"
 SCRIPT = "validation/make_accuracy.py"
 
@@ -334,6 +336,8 @@ def errors_paragraph(results) -> list[str]:
                 "kernel measurement is owed: validation/gpu_attention_dropout.py).")
     if "DGXC_MOE" in step_means:
         lines.append(moe_paragraph(results, _pct))
+    if "MBRIDGE_H100" in step_means:
+        lines.append(mbridge_paragraph(results, _pct))
     if "NARAYANAN21" in step_means:
         lines.append(
             f"- NARAYANAN21 (mean {_pct(step_means['NARAYANAN21'])}) compares against step times *derived* from "
@@ -400,7 +404,9 @@ def render(results, skipped, sources, df=None) -> str:
            "DGX Cloud benchmarking recipes: NeMo Llama 3.1 8B/70B/405B on 8-2304 H100s, Nemotron-4 15B/340B on "
            "16-2048 and GPT-3 175B on 128-2048, BF16 and FP8; validation/dgxc_h100.py) and `validation/dgxc_moe.csv` "
            "(the same benchmarking's mixture-of-experts recipes: NeMo 2 Grok-1 314B on 512 H100s and 128-512 GB200s, "
-           "DeepSeek-V3 listed; validation/dgxc_moe.py); do not edit by hand.",
+           "DeepSeek-V3 listed; validation/dgxc_moe.py) and `validation/mbridge_h100.csv` (NVIDIA's Megatron-Bridge "
+           "performance tables, NeMo 25.09-26.06 on 8-1024 H100s: Llama 3 8B/70B, 3.1 405B, DeepSeek-V3, Qwen3 "
+           "30B-A3B and 235B-A22B, FP8; validation/mbridge_h100.py); do not edit by hand.",
            "Error = predicted / measured − 1 (negative: parasim predicts less time or memory than measured). Step "
            "time is the measured `step_time_s`, else global batch × sequence / measured tokens/s, else the source's "
            "*derived* step time (computed from reported TFLOP/s, not measured; marked † below). Comparing time "

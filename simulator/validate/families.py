@@ -65,6 +65,8 @@ class SourceRules:
     # (regex on the row's notes, Stack field, value): every match applies, after stack_overrides (rows of one
     # source that ran different kernels, compiled or not, with TP overlap or not)
     stack_by_notes: tuple[tuple[str, str, object], ...] = ()
+    # (regex on the row's notes, Training field, value): likewise, after training_overrides (token drop or not)
+    training_by_notes: tuple[tuple[str, str, object], ...] = ()
     # HardwareProfile fields the source's GPUs had otherwise than the preset's (SI units), stated
     hardware_overrides: tuple[tuple[str, float], ...] = ()
     statements: tuple[str, ...] = ()

@@ -193,6 +193,14 @@ _FIRST_LAST_FEWER = ("one fewer", "own pp slot")  # ZB24 notes; BLOOM 'embedding
 
 def _layers_per_stage(L: int, pp: int, chunks: int, notes_cell: str, notes: list[str], rule: str = "first-last"):
     low = notes_cell.lower()
+    listed = re.search(r"layers per (?:virtual )?stage ([\d,]+\d)", low)
+    if listed:  # the recipe's own split, stage by stage (a Megatron layout or Megatron's accounted split)
+        split = tuple(int(x) for x in listed.group(1).split(","))
+        if sum(split) == L and len(split) in (pp, pp * chunks):
+            notes.append(f"layers per stage {listed.group(1)} (row notes)")
+            return split
+        raise InputError(f"the notes' layers per stage {listed.group(1)} are not {L} layers over {pp} ranks x "
+                         f"{chunks} chunks")
     given = re.search(r"first and last pipeline stages hold (\d+) and (\d+) layers", low)
     if given and pp > 2 and chunks == 1:  # the recipe's own first/last stage sizes, the rest even
         a, b = int(given.group(1)), int(given.group(2))
@@ -322,10 +330,15 @@ def _row_training(row: Mapping, seq: int, rules: SourceRules, notes: list[str]):
         if re.search(pattern, _text(row.get("notes"))):
             overrides[key] = value
             notes.append(f"stack {key} = {value} (row notes: {pattern})")
+    train = dict(rules.training_overrides)
+    for pattern, key, value in rules.training_by_notes:
+        if re.search(pattern, _text(row.get("notes"))):
+            train[key] = value
+            notes.append(f"training {key} = {value} (row notes: {pattern})")
     return Training(seq_length=seq, global_batch_size=_int(row.get("global_batch_seqs"), "global_batch_seqs"),
                     precision=prec, grad_dtype=_grad_dtype(rules, row.get("precision"), prec, notes),
                     flash_attention=rules.flash_attention, dropout=rules.dropout,
-                    stack=load_stack(rules.stack, **overrides), **dict(rules.training_overrides))
+                    stack=load_stack(rules.stack, **overrides), **train)
 
 
 def _row_layout(row: Mapping, num_layers: int, tp: int, notes: list[str], rule: str = "first-last"):

@@ -302,6 +302,33 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "and of the core attention on GB200 (RM='core_attn', Megatron-Core's default)",
         )),
     SourceRules(
+        source_id="MBRIDGE_H100", family="llama", tie_word_embeddings=False, learned_positions=False, dropout=False,
+        flash_attention=True, grad_dtype=((r".", "bf16"),), stack="megatron", hardware="dgx-h100",
+        stack_overrides=(("fp8_recipe", "current"), ("fp8_params", True)),
+        stack_by_notes=((r"TP communication overlap \(userbuffers\)", "tp_comm_overlap", True),
+                        (r"EP A2A overlap \(overlap_moe_expert_parallel_comm", "moe_a2a_overlap", True), (r"delay_wgrad_compute", "moe_delay_wgrad", True),
+                        (r"recompute_modules mla_up_proj,mlp", "recompute_modules", "mla_up_proj,mlp"),
+                        (r"no gradient-accumulation fusion", "grad_accumulation", "autograd")),
+        training_by_notes=((r"token drop: capacity factor 1\.0", "moe_capacity_factor", 1.0),),
+        model_presets=((r"^Llama-3-8B$", "llama3-8b"), (r"^Llama-3-70B$", "llama3-70b"),
+                       (r"^Llama-3\.1-405B$", "llama3.1-405b"), (r"^DeepSeek-V3$", "deepseek-v3"),
+                       (r"^Qwen3-30B-A3B$", "qwen3-30b-a3b"), (r"^Qwen3-235B-A22B$", "qwen3-235b-a22b")),
+        statements=(
+            "Megatron-Bridge performance recipes (NVIDIA-NeMo/Megatron-Bridge, the release's commit: "
+            "validation/mbridge_h100.py COMMITS): Megatron-core with Transformer Engine, the megatron stack",
+            "models: parasim's presets (the recipes build them from the Hugging Face configs)",
+            "FP8 with per-tensor current scaling (bf16_with_fp8_current_scaling_mixed: fp8_recipe tensorwise, all "
+            "layers FP8) and FP8 weights (fp8_param_gather); the 25.09 table names no precision: FP8 current "
+            "scaling, as the same layouts of 25.11 are labelled",
+            "gradients reduced in bf16 (grad_reduce_in_fp32 False), the distributed optimizer with fp32 master "
+            "weights, sequence parallelism with TP, no CUDA graphs",
+            "MoE: force-balanced routing (moe_router_force_load_balancing: parasim's uniform routing), dropless "
+            "except where the notes give token drop (25.09 Qwen3); DeepEP and HybridEP (flex dispatcher) timed "
+            "as the all-to-all at the fabric's bandwidth",
+            "DeepSeek-V3's precision-aware optimizer (bf16 moments and main gradients) not modelled: fp32 states",
+            "the step: GBS x sequence / (published tokens/s/GPU x GPUs)",
+        )),
+    SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
         flash_attention=True, dropout=False, grad_dtype=((r".", "fp32"),), stack="torchtitan",
         stack_overrides=(("attention_kernel", "flash2"), ("grad_buffer", "set-to-none")),
