@@ -85,7 +85,9 @@ def _layer_comm(model, training, hardware, opt, cp_algorithm, *, tp, cp, ep, etp
         c = comm.ep_comm(hardware, span_ep, tokens_per_rank=mbs * s / cp / np.where(sp, tp, 1),
                          hidden_size=model.hidden_size, top_k=model.experts_per_token, num_moe_layers=1.0,
                          dispatch_bytes_per_element=training.ep_dispatch_bytes,
-                         combine_bytes_per_element=ab, load_factor=training.moe_load_factor)
+                         combine_bytes_per_element=ab, load_factor=training.moe_load_factor,
+                         by_node=((model.num_experts, model.router_groups, model.router_group_topk)
+                                  if training.stack.moe_dispatcher == "flex" else None))
         out["ep_f"][:], out["ep_b"][:] = c.forward_s, c.backward_s
         for (r,), idx in categories(rec):  # the MoE block's forward again where the recompute re-runs its experts
             out["ep_rerun"][idx] = np.broadcast_to(c.forward_s, (k,))[idx] * rerun("expert_up", r, True)

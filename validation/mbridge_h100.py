@@ -225,9 +225,9 @@ if __name__ == "__main__":
 CSV = Path(__file__).resolve().parent / "mbridge_h100.csv"
 
 
-def without_a2a_overlap_errors(d) -> dict[str, float]:
-    """{run_id: step error} of the rows that ran Megatron-Core's EP A2A overlap (combined 1F1B), predicted without
-    it: what modelling it changed."""
+def errors_without(d, note: str, **stack) -> dict[str, float]:
+    """{run_id: step error} of the rows whose notes hold `note`, predicted with the Stack fields `stack` instead:
+    what modelling that setting changed."""
     from dataclasses import replace
 
     from simulator.estimate import estimate
@@ -238,10 +238,10 @@ def without_a2a_overlap_errors(d) -> dict[str, float]:
     rows = read_runs(CSV).set_index("run_id")
     out = {}
     for run_id in d.index:
-        if A2A not in str(rows.loc[run_id, "notes"]):
+        if note not in str(rows.loc[run_id, "notes"]):
             continue
         m = map_run(rows.loc[run_id].to_dict() | {"run_id": run_id})
-        st = replace(m.training.stack, moe_a2a_overlap=False, moe_delay_wgrad=False)
+        st = replace(m.training.stack, **stack)
         est = estimate(m.model, replace(m.training, stack=st), m.layout, load_hardware(m.hardware_name))
         out[run_id] = float(est.step_s) / float(d.loc[run_id, "measured_step_s"]) - 1.0
     return out
@@ -261,7 +261,8 @@ def paragraph(results, pct) -> str:
     from simulator.spec.hardware import load_hardware
 
     hbm = load_hardware("dgx-h100").hbm_bytes
-    a2a = without_a2a_overlap_errors(d)
+    a2a = errors_without(d, A2A, moe_a2a_overlap=False, moe_delay_wgrad=False)
+    flex = errors_without(d, "dispatcher flex", moe_dispatcher="alltoall")
     q30 = d[model.str.startswith("qwen3-30b")]
     odd = q30.step_error.idxmin()
     dsv3 = d[model == "deepseek-v3"].iloc[0]
@@ -275,10 +276,16 @@ def paragraph(results, pct) -> str:
         f"(Megatron-FSDP) {med(model == 'llama3-8b')}, DeepSeek-V3 {pct(dsv3.step_error)}. The {len(a2a)} rows that "
         "ran Megatron-Core's EP A2A overlap (the combined 1F1B: stack moe_a2a_overlap, cost/moe_overlap.py) are "
         f"predicted at median {pct(float(np.median(list(a2a.values()))))} without modelling it and "
-        f"{med(d.index.isin(list(a2a)))} with it. "
+        f"{med(d.index.isin(list(a2a)))} with it. The {len(flex)} rows that ran DeepEP or HybridEP (Megatron-Core's "
+        "flex dispatcher: each token crosses the network once per destination node and is forwarded over NVLink, "
+        "DeepSeek-V3 §3.2.2; the stack's moe_dispatcher flex, cost/ep_dispatch.py, at the links' bandwidths) are "
+        f"predicted at {', '.join(pct(d.step_error[r]) for r in flex)} ({', '.join(r[13:] for r in flex)}); timed "
+        f"as the plain all-to-all they were {', '.join(pct(v) for v in flex.values())}: but for the 26.02 row the two "
+        "bracket the measurements, and the kernels' own bandwidth on H100 nodes (DeepEP publishes H800 figures only) is owed to "
+        "a multi-node measurement. "
         f"The outlier is {odd} ({pct(d.step_error[odd])}): the 26.02 Qwen3-30B recipe (PP 2, VP 12, EP 8, DeepEP, "
         "A2A overlap) measured 1.8x the step of the same model's PP 1, EP 16 rows of later releases, which parasim "
-        "predicts within 8 %; what that release's DeepEP run spent the time on is not established. DeepSeek-V3 "
+        "predicts nearer; what that release's DeepEP run spent the time on is not established. DeepSeek-V3 "
         "(TP 2, PP 8, VP 4, EP 64 over 8 nodes, DeepEP, A2A overlap, MLA up-projections and dense MLPs recomputed) "
         f"is predicted at {pct(dsv3.step_error)} and at {dsv3.predicted_mem_bytes / 2**30:.1f} GiB per GPU, "
         f"{(dsv3.predicted_mem_bytes - hbm) / 2**30:.1f} GiB over the {hbm / 2**30:.1f} GiB dgx-h100 holds, so it is "

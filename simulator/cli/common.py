@@ -9,7 +9,7 @@ from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES
 from ..spec.rules import CP_ALGORITHMS, DP_MODES, RECOMPUTE, RECOMPUTE_MODULES
 from ..spec.scenario import load_scenario
-from ..spec.stack import GRAD_ACCUMULATIONS, GRAD_BUFFERS, REDUCE, REDUCE_DTYPES, RESHARD
+from ..spec.stack import GRAD_ACCUMULATIONS, GRAD_BUFFERS, MOE_DISPATCHERS, REDUCE, REDUCE_DTYPES, RESHARD
 from ..spec.training import CROSS_ENTROPY, OPTIMIZERS, PRECISIONS, STATE_DTYPES
 from .flagnames import flag_names, given_flags
 
@@ -80,6 +80,9 @@ _FLAGS = [
      "fused: the weight-gradient GEMM adds into the kept gradient (Megatron-LM's gradient accumulation fusion); "
      "autograd: autograd adds each micro-batch's new weight gradients into the kept ones, a memory-bound pass "
      "(default: the stack's)"),
+    ("--moe-dispatcher", "moe_dispatcher", click.Choice(list(MOE_DISPATCHERS)),
+     "alltoall: one all-to-all, a copy of each token per expert; flex: DeepEP / HybridEP (Megatron "
+     "--moe-token-dispatcher-type flex), each token once per destination node, then NVLink (default: the stack's)"),
     ("--dp-mode", "dp_mode", click.Choice(list(DP_MODES)),
      "ddp: DistributedDataParallel, one process per GPU, gradients all-reduced in buckets during backward; "
      "dataparallel: single-process torch DataParallel, inputs scattered and outputs/gradients gathered "

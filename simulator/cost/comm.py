@@ -156,7 +156,7 @@ def cp_comm(profile: HardwareProfile, span, *, seq_length, micro_batch_size, num
 
 
 def ep_comm(profile: HardwareProfile, span, *, tokens_per_rank, hidden_size, top_k, num_moe_layers,
-            dispatch_bytes_per_element, combine_bytes_per_element=None, load_factor=1.0) -> CommCost:
+            dispatch_bytes_per_element, combine_bytes_per_element=None, load_factor=1.0, by_node=None) -> CommCost:
     """Expert-parallel all-to-all per micro-batch over `num_moe_layers` MoE layers.
 
     Per layer forward: dispatch + combine all-to-all; backward: their gradients (2 more) — 4 per
@@ -165,7 +165,23 @@ def ep_comm(profile: HardwareProfile, span, *, tokens_per_rank, hidden_size, top
     (Training.moe_load_factor: buffers padded to a capacity factor, or the busiest rank's share of
     dropless routing, which every rank of the all-to-all waits for). (e-1)/e of it leaves the rank.
     Backward: dispatch-gradient in combine precision, combine-gradient in combine precision.
+    `by_node` (num_experts, router_groups, router_group_topk): DeepEP / HybridEP, each token sent once per
+    destination node and forwarded over NVLink (cost/ep_dispatch.py flex_all_to_all_s), the same four transfers.
     """
+    if by_node is not None:
+        from .ep_dispatch import flex_all_to_all_s
+
+        E, G, M = by_node
+        T = _nonneg("tokens_per_rank", tokens_per_rank) * _nonneg("load_factor", load_factor)
+        h, L = _nonneg("hidden_size", hidden_size), _nonneg("num_moe_layers", num_moe_layers)
+        bd = _nonneg("dispatch_bytes_per_element", dispatch_bytes_per_element)
+        bc = bd if combine_bytes_per_element is None else _nonneg("combine_bytes_per_element", combine_bytes_per_element)
+        kw = dict(num_experts=E, top_k=int(top_k), groups=G, group_topk=M)
+        t_d, m_d = flex_all_to_all_s(profile, span, tokens=T, bytes_per_token=h * bd, **kw)
+        t_c, m_c = flex_all_to_all_s(profile, span, tokens=T, bytes_per_token=h * bc, **kw)
+        e = _f(span.size)
+        return _cost("ep", "all_to_all", "microbatch", L * (m_d + m_c), L * 2.0 * m_c, L * (t_d + t_c),
+                     L * 2.0 * t_c, L * 2.0 * (e > 1), L * 2.0 * (e > 1))
     e = _f(span.size)
     T = _nonneg("tokens_per_rank", tokens_per_rank)
     k = _nonneg("top_k", top_k)

@@ -169,6 +169,8 @@ def _training_flags(sc, layout, notes: list[str]) -> list:
         f.append(("--moe-expert-capacity-factor", tr.moe_capacity_factor))
     if st.tp_comm_overlap and layout.tp > 1:
         f.append(("--tp-comm-overlap", None))
+    if st.moe_dispatcher == "flex" and sc.model.is_moe:
+        f += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
     if st.moe_shared_expert_overlap and sc.model.shared_expert_ffn_hidden_size:
         f.append(("--moe-shared-expert-overlap", None))
     for on, flag in ((st.moe_a2a_overlap, "--overlap-moe-expert-parallel-comm"),

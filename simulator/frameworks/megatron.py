@@ -293,9 +293,10 @@ def _stack(f: Fields, dp: int, training: dict, rep: Report) -> dict:
         st["fsdp_reduce_dtype"] = "fp32" if comm == "fp32" else "bf16"
     if f.peek("moe_token_dispatcher_type") in ("flex", ["flex"]):  # (alltoall, allgather: ignored, listed so)
         f.take("moe_token_dispatcher_type")
-        f.take("moe_flex_dispatcher_backend")
-        rep.assume(f"{f.name('moe_token_dispatcher_type')} flex (DeepEP / HybridEP kernels): timed as parasim's "
-                   f"expert-parallel all-to-all at the fabric's bandwidth")
+        backend = f.text("moe_flex_dispatcher_backend", "deepep")
+        st["moe_dispatcher"] = "flex"
+        rep.assume(f"{f.name('moe_token_dispatcher_type')} flex ({backend}): each token sent once per destination "
+                   f"node, then forwarded over NVLink (cost/ep_dispatch.py)")
     modules = f.raw("recompute_modules")  # (a list on the command line and in YAML; a comma text also passes)
     if modules is not None:
         items = modules if isinstance(modules, list) else str(modules).replace(",", " ").split()

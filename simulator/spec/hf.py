@@ -25,7 +25,7 @@ HF_KEYS = {
     "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
     "shared_expert_intermediate_size", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
     "decoder_sparse_step", "mlp_only_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-    "qk_rope_head_dim", "v_head_dim", "attention_bias", "mlp_bias", "max_position_embeddings",
+    "qk_rope_head_dim", "v_head_dim", "attention_bias", "mlp_bias", "max_position_embeddings", "n_group", "topk_group",
     # GPT-2 names
     "n_embd", "n_layer", "n_head", "n_inner", "n_positions",
 }
@@ -236,7 +236,9 @@ def _moe_kw(cfg: Keys, mt: str, kw: dict, ffn: int, where: str) -> None:
         kw.update(num_experts=_int(cfg, "num_experts", where),
                   experts_per_token=_int(cfg, "num_experts_per_tok", where),
                   moe_ffn_hidden_size=fe, shared_expert_ffn_hidden_size=_int(cfg, "n_shared_experts", where, 0) * fe,
-                  first_k_dense=_int(cfg, "first_k_dense_replace", where, 0))
+                  first_k_dense=_int(cfg, "first_k_dense_replace", where, 0),
+                  router_groups=_int(cfg, "n_group", where, 1, positive=True),
+                  router_group_topk=_int(cfg, "topk_group", where, 0))
         freq = _int(cfg, "moe_layer_freq", where, 1, positive=True)
         if freq != 1:  # DeepSeek's own code: MoE iff i % freq == 0; transformers ignores the key
             raise InputError(f"{cfg.name('moe_layer_freq')} = {freq} in {where} is not modelled for model_type "

@@ -58,6 +58,11 @@ class ModelSpec:
     first_k_dense: int = 0  # DeepSeek first_k_dense_replace: the first k layers keep a dense FFN
     moe_layer_freq: int = 1  # layer i (0-based, i >= first_k_dense) is MoE iff (i + 1) % freq == 0
     dense_layers: tuple[int, ...] = ()  # extra layers forced dense (Qwen mlp_only_layers)
+    # group-limited routing (DeepSeek-V3 §2.1.2, HF n_group / topk_group): the experts form router_groups contiguous
+    # groups and a token's experts come from router_group_topk of them (0: no limit); it sets how many nodes a token
+    # is sent to (cost/ep_dispatch.py)
+    router_groups: int = 1
+    router_group_topk: int = 0
     # MLA (DeepSeek-V2/V3); kv_lora_rank = 0: ordinary attention
     q_lora_rank: int = 0  # 0: queries projected directly from h
     kv_lora_rank: int = 0
@@ -112,6 +117,10 @@ class ModelSpec:
                                  f"({self.num_experts})")
             if self.moe_ffn_hidden_size <= 0:
                 raise InputError("an MoE model needs moe_intermediate_size > 0")
+            g, m = self.router_groups, self.router_group_topk
+            if g < 1 or self.num_experts % g or not 0 <= m <= g or (m and self.experts_per_token > m * self.num_experts // g):
+                raise InputError(f"n_group({g}) must divide the experts ({self.num_experts}) and topk_group({m}) be in "
+                                 f"0..n_group, its groups holding at least num_experts_per_tok({self.experts_per_token})")
             if self.first_k_dense > self.num_layers:
                 raise InputError(f"first_k_dense_replace({self.first_k_dense}) > num_hidden_layers({self.num_layers})")
         if self.kv_lora_rank and not (self.qk_nope_head_dim + self.qk_rope_head_dim and self.v_head_dim):

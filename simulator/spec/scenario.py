@@ -30,7 +30,8 @@ STACK_FIELDS = tuple(f.name for f in fields(Stack) if f.name not in ("name", "so
 # the Stack fields a command-line flag may set (cli/common.py STACK_FLAGS)
 STACK_FLAG_KEYS = ("compiled", "tp_comm_overlap", "moe_shared_expert_overlap", "moe_a2a_overlap", "moe_delay_wgrad",
                    "fsdp_unit_layers", "fsdp_prefetch", "fsdp_reshard_after_forward", "fsdp_reduce",
-                   "fsdp_reduce_dtype", "dp_bucket_mb", "grad_buffer", "grad_accumulation", "recompute_modules")
+                   "fsdp_reduce_dtype", "dp_bucket_mb", "grad_buffer", "grad_accumulation", "recompute_modules",
+                   "moe_dispatcher")
 LAYOUT_KEYS = tuple(f.name for f in fields(Layout) if f.name != "num_gpus")
 
 

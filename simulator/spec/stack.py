@@ -66,6 +66,7 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   (cost/fsdp.py `chunked_overlap_exposed_s`);
 - `moe_shared_expert_overlap`: an MoE layer's shared experts run on a second stream beside its expert-parallel
   all-to-alls (Megatron-Core `--moe-shared-expert-overlap`; cost/moe_overlap.py); no effect without shared experts;
+- `moe_dispatcher`: "alltoall" (a copy per expert) or "flex" (DeepEP / HybridEP: once per node; cost/ep_dispatch.py);
 - `moe_a2a_overlap`: the forward of one micro-batch runs beside the backward of another, layer by layer, each one's
   expert-parallel all-to-alls beside the other's compute (Megatron-Core `--overlap-moe-expert-parallel-comm`, its
   combined 1F1B; cost/moe_overlap.py), with `moe_delay_wgrad` its experts' weight gradients split off
@@ -108,6 +109,7 @@ GRAD_ACCUMULATIONS = ("fused", "autograd")  # grad_accumulation: the wgrad GEMM 
 #   delayed: scale from the amax history, amax taken inside the cast kernel; current: an amax pass over
 #   the tensor before the cast; mxfp8: one 1-byte scale per 32 elements (block scaling)
 FP8_RECIPES = ("delayed", "current", "mxfp8")
+MOE_DISPATCHERS = ("alltoall", "flex")  # moe_dispatcher (cost/comm.py ep_comm, cost/ep_dispatch.py)
 MASTER_WEIGHTS = ("fp32", "remainders")  # master_weights: the fp32 master copy, or its 16 low bits beside bf16
 # How the loss is computed over the logits (memory/head_activations.py `logits_bytes`, `loss_backward_bytes`;
 # cost/memory_ops.py `_head_memory_ops`):
@@ -160,6 +162,7 @@ class Stack:
     fsdp_copies: bool = False  # FSDP2's copy-out / copy-in kernels on the compute stream (cost/fsdp.py)
     tp_comm_overlap: bool = False  # TP collectives chunked under their GEMMs (Megatron userbuffers, AsyncTP)
     moe_shared_expert_overlap: bool = False  # shared experts beside the EP all-to-alls (cost/moe_overlap.py)
+    moe_dispatcher: str = "alltoall"  # MOE_DISPATCHERS
     moe_a2a_overlap: bool = False  # combined 1F1B: one micro-batch's all-to-alls beside another's compute
     moe_delay_wgrad: bool = False  # with moe_a2a_overlap: the MLP's weight gradients after its dispatch gradient
     loss_parallel: bool = True  # the loss runs on vocabulary-sharded logits under TP (`loss_shards`)
@@ -194,6 +197,7 @@ class Stack:
                               ("optimizer_impl", OPTIMIZER_IMPLS), ("grad_buffer", GRAD_BUFFERS),
                               ("grad_accumulation", GRAD_ACCUMULATIONS),
                               ("fp8_recipe", FP8_RECIPES), ("master_weights", MASTER_WEIGHTS),
+                              ("moe_dispatcher", MOE_DISPATCHERS),
                               ("elementwise", ELEMENTWISE),
                               ("fsdp_reshard_after_forward", RESHARD), ("fsdp_reduce_dtype", tuple(REDUCE_DTYPES)),
                               ("fsdp_reduce", REDUCE)):

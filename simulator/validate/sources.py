@@ -308,7 +308,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         stack_by_notes=((r"TP communication overlap \(userbuffers\)", "tp_comm_overlap", True),
                         (r"EP A2A overlap \(overlap_moe_expert_parallel_comm", "moe_a2a_overlap", True), (r"delay_wgrad_compute", "moe_delay_wgrad", True),
                         (r"recompute_modules mla_up_proj,mlp", "recompute_modules", "mla_up_proj,mlp"),
-                        (r"no gradient-accumulation fusion", "grad_accumulation", "autograd")),
+                        (r"no gradient-accumulation fusion", "grad_accumulation", "autograd"),
+                        (r"dispatcher flex \((?:DeepEP|HybridEP)\)", "moe_dispatcher", "flex")),
         training_by_notes=((r"token drop: capacity factor 1\.0", "moe_capacity_factor", 1.0),),
         model_presets=((r"^Llama-3-8B$", "llama3-8b"), (r"^Llama-3-70B$", "llama3-70b"),
                        (r"^Llama-3\.1-405B$", "llama3.1-405b"), (r"^DeepSeek-V3$", "deepseek-v3"),
@@ -323,8 +324,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "gradients reduced in bf16 (grad_reduce_in_fp32 False), the distributed optimizer with fp32 master "
             "weights, sequence parallelism with TP, no CUDA graphs",
             "MoE: force-balanced routing (moe_router_force_load_balancing: parasim's uniform routing), dropless "
-            "except where the notes give token drop (25.09 Qwen3); DeepEP and HybridEP (flex dispatcher) timed "
-            "as the all-to-all at the fabric's bandwidth",
+            "except where the notes give token drop (25.09 Qwen3); DeepEP and HybridEP (the flex dispatcher) "
+            "send each token once per destination node (the stack's moe_dispatcher flex)",
             "DeepSeek-V3's precision-aware optimizer (bf16 moments and main gradients) not modelled: fp32 states",
             "the step: GBS x sequence / (published tokens/s/GPU x GPUs)",
         )),
