@@ -73,7 +73,8 @@ def test_the_flag_through_import_emit_and_estimate(tmp_path):
     script = tmp_path / "q.sh"
     script.write_text(
         "torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py --num-layers 48 --hidden-size 2048 "
-        "--ffn-hidden-size 6144 --num-attention-heads 32 --group-query-attention --num-query-groups 4 --kv-channels 128 "
+        "--ffn-hidden-size 6144 --num-attention-heads 32 --group-query-attention --num-query-groups 4 "
+        "--kv-channels 128 "
         "--seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 1024 "
         "--expert-model-parallel-size 16 --num-experts 128 --moe-router-topk 8 --moe-ffn-hidden-size 768 "
         "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep --bf16 --swiglu "

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.megatron_roundtrip import DSV3, round_trip
 from simulator.cost.moe_overlap import combined_1f1b_share, combined_pair_period_s
 from simulator.errors import InputError
 from simulator.estimate import estimate
@@ -160,29 +161,13 @@ def test_rebuilding_a_stack_keeps_the_rules_once():
 
 
 def test_megatron_flags_round_trip(tmp_path):
-    script = tmp_path / "ds.sh"
-    script.write_text(
-        "torchrun --nproc-per-node 8 --nnodes 128 pretrain_gpt.py --num-layers 61 --hidden-size 7168 "
-        "--ffn-hidden-size 18432 --num-attention-heads 128 --seq-length 4096 --max-position-embeddings 4096 "
-        "--micro-batch-size 1 --global-batch-size 8192 --tensor-model-parallel-size 2 "
-        "--expert-model-parallel-size 64 --expert-tensor-parallel-size 1 --num-experts 256 --moe-router-topk 8 "
-        "--moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 --overlap-moe-expert-parallel-comm "
-        "--delay-wgrad-compute --sequence-parallel --bf16 --multi-latent-attention --q-lora-rank 1536 "
-        "--kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 "
-        "--moe-layer-freq '([0]*3+[1]*58)' --swiglu --normalization RMSNorm --vocab-size 129280 "
-        "--untie-embeddings-and-output-weights --disable-bias-linear --position-embedding-type rope "
-        "--use-distributed-optimizer\n")
-    toml = tmp_path / "ds.toml"
-    cli = [sys.executable, "-c", "from simulator.cli import main; main()"]
-    subprocess.run(cli + ["import", "megatron", str(script), "--hardware", "dgx-h100", "--out", str(toml)],
-                   capture_output=True, text=True, check=True)
-    text = toml.read_text()
+    text, flags, estimate_cmd = round_trip(
+        tmp_path, f"{DSV3} --tensor-model-parallel-size 2 --expert-model-parallel-size 64 "
+                  "--expert-tensor-parallel-size 1 --sequence-parallel --overlap-moe-expert-parallel-comm "
+                  "--delay-wgrad-compute")
     assert "moe_a2a_overlap = true" in text and "moe_delay_wgrad = true" in text
-    flags = subprocess.run(cli + ["emit", "megatron", str(toml)], capture_output=True, text=True,
-                           check=True).stdout.split()
     assert {"--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"} <= set(flags)
-    est = json.loads(subprocess.run(cli + ["estimate", str(toml), "--format", "json"], capture_output=True,
-                                    text=True, check=True).stdout)
+    est = json.loads(subprocess.run(estimate_cmd, capture_output=True, text=True, check=True).stdout)
     assert est["time"]["hidden_comm_by_group_s"]["ep"] > 0
 
 

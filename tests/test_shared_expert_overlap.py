@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from helpers.megatron_roundtrip import DSV3, round_trip
 from simulator.cost.compute import layer_op_times
 from simulator.cost.moe_overlap import shared_expert_hidden_s
 from simulator.errors import InputError
@@ -107,22 +108,10 @@ def test_the_flag_on_the_command_line_and_in_megatron_scripts(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--recompute-modules shared_experts" in bad.stderr
 
-    script = tmp_path / "ds.sh"
-    script.write_text(
-        "torchrun --nproc-per-node 8 --nnodes 128 pretrain_gpt.py --num-layers 61 --hidden-size 7168 "
-        "--ffn-hidden-size 18432 --num-attention-heads 128 --seq-length 4096 --max-position-embeddings 4096 "
-        "--micro-batch-size 1 --global-batch-size 8192 --tensor-model-parallel-size 2 "
-        "--pipeline-model-parallel-size 16 --expert-model-parallel-size 64 --expert-tensor-parallel-size 1 "
-        "--num-experts 256 --moe-router-topk 8 --moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 "
-        "--moe-shared-expert-overlap --sequence-parallel --bf16 --multi-latent-attention --q-lora-rank 1536 "
-        "--kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 "
-        "--moe-layer-freq '([0]*3+[1]*58)' --swiglu --normalization RMSNorm --decoder-first-pipeline-num-layers 3 "
-        "--decoder-last-pipeline-num-layers 2 --vocab-size 129280 --untie-embeddings-and-output-weights "
-        "--disable-bias-linear --position-embedding-type rope --use-distributed-optimizer\n")
-    toml = tmp_path / "ds.toml"
-    cli = [sys.executable, "-c", "from simulator.cli import main; main()"]
-    subprocess.run(cli + ["import", "megatron", str(script), "--hardware", "dgx-h100", "--out", str(toml)],
-                   capture_output=True, text=True, check=True)
-    assert "moe_shared_expert_overlap = true" in toml.read_text()
-    emitted = subprocess.run(cli + ["emit", "megatron", str(toml)], capture_output=True, text=True, check=True)
-    assert "--moe-shared-expert-overlap" in emitted.stdout.split()
+    text, flags, _ = round_trip(
+        tmp_path, f"{DSV3} --tensor-model-parallel-size 2 --pipeline-model-parallel-size 16 "
+                  "--expert-model-parallel-size 64 --expert-tensor-parallel-size 1 --sequence-parallel "
+                  "--decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 2 "
+                  "--moe-shared-expert-overlap")
+    assert "moe_shared_expert_overlap = true" in text
+    assert "--moe-shared-expert-overlap" in flags

@@ -65,12 +65,17 @@ def _accounted(layers: int, stages: int) -> str:
     return ",".join(map(str, [per - 1] + [per] * (stages - 2) + [per - 1]))
 
 
-LLAMA70 = (f"{TP_OVERLAP}, UB config userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192; no recompute", "")
+LLAMA70 = f"{TP_OVERLAP}, UB config userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192; no recompute"
 LLAMA405 = (f"{TP_OVERLAP}, UB config userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192; no recompute; "
             f"account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split: layers per virtual "
-            f"stage {_accounted(126, 64)}", "")
+            f"stage {_accounted(126, 64)}")
 Q235 = f"account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split: layers per virtual stage " \
        f"{_accounted(94, 32)}"
+# Qwen3-235B from 25.11 on: dropless, force-balanced, EP A2A overlap, no TP overlap, no recompute
+Q235_A2A = (f"{Q235}; MoE dispatcher alltoall, dropless, force-balanced; {A2A}; no TP communication overlap; "
+            f"no recompute")
+# Qwen3-30B from 26.04 on: PP 1, EP 16 with HybridEP, no A2A overlap
+Q30_HYBRID = "MoE dispatcher flex (HybridEP), dropless, force-balanced; no all-to-all overlap; no recompute"
 # (release, table label): (recipe settings for the notes, where they come from at COMMITS[release])
 RECIPES = {
     ("25.09", "LLAMA3_8B"): (
@@ -78,9 +83,9 @@ RECIPES = {
         "no recompute",
         "scripts/performance/configs/llama3/llama3_8b_llm_pretrain.yaml (perf_matrix h100 num_gpus_8, fp8_cs); "
         "run_script.py:161-175"),
-    ("25.09", "LLAMA3_70B"): (LLAMA70[0], "scripts/performance/configs/llama3/llama3_70b_llm_pretrain.yaml; "
+    ("25.09", "LLAMA3_70B"): (LLAMA70, "scripts/performance/configs/llama3/llama3_70b_llm_pretrain.yaml; "
                                           "recipes/llama/llama3_70b.py:221"),
-    ("25.09", "LLAMA3.1_405B"): (LLAMA405[0], "scripts/performance/configs/llama31/llama31_405b_llm_pretrain.yaml; "
+    ("25.09", "LLAMA3.1_405B"): (LLAMA405, "scripts/performance/configs/llama31/llama31_405b_llm_pretrain.yaml; "
                                               "recipes/llama/llama31_405b.py:237"),
     ("25.09", "DeepSeekV3"): (
         f"mtp_num_layers 1; pipeline layout Et|(tt|)*30mL: layers per virtual stage "
@@ -92,45 +97,40 @@ RECIPES = {
         f"{Q235}; MoE dispatcher alltoall, {DROP}; {TP_OVERLAP} (TE's default config); no recompute",
         "scripts/performance/configs/qwen3/qwen3_235b_a22b_llm_pretrain.yaml (h100 num_gpus_256); "
         "run_script.py:109-116"),
-    ("25.11", "LLAMA3_70B"): (LLAMA70[0], "scripts/performance/configs/llama3/workload_base_configs.py:144; "
+    ("25.11", "LLAMA3_70B"): (LLAMA70, "scripts/performance/configs/llama3/workload_base_configs.py:144; "
                                           "recipes/llama/llama3.py:302"),
-    ("25.11", "LLAMA3.1_405B"): (LLAMA405[0], "scripts/performance/configs/llama31/workload_base_configs.py:162; "
+    ("25.11", "LLAMA3.1_405B"): (LLAMA405, "scripts/performance/configs/llama31/workload_base_configs.py:162; "
                                               "recipes/llama/llama3.py:413-417"),
     ("25.11", "Qwen3_235B_a22B"): (
-        f"{Q235}; MoE dispatcher alltoall, dropless, force-balanced; {A2A}; no TP communication overlap; "
-        f"no recompute",
+        Q235_A2A,
         "scripts/performance/configs/qwen3/workload_base_configs.py:138-143; qwen3_llm_pretrain.py:47,156"),
-    ("26.02", "LLAMA3_70B"): (LLAMA70[0], "scripts/performance/configs/llama/llama3_workload_base_configs.py:339"),
-    ("26.02", "LLAMA3.1_405B"): (LLAMA405[0], "scripts/performance/configs/llama/llama31_workload_base_configs.py:203"),
+    ("26.02", "LLAMA3_70B"): (LLAMA70, "scripts/performance/configs/llama/llama3_workload_base_configs.py:339"),
+    ("26.02", "LLAMA3.1_405B"): (LLAMA405, "scripts/performance/configs/llama/llama31_workload_base_configs.py:203"),
     ("26.02", "Qwen3_30B_a3B"): (
         f"MoE dispatcher flex (DeepEP), dropless, force-balanced; {A2A}; no recompute",
         "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:426-427; qwen3_llm_pretrain.py:44"),
     ("26.02", "Qwen3_235B_a22B"): (
-        f"{Q235}; MoE dispatcher alltoall, dropless, force-balanced; {A2A}; no TP communication overlap; "
-        f"no recompute", "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:171-179"),
-    ("26.02.01", "LLAMA3_70B"): (LLAMA70[0], "scripts/performance/configs/llama/llama3_workload_base_configs.py:339"),
+        Q235_A2A, "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:171-179"),
+    ("26.02.01", "LLAMA3_70B"): (LLAMA70, "scripts/performance/configs/llama/llama3_workload_base_configs.py:339"),
     ("26.02.01", "Qwen3_235B_a22B"): (
-        f"{Q235}; MoE dispatcher alltoall, dropless, force-balanced; {A2A}; no TP communication overlap; "
-        f"no recompute", "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:173-181"),
-    ("26.04", "LLAMA3_70B"): (LLAMA70[0], "scripts/performance/configs/llama/llama3_workload_base_configs.py:339"),
+        Q235_A2A, "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:173-181"),
+    ("26.04", "LLAMA3_70B"): (LLAMA70, "scripts/performance/configs/llama/llama3_workload_base_configs.py:339"),
     ("26.04", "Qwen3_30B_a3B"): (
-        "MoE dispatcher flex (HybridEP), dropless, force-balanced; no all-to-all overlap; no recompute",
+        Q30_HYBRID,
         "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:426-428"),
     ("26.04", "Qwen3_235B_a22B"): (
-        f"{Q235}; MoE dispatcher alltoall, dropless, force-balanced; {A2A}; no TP communication overlap; "
-        f"no recompute", "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:173-181"),
-    ("26.04.01", "LLAMA3_70B"): (LLAMA70[0], "scripts/performance/configs/llama/llama3_workload_base_configs.py:344"),
-    ("26.04.01", "LLAMA3.1_405B"): (LLAMA405[0],
+        Q235_A2A, "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:173-181"),
+    ("26.04.01", "LLAMA3_70B"): (LLAMA70, "scripts/performance/configs/llama/llama3_workload_base_configs.py:344"),
+    ("26.04.01", "LLAMA3.1_405B"): (LLAMA405,
                                     "scripts/performance/configs/llama/llama31_workload_base_configs.py:203"),
     ("26.04.01", "Qwen3_30B_a3B"): (
-        "MoE dispatcher flex (HybridEP), dropless, force-balanced; no all-to-all overlap; no recompute",
+        Q30_HYBRID,
         "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:437-439"),
     ("26.04.01", "Qwen3_235B_a22B"): (
-        f"{Q235}; MoE dispatcher alltoall, dropless, force-balanced; {A2A}; no TP communication overlap; "
-        f"no recompute", "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:175-183"),
-    ("26.06", "LLAMA3.1_405B"): (LLAMA405[0], "scripts/performance/configs/llama/llama31_workload_base_configs.py:203"),
+        Q235_A2A, "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:175-183"),
+    ("26.06", "LLAMA3.1_405B"): (LLAMA405, "scripts/performance/configs/llama/llama31_workload_base_configs.py:203"),
     ("26.06", "Qwen3_30B_a3B"): (
-        "MoE dispatcher flex (HybridEP), dropless, force-balanced; no all-to-all overlap; no recompute",
+        Q30_HYBRID,
         "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:473-476"),
 }
 # values edited after first publication (the archive's are kept)
@@ -281,8 +281,8 @@ def paragraph(results, pct) -> str:
         "DeepSeek-V3 §3.2.2; the stack's moe_dispatcher flex, cost/ep_dispatch.py, at the links' bandwidths) are "
         f"predicted at {', '.join(pct(d.step_error[r]) for r in flex)} ({', '.join(r[13:] for r in flex)}); timed "
         f"as the plain all-to-all they were {', '.join(pct(v) for v in flex.values())}: but for the 26.02 row the two "
-        "bracket the measurements, and the kernels' own bandwidth on H100 nodes (DeepEP publishes H800 figures only) is owed to "
-        "a multi-node measurement. "
+        "bracket the measurements, and the kernels' own bandwidth on H100 nodes (DeepEP publishes H800 figures "
+        "only) is owed to a multi-node measurement. "
         f"The outlier is {odd} ({pct(d.step_error[odd])}): the 26.02 Qwen3-30B recipe (PP 2, VP 12, EP 8, DeepEP, "
         "A2A overlap) measured 1.8x the step of the same model's PP 1, EP 16 rows of later releases, which parasim "
         "predicts nearer; what that release's DeepEP run spent the time on is not established. DeepSeek-V3 "

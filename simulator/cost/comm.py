@@ -175,7 +175,8 @@ def ep_comm(profile: HardwareProfile, span, *, tokens_per_rank, hidden_size, top
         T = _nonneg("tokens_per_rank", tokens_per_rank) * _nonneg("load_factor", load_factor)
         h, L = _nonneg("hidden_size", hidden_size), _nonneg("num_moe_layers", num_moe_layers)
         bd = _nonneg("dispatch_bytes_per_element", dispatch_bytes_per_element)
-        bc = bd if combine_bytes_per_element is None else _nonneg("combine_bytes_per_element", combine_bytes_per_element)
+        bc = bd if combine_bytes_per_element is None else _nonneg("combine_bytes_per_element",
+                                                                   combine_bytes_per_element)
         kw = dict(num_experts=E, top_k=int(top_k), groups=G, group_topk=M)
         t_d, m_d = flex_all_to_all_s(profile, span, tokens=T, bytes_per_token=h * bd, **kw)
         t_c, m_c = flex_all_to_all_s(profile, span, tokens=T, bytes_per_token=h * bc, **kw)
