@@ -310,7 +310,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
                         (r"recompute_modules mla_up_proj,mlp", "recompute_modules", "mla_up_proj,mlp"),
                         (r"no gradient-accumulation fusion", "grad_accumulation", "autograd"),
                         (r"dispatcher flex \((?:DeepEP|HybridEP)\)", "moe_dispatcher", "flex")),
-        training_by_notes=((r"token drop: capacity factor 1\.0", "moe_capacity_factor", 1.0),),
+        training_by_notes=((r"token drop: capacity factor 1\.0", "moe_capacity_factor", 1.0),
+                           (r"precision-aware optimizer \(bf16 moments", "optimizer_dtype", "bf16")),
         model_presets=((r"^Llama-3-8B$", "llama3-8b"), (r"^Llama-3-70B$", "llama3-70b"),
                        (r"^Llama-3\.1-405B$", "llama3.1-405b"), (r"^DeepSeek-V3$", "deepseek-v3"),
                        (r"^Qwen3-30B-A3B$", "qwen3-30b-a3b"), (r"^Qwen3-235B-A22B$", "qwen3-235b-a22b")),
@@ -326,7 +327,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "MoE: force-balanced routing (moe_router_force_load_balancing: parasim's uniform routing), dropless "
             "except where the notes give token drop (25.09 Qwen3); DeepEP and HybridEP (the flex dispatcher) "
             "send each token once per destination node (the stack's moe_dispatcher flex)",
-            "DeepSeek-V3's precision-aware optimizer (bf16 moments and main gradients) not modelled: fp32 states",
+            "DeepSeek-V3's precision-aware optimizer: bf16 moments (optimizer_dtype) and main gradients, fp32 "
+            "master weights (recipes/deepseek/deepseek_v3.py:240-244)",
             "the step: GBS x sequence / (published tokens/s/GPU x GPUs)",
         )),
     SourceRules(
