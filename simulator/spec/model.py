@@ -117,10 +117,10 @@ class ModelSpec:
                                  f"({self.num_experts})")
             if self.moe_ffn_hidden_size <= 0:
                 raise InputError("an MoE model needs moe_intermediate_size > 0")
-            g, m = self.router_groups, self.router_group_topk
-            if g < 1 or self.num_experts % g or not 0 <= m <= g or (m and self.experts_per_token > m * self.num_experts // g):
-                raise InputError(f"n_group({g}) must divide the experts ({self.num_experts}) and topk_group({m}) be in "
-                                 f"0..n_group, its groups holding at least num_experts_per_tok({self.experts_per_token})")
+            g, m, k = self.router_groups, self.router_group_topk, self.experts_per_token
+            if g < 1 or self.num_experts % g or not 0 <= m <= g or (m and k > m * self.num_experts // g):
+                raise InputError(f"n_group({g}) must divide the experts ({self.num_experts}) and topk_group({m}) be "
+                                 f"in 0..n_group, its groups holding at least num_experts_per_tok({k})")
             if self.first_k_dense > self.num_layers:
                 raise InputError(f"first_k_dense_replace({self.first_k_dense}) > num_hidden_layers({self.num_layers})")
         if self.kv_lora_rank and not (self.qk_nope_head_dim + self.qk_rope_head_dim and self.v_head_dim):

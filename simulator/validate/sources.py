@@ -290,8 +290,9 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "degree as the layout table's ETP",
             "Grok-1: TP communication overlap with userbuffers (MegatronCommOverlapCallback tp_comm_overlap True); "
             "DeepSeek-V3: none (pretrain_deepseek_v3.py tp_comm_overlap=False), its shared experts beside the "
-            "all-to-all dispatcher (DeepSeekConfig moe_shared_expert_overlap True); sequence parallelism, the distributed optimizer with bf16 gradient reduction (grad_reduce_in_fp32 False), "
-            "16-bit master remainders (use_precision_aware_optimizer), no recompute, no dropout",
+            "all-to-all dispatcher (DeepSeekConfig moe_shared_expert_overlap True); sequence parallelism, the "
+            "distributed optimizer with bf16 gradient reduction (grad_reduce_in_fp32 False), 16-bit master "
+            "remainders (use_precision_aware_optimizer), no dropout; Grok-1 without recompute",
             "FP8 rows: TE delayed scaling (bf16_with_fp8_mixed: hybrid, amax history 1024) with FP8 parameters "
             "(fp8_param_gather)",
             "GB200 rows ran with CUDA graphs (launch.sh CUDA_GRAPH true): not modelled (their steps are GPU-bound)",
@@ -306,7 +307,8 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         flash_attention=True, grad_dtype=((r".", "bf16"),), stack="megatron", hardware="dgx-h100",
         stack_overrides=(("fp8_recipe", "current"), ("fp8_params", True)),
         stack_by_notes=((r"TP communication overlap \(userbuffers\)", "tp_comm_overlap", True),
-                        (r"EP A2A overlap \(overlap_moe_expert_parallel_comm", "moe_a2a_overlap", True), (r"delay_wgrad_compute", "moe_delay_wgrad", True),
+                        (r"EP A2A overlap \(overlap_moe_expert_parallel_comm", "moe_a2a_overlap", True),
+                        (r"delay_wgrad_compute", "moe_delay_wgrad", True),
                         (r"recompute_modules mla_up_proj,mlp", "recompute_modules", "mla_up_proj,mlp"),
                         (r"no gradient-accumulation fusion", "grad_accumulation", "autograd"),
                         (r"dispatcher flex \((?:DeepEP|HybridEP)\)", "moe_dispatcher", "flex")),
