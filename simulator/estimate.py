@@ -146,7 +146,10 @@ def stack_summary(stack) -> dict:
             "elementwise": stack.elementwise, "kernels_per_layer": list(stack.layer_kernels),
             "train_metric_losses": stack.train_metric_losses, "recompute_modules": list(stack.recompute_modules),
             "host_us_per_kernel": stack.host_s_per_kernel * 1e6,
-            "decode_host_us_per_kernel": (stack.decode_host_s_per_kernel or stack.host_s_per_kernel) * 1e6}
+            "decode_host_us_per_kernel": (stack.decode_host_s_per_kernel or stack.host_s_per_kernel) * 1e6,
+            "moe_dispatcher": stack.moe_dispatcher,
+            "overlaps": [name for name in ("tp_comm_overlap", "moe_shared_expert_overlap", "moe_a2a_overlap",
+                                           "moe_delay_wgrad") if getattr(stack, name)]}
 
 
 def validated_error(hardware, stack) -> dict:

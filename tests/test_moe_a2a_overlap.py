@@ -169,6 +169,7 @@ def test_megatron_flags_round_trip(tmp_path):
     assert {"--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"} <= set(flags)
     est = json.loads(subprocess.run(estimate_cmd, capture_output=True, text=True, check=True).stdout)
     assert est["time"]["hidden_comm_by_group_s"]["ep"] > 0
+    assert est["stack"]["overlaps"] == ["moe_a2a_overlap", "moe_delay_wgrad"]  # (what the estimate assumed)
 
 
 def test_the_share_is_a_fraction_for_any_pipeline():

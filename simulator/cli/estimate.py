@@ -76,6 +76,8 @@ def _stack_line(st: dict) -> str:
             f"loss {st['cross_entropy']}, "
             + (f"{st['train_metric_losses']} training-metric losses per micro-batch, "
                if st.get("train_metric_losses") else "")
+            + (f"overlaps {', '.join(st['overlaps'])}, " if st.get("overlaps") else "")
+            + ("MoE tokens dispatched by node (flex), " if st.get("moe_dispatcher") == "flex" else "")
             + f"{kf}/{kb} kernels per layer at {st['host_us_per_kernel']:.1f} us); efficiencies from:")
 
 
