@@ -65,12 +65,14 @@ class LayoutBatch:
     dp_mode: str = "ddp"
     shard_group_size: int | None = None
     recompute_layers: int = 0  # Layout.recompute_layers, for every row with recompute 'full'
+    recompute_group: int = 1  # Layout.recompute_group, likewise
 
     @classmethod
     def of_columns(cls, *, num_gpus: int, tp=1, pp=1, dp=1, cp=1, ep=1, etp=None, vpp=1, micro_batch_size=1, zero=0,
                    recompute="none", sequence_parallel=False, schedule="1f1b", layers_per_stage=None,
                    cp_algorithm: str = "ring", dp_mode: str = "ddp",
-                   shard_group_size: int | None = None, recompute_layers: int = 0) -> "LayoutBatch":
+                   shard_group_size: int | None = None, recompute_layers: int = 0,
+                   recompute_group: int = 1) -> "LayoutBatch":
         """A batch from scalars and (N,) arrays, broadcast to one length; schedule and recompute names
         are checked (one message for the first unknown one)."""
         given = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=tp if etp is None else etp, vpp=vpp,
@@ -84,7 +86,8 @@ class LayoutBatch:
         return cls(num_gpus=int(num_gpus), **cols, recompute=rec, schedule=sched,
                    sequence_parallel=np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,)),
                    layers_per_stage=_splits(layers_per_stage, n), cp_algorithm=cp_algorithm, dp_mode=dp_mode,
-                   shard_group_size=shard_group_size, recompute_layers=int(recompute_layers))
+                   shard_group_size=shard_group_size, recompute_layers=int(recompute_layers),
+                   recompute_group=int(recompute_group))
 
     @classmethod
     def of_layout(cls, layout: Layout) -> "LayoutBatch":
@@ -93,7 +96,7 @@ class LayoutBatch:
                                                            if k != "layers_per_stage"},
                               layers_per_stage=_objects([layout.layers_per_stage]), cp_algorithm=layout.cp_algorithm,
                               dp_mode=layout.dp_mode, shard_group_size=layout.shard_group_size,
-                              recompute_layers=layout.recompute_layers)
+                              recompute_layers=layout.recompute_layers, recompute_group=layout.recompute_group)
 
     def __len__(self) -> int:
         return len(self.tp)

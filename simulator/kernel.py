@@ -215,10 +215,10 @@ def evaluate(model: ModelSpec, training: Training, hardware, batch: LayoutBatch,
     # memory first, with the in-flight microbatches of the replayed schedule order (known from the shape)
     inflight = inflight_per_rank(opt, pt, sched=sched, pp=ppa, chunks=chunks, m=m)
     mem = stage_memory_arrays(model, training, tp=tp, pp=ppa, dp=dp, cp=cp, ep=ep, etp=etp, vpp=chunks,
-                              micro_batch_size=mbs,
-                              num_microbatches=m, zero=zz, shard_group_size=batch.shard_group_size, recompute=rec,
-                              recompute_layers=batch.recompute_layers, dp_mode=batch.dp_mode,
-                              sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
+                              micro_batch_size=mbs, num_microbatches=m, zero=zz,
+                              shard_group_size=batch.shard_group_size, recompute=rec,
+                              recompute_layers=batch.recompute_layers, recompute_group=batch.recompute_group,
+                              dp_mode=batch.dp_mode, sequence_parallel=spa, schedule=sched, inference=inference, inflight_per_stage=inflight,
                               placement=pt.classes, rank_class=pt.rank_class,
                               worst_of=None if per_stage else pt.rank_valid,
                               inflight_key=distinct_rows(pt.shape_index, m)[1],  # in-flight: one per (shape, m)

@@ -49,6 +49,9 @@ _FLAGS = [
     ("--recompute-layers", "recompute_layers", int, "with --recompute full: recompute only the first N layers of "
                                                     "each pipeline stage (Megatron --recompute-method block "
                                                     "--recompute-num-layers N); the others keep their activations"),
+    ("--recompute-group", "recompute_group", int, "with --recompute full: a checkpoint every N layers (Megatron "
+                                                  "--recompute-method uniform --recompute-num-layers N): fewer layer "
+                                                  "inputs kept, N layers re-created at once in backward; default 1"),
     ("--recompute-modules", "recompute_modules", str,
      "what --recompute selective re-runs, comma-separated: " + ", ".join(RECOMPUTE_MODULES) + " (Megatron-Core "
      "--recompute-modules; default: the stack's, core_attn)"),

@@ -18,12 +18,13 @@ def _table(d: dict) -> str:
     t, th, lay = d["time"], d["throughput"], d["layout"]
     step = t["step_s"]
     pct = lambda x: f"{100 * x / step:5.1f} %"  # noqa: E731
+    rc = (lay["recompute"], lay["recompute_layers"], d["stack"]["recompute_modules"], lay["recompute_group"])
     lines = [
         f"{d['model']['name']} ({d['model']['params'] / 1e9:.2f} B params"
         + (f" + {d['model']['mtp_params'] / 1e9:.2f} B MTP" if d['model'].get('mtp_params') else "")
         + f") on {lay['num_gpus']} x {d['hardware']}: "
         f"{lay['label']}, zero={lay['zero']}, "
-        f"recompute={recompute_label(lay['recompute'], lay['recompute_layers'], d['stack']['recompute_modules'])}, "
+        f"recompute={recompute_label(*rc)}, "
         f"schedule={lay['schedule']}, "
         f"micro-batch={lay['micro_batch_size']} x {lay['num_microbatches']} microbatches"
         + split_text(lay),

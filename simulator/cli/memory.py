@@ -24,7 +24,7 @@ def _table(result) -> str:
     lay, modules = result.layout, result.training.stack.recompute_modules
     head = f"{'stage':>5} {'layers':>6} {'in-flight':>9} " + " ".join(f"{lbl + ' GiB':>{_width(lbl)}}" for _, lbl in _COLS)
     lines = [f"{result.model.name}: {lay.label}, zero={lay.zero}, "
-             f"recompute={recompute_label(lay.recompute, lay.recompute_layers, modules)}, "
+             f"recompute={recompute_label(lay.recompute, lay.recompute_layers, modules, lay.recompute_group)}, "
              f"schedule={lay.schedule}, micro-batch={lay.micro_batch_size}, "
              f"seq={result.training.seq_length}{', inference' if result.inference else ''}"
              + split_text(dataclasses.asdict(lay)), head]

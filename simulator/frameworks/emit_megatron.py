@@ -87,7 +87,8 @@ def _layout_flags(sc, layout, notes: list[str]) -> list:
         f += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
               ("--recompute-num-layers", layout.recompute_layers)]
     elif layout.recompute == "full":
-        f += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+        f += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+              ("--recompute-num-layers", layout.recompute_group)]
     elif layout.recompute == "op":
         notes.append("recompute op (torchtitan's op-level selective AC): Megatron-LM has no such mode; "
                      "--recompute-granularity selective is the nearest")

@@ -12,7 +12,8 @@ megatron/core/transformer/transformer_config.py, megatron/core/distributed/distr
   `--data-parallel-sharding-strategy optim_grads / optim_grads_params` (default), 3 = `--use-torch-fsdp2`;
   `--num-distributed-optimizer-instances` k: shards of dp / k (HSDP); `--recompute-granularity`
   (`--recompute-activations` = selective; full with `--recompute-method block --recompute-num-layers N`:
-  Layout.recompute_layers N); `--cp-comm-type` p2p = ring, a2a = Ulysses;
+  Layout.recompute_layers N, with `uniform` N: Layout.recompute_group N); `--cp-comm-type` p2p = ring,
+  a2a = Ulysses;
 - training: `--seq-length`, `--global-batch-size` (default micro x dp), `--bf16` / `--fp16` / `--fp8-format`,
   `--optimizer`, fp32 gradients unless `--grad-reduce-in-bf16`, `--optimizer-cpu-offload`;
 - stack `megatron` with: `--tp-comm-overlap`, `--moe-shared-expert-overlap`, `--overlap-moe-expert-parallel-comm`,
@@ -155,9 +156,11 @@ def megatron_layout(f: Fields, gpus: int, layers: int, rep: Report) -> tuple[dic
     lay["sequence_parallel"] = sp and tp > 1
     lay.update(pipeline_fields(f, layers, pp, rep))
     lay.update(_sharding(f, dp, rep))
-    lay["recompute"], blocks = _recompute(f, rep)
+    lay["recompute"], blocks, group = _recompute(f, rep)
     if blocks:
         lay["recompute_layers"] = blocks
+    if group > 1:
+        lay["recompute_group"] = group
     comm = f.raw("cp_comm_type")
     if comm is not None:
         kinds = set(comm if isinstance(comm, list) else [comm])
@@ -199,19 +202,19 @@ def _sharding(f: Fields, dp: int, rep: Report) -> dict:
     return out
 
 
-def _recompute(f: Fields, rep: Report) -> tuple[str, int]:
-    """(recompute mode, recompute_layers): `--recompute-method block --recompute-num-layers N` recomputes the
-    first N layers of each stage (Layout.recompute_layers)."""
+def _recompute(f: Fields, rep: Report) -> tuple[str, int, int]:
+    """(recompute mode, recompute_layers, recompute_group): `--recompute-method block --recompute-num-layers N`
+    recomputes the first N layers of each stage (Layout.recompute_layers); `uniform` with N keeps a checkpoint every
+    N layers (Layout.recompute_group)."""
     method, n = f.text("recompute_method"), f.int("recompute_num_layers")
     if f.flag("recompute_activations"):
-        return "selective", 0
+        return "selective", 0, 1
     g = f.text("recompute_granularity", None, choices=("full", "selective"))
     if g == "full" and method == "block":
-        return g, n or 0
-    if g == "full" and (n or 1) > 1:
-        rep.assume(f"--recompute-method uniform --recompute-num-layers {n}: parasim stores each layer's input, "
-                   f"not one per {n} layers")
-    return g or "none", 0
+        return g, n or 0, 1
+    if g == "full":
+        return g, 0, n or 1
+    return g or "none", 0, 1
 
 
 def _training(f: Fields, dp: int, mbs: int, seq: int, rep: Report) -> dict:

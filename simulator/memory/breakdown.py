@@ -203,7 +203,7 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
                         sequence_parallel: bool = False, schedule: str = "1f1b", layers_per_stage=None,
                         inference: bool = False, inflight_per_stage=None,
                         overheads: Overheads | None = None, placement=None, rank_class=None,
-                        worst_of=None, inflight_key=None, recompute_layers: int = 0,
+                        worst_of=None, inflight_key=None, recompute_layers: int = 0, recompute_group: int = 1,
                         dp_mode: str = "ddp") -> dict[str, np.ndarray]:
     """Per-stage memory of many layouts at once (vectorisation contract of the sweep).
 
@@ -277,6 +277,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         if recompute_layers and np.any(np.asarray(recompute) == "full"):  # the other layers keep everything
             a_d, a_m = (_block_recompute(a, per_mode(layer_activation_bytes, rc="none", moe=moe)[..., None], pl,
                                          recompute, recompute_layers) for a, moe in ((a_d, False), (a_m, True)))
+        group = _grouped(pl, recompute, recompute_group)  # (1, 1 where no group of layers shares a checkpoint)
+        a_d, a_m = a_d * group[0], a_m * group[0]
         emb = per_mode(_without_experts(embedding_activation_bytes), rc=False)[..., None]
         head = per_mode(_without_experts(head_activation_bytes), rc=False)[..., None]
         loss_m = np.asarray(loss_inflight_microbatches(schedule, num_microbatches=num_microbatches))[..., None]
@@ -291,7 +293,8 @@ def stage_memory_arrays(model: ModelSpec, training: Training, *, tp, pp: int, dp
         if full.any() or np.any(np.asarray(recompute) == "selective"):
             wd, wm = none_bytes()
             part = np.maximum((wd - a_d) * has_dense, (wm - a_m) * has_moe)
-            rebuilt = np.where(full[..., None] if full.ndim else full, np.maximum(wd * has_dense, wm * has_moe), part)
+            rebuilt = np.where(full[..., None] if full.ndim else full,
+                               np.maximum(wd * has_dense, wm * has_moe) * group[1], part)
             rebuilt = rebuilt if rebuilt.any() else None
         # the loss's backward working set, once, on the head stage (0 for losses without one:
         # loss_backward_bytes); it and a full-recompute layer's working set are never alive together: the
@@ -356,6 +359,22 @@ def _block_recompute(a_full, a_none, pl, recompute, recompute_layers: int) -> np
     return np.where(full, share * a_full + (1.0 - share) * a_none, a_full)
 
 
+def _grouped(pl, recompute, recompute_group: int):
+    """(checkpoint share, layers re-created at once) of full recompute with a checkpoint every N = `recompute_group`
+    layers (Megatron --recompute-method uniform --recompute-num-layers N: `checkpoint` over each group of N layers
+    of a chunk): a chunk of L layers keeps ceil(L/N) layer inputs instead of L, ceil(L/N)/L of the per-layer bytes;
+    its backward re-creates a whole group, min(N, L) layers, before it frees them. (1, 1) for N = 1 and the rows
+    without full recompute."""
+    if recompute_group <= 1:
+        return 1.0, 1.0
+    chunks = np.maximum(np.asarray(getattr(pl, "chunks", 1), dtype=float), 1.0)
+    L = np.asarray(pl.layers, dtype=float) / (chunks[..., None] if chunks.ndim else chunks)
+    full = np.asarray(recompute) == "full"
+    full = full[..., None] if full.ndim else full
+    share = np.divide(np.ceil(L / recompute_group), L, out=np.ones_like(L), where=L > 0)
+    return np.where(full, share, 1.0), np.where(full, np.maximum(np.minimum(float(recompute_group), L), 1.0), 1.0)
+
+
 def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardware=None, *,
                      inference: bool = False, inflight_per_stage=None,
                      overheads: Overheads | None = None) -> MemoryResult:
@@ -368,7 +387,7 @@ def memory_breakdown(model: ModelSpec, training: Training, layout: Layout, hardw
         model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp, ep=layout.ep, vpp=layout.vpp,
         micro_batch_size=layout.micro_batch_size, num_microbatches=layout.num_microbatches(training.global_batch_size),
         zero=layout.zero, shard_group_size=layout.shard_group_size, recompute=layout.recompute,
-        recompute_layers=layout.recompute_layers,
+        recompute_layers=layout.recompute_layers, recompute_group=layout.recompute_group,
         sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,
         layers_per_stage=layout.layers_per_stage, inference=inference, inflight_per_stage=inflight_per_stage,
         overheads=overheads, dp_mode=layout.dp_mode)

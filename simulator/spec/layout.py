@@ -88,11 +88,15 @@ def expert_grid_problem(tp, cp, dp, ep, etp) -> str:
             f"(the expert layers regroup a stage's ranks as etp x ep x expert-dp)")
 
 
-def recompute_label(recompute: str, recompute_layers: int = 0, modules=DEFAULT_RECOMPUTE_MODULES) -> str:
-    """The recompute mode as printed: 'full (first N layers per stage)' with Layout.recompute_layers, 'selective
-    (mla_up_proj, moe_act)' where the stack's recompute_modules are not the default core attention."""
+def recompute_label(recompute: str, recompute_layers: int = 0, modules=DEFAULT_RECOMPUTE_MODULES,
+                    recompute_group: int = 1) -> str:
+    """The recompute mode as printed: 'full (first N layers per stage)' with Layout.recompute_layers, 'full (a
+    checkpoint every N layers)' with Layout.recompute_group, 'selective (mla_up_proj, moe_act)' where the stack's
+    recompute_modules are not the default core attention."""
     if recompute == "selective" and tuple(modules) != DEFAULT_RECOMPUTE_MODULES:
         return f"selective ({', '.join(modules)})"
+    if recompute_group > 1:
+        return f"{recompute} (a checkpoint every {recompute_group} layers)"
     return f"{recompute} (first {recompute_layers} layers per stage)" if recompute_layers else recompute
 
 
@@ -117,6 +121,9 @@ class Layout:
     # with recompute 'full': layers recomputed per virtual pipeline stage, the first ones (Megatron-LM
     # --recompute-method block --recompute-num-layers N, NeMo activations_checkpoint_method block); 0: all
     recompute_layers: int = 0
+    # with recompute 'full': layers per checkpoint, N (Megatron --recompute-method uniform --recompute-num-layers N):
+    # each group of N layers keeps only its input and re-creates all N layers at once in backward; 1: every layer
+    recompute_group: int = 1
     sequence_parallel: bool = False
     schedule: str = "1f1b"
     cp_algorithm: str = "ring"  # ring (Megatron p2p ring attention) or ulysses (all-to-all)
@@ -158,6 +165,11 @@ class Layout:
             if self.recompute != "full":
                 raise InputError(f"recompute_layers({self.recompute_layers}) needs recompute = 'full' (the layers "
                                  f"fully recomputed per stage), got {self.recompute!r}")
+        object.__setattr__(self, "recompute_group", check_count("recompute_group", self.recompute_group))
+        if self.recompute_group > 1 and (self.recompute != "full" or self.recompute_layers):
+            raise InputError(f"recompute_group({self.recompute_group}) needs recompute = 'full' over every layer "
+                             f"(Megatron's uniform method), got {self.recompute!r}"
+                             + (f" with recompute_layers {self.recompute_layers}" if self.recompute_layers else ""))
         check_choice("schedule", self.schedule, SCHEDULES)
         check_choice("cp_algorithm", self.cp_algorithm, CP_ALGORITHMS)
         check_choice("dp_mode", self.dp_mode, DP_MODES)
@@ -181,7 +193,8 @@ class Layout:
         return {"label": self.label, "num_gpus": self.num_gpus, "tp": self.tp, "pp": self.pp, "dp": self.dp,
                 "cp": self.cp, "ep": self.ep, "etp": self.etp, "vpp": self.vpp, "zero": self.zero,
                 "shard_group_size": self.shard_group_size, "recompute": self.recompute,
-                "recompute_layers": self.recompute_layers, "sequence_parallel": self.sequence_parallel,
+                "recompute_layers": self.recompute_layers, "recompute_group": self.recompute_group,
+                "sequence_parallel": self.sequence_parallel,
                 "micro_batch_size": self.micro_batch_size, "global_batch_size": global_batch_size,
                 "num_microbatches": self.num_microbatches(global_batch_size), "schedule": self.schedule,
                 "cp_algorithm": self.cp_algorithm, "dp_mode": self.dp_mode,

@@ -49,6 +49,7 @@ BOUNDS = {
     "vpp": (2**16, "chunks per pipeline rank"),
     "layers_per_stage": (2**20, "layers"),
     "recompute_layers": (2**20, "layers"),
+    "recompute_group": (2**20, "layers"),
     "gpus_per_node": (2**20, "GPUs"),
     "nvlink_domain_gpus": (2**20, "GPUs"),
     "nics_per_node": (2**16, "NICs"),

@@ -20,4 +20,4 @@ def round_trip(tmp_path, args: str, nodes: int = 128):
     subprocess.run(CLI + ["import", "megatron", str(script), "--hardware", "dgx-h100", "--out", str(toml)],
                    capture_output=True, text=True, check=True)
     flags = subprocess.run(CLI + ["emit", "megatron", str(toml)], capture_output=True, text=True, check=True).stdout
-    return toml.read_text(), flags.split(), CLI + ["estimate", str(toml), "--format", "json"]
+    return toml.read_text(), [t for t in flags.split() if t != "\\"], CLI + ["estimate", str(toml), "--format", "json"]
