@@ -37,6 +37,9 @@ def emit_deepspeed(sc, layout, *, with_model: bool = False) -> tuple[str, list[s
     if layout.recompute_layers:
         notes.append(f"recompute_layers {layout.recompute_layers}: Megatron-DeepSpeed --recompute-method block "
                      f"--recompute-num-layers {layout.recompute_layers} in the training script")
+    if layout.recompute_group > 1:
+        notes.append(f"recompute_group {layout.recompute_group}: Megatron-DeepSpeed --recompute-method uniform "
+                     f"--recompute-num-layers {layout.recompute_group} in the training script")
     if layout.recompute != "none":
         notes.append(f"recompute {layout.recompute}: set in the training script (Hugging Face "
                      f"gradient_checkpointing, Megatron-DeepSpeed --recompute-granularity {layout.recompute})")

@@ -47,6 +47,9 @@ def emit_torchtitan(sc, layout, *, with_model: bool = False) -> tuple[str, list[
         if layout.recompute_layers:
             notes.append(f"recompute_layers {layout.recompute_layers} of {stage_layers} layers per stage: "
                          f"torchtitan recomputes every layer or every k-th one; written as full")
+        if layout.recompute_group > 1:
+            notes.append(f"recompute_group {layout.recompute_group}: torchtitan checkpoints each layer on its own; "
+                         f"written as full")
     if layout.recompute == "selective":
         notes.append("recompute selective (Megatron's attention-core recompute): torchtitan's 'selective' "
                      "recomputes by op or by layer, not the attention alone; written as op-level")
