@@ -219,6 +219,11 @@ def emit_winner(df, sc, space, framework: str, *, err: bool) -> None:
         click.echo(f"--emit {framework}: no layout fits, nothing to write", err=err)
         return
     row = feas.iloc[0]
+    if str(row.get("recompute_modules", "") or ""):  # (the winner's set of a sweep over module sets)
+        from dataclasses import replace
+
+        stack = replace(sc.training.stack, recompute_modules=str(row["recompute_modules"]))
+        sc = replace(sc, training=replace(sc.training, stack=stack))
     text, notes = emit_text(framework, sc, layout_from_row(row, sc, space))
     if sc.training.stack.name != framework:
         notes.insert(0, f"the sweep ran the {sc.training.stack.name} stack, not {framework}'s: --stack {framework} "

@@ -48,6 +48,10 @@ _INT_FLAGS = [
     ("--recompute-layers", "recompute_layers", "with full recompute: only the first N layers of each stage "
                                                "(Megatron --recompute-method block); 0 = every layer"),
 ]
+_MODULE_SETS_HELP = ("sets of selective-recompute modules to sweep, separated by ';', e.g. "
+                     "'core_attn;mla_up_proj;mla_up_proj,mlp' (quote it): each set is swept with its own stack and the "
+                     "rows ranked together, the column recompute_modules naming each row's (default: the stack's one "
+                     "set, --recompute-modules)")
 
 
 def _options(fn):
@@ -58,6 +62,7 @@ def _options(fn):
     fn = click.option("--flash-attention/--no-flash-attention", "flash_attention", default=None,
                       help="FlashAttention (no a·s² tensors stored)")(fn)
     fn = stack_switches(fn)
+    fn = click.option("--recompute-module-sets", "recompute_module_sets", default=None, help=_MODULE_SETS_HELP)(fn)
     for flag, dest, typ, hlp in reversed(_SCENARIO_FLAGS):
         fn = click.option(flag, dest, type=typ, default=None, help=hlp)(fn)
     return click.argument("scenario", required=False)(fn)
@@ -96,18 +101,20 @@ def _fmt_table(df, top: int, num_layers: int) -> str:
     layers = [layers_text(r, num_layers) for _, r in d.iterrows()]
     w = max([len("layers/stage"), *map(len, layers)])
     lw = max([24, *(len(x) for x in d["label"])])  # (an -EP and -ETP label is longer)
-    head = (f"{'rank':>5} {'label':<{lw}} {'choices':<32} {'layers/stage':<{w}} {'tokens/s':>12} {'MFU':>6} "
+    choices = [short_variant(r) for _, r in d.iterrows()]
+    cw = max([32, *map(len, choices)])  # (a row's recompute modules make it longer)
+    head = (f"{'rank':>5} {'label':<{lw}} {'choices':<{cw}} {'layers/stage':<{w}} {'tokens/s':>12} {'MFU':>6} "
             f"{'step s':>9} {'bubble':>7} {'peak GiB':>9}  feasible")
     lines = [head]
 
     def num(x, spec, width):  # "-" where there is no value (a layout that does not fit is not timed)
         return f"{x:{spec}}" if x == x else f"{'-':>{width}}"
 
-    for (_, r), lay in zip(d.iterrows(), layers):
+    for (_, r), lay, choice in zip(d.iterrows(), layers, choices):
         # the pipeline bubble as estimate prints it: the share of the step the busiest rank waits on other
         # stages (bubble_s / step_s); bubble_fraction, the idle share over all ranks, is in --format json/csv
         bub = r["bubble_s"] / r["step_s"] if r["step_s"] == r["step_s"] and r["step_s"] > 0 else float("nan")
-        lines.append(f"{int(r['rank']):>5} {r['label']:<{lw}} {short_variant(r):<32} {lay:<{w}} "
+        lines.append(f"{int(r['rank']):>5} {r['label']:<{lw}} {choice:<{cw}} {lay:<{w}} "
                      f"{num(r['tokens_per_s'], '>12,.0f', 12)} {num(r['mfu'], '>6.1%', 6)} "
                      f"{num(r['step_s'], '>9.3f', 9)} {num(bub, '>7.1%', 7)} {r['peak_bytes'] / 2**30:>9.1f}  "
                      f"{'yes' if r['feasible'] else 'no: ' + str(r['reason'])}")
@@ -148,7 +155,11 @@ def _echo_rows(df, fmt: str, top: int, sc, space, *, seconds: float, out, time_i
     blocks = (f"; full recompute: the first {space.recompute_layers} layers of each stage"
               if space.recompute_layers else "")
     selective = recompute_label("selective", 0, sc.training.stack.recompute_modules)
-    blocks += f"; recompute {selective}" if selective != "selective" else ""
+    sets = space.recompute_module_sets
+    if sets:  # (sweep/module_sets.py: one sweep per set, the rows' recompute_modules column)
+        blocks += f"; selective recompute of the module sets {' | '.join(sets)}"
+    elif selective != "selective":
+        blocks += f"; recompute {selective}"
     click.echo(f"{sc.name}: {len(df):,} layouts on {sc.num_gpus} GPUs, {nfeas:,} fit{untimed}{blocks}; "
                f"{seconds:.2f} s ({len(df) / seconds if seconds > 0 else 0:,.0f} layouts/s)")
     if left and len(df):  # (an empty table says it below, naming the rules)
@@ -229,7 +240,8 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
     sc = replace(sc, hardware=with_gpu_speed_cv(sc.hardware, gpu_speed_cv))
     space = SweepSpace.from_table(sc.sweep, where=f"[sweep] of {scenario}" if scenario else "[sweep]")
     changes = {k: kwargs.pop(k) for k in list(kwargs)
-               if k in LIST_FIELDS or k.startswith(("max_", "min_", "account_")) or k == "recompute_layers"}
+               if k in LIST_FIELDS or k.startswith(("max_", "min_", "account_"))
+               or k in ("recompute_layers", "recompute_module_sets")}
     changes["max_tp_within_node"] = max_tp_within_node
     changes["uneven_layers"] = uneven_layers
     with flag_names(given_flags(_LIST_FLAGS + _INT_FLAGS, changes),

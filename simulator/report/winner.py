@@ -53,14 +53,17 @@ def winner_comparison(df: pd.DataFrame) -> pd.DataFrame | None:
 def short_variant(row) -> str:
     """The non-label layout choices of a row, e.g. `1f1b mbs1 Z1 sel-rc SP`."""
     rec = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc", "op": "op-rc"}.get(str(row["recompute"]), str(row["recompute"]))
+    if str(row.get("recompute_modules", "") or ""):  # (a sweep over module sets: sweep/module_sets.py)
+        rec += f"({row['recompute_modules']})"
     sp = " SP" if bool(row["sequence_parallel"]) else ""
     return f"{row['schedule']} mbs{int(row['micro_batch_size'])} Z{int(row['zero'])} {rec}{sp}"
 
 
 def _describe(row) -> str:
     sp = "SP" if bool(row.get("sequence_parallel", False)) else "no SP"
+    modules = str(row.get("recompute_modules", "") or "")
     return (f"{row['label']} ({row['schedule']}, mbs {row['micro_batch_size']}, ZeRO-{row['zero']}, "
-            f"recompute {row['recompute']}, {sp})")
+            f"recompute {row['recompute']}{f' ({modules})' if modules else ''}, {sp})")
 
 
 def is_asynchronous(row) -> bool:

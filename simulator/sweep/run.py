@@ -213,11 +213,22 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
       (the CLI passes `report.tables.tidy_frame`: the file and the rows it prints are one table).
     - `allow_unsupported`: also evaluate the layouts the scenario's stack's framework cannot run (by
       default they are left out before evaluation: `supported.leave_out_unsupported`, the stack's [runs]).
+    - `space.recompute_module_sets`: one sweep per set of selective-recompute modules, ranked together
+      (sweep/module_sets.py; resumable chunks are not kept for these).
     Returns the ranked DataFrame (`rank.rank_results`), one row per layout; `df.attrs["left_out"]` is
     {reason: layouts left out} ({} with `allow_unsupported`) and `df.attrs["stack"]` the stack's name.
     """
     _check_run_args(executor, chunk_size, workers, out)
     space = space if space is not None else SweepSpace.from_table(getattr(scenario, "sweep", {}))
+    if space.recompute_module_sets:  # one sweep per set of recompute modules, ranked together
+        from .module_sets import sweep_module_sets
+
+        df = sweep_module_sets(run_sweep, scenario, space, tidy=tidy, executor=executor, scheduler=scheduler,
+                               chunk_size=chunk_size, progress=progress, evaluator=evaluator, workers=workers,
+                               time_infeasible=time_infeasible, allow_unsupported=allow_unsupported)
+        if out is not None:
+            write_results(df, out)
+        return df
     model, training, hardware, N = scenario.model, scenario.training, scenario.hardware, scenario.num_gpus
     evaluator = _blocks(_timing(evaluator or _default_evaluator(), bool(time_infeasible)), space.recompute_layers)
     cands = enumerate_layouts(model, training, N, space, hardware=hardware)

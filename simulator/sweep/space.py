@@ -75,6 +75,9 @@ class SweepSpace:
     account_for_embedding_in_pipeline_split: bool = False  # Megatron's split (spec.placement.megatron_split)
     account_for_loss_in_pipeline_split: bool = False
     recompute_layers: int = 0  # Layout.recompute_layers of the rows with full recompute (0: every layer)
+    # sets of selective-recompute modules to sweep, each a comma text ("mla_up_proj,mlp"; a TOML list or a text of
+    # sets separated by ";"); () : the stack's one set (sweep/module_sets.py)
+    recompute_module_sets: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name in LIST_FIELDS:
@@ -87,6 +90,12 @@ class SweepSpace:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(f"sweep {name} must be an integer >= 1, got {v!r}")
+        sets = self.recompute_module_sets
+        sets = [x for x in sets.split(";")] if isinstance(sets, str) else sets
+        if not isinstance(sets, (list, tuple)) or not all(isinstance(x, str) and x.strip() for x in sets):
+            raise InputError(f"sweep recompute_module_sets must be sets of module names like "
+                             f"\"core_attn;mla_up_proj,mlp\", got {self.recompute_module_sets!r}")
+        object.__setattr__(self, "recompute_module_sets", tuple(x.strip() for x in sets))
         v = self.recompute_layers
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise InputError(f"sweep recompute_layers must be an integer >= 0, got {v!r}")
