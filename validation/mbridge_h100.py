@@ -84,9 +84,9 @@ RECIPES = {
         "scripts/performance/configs/llama3/llama3_8b_llm_pretrain.yaml (perf_matrix h100 num_gpus_8, fp8_cs); "
         "run_script.py:161-175"),
     ("25.09", "LLAMA3_70B"): (LLAMA70, "scripts/performance/configs/llama3/llama3_70b_llm_pretrain.yaml; "
-                                          "recipes/llama/llama3_70b.py:221"),
+                                       "recipes/llama/llama3_70b.py:221"),
     ("25.09", "LLAMA3.1_405B"): (LLAMA405, "scripts/performance/configs/llama31/llama31_405b_llm_pretrain.yaml; "
-                                              "recipes/llama/llama31_405b.py:237"),
+                                           "recipes/llama/llama31_405b.py:237"),
     ("25.09", "DeepSeekV3"): (
         f"mtp_num_layers 1; pipeline layout Et|(tt|)*30mL: layers per virtual stage "
         f"{','.join(['1'] + ['2'] * 30 + ['0'])}; MoE dispatcher flex (DeepEP), dropless, force-balanced; {A2A}; "
@@ -98,9 +98,9 @@ RECIPES = {
         "scripts/performance/configs/qwen3/qwen3_235b_a22b_llm_pretrain.yaml (h100 num_gpus_256); "
         "run_script.py:109-116"),
     ("25.11", "LLAMA3_70B"): (LLAMA70, "scripts/performance/configs/llama3/workload_base_configs.py:144; "
-                                          "recipes/llama/llama3.py:302"),
+                                       "recipes/llama/llama3.py:302"),
     ("25.11", "LLAMA3.1_405B"): (LLAMA405, "scripts/performance/configs/llama31/workload_base_configs.py:162; "
-                                              "recipes/llama/llama3.py:413-417"),
+                                           "recipes/llama/llama3.py:413-417"),
     ("25.11", "Qwen3_235B_a22B"): (
         Q235_A2A,
         "scripts/performance/configs/qwen3/workload_base_configs.py:138-143; qwen3_llm_pretrain.py:47,156"),
