@@ -70,12 +70,13 @@ def test_the_parser_reads_both_table_layouts_as_written():
 
 def test_every_row_maps_with_its_recipe():
     rows = _rows()
-    assert len(rows) == len(mbridge_h100.RECIPES) == 23
+    assert len(rows) == len(mbridge_h100.RECIPES) == 27
     for rid, r in rows.items():
         m = map_run(r)
         assert not m.skip_reason, (rid, m.skip_reason)
         st = m.training.stack
-        assert (m.training.precision, st.fp8_recipe, st.fp8_params) == ("fp8", "current", True)
+        bf16 = "GPT-OSS" in r["model"]  # (its rows ran BF16)
+        assert (m.training.precision, st.fp8_recipe, st.fp8_params) == ("bf16" if bf16 else "fp8", "current", True)
         assert m.hardware_name == "dgx-h100"
         assert st.tp_comm_overlap == ("TP communication overlap (userbuffers)" in r["notes"])
         assert st.moe_a2a_overlap == st.moe_delay_wgrad == (mbridge_h100.A2A in r["notes"])
@@ -85,15 +86,19 @@ def test_every_row_maps_with_its_recipe():
     assert ds.layout.layers_per_stage == (1,) + (2,) * 30 + (0,)  # Megatron's layout Et|(tt|)*30mL
     q = map_run(rows["mbridge_h100_26_04_qwen3_235b_a22b"])
     assert q.layout.layers_per_stage == (2,) + (3,) * 30 + (2,)  # (94 + 2) / 32, embedding and loss counted
+    oss = map_run(rows["mbridge_h100_26_04_gpt_oss_120b"])
+    assert oss.model.sliding_window == 128 and oss.model.sliding_layers == tuple(range(0, 36, 2))
+    assert set(oss.training.stack.recompute_modules) == {"layernorm", "moe_act"} and oss.layout.ep == 8
     llama = map_run(rows["mbridge_h100_26_06_llama3_1_405b"])
     assert llama.layout.layers_per_stage == (1,) + (2,) * 62 + (1,)
 
 
 def test_the_source_error_as_measured_when_the_rows_were_added():
-    """Median |step error| 3.9 % over the 23 rows (docs/accuracy.md); a change that moves it past 6 %, or any row
-    but the 26.02 Qwen3-30B outlier past 35 %, fails here and is worth a look."""
+    """Median |step error| 3.9 % over the first 23 rows, 5.7 % with the four GPT-OSS rows (-32 to -34 %: their
+    eager expert activation is not modelled; docs/accuracy.md); a change that moves it past 6 %, or any row but the
+    26.02 Qwen3-30B outlier past 35 %, fails here and is worth a look."""
     res, skipped = predict_runs(read_runs(CSV))
-    assert len(skipped) == 0 and len(res) == 23
+    assert len(skipped) == 0 and len(res) == 27
     err = res.set_index("run_id").step_error
     assert np.median(np.abs(err)) < 0.06
     assert (err.drop("mbridge_h100_26_02_qwen3_30b_a3b").abs() < 0.35).all()

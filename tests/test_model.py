@@ -48,6 +48,9 @@ SMALL = {
     "bloom": dict(n_embed=128, n_layer=2, n_head=4, vocab_size=500),  # as bigscience's config.json spells it
     "nemotron": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                      intermediate_size=384, vocab_size=500, partial_rotary_factor=0.5),
+    # biased attention and experts, a router bias and a learned sink logit per head
+    "gpt_oss": dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                    intermediate_size=96, vocab_size=500, num_local_experts=4, num_experts_per_tok=2),
 }
 
 
@@ -86,7 +89,7 @@ def test_param_count_equals_transformers_meta_model(key):
     assert spec.total_params() == _hf_count(model_type, cfg)
 
 
-@pytest.mark.parametrize("key", ["mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"])
+@pytest.mark.parametrize("key", ["mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss"])
 def test_active_param_count_equals_transformers_expert_fraction(key):
     cfg = dict(SMALL[key])
     cfg.setdefault("model_type", key)
@@ -99,6 +102,7 @@ def test_active_param_count_equals_transformers_expert_fraction(key):
     ("llama3-8b", "llama"), ("llama3-70b", "llama"), ("llama3.1-405b", "llama"), ("mixtral-8x7b", "mixtral"),
     ("qwen3-30b-a3b", "qwen3_moe"), ("qwen2-0.5b", "qwen2"), ("gemma-2b", "gemma"), ("gpt2-124m", "gpt2"),
     ("pythia-1.4b", "gpt_neox"), ("mistral-7b", "mistral"), ("deepseek-v3", "deepseek_v3"), ("bloom-176b", "bloom"),
+    ("gpt-oss-120b", "gpt_oss"), ("gpt-oss-20b", "gpt_oss"),
 ])
 def test_preset_param_count_equals_transformers(preset, model_type):
     import tomllib
@@ -122,6 +126,15 @@ def test_preset_matches_published_size(preset, billions, active):
     assert round(m.total_params() / 1e9, 2 if billions < 100 else 1) == pytest.approx(billions, abs=1e-9)
     if active:
         assert round(m.active_params() / 1e9, len(str(active).split(".")[1])) == pytest.approx(active, abs=1e-9)
+
+
+def test_gpt_oss_counts_its_published_sizes():
+    """OpenAI's gpt-oss model card: gpt-oss-120b 116.83B parameters, 5.13B active per token; gpt-oss-20b 20.91B and
+    3.61B. Its active count leaves the input embedding out (the unembedding counts); parasim's counts it."""
+    for preset, total, active in (("gpt-oss-120b", 116.83, 5.13), ("gpt-oss-20b", 20.91, 3.61)):
+        m = load_model(preset)
+        assert round(m.total_params() / 1e9, 2) == pytest.approx(total, abs=1e-9)
+        assert round((m.active_params() - m.embedding_params()) / 1e9, 2) == pytest.approx(active, abs=1e-9)
 
 
 def test_bloom_counts_its_published_parameters_exactly():

@@ -1,5 +1,5 @@
 """NVIDIA's published Megatron-Bridge pre-training performance on DGX-H100 (NeMo 25.09 to 26.06: Llama 3 8B/70B,
-Llama 3.1 405B, DeepSeek-V3, Qwen3 30B-A3B and 235B-A22B) as rows of validation/mbridge_h100.csv.
+Llama 3.1 405B, DeepSeek-V3, Qwen3 30B-A3B and 235B-A22B, GPT-OSS 120B) as rows of validation/mbridge_h100.csv.
 
     git -C Megatron-Bridge show 067f987:docs/performance-summary-archive.md > mbridge.md
     python validation/mbridge_h100.py mbridge.md > validation/mbridge_h100.csv
@@ -14,15 +14,15 @@ v0.1.0rc4 YAML launcher for 25.09 (its H100 perf matrix matches the published 25
 configs do not for Llama 3 8B and the Qwen3 token drop), v0.2.2 for 25.11, v0.3.0 for 26.02, v0.4.0 for 26.02.01,
 74695a06d for 26.04, 17a381f95 for 26.04.01, v0.5.0 for 26.06.
 
-Rows left out (and why): GPT-OSS 120B (attention sinks and sliding windows are not modelled), Nemotron-3 Nano
-(Mamba layers), the 26.06 SFT and LoRA rows (fine-tuning on unrecorded data), and the rows whose published layout
-the recipe code of their release does not produce (25.09 and 25.11 Qwen3-30B: VP 24 published, 12 in the code;
-25.11 Llama 3 8B: FSDP published, DDP with 5 recomputed layers in the code; 26.02.01 Qwen3-30B: PP 2, VP 12, EP 8
-published, PP 1, EP 16 in the code). Where a value was edited after publication the archive's is kept and the
+Rows left out (and why): Nemotron-3 Nano (Mamba layers), the 26.06 SFT and LoRA rows (fine-tuning on unrecorded
+data), and the rows whose published layout the recipe code of their release does not produce (25.09 and 25.11
+Qwen3-30B: VP 24 published, 12 in the code; 25.11 Llama 3 8B: FSDP published, DDP with 5 recomputed layers in the
+code; 26.02.01 Qwen3-30B: PP 2, VP 12, EP 8 published, PP 1, EP 16 in the code; 25.11 GPT-OSS 120B: MBS 4 and
+GA 2 published, which DP 16 and GBS 512 cannot both hold, MBS 1 in the code). Where a value was edited after publication the archive's is kept and the
 first one named in the notes (26.04.01, 26.06).
 
 Shared by every row (the per-row notes say the rest): Megatron-core with Transformer Engine (the megatron
-stack); FP8 with per-tensor current scaling (25.11 and later label it FP8-CS; the 25.09 table has no precision
+stack); FP8 (but GPT-OSS, BF16) with per-tensor current scaling (25.11 and later label it FP8-CS; the 25.09 table has no precision
 column, and its footnote gives blockwise FP8 only for the parenthesised numbers, none of which is a tokens/s
 cell) and FP8 weights all-gathered (fp8_param_gather); gradients reduced in bf16 (grad_reduce_in_fp32 False);
 the distributed optimizer with fp32 master weights; sequence parallelism with TP; MoE routing force-balanced
@@ -51,6 +51,7 @@ MODELS = {
     "DeepSeekV3": ("DeepSeek-V3", (61, 7168, 128, 128, 18432, 129280, 256, 8)),
     "Qwen3_30B_a3B": ("Qwen3-30B-A3B", (48, 2048, 32, 4, 6144, 151936, 128, 8)),
     "Qwen3_235B_a22B": ("Qwen3-235B-A22B", (94, 4096, 64, 4, 12288, 151936, 128, 8)),
+    "GPT OSS 120B": ("GPT-OSS-120B", (36, 2880, 64, 8, 2880, 201088, 128, 4)),
 }
 TP_OVERLAP = "TP communication overlap (userbuffers)"
 A2A = "EP A2A overlap (overlap_moe_expert_parallel_comm, delay_wgrad_compute)"
@@ -76,6 +77,13 @@ Q235_A2A = (f"{Q235}; MoE dispatcher alltoall, dropless, force-balanced; {A2A}; 
             f"no recompute")
 # Qwen3-30B from 26.04 on: PP 1, EP 16 with HybridEP, no A2A overlap
 Q30_HYBRID = "MoE dispatcher flex (HybridEP), dropless, force-balanced; no all-to-all overlap; no recompute"
+# GPT-OSS 120B from 26.02 on (the recipe code, lines per row): TP 1, PP 4, EP 8, BF16, the
+# alltoall dispatcher, no overlap of the all-to-all, selective recompute of the norms and the expert activation;
+# TE >= 2.12 runs the windowed and sink attention in cuDNN's fused attention (TE utils.py: needs cuDNN >= 9.13.1)
+GPT_OSS = ("sliding window 128 on every other layer and attention sinks (TE FusedAttention, cuDNN); MoE dispatcher "
+           "alltoall, dropless, force-balanced; no all-to-all overlap; no TP communication overlap; "
+           "recompute_modules layernorm,moe_act; precision-aware optimizer with fp32 moments; expert activation "
+           "quick-GEGLU with clamps (weighted_bias_quick_geglu) and per-expert fc2 bias adds")
 # (release, table label): (recipe settings for the notes, where they come from at COMMITS[release])
 RECIPES = {
     ("25.09", "LLAMA3_8B"): (
@@ -128,6 +136,14 @@ RECIPES = {
         "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:437-439"),
     ("26.04.01", "Qwen3_235B_a22B"): (
         Q235_A2A, "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:175-183"),
+    ("26.02", "GPT OSS 120B"): (GPT_OSS, "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py:"
+                                         "33,34,37,81,82,116; src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py"),
+    ("26.02.01", "GPT OSS 120B"): (GPT_OSS, "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py:"
+                                            "34,79,82,128; src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py:86-87"),
+    ("26.04", "GPT OSS 120B"): (GPT_OSS, "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py:"
+                                         "34,79,82,128; src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py:86-87"),
+    ("26.04.01", "GPT OSS 120B"): (GPT_OSS, "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py:"
+                                            "34,79,82,126; src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py:86-87"),
     ("26.06", "LLAMA3.1_405B"): (LLAMA405, "scripts/performance/configs/llama/llama31_workload_base_configs.py:203"),
     ("26.06", "Qwen3_30B_a3B"): (
         Q30_HYBRID,
@@ -186,10 +202,11 @@ def rows(text: str):
         ep = int(_num(c["EP"])) if c["EP"] not in ("n/a",) else 1
         tok = _num(c["Tokens / sec / GPU"])
         fsdp = "Megatron-FSDP" in settings
+        bf16 = c.get("Precision", "").upper() == "BF16"
         step = gbs * seq / (tok * n)
         first = FIRST_PUBLISHED.get((release, label), "")
         yield {
-            "run_id": f"mbridge_h100_{release.replace('.', '_')}_{label.lower().replace('.', '_')}",
+            "run_id": f"mbridge_h100_{release.replace('.', '_')}_{label.lower().replace('.', '_').replace(' ', '_')}",
             "source_id": "MBRIDGE_H100",
             "source": f"{ARCHIVE} ('{release} NeMo Container'); recipe code at {COMMITS[release]}",
             "source_locator": f"'{release} NeMo Container', {label}, DGX-H100 row; {where}",
@@ -201,7 +218,7 @@ def rows(text: str):
             "zero_fsdp": "ZeRO-3 (Megatron-FSDP optim_grads_params)" if fsdp else "ZeRO-1 (distributed optimizer)",
             "sequence_parallel": "yes" if tp > 1 else "no",
             "recompute": "selective" if "recompute_modules" in settings else "none",
-            "precision": "fp8 (TE hybrid, current scaling)",
+            "precision": "bf16" if bf16 else "fp8 (TE hybrid, current scaling)",
             "pipeline_schedule": "interleaved 1F1B" if vp else ("1F1B" if pp > 1 else ""),
             "step_time_s": "", "tokens_per_s": round(tok * n, 1), "tokens_per_s_per_gpu": tok,
             "tflops_per_gpu": _num(c["Model TFLOP / sec / GPU"]),
@@ -209,7 +226,8 @@ def rows(text: str):
             "derived_step_time_s": round(step, 4),
             "derived_how": "GBS x sequence / (tokens/s/GPU x GPUs)",
             "trust": "A",
-            "notes": f"NeMo {release}, FP8 current scaling, fp8_param_gather; {settings}; grad_reduce_in_fp32 False."
+            "notes": f"NeMo {release}, {'BF16' if bf16 else 'FP8 current scaling, fp8_param_gather'}; {settings}; "
+                     f"grad_reduce_in_fp32 False."
                      + (f" {first}." if first else ""),
         }
 
@@ -225,9 +243,9 @@ if __name__ == "__main__":
 CSV = Path(__file__).resolve().parent / "mbridge_h100.csv"
 
 
-def errors_without(d, note: str, **stack) -> dict[str, float]:
-    """{run_id: step error} of the rows whose notes hold `note`, predicted with the Stack fields `stack` instead:
-    what modelling that setting changed."""
+def errors_without(d, note: str, training: dict | None = None, **stack) -> dict[str, float]:
+    """{run_id: step error} of the rows whose notes hold `note`, predicted with the Stack fields `stack` (and the
+    Training fields `training`) instead: what modelling that setting changed."""
     from dataclasses import replace
 
     from simulator.estimate import estimate
@@ -242,7 +260,8 @@ def errors_without(d, note: str, **stack) -> dict[str, float]:
             continue
         m = map_run(rows.loc[run_id].to_dict() | {"run_id": run_id})
         st = replace(m.training.stack, **stack)
-        est = estimate(m.model, replace(m.training, stack=st), m.layout, load_hardware(m.hardware_name))
+        est = estimate(m.model, replace(m.training, stack=st, **(training or {})), m.layout,
+                       load_hardware(m.hardware_name))
         out[run_id] = float(est.step_s) / float(d.loc[run_id, "measured_step_s"]) - 1.0
     return out
 
@@ -266,6 +285,7 @@ def paragraph(results, pct) -> str:
     q30 = d[model.str.startswith("qwen3-30b")]
     odd = q30.step_error.idxmin()
     dsv3 = d[model == "deepseek-v3"].iloc[0]
+    unfused = errors_without(d, "attention sinks", training={"flash_attention": False})
     return (
         f"- MBRIDGE_H100 (mean {pct(d.step_error.mean())}, median |error| {100 * d.step_error.abs().median():.1f} %) "
         "are NVIDIA's published Megatron-Bridge pre-training runs on DGX-H100 (NeMo 25.09 to 26.06, FP8 current "
@@ -273,7 +293,8 @@ def paragraph(results, pct) -> str:
         "the model was built and predicted with the shipped dgx-h100 preset, nothing fitted to them. Median error: "
         f"Llama 3 70B {med(model == 'llama3-70b')}, Llama 3.1 405B {med(model == 'llama3.1-405b')}, Qwen3-235B-A22B "
         f"{med(model == 'qwen3-235b-a22b')}, Qwen3-30B-A3B {med(model.str.startswith('qwen3-30b'))}, Llama 3 8B "
-        f"(Megatron-FSDP) {med(model == 'llama3-8b')}, DeepSeek-V3 {pct(dsv3.step_error)}. The {len(a2a)} rows that "
+        f"(Megatron-FSDP) {med(model == 'llama3-8b')}, DeepSeek-V3 {pct(dsv3.step_error)}, GPT-OSS 120B "
+        f"{med(model == 'gpt-oss-120b')}. The {len(a2a)} rows that "
         "ran Megatron-Core's EP A2A overlap (the combined 1F1B: stack moe_a2a_overlap, cost/moe_overlap.py) are "
         f"predicted at median {pct(float(np.median(list(a2a.values()))))} without modelling it and "
         f"{med(d.index.isin(list(a2a)))} with it. The {len(flex)} rows that ran DeepEP or HybridEP (Megatron-Core's "
@@ -292,4 +313,15 @@ def paragraph(results, pct) -> str:
            "bf16 moments counted, Training.optimizer_dtype; no memory was published)."
            if dsv3.predicted_mem_bytes <= hbm else
            f", {(dsv3.predicted_mem_bytes - hbm) / 2**30:.1f} GiB over the {hbm / 2**30:.1f} GiB dgx-h100 holds, so "
-           "it is marked as not fitting where the run fit (no memory was published)."))
+           "it is marked as not fitting where the run fit (no memory was published).")
+        + f" The {len(unfused)} GPT-OSS 120B rows (26.02 to 26.04.01, BF16, TP 1, PP 4, EP 8; a 128-key sliding "
+        "window on every other layer and a learned sink logit per head, which Transformer Engine 2.12-2.15 runs in "
+        "cuDNN's fused attention from cuDNN 9.13.1 on: the windowed layers' kernel is read off the causal table at "
+        "the same work per thread block, cost/window.py) are predicted at "
+        f"{', '.join(pct(d.step_error[r]) for r in unfused)}. Their expert activation is Megatron-Core's "
+        "weighted_bias_quick_geglu_impl: two eager clamps and a concatenation before one torch.compile'd kernel, "
+        "re-run by the moe_act recompute, and the second expert GEMM's bias is added per expert in eager code "
+        "(experts.py _apply_bias); parasim times Megatron's fused SwiGLU there, so these kernels are missing from "
+        "the prediction. With the attention materialised instead (TE's fallback below cuDNN 9.13.1, whose version "
+        "in these containers is not established) the rows are "
+        f"{', '.join(pct(v) for v in unfused.values())}: the measurements lie between the two.")

@@ -71,6 +71,15 @@ def flash_occupancy(micro_batch_size, heads, seq_length, *, tp, cp, ring: bool, 
                     causal_occupancy(rows, per_row, sm_count, head_dim))
 
 
+def window_occupancy(micro_batch_size, heads, seq_length, *, tp, cp, ring: bool, sm_count):
+    """The occupancy factor of one sliding-window FlashAttention call: its blocks (b · heads/t rows of query tiles,
+    counted as flash_occupancy counts them) each visit the same k_w key tiles (window.window_kernel), so equal-work
+    waves, `attention_occupancy`."""
+    tp, cp, b = (np.asarray(x, dtype=float) for x in (tp, cp, micro_batch_size))
+    rows = b * heads / (tp if ring else tp * cp)
+    return attention_occupancy(rows * np.ceil((seq_length / cp if ring else seq_length) / Q_TILE), sm_count)
+
+
 @lru_cache(maxsize=4096)
 def _list_occupancy(rows: int, T: int, sms: int) -> float:
     """W / (SMs · makespan) of `rows` rows of tiles with work 1..T, launched row by row onto `sms` SMs

@@ -46,7 +46,8 @@ from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
-from .attention import attention_efficiency, flash_occupancy, unfused_core_times
+from .attention import Q_TILE, attention_efficiency, flash_occupancy, unfused_core_times, window_occupancy
+from .window import layer_kinds, window_kernel
 from .launch import launch_bound, padding_sync_s
 from .memory_ops import _memory_time
 from .stage_ops import stage_op_groups
@@ -192,12 +193,10 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
         return _table(t_f, t_b, 0.0 * t, fl, bwd_fl, 0.0 * fl)
     fwd, bwd = fl.sum(axis=0, keepdims=True), bwd_fl.sum(axis=0, keepdims=True)
     x = np.maximum(float(training.seq_length) / (F._f(cp) if cp_algorithm == "ring" else 1.0), 1.0)
-    eff_f, eff_b = attention_efficiency(hardware, training.stack.attention_kernel, model.qk_head_dim, x)
     tp_, cp_, b = F._f(tp), F._f(cp), F._f(micro_batch_size)
     s = float(training.seq_length)
     occ = flash_occupancy(b, model.num_heads, s, tp=tp_, cp=cp_, ring=cp_algorithm == "ring",
                           sm_count=hardware.sm_count, head_dim=model.qk_head_dim)
-    eff_f, eff_b = eff_f * occ, eff_b * occ
     if model.is_mla:
         qk_w = model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
         v_w = model.num_heads * model.v_head_dim
@@ -206,8 +205,17 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
         qk_w, v_w, kv_w = model.q_size, model.q_size, 2 * model.kv_size
     by = e * b / tp_ * ((s / cp_) * (qk_w + v_w) + s * kv_w)  # Q, O of the rank's queries; K, V of all s keys
     t_mem = _memory_time(np.stack(np.broadcast_arrays(by, 2.0 * by)), 1.0, hardware)
-    t_f = _combine(fwd / (peak * eff_f), t_mem[0], roofline)
-    t_b = _combine(bwd / (peak * eff_b), t_mem[1], roofline)
+    kinds = layer_kinds(model, s, 0.5, causal=True)  # executed FLOPs: causal, a windowed layer its band
+    mean_phi = sum(share * phi for share, phi, _ in kinds)
+    t_f = t_b = 0.0
+    for share, phi, windowed in kinds:  # full and windowed layers, each at its kernel's rate
+        xk, factor, band = window_kernel(x, model.sliding_window, Q_TILE) if windowed else (x, 1.0, False)
+        eff_f, eff_b = attention_efficiency(hardware, training.stack.attention_kernel, model.qk_head_dim, xk)
+        o = np.where(band, window_occupancy(b, model.num_heads, s, tp=tp_, cp=cp_, ring=cp_algorithm == "ring",
+                                            sm_count=hardware.sm_count), occ) if windowed else occ
+        per_layer = phi / mean_phi  # this kind's FLOPs over the mean layer's
+        t_f = t_f + share * _combine(per_layer * fwd / (peak * eff_f * factor * o), t_mem[0], roofline)
+        t_b = t_b + share * _combine(per_layer * bwd / (peak * eff_b * factor * o), t_mem[1], roofline)
     return _table(t_f, t_b, 0.0 * t_f, fwd, bwd, 0.0 * fwd)
 
 

@@ -103,10 +103,11 @@ def decode_attention_flops(model: ModelSpec, *, batch, context, tp=1):
 
         2·b·(n_h/t)·c·(d_qk + d_v)
 
-    (scaling-book inference chapter, "What about attention?": 2·B·S·T·D per matmul with T = 1)."""
+    (scaling-book inference chapter, "What about attention?": 2·B·S·T·D per matmul with T = 1); c is the mean over
+    the layers of the keys a query sees (ModelSpec.attended_keys: a sliding-window layer sees min(c, w))."""
     d_qk, d_v = _attention_dims(model)
     return 2.0 * np.asarray(batch, dtype=float) * model.num_heads / np.asarray(tp, dtype=float) * \
-        np.asarray(context, dtype=float) * (d_qk + d_v)
+        model.attended_keys(context) * (d_qk + d_v)
 
 
 def compute_efficiency(hardware, table: str = "gemm") -> float:

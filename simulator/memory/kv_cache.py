@@ -31,5 +31,5 @@ def kv_cache_bytes(model: ModelSpec, *, layers, batch, context: int, tp, cp=1, d
     returns (pp,) or (N, pp). Equation: KV = 2·L·n_kv·d_h·S·B·bytes (formulas.md §3.7) for t = cp = 1.
     """
     el = kv_elements_per_token_per_layer(model, tp=tp)[..., None]
-    tokens = (np.asarray(batch, dtype=float) * context / np.asarray(cp, dtype=float))[..., None]
+    tokens = (np.asarray(batch, dtype=float) * model.attended_keys(context) / np.asarray(cp, dtype=float))[..., None]
     return np.asarray(layers, dtype=float) * tokens * el * dtype_bytes

@@ -1,7 +1,7 @@
 """ModelSpec from a Hugging Face `config.json` (or an inline [model] table using the same key names).
 
 Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2,
-deepseek_v3 (and deepseek_v2), gpt2, gpt_neox, bloom, nemotron. An inline table without `model_type` is read as a
+deepseek_v3 (and deepseek_v2), gpt2, gpt_neox, bloom, nemotron, gpt_oss. An inline table without `model_type` is read as a
 Llama-style model whose FFN, norm and biases can be set with the parasim keys `mlp`, `norm`, `bias`.
 Each architecture's fixed choices (biases, norms, tied embeddings) follow the HF modelling code.
 Key spellings, the keys that change the parameter count, and the dropout keys: spec/hf_keys.py (every
@@ -26,13 +26,14 @@ HF_KEYS = {
     "shared_expert_intermediate_size", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
     "decoder_sparse_step", "mlp_only_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
     "qk_rope_head_dim", "v_head_dim", "attention_bias", "mlp_bias", "max_position_embeddings", "n_group", "topk_group",
+    "sliding_window", "layer_types", "use_sliding_window", "max_window_layers",
     # GPT-2 names
     "n_embd", "n_layer", "n_head", "n_inner", "n_positions",
 }
 PARASIM_KEYS = {"mlp", "norm", "bias", "name", "source", "qkv_bias", "qk_norm"}
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-             "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neox", "bloom", "nemotron")
+             "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neox", "bloom", "nemotron", "gpt_oss")
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
@@ -115,6 +116,7 @@ def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where
         _moe_kw(keys, mt, kw, ffn, where)
         if "model_type" not in cfg:
             _inline_kw(keys, kw, ffn, where)
+        _window_kw(keys, mt if "model_type" in cfg else None, kw, where)
         kw["ffn_hidden_size"] = _ffn_hidden_size(mt, kw, ffn, where)
     kw["config_dropout"] = config_dropout(keys, where)
     _int(keys, "max_position_embeddings", where, 1, positive=True)  # GPT-2 reads it; a count for every model
@@ -203,6 +205,9 @@ def _architecture_kw(cfg: Keys, mt: str, kw: dict, where: str) -> None:
     elif mt == "gpt_neox":
         ab = _bool(cfg, "attention_bias", where, True)
         kw.update(mlp="gelu", norm="layernorm", qkv_bias=ab, out_bias=ab, mlp_bias=True)
+    elif mt == "gpt_oss":  # transformers models/gpt_oss: biased q, k, v, o; a learned sink logit per head
+        ab = _bool(cfg, "attention_bias", where, True)
+        kw.update(qkv_bias=ab, out_bias=ab, attention_sinks=True)
     elif mt == "nemotron":  # transformers models/nemotron: LayerNorm1P (weight and bias), up/down MLP, relu(x)²
         ab = _bool(cfg, "attention_bias", where, False)
         kw.update(mlp="squared-relu", norm="layernorm", qkv_bias=ab, out_bias=ab,
@@ -219,9 +224,10 @@ def _moe_kw(cfg: Keys, mt: str, kw: dict, ffn: int, where: str) -> None:
     """Add to `kw` the routed experts of Mixtral (expert FFN = intermediate_size), of Qwen2/3-MoE
     (num_experts, decoder_sparse_step, mlp_only_layers, and Qwen2-MoE's gated shared expert) and of
     DeepSeek (n_routed_experts, n_shared_experts, first_k_dense_replace)."""
-    if mt == "mixtral":
+    if mt in ("mixtral", "gpt_oss"):  # GPT-OSS's experts and router carry biases (GptOssExperts, GptOssTopKRouter)
         kw.update(num_experts=_int(cfg, "num_experts", where, positive=True),
-                  experts_per_token=_int(cfg, "num_experts_per_tok", where), moe_ffn_hidden_size=ffn)
+                  experts_per_token=_int(cfg, "num_experts_per_tok", where), moe_ffn_hidden_size=ffn,
+                  expert_bias=mt == "gpt_oss")
     elif mt in ("qwen2_moe", "qwen3_moe") and _int(cfg, "num_experts", where):
         kw.update(num_experts=_int(cfg, "num_experts", where),
                   experts_per_token=_int(cfg, "num_experts_per_tok", where),
@@ -243,6 +249,44 @@ def _moe_kw(cfg: Keys, mt: str, kw: dict, ffn: int, where: str) -> None:
         if freq != 1:  # DeepSeek's own code: MoE iff i % freq == 0; transformers ignores the key
             raise InputError(f"{cfg.name('moe_layer_freq')} = {freq} in {where} is not modelled for model_type "
                              f"{mt!r} (transformers builds every layer from first_k_dense_replace on as MoE); use 1")
+
+
+# transformers 5.24.0 configuration_<model_type>.py: the window when the config leaves sliding_window out, and
+# which layers use it when it gives no layer_types ("all": every layer; "odd": layers 0, 2, 4, ...; "from": layers
+# i >= max_window_layers; "odd_below": layers 0, 2, ... below max_window_layers); the Qwen models only with
+# use_sliding_window. Model types not listed have no window.
+WINDOW_RULES = {"mistral": (4096, "all"), "mixtral": (None, "all"), "gemma2": (4096, "odd"), "gpt_oss": (128, "odd"),
+                "qwen2": (4096, "from"), "qwen3": (4096, "from"), "qwen3_moe": (4096, "all"),
+                "qwen2_moe": (4096, "odd_below"), None: (None, "all")}
+QWEN_WINDOW = ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe")
+LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def _window_kw(cfg: Keys, mt: str | None, kw: dict, where: str) -> None:
+    """Add to `kw` the sliding window and the layers that use it, as transformers builds them (WINDOW_RULES; an
+    inline table without model_type: every layer, or its layer_types). `layer_types`, when given, names each
+    layer "sliding_attention" or "full_attention"."""
+    if mt not in WINDOW_RULES:
+        return
+    default, rule = WINDOW_RULES[mt]
+    if mt in QWEN_WINDOW and not _bool(cfg, "use_sliding_window", where, False):
+        return
+    w = _int(cfg, "sliding_window", where, 0, positive=True) if "sliding_window" in cfg else (default or 0)
+    if not w:
+        return
+    L = kw["num_layers"]
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != L or any(t not in LAYER_TYPES for t in types):
+            raise InputError(f"{cfg.name('layer_types')} in {where} must list {L} entries (num_hidden_layers), each "
+                             f"{' or '.join(map(repr, LAYER_TYPES))}, got {show(types)}")
+        layers = [i for i, t in enumerate(types) if t == "sliding_attention"]
+    else:
+        top = _int(cfg, "max_window_layers", where, 28) if rule in ("from", "odd_below") else 0
+        layers = [i for i in range(L) if {"all": True, "odd": i % 2 == 0, "from": i >= top,
+                                          "odd_below": i % 2 == 0 and i < top}[rule]]
+    if layers:
+        kw.update(sliding_window=w, sliding_layers=tuple(layers))
 
 
 def _inline_kw(cfg: Keys, kw: dict, ffn: int, where: str) -> None:
@@ -280,7 +324,7 @@ def _ffn_hidden_size(mt: str, kw: dict, ffn: int, where: str) -> int:
     """intermediate_size, or when it is absent on an all-MoE model (Mixtral, or experts on every layer)
     the expert FFN size (4·h without one); InputError when a dense layer needs it."""
     if ffn == 0:
-        if mt == "mixtral" or (kw.get("num_experts") and not kw.get("first_k_dense") and kw.get("moe_layer_freq", 1) == 1
+        if mt in ("mixtral", "gpt_oss") or (kw.get("num_experts") and not kw.get("first_k_dense") and kw.get("moe_layer_freq", 1) == 1
                                and not kw.get("dense_layers")):
             ffn = kw.get("moe_ffn_hidden_size") or 4 * kw["hidden_size"]
         else:

@@ -20,6 +20,7 @@ from ..errors import InputError
 TRANSFORMERS_ATTRIBUTE_MAPS = {
     "mixtral": {"num_experts": "num_local_experts"},
     "qwen3_moe": {"num_experts": "num_local_experts"},
+    "gpt_oss": {"num_experts": "num_local_experts"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
     "gpt2": {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head",
@@ -51,6 +52,7 @@ NATIVE = {
              "intermediate_size": "n_inner", "max_position_embeddings": "n_positions"},
     "bloom": {"hidden_size": "n_embed", "num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
     "mixtral": {"num_experts": "num_local_experts"},
+    "gpt_oss": {"num_experts": "num_local_experts"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_experts": "n_routed_experts"},
 }

@@ -58,6 +58,7 @@ class ModelSpec:
     first_k_dense: int = 0  # DeepSeek first_k_dense_replace: the first k layers keep a dense FFN
     moe_layer_freq: int = 1  # layer i (0-based, i >= first_k_dense) is MoE iff (i + 1) % freq == 0
     dense_layers: tuple[int, ...] = ()  # extra layers forced dense (Qwen mlp_only_layers)
+    expert_bias: bool = False  # GPT-OSS: biases on every expert's projections and on the router
     # group-limited routing (DeepSeek-V3 §2.1.2, HF n_group / topk_group): the experts form router_groups contiguous
     # groups and a token's experts come from router_group_topk of them (0: no limit); it sets how many nodes a token
     # is sent to (cost/ep_dispatch.py)
@@ -73,6 +74,11 @@ class ModelSpec:
     # modules on the last pipeline stage, each a transformer layer of the last layer's kind, a projection 2h -> h of
     # the normed embedding and hidden state (2 norms), a final norm and the shared embedding and LM head
     mtp_layers: int = 0
+    # sliding-window attention (Mistral, Gemma-2, GPT-OSS; HF sliding_window, layer_types): in the layers listed
+    # (0-based) a query attends to the sliding_window most recent keys, itself included (HF: kv_idx > q_idx − w)
+    sliding_window: int = 0
+    sliding_layers: tuple[int, ...] = ()
+    attention_sinks: bool = False  # GPT-OSS: one learned softmax logit per query head and layer (HF `sinks`)
     source: str = ""
     # The largest dropout probability of the config it was read from (spec/hf.py); the scenario's
     # default for Training.dropout (spec/scenario.py). Not part of the architecture: no count uses it.
@@ -81,7 +87,8 @@ class ModelSpec:
     def __post_init__(self):
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("name", "source", "mlp", "norm", "dense_layers", "config_dropout") or isinstance(v, bool) \
+            if f.name in ("name", "source", "mlp", "norm", "dense_layers", "sliding_layers", "config_dropout") \
+                    or isinstance(v, bool) \
                     or v is None:
                 continue
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
@@ -123,6 +130,11 @@ class ModelSpec:
                                  f"in 0..n_group, its groups holding at least num_experts_per_tok({k})")
             if self.first_k_dense > self.num_layers:
                 raise InputError(f"first_k_dense_replace({self.first_k_dense}) > num_hidden_layers({self.num_layers})")
+        if self.sliding_layers and not self.sliding_window:
+            raise InputError("sliding-window layers (layer_types 'sliding_attention') need sliding_window > 0")
+        if any(not 0 <= i < self.num_layers for i in self.sliding_layers):
+            raise InputError(f"sliding-window layers {list(self.sliding_layers)} must be in 0..num_hidden_layers-1 "
+                             f"({self.num_layers - 1})")
         if self.kv_lora_rank and not (self.qk_nope_head_dim + self.qk_rope_head_dim and self.v_head_dim):
             raise InputError("an MLA model (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim, v_head_dim")
         self._check_size()
@@ -189,6 +201,21 @@ class ModelSpec:
     def num_moe_layers(self) -> int:
         return int(self.moe_layer_mask.sum())
 
+    @property
+    def window_share(self) -> float:
+        """σ: the share of the layers whose attention is windowed (0 without a window). Costs read per layer kind
+        (dense, MoE) take the mean over the model's layers: a stage of L/p layers differs from it by at most one
+        layer's attention."""
+        return len(self.sliding_layers) / self.num_layers if self.sliding_window else 0.0
+
+    def attended_keys(self, context):
+        """Keys per query averaged over the layers when a query sees `context` keys without a window (the decode
+        step's KV read, the cached tokens per layer): (1 − σ)·c + σ·min(c, w)."""
+        c = np.asarray(context, dtype=float)
+        if not self.window_share:
+            return c
+        return (1.0 - self.window_share) * c + self.window_share * np.minimum(c, self.sliding_window)
+
     # ---- parameter counts (formulas.md §1) ------------------------------------------------------
     def attention_params(self) -> int:
         """Attention parameters of one layer.
@@ -221,6 +248,8 @@ class ModelSpec:
             p += h
         if self.qk_norm:
             p += 2 * self.head_dim
+        if self.attention_sinks:
+            p += self.num_heads
         return p
 
     def ffn_params(self, ffn_hidden_size: int | None = None) -> int:
@@ -232,8 +261,18 @@ class ModelSpec:
         return p
 
     def expert_params(self) -> int:
-        """One routed expert: c_f·h·f_e (experts carry no biases in the supported families)."""
-        return self.glu_matrices * self.hidden_size * self.moe_ffn_hidden_size
+        """One routed expert: c_f·h·f_e (+ its biases with expert_bias: (c_f−1)·f_e + h, GPT-OSS's gate_up_proj_bias
+        and down_proj_bias)."""
+        p = self.glu_matrices * self.hidden_size * self.moe_ffn_hidden_size
+        if self.expert_bias:
+            p += (self.glu_matrices - 1) * self.moe_ffn_hidden_size + self.hidden_size
+        return p
+
+    @property
+    def router_params(self) -> int:
+        """The router of one MoE layer: h·E (+ E bias with expert_bias, + h for Qwen2-MoE's shared-expert gate)."""
+        return self.num_experts * (self.hidden_size + (1 if self.expert_bias else 0)) \
+            + (self.hidden_size if self.shared_expert_gate else 0)
 
     def moe_ffn_params(self, active: bool = False) -> int:
         """One MoE FFN (formulas.md §1.3): E·c_f·h·f_e + c_f·h·f_sh + h·E (router) [+ h shared gate].
@@ -241,11 +280,9 @@ class ModelSpec:
         active=True counts k routed experts instead of E (parameters touched per token).
         """
         n = self.experts_per_token if active else self.num_experts
-        p = n * self.expert_params() + self.hidden_size * self.num_experts
+        p = n * self.expert_params() + self.router_params
         if self.shared_expert_ffn_hidden_size:
             p += self.glu_matrices * self.hidden_size * self.shared_expert_ffn_hidden_size
-        if self.shared_expert_gate:
-            p += self.hidden_size
         return p
 
     def layer_params(self, active: bool = False) -> np.ndarray:

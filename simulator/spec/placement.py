@@ -305,10 +305,8 @@ def layer_param_split(model: ModelSpec) -> dict[str, np.ndarray]:
     dense = (a_tp + f_tp, a_rep + f_rep + norms, 0)
     if not model.is_moe:
         return {"dense": dense, "moe": dense}
-    h, E = model.hidden_size, model.num_experts
-    shared = model.glu_matrices * h * model.shared_expert_ffn_hidden_size
-    router = h * E + (h if model.shared_expert_gate else 0)
-    moe = (a_tp + shared, a_rep + norms + router, E * model.expert_params())
+    shared = model.glu_matrices * model.hidden_size * model.shared_expert_ffn_hidden_size
+    moe = (a_tp + shared, a_rep + norms + model.router_params, model.num_experts * model.expert_params())
     return {"dense": dense, "moe": moe}
 
 

@@ -310,13 +310,15 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
                         (r"EP A2A overlap \(overlap_moe_expert_parallel_comm", "moe_a2a_overlap", True),
                         (r"delay_wgrad_compute", "moe_delay_wgrad", True),
                         (r"recompute_modules mla_up_proj,mlp", "recompute_modules", "mla_up_proj,mlp"),
+                        (r"recompute_modules layernorm,moe_act", "recompute_modules", "layernorm,moe_act"),
                         (r"no gradient-accumulation fusion", "grad_accumulation", "autograd"),
                         (r"dispatcher flex \((?:DeepEP|HybridEP)\)", "moe_dispatcher", "flex")),
         training_by_notes=((r"token drop: capacity factor 1\.0", "moe_capacity_factor", 1.0),
                            (r"precision-aware optimizer \(bf16 moments", "optimizer_dtype", "bf16")),
         model_presets=((r"^Llama-3-8B$", "llama3-8b"), (r"^Llama-3-70B$", "llama3-70b"),
                        (r"^Llama-3\.1-405B$", "llama3.1-405b"), (r"^DeepSeek-V3$", "deepseek-v3"),
-                       (r"^Qwen3-30B-A3B$", "qwen3-30b-a3b"), (r"^Qwen3-235B-A22B$", "qwen3-235b-a22b")),
+                       (r"^Qwen3-30B-A3B$", "qwen3-30b-a3b"), (r"^Qwen3-235B-A22B$", "qwen3-235b-a22b"),
+                       (r"^GPT-OSS-120B$", "gpt-oss-120b")),
         statements=(
             "Megatron-Bridge performance recipes (NVIDIA-NeMo/Megatron-Bridge, the release's commit: "
             "validation/mbridge_h100.py COMMITS): Megatron-core with Transformer Engine, the megatron stack",
