@@ -47,7 +47,7 @@ from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
 from .attention import Q_TILE, attention_efficiency, flash_occupancy, unfused_core_times, window_occupancy
-from .window import layer_kinds, window_kernel
+from .window import layer_kinds, mean_fraction, window_kernel
 from .launch import launch_bound, padding_sync_s
 from .memory_ops import _memory_time
 from .stage_ops import stage_op_groups
@@ -206,7 +206,7 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
     by = e * b / tp_ * ((s / cp_) * (qk_w + v_w) + s * kv_w)  # Q, O of the rank's queries; K, V of all s keys
     t_mem = _memory_time(np.stack(np.broadcast_arrays(by, 2.0 * by)), 1.0, hardware)
     kinds = layer_kinds(model, s, 0.5, causal=True)  # executed FLOPs: causal, a windowed layer its band
-    mean_phi = sum(share * phi for share, phi, _ in kinds)
+    mean_phi = mean_fraction(model, s, 0.5, causal=True)
     t_f = t_b = 0.0
     for share, phi, windowed in kinds:  # full and windowed layers, each at its kernel's rate
         xk, factor, band = window_kernel(x, model.sliding_window, Q_TILE) if windowed else (x, 1.0, False)

@@ -51,7 +51,7 @@ import numpy as np
 from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.training import ATTENTION_FLOP_CONVENTIONS, Training
-from .window import layer_kinds
+from .window import mean_fraction
 from .recompute import RECOMPUTE_MODES, recompute_forward_flops, recomputed_fraction  # noqa: F401 (re-exported)
 
 __all__ = [
@@ -74,7 +74,6 @@ __all__ = [
     "mfu",
     "hfu",
 ]
-
 
 
 def gemm_flops(m, n, k):
@@ -143,9 +142,8 @@ def attention_ops(model: ModelSpec, *, seq_length, tp=1, cp=1, micro_batch_size=
 
     Per rank: n_h/t heads, s/c queries, all s keys (ring CP), head dims d_qk (scores) and d_v (context):
       scores  forward = 2·b·(n_h/t)·(s/c)·s·d_qk·φ,  context forward = 2·b·(n_h/t)·(s/c)·s·d_v·φ,
-    φ = causal_fraction (1/2 causal, 1 full), averaged over the model's full and sliding-window layers
-    (window.layer_kinds: a windowed layer counts the band of w keys per query). Backward = 2× forward, all input
-    gradient (B), W = 0.
+    φ = causal_fraction (1/2 causal, 1 full), the mean over full and sliding-window layers (window.mean_fraction).
+    Backward = 2× forward, all input gradient (B), W = 0.
     MHA/GQA: d_qk = d_v = d_h (KV heads are shared, FLOPs follow query heads). MLA (DeepSeek-V2/V3):
     d_qk = d_n + d_r, d_v = v_head_dim; Megatron `num_floating_point_operations` MLA branch.
     FlashAttention: the backward recomputes S = QKᵀ once more (`backward_recompute_flops` = scores
@@ -154,8 +152,7 @@ def attention_ops(model: ModelSpec, *, seq_length, tp=1, cp=1, micro_batch_size=
     """
     s = float(seq_length)
     tp, cp, b = _f(tp), _f(cp), _f(micro_batch_size)
-    phi = sum(share * p for share, p, _ in layer_kinds(model, s, causal_fraction(attention_flops),
-                                                    causal=attention_flops == "causal"))
+    phi = mean_fraction(model, s, causal_fraction(attention_flops), causal=attention_flops == "causal")
     if model.is_mla:
         d_qk, d_v = model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
     else:

@@ -36,6 +36,11 @@ def layer_kinds(model, seq_length, phi: float, *, causal: bool) -> list[tuple[fl
     return kinds
 
 
+def mean_fraction(model, seq_length, phi: float, *, causal: bool) -> float:
+    """The share of s² counted per layer, averaged over the model's layers (`layer_kinds`)."""
+    return sum(share * p for share, p, _ in layer_kinds(model, seq_length, phi, causal=causal))
+
+
 def window_kernel(keys, window, q_tile: int):
     """(x, factor, banded): the causal table's point a windowed FlashAttention kernel reads, the factor on its
     efficiency, and whether the window is narrower than the kernel's keys, for a query block of `keys` keys (s, or
