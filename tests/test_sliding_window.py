@@ -44,9 +44,9 @@ def _hf_windows(cfg: dict) -> list:
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
     types = getattr(hf_cfg, "layer_types", None)
-    return [getattr(layer.self_attn, "sliding_window",
-                    (hf_cfg.sliding_window if types[i] == "sliding_attention" else None) if types else hf_cfg.sliding_window)
-            for i, layer in enumerate(model.model.layers)]
+    by_type = [hf_cfg.sliding_window if not types or t == "sliding_attention" else None
+               for t in (types or [None] * len(model.model.layers))]
+    return [getattr(layer.self_attn, "sliding_window", w) for layer, w in zip(model.model.layers, by_type)]
 
 
 @pytest.mark.parametrize("key", sorted(CASES))

@@ -15,18 +15,19 @@ import numpy as np
 
 def band_entries(seq_length, window):
     """Scores of one head's s × s matrix a causal window of w keys leaves unmasked:
-        Σ_{i=0}^{s−1} min(i + 1, w) = w·s − w(w − 1)/2   for w ≤ s,   s(s + 1)/2 (the causal triangle) for w ≥ s."""
+        Σ_{i=0}^{s−1} min(i + 1, w) = w·s − w(w − 1)/2  for w ≤ s;
+        s(s + 1)/2 (the causal triangle) for w ≥ s."""
     s = np.asarray(seq_length, dtype=float)
     w = np.minimum(float(window), s)
     return w * s - w * (w - 1.0) / 2.0
 
 
 def layer_kinds(model, seq_length, phi: float, *, causal: bool) -> list[tuple[float, float, bool]]:
-    """[(share of the layers, φ, windowed)] of the model's full and windowed attention layers, φ the share of the s² score
-    matrix counted (flops.causal_fraction: 1/2 causal, 1 full). A windowed layer counts the causal φ scaled by the
-    band over the triangle, φ · band(s, w) / band(s, s) (= φ when w ≥ s), when `causal` (FlashAttention skips
-    the masked blocks; the causal reporting convention); the whole matrix (φ = 1) when not (materialised
-    attention computes every score and masks them after)."""
+    """[(share of the layers, φ, windowed)] of the model's full and windowed attention layers, φ the share of
+    the s² score matrix counted (flops.causal_fraction: 1/2 causal, 1 full). A windowed layer counts the causal φ
+    scaled by the band over the triangle, φ · band(s, w) / band(s, s) (= φ when w ≥ s), when `causal`
+    (FlashAttention skips the masked blocks; the causal reporting convention); the whole matrix (φ = 1) when not
+    (materialised attention computes every score and masks them after)."""
     sigma = model.window_share
     kinds = [(1.0 - sigma, phi, False)] if sigma < 1.0 else []
     if sigma:

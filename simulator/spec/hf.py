@@ -1,8 +1,9 @@
 """ModelSpec from a Hugging Face `config.json` (or an inline [model] table using the same key names).
 
 Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2,
-deepseek_v3 (and deepseek_v2), gpt2, gpt_neox, bloom, nemotron, gpt_oss. An inline table without `model_type` is read as a
-Llama-style model whose FFN, norm and biases can be set with the parasim keys `mlp`, `norm`, `bias`.
+deepseek_v3 (and deepseek_v2), gpt2, gpt_neox, bloom, nemotron, gpt_oss (their sliding windows: WINDOW_RULES).
+An inline table without `model_type` is read as a Llama-style model whose FFN, norm and biases can be set with the
+parasim keys `mlp`, `norm`, `bias`.
 Each architecture's fixed choices (biases, norms, tied embeddings) follow the HF modelling code.
 Key spellings, the keys that change the parameter count, and the dropout keys: spec/hf_keys.py (every
 spelling transformers reads is one setting; a count-changing key the model_type does not use is an
@@ -324,8 +325,9 @@ def _ffn_hidden_size(mt: str, kw: dict, ffn: int, where: str) -> int:
     """intermediate_size, or when it is absent on an all-MoE model (Mixtral, or experts on every layer)
     the expert FFN size (4·h without one); InputError when a dense layer needs it."""
     if ffn == 0:
-        if mt in ("mixtral", "gpt_oss") or (kw.get("num_experts") and not kw.get("first_k_dense") and kw.get("moe_layer_freq", 1) == 1
-                               and not kw.get("dense_layers")):
+        all_moe = mt in ("mixtral", "gpt_oss")
+        if all_moe or (kw.get("num_experts") and not kw.get("first_k_dense") and kw.get("moe_layer_freq", 1) == 1
+                       and not kw.get("dense_layers")):
             ffn = kw.get("moe_ffn_hidden_size") or 4 * kw["hidden_size"]
         else:
             raise InputError(f"missing key 'intermediate_size' in {where}")

@@ -261,8 +261,8 @@ class ModelSpec:
         return p
 
     def expert_params(self) -> int:
-        """One routed expert: c_f·h·f_e (+ its biases with expert_bias: (c_f−1)·f_e + h, GPT-OSS's gate_up_proj_bias
-        and down_proj_bias)."""
+        """One routed expert: c_f·h·f_e (+ its biases with expert_bias: (c_f−1)·f_e + h, GPT-OSS's
+        gate_up_proj_bias and down_proj_bias)."""
         p = self.glu_matrices * self.hidden_size * self.moe_ffn_hidden_size
         if self.expert_bias:
             p += (self.glu_matrices - 1) * self.moe_ffn_hidden_size + self.hidden_size
