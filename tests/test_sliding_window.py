@@ -129,6 +129,12 @@ def test_kv_cache_keeps_the_window_in_windowed_layers():
     assert kv_cache_bytes(m, layers=[36.0], batch=1, context=100, tp=1)[0] == 36 * 100 * per_token_layer
 
 
+def test_a_window_on_a_model_type_without_windows_is_refused_inline():
+    with pytest.raises(InputError, match="sliding_window .*model_type 'llama' has no sliding-window"):
+        model_from_hf({**BASE, "model_type": "llama", "sliding_window": 64}, strict=True)
+    assert not model_from_hf({**BASE, "model_type": "llama", "sliding_window": 64}, strict=False).sliding_layers
+
+
 @pytest.mark.parametrize("cfg,msg", [
     (dict(model_type="gpt_oss", layer_types=["sliding_attention"] * 5), "must list 6 entries"),
     (dict(model_type="gemma2", layer_types=["sliding_attention"] * 5 + ["chunked_attention"]), "must list 6"),

@@ -136,14 +136,12 @@ RECIPES = {
         "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:437-439"),
     ("26.04.01", "Qwen3_235B_a22B"): (
         Q235_A2A, "scripts/performance/configs/qwen/qwen3_workload_base_configs.py:175-183"),
-    ("26.02", "GPT OSS 120B"): (GPT_OSS, "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py:"
-                                         "33,34,37,81,82,116; src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py"),
-    ("26.02.01", "GPT OSS 120B"): (GPT_OSS, "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py:"
-                                            "34,79,82,128; src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py:86-87"),
-    ("26.04", "GPT OSS 120B"): (GPT_OSS, "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py:"
-                                         "34,79,82,128; src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py:86-87"),
-    ("26.04.01", "GPT OSS 120B"): (GPT_OSS, "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py:"
-                                            "34,79,82,126; src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py:86-87"),
+    **{(release, "GPT OSS 120B"): (GPT_OSS, f"scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py:"
+                                            f"{lines}; src/megatron/bridge/models/gpt_oss/{model_file}")
+       for release, lines, model_file in (("26.02", "33,34,37,81,82,116", "gpt_oss_provider.py"),
+                                          ("26.02.01", "34,79,82,128", "gpt_oss_bridge.py:86-87"),
+                                          ("26.04", "34,79,82,128", "gpt_oss_bridge.py:86-87"),
+                                          ("26.04.01", "34,79,82,126", "gpt_oss_bridge.py:86-87"))},
     ("26.06", "LLAMA3.1_405B"): (LLAMA405, "scripts/performance/configs/llama/llama31_workload_base_configs.py:203"),
     ("26.06", "Qwen3_30B_a3B"): (
         Q30_HYBRID,

@@ -117,7 +117,7 @@ def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where
         _moe_kw(keys, mt, kw, ffn, where)
         if "model_type" not in cfg:
             _inline_kw(keys, kw, ffn, where)
-        _window_kw(keys, mt if "model_type" in cfg else None, kw, where)
+        _window_kw(keys, mt if "model_type" in cfg else None, kw, where, strict)
         kw["ffn_hidden_size"] = _ffn_hidden_size(mt, kw, ffn, where)
     kw["config_dropout"] = config_dropout(keys, where)
     _int(keys, "max_position_embeddings", where, 1, positive=True)  # GPT-2 reads it; a count for every model
@@ -260,14 +260,20 @@ WINDOW_RULES = {"mistral": (4096, "all"), "mixtral": (None, "all"), "gemma2": (4
                 "qwen2": (4096, "from"), "qwen3": (4096, "from"), "qwen3_moe": (4096, "all"),
                 "qwen2_moe": (4096, "odd_below"), None: (None, "all")}
 QWEN_WINDOW = ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe")
+MAX_WINDOW_LAYERS = 28  # transformers' default max_window_layers (Qwen2Config, Qwen3Config, Qwen2MoeConfig)
 LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
-def _window_kw(cfg: Keys, mt: str | None, kw: dict, where: str) -> None:
+def _window_kw(cfg: Keys, mt: str | None, kw: dict, where: str, strict: bool) -> None:
     """Add to `kw` the sliding window and the layers that use it, as transformers builds them (WINDOW_RULES; an
     inline table without model_type: every layer, or its layer_types). `layer_types`, when given, names each
-    layer "sliding_attention" or "full_attention"."""
+    layer "sliding_attention" or "full_attention". An inline table (`strict`) of a model_type without windows
+    that sets one is an InputError (a config.json's is ignored, as transformers ignores it)."""
     if mt not in WINDOW_RULES:
+        if strict and cfg.get("sliding_window"):
+            raise InputError(f"{cfg.name('sliding_window')} in {where}: model_type {mt!r} has no sliding-window "
+                             f"attention; use one that has ({', '.join(m for m in WINDOW_RULES if m)}) or leave "
+                             f"model_type out")
         return
     default, rule = WINDOW_RULES[mt]
     if mt in QWEN_WINDOW and not _bool(cfg, "use_sliding_window", where, False):
@@ -283,7 +289,7 @@ def _window_kw(cfg: Keys, mt: str | None, kw: dict, where: str) -> None:
                              f"{' or '.join(map(repr, LAYER_TYPES))}, got {show(types)}")
         layers = [i for i, t in enumerate(types) if t == "sliding_attention"]
     else:
-        top = _int(cfg, "max_window_layers", where, 28) if rule in ("from", "odd_below") else 0
+        top = _int(cfg, "max_window_layers", where, MAX_WINDOW_LAYERS) if rule in ("from", "odd_below") else 0
         layers = [i for i in range(L) if {"all": True, "odd": i % 2 == 0, "from": i >= top,
                                           "odd_below": i % 2 == 0 and i < top}[rule]]
     if layers:
