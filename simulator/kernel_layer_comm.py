@@ -170,7 +170,7 @@ def _shared_expert_hidden(model, training, hardware, opt, c, *, tp, cp, mbs, sp)
 
 # an MoE layer's ops that run between its dispatch and its combine (the routed experts: Megatron-Core's `mlp` node
 # of the combined 1F1B, fine_grained_callables.py submodule_moe_forward); the others run before the dispatch
-_ROUTED = ("expert_up", "expert_down", "mlp_activation")
+_ROUTED = ("expert_up", "expert_down", "mlp_activation", "expert_bias")
 
 
 def _merged_pair_hidden_share(model, training, hardware, opt, c, *, tp, cp, ep, etp, mbs, sp):

@@ -158,8 +158,8 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def table_rows(text: str):
-    """(release, model label, {column: cell}) for every DGX-H100 pre-training row of the archive."""
+def table_rows(text: str, system: str = "DGX-H100"):
+    """(release, model label, {column: cell}) for every pre-training row of `system` in the archive."""
     release = section = None
     header: list[str] | None = None
     pretraining = False
@@ -177,9 +177,9 @@ def table_rows(text: str):
             elif not set(line) <= set("|-: "):
                 row = dict(zip(header, cells))
                 kind, name = section
-                system = name if kind == "System" else row.get("System", "")
+                row_system = name if kind == "System" else row.get("System", "")
                 label = row.get("Model", "") if kind == "System" else name
-                if system == "DGX-H100":
+                if row_system == system:
                     yield release, re.sub(r"\s*\(.*\)$", "", label), row
 
 
@@ -193,41 +193,52 @@ def rows(text: str):
             print(f"left out: {release} {label} (module docstring)", file=sys.stderr)
             continue
         settings, where = RECIPES[release, label]
-        name, (L, h, heads, kv, ffn, vocab, experts, topk) = MODELS[label]
-        n, gbs, mbs, seq = (int(_num(c[k])) for k in ("#-GPUs", "GBS", "MBS", "Sequence Length"))
-        tp, pp, cp = (int(_num(c[k])) for k in ("TP", "PP", "CP"))
-        vp = int(_num(c["VP"])) if c["VP"] not in ("n/a", "1") else 0
-        ep = int(_num(c["EP"])) if c["EP"] not in ("n/a",) else 1
-        tok = _num(c["Tokens / sec / GPU"])
-        fsdp = "Megatron-FSDP" in settings
         bf16 = c.get("Precision", "").upper() == "BF16"
-        step = gbs * seq / (tok * n)
-        first = FIRST_PUBLISHED.get((release, label), "")
-        yield {
-            "run_id": f"mbridge_h100_{release.replace('.', '_')}_{label.lower().replace('.', '_').replace(' ', '_')}",
-            "source_id": "MBRIDGE_H100",
-            "source": f"{ARCHIVE} ('{release} NeMo Container'); recipe code at {COMMITS[release]}",
-            "source_locator": f"'{release} NeMo Container', {label}, DGX-H100 row; {where}",
-            "model": name, "layers": L, "hidden": h, "heads": heads, "kv_heads": kv, "ffn_hidden": ffn,
-            "vocab": vocab, "moe_experts": experts, "moe_topk": topk, "seq_len": seq, "global_batch_seqs": gbs,
-            "micro_batch": mbs, "n_gpus": n, "gpu_type": "H100-SXM5-80GB", "interconnect": "DGX-H100: NVLink/NVSwitch, "
-            "InfiniBand", "tp": tp, "pp": pp, "cp": cp, "dp": n // (tp * pp * cp), "ep": ep, "etp": 1 if ep > 1 else "",
-            "vpp": vp or "",
-            "zero_fsdp": "ZeRO-3 (Megatron-FSDP optim_grads_params)" if fsdp else "ZeRO-1 (distributed optimizer)",
-            "sequence_parallel": "yes" if tp > 1 else "no",
-            "recompute": "selective" if "recompute_modules" in settings else "none",
-            "precision": "bf16" if bf16 else "fp8 (TE hybrid, current scaling)",
-            "pipeline_schedule": "interleaved 1F1B" if vp else ("1F1B" if pp > 1 else ""),
-            "step_time_s": "", "tokens_per_s": round(tok * n, 1), "tokens_per_s_per_gpu": tok,
-            "tflops_per_gpu": _num(c["Model TFLOP / sec / GPU"]),
-            "tflops_basis": "Megatron-Bridge num_floating_point_operations (model FLOPs)",
-            "derived_step_time_s": round(step, 4),
-            "derived_how": "GBS x sequence / (tokens/s/GPU x GPUs)",
-            "trust": "A",
-            "notes": f"NeMo {release}, {'BF16' if bf16 else 'FP8 current scaling, fp8_param_gather'}; {settings}; "
-                     f"grad_reduce_in_fp32 False."
-                     + (f" {first}." if first else ""),
-        }
+        yield run_row(release, label, c, source_id="MBRIDGE_H100", system="DGX-H100", gpu_type="H100-SXM5-80GB",
+                      interconnect="DGX-H100: NVLink/NVSwitch, InfiniBand", commit=COMMITS[release],
+                      precision="bf16" if bf16 else "fp8 (TE hybrid, current scaling)",
+                      precision_note="BF16" if bf16 else "FP8 current scaling, fp8_param_gather",
+                      settings=settings, where=where, first=FIRST_PUBLISHED.get((release, label), ""))
+
+
+def run_row(release: str, label: str, c: dict, *, source_id: str, system: str, gpu_type: str, interconnect: str,
+            commit: str, precision: str, precision_note: str, settings: str, where: str, first: str = "") -> dict:
+    """One published table row `c` as a row of the validation CSV (the layout from the table, the step derived
+    from its tokens/s, the recipe's settings in the notes)."""
+    name, (L, h, heads, kv, ffn, vocab, experts, topk) = MODELS[label]
+    n, gbs, mbs, seq = (int(_num(c[k])) for k in ("#-GPUs", "GBS", "MBS", "Sequence Length"))
+    tp, pp, cp = (int(_num(c[k])) for k in ("TP", "PP", "CP"))
+    vp = int(_num(c["VP"])) if c["VP"] not in ("n/a", "1") else 0
+    ep = int(_num(c["EP"])) if c["EP"] not in ("n/a",) else 1
+    tok = _num(c["Tokens / sec / GPU"])
+    fsdp = "Megatron-FSDP" in settings
+    step = gbs * seq / (tok * n)
+    tag = system.split("-", 1)[-1].lower()
+    return {
+        "run_id": f"mbridge_{tag}_{release.replace('.', '_')}_{label.lower().replace('.', '_').replace(' ', '_')}"
+                  + ("" if source_id == "MBRIDGE_H100" else f"_{precision.split(' ')[0]}"),
+        "source_id": source_id,
+        "source": f"{ARCHIVE} ('{release} NeMo Container'); recipe code at {commit}",
+        "source_locator": f"'{release} NeMo Container', {label}, {system} row; {where}",
+        "model": name, "layers": L, "hidden": h, "heads": heads, "kv_heads": kv, "ffn_hidden": ffn,
+        "vocab": vocab, "moe_experts": experts, "moe_topk": topk, "seq_len": seq, "global_batch_seqs": gbs,
+        "micro_batch": mbs, "n_gpus": n, "gpu_type": gpu_type, "interconnect": interconnect,
+        "tp": tp, "pp": pp, "cp": cp, "dp": n // (tp * pp * cp), "ep": ep, "etp": 1 if ep > 1 else "",
+        "vpp": vp or "",
+        "zero_fsdp": "ZeRO-3 (Megatron-FSDP optim_grads_params)" if fsdp else "ZeRO-1 (distributed optimizer)",
+        "sequence_parallel": "yes" if tp > 1 else "no",
+        "recompute": "selective" if "recompute_modules" in settings else "none",
+        "precision": precision,
+        "pipeline_schedule": "interleaved 1F1B" if vp else ("1F1B" if pp > 1 else ""),
+        "step_time_s": "", "tokens_per_s": round(tok * n, 1), "tokens_per_s_per_gpu": tok,
+        "tflops_per_gpu": _num(c["Model TFLOP / sec / GPU"]),
+        "tflops_basis": "Megatron-Bridge num_floating_point_operations (model FLOPs)",
+        "derived_step_time_s": round(step, 4),
+        "derived_how": "GBS x sequence / (tokens/s/GPU x GPUs)",
+        "trust": "A",
+        "notes": f"NeMo {release}, {precision_note}; {settings}; grad_reduce_in_fp32 False."
+                 + (f" {first}." if first else ""),
+    }
 
 
 def main(argv):

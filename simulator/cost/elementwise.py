@@ -45,6 +45,7 @@ from . import flops as F
 from .elementwise_ops import (Graph, Lin, Op, accumulate, act_backward, act_forward, add_forward, copies,
                               dropout_backward, dropout_forward, moe_backward, moe_forward, norm_backward,
                               norm_forward, softmax_backward, softmax_forward)
+from .gpt_oss_ops import clamped_swiglu_backward, clamped_swiglu_forward, expert_bias_backward, expert_bias_forward
 from .padding_ops import unpad_attention_backward, unpad_attention_forward
 from .rope_ops import rope_backward, rope_forward, rope_tables
 
@@ -285,29 +286,39 @@ def _input_grad(g, s, d, name, grads, gemms) -> str:
 def _ffn_forward(g, m, s, d, x, moe) -> str:
     glu = m.glu_matrices == 3
     ins = tuple(g.t(n, d.f) for n in (("up.g", "up.u") if glu else ("up.x",)))
+    act = (lambda: clamped_swiglu_forward(g, s["act"], ins)) if m.mlp == "clamped-swiglu" else \
+        (lambda: act_forward(g, s["act"], glu, ins, kind=m.mlp))
     if not moe:
         g.boundary("forward", "mlp_up", (x,), ins)
-        a = act_forward(g, s["act"], glu, ins, kind=m.mlp)
-        g.boundary("forward", "mlp_down", (a,), (g.t("f", d.Th),))
+        g.boundary("forward", "mlp_down", (act(),), (g.t("f", d.Th),))
         return "f"
     g.boundary("forward", "router", (x,), (g.t("moe.logits", d.scores, 4.0),))
     xp = moe_forward(g, d.Tx, d.routed, d.scores)
     g.boundary("forward", "experts_up", (xp, x), ins)
-    a = act_forward(g, s["act"], glu, ins, kind=m.mlp)
-    g.boundary("forward", "experts_down", (a,), (g.t("moe.out", d.routed),))
-    g.block("forward", "combine", "moe_permute", ("moe.out",), (g.t("f", d.Tx),), ffn=True)
+    g.boundary("forward", "experts_down", (act(),), (g.t("moe.out", d.routed),))
+    out = expert_bias_forward(g, "moe.out") if _expert_bias(m, s) else "moe.out"
+    g.block("forward", "combine", "moe_permute", (out,), (g.t("f", d.Tx),), ffn=True)
     return "f"
+
+
+def _expert_bias(m, s) -> bool:
+    """The routed experts' output bias as its own ops: Megatron-core's eager per-expert adds (gpt_oss_ops.py); the
+    other stacks' MoE blocks are not yet per stack (module docstring)."""
+    return m.expert_bias and s["act"] == "fused"
 
 
 def _ffn_backward(g, m, s, d, df, moe) -> str:
     glu = m.glu_matrices == 3
     ins = ("up.g", "up.u") if glu else ("up.x",)
     if moe:
-        deo = g.like("d.moe.out", "moe.out")
+        out = "moe.out.b" if _expert_bias(m, s) else "moe.out"
+        deo = g.like("d." + out, out)
         g.block("backward", "combine", "moe_permute", (df,), (deo,), ffn=True)
+        deo = expert_bias_backward(g, deo, "moe.out") if _expert_bias(m, s) else deo
     da = g.like("d.act.a", "act.a")
     g.boundary("backward", "experts_down" if moe else "mlp_down", (deo if moe else df,), (da,))
-    dins = act_backward(g, s["act"], glu, da, ins, kind=m.mlp)
+    dins = (clamped_swiglu_backward(g, s["act"], da, ins) if m.mlp == "clamped-swiglu"
+            else act_backward(g, s["act"], glu, da, ins, kind=m.mlp))
     if moe:
         g.boundary("backward", "experts_up", dins, (g.like("d.moe.perm", "moe.perm"),))
         return moe_backward(g, "d.moe.perm")

@@ -38,8 +38,8 @@ def module_share(name: str, model: ModelSpec, modules, *, core_attention: bool =
                      layer's input norm and an MoE layer's pre-MLP norm; the TE spec fuses the others into
                      TELayerNormColumnParallelLinear. 'norms' holds a layer's two: ½ each;
       mlp            a dense layer's MLP (up, down, activation, and its pre-MLP norm, fused into fc1: ½ of 'norms');
-      moe            an MoE layer's MoE block (router, dispatch, experts, shared experts, combine; its pre-MLP
-                     norm is the layer's);
+      moe            an MoE layer's MoE block (router, dispatch, experts and their output bias, shared experts,
+                     combine; its pre-MLP norm is the layer's);
       shared_experts the shared experts' GEMMs and their share of the activation bytes, f_sh/(ρ·k·f_e + f_sh);
       moe_act        the routed experts' activation (moe/experts.py CheckpointWithoutOutput), its share
                      ρ·k·f_e/(ρ·k·f_e + f_sh) of the layer's activation bytes (ρ = `load_factor`).
@@ -55,7 +55,7 @@ def module_share(name: str, model: ModelSpec, modules, *, core_attention: bool =
         return 0.5 * (own + float("mlp" in m and not moe))
     if name in ("mlp_up", "mlp_down"):
         return 1.0 if "mlp" in m else 0.0
-    if name in ("router", "expert_up", "expert_down", "router_softmax_topk", "moe_permute"):
+    if name in ("router", "expert_up", "expert_down", "router_softmax_topk", "moe_permute", "expert_bias"):
         return 1.0 if "moe" in m else 0.0
     if name in ("shared_up", "shared_down"):
         return 1.0 if m & {"moe", "shared_experts"} else 0.0

@@ -206,9 +206,9 @@ def _architecture_kw(cfg: Keys, mt: str, kw: dict, where: str) -> None:
     elif mt == "gpt_neox":
         ab = _bool(cfg, "attention_bias", where, True)
         kw.update(mlp="gelu", norm="layernorm", qkv_bias=ab, out_bias=ab, mlp_bias=True)
-    elif mt == "gpt_oss":  # transformers models/gpt_oss: biased q, k, v, o; a learned sink logit per head
-        ab = _bool(cfg, "attention_bias", where, True)
-        kw.update(qkv_bias=ab, out_bias=ab, attention_sinks=True)
+    elif mt == "gpt_oss":  # transformers models/gpt_oss: biased q, k, v, o; a learned sink logit per head; the
+        ab = _bool(cfg, "attention_bias", where, True)  # experts' clamped SwiGLU (GptOssExperts._apply_gate)
+        kw.update(qkv_bias=ab, out_bias=ab, attention_sinks=True, mlp="clamped-swiglu")
     elif mt == "nemotron":  # transformers models/nemotron: LayerNorm1P (weight and bias), up/down MLP, relu(x)²
         ab = _bool(cfg, "attention_bias", where, False)
         kw.update(mlp="squared-relu", norm="layernorm", qkv_bias=ab, out_bias=ab,

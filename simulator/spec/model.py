@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import InputError
 
-MLP_KINDS = ("swiglu", "geglu", "gelu", "squared-relu")
+MLP_KINDS = ("swiglu", "geglu", "gelu", "squared-relu", "clamped-swiglu")
 NORM_KINDS = ("rmsnorm", "layernorm")
 # The largest accepted value of any integer field (a size, a count of layers, heads or experts) and of
 # the total parameter count: far beyond any real model (vocabularies ~2**18, hidden sizes ~2**14,
@@ -38,8 +38,8 @@ class ModelSpec:
     head_dim: int | None = None  # None: hidden_size // num_heads
     ffn_hidden_size: int
     vocab_size: int
-    mlp: str = "swiglu"  # swiglu / geglu: 3 matrices (gate, up, down); gelu, squared-relu (Nemotron-4: relu(x)²):
-    # 2 matrices
+    mlp: str = "swiglu"  # swiglu / geglu / clamped-swiglu (GPT-OSS: clamped gate and up, g·σ(1.702g)·(u + 1)): 3
+    # matrices (gate, up, down); gelu, squared-relu (Nemotron-4: relu(x)²): 2 matrices
     norm: str = "rmsnorm"  # rmsnorm: weight only; layernorm: weight + bias
     norms_per_layer: int = 2  # Gemma-2 has 4 (pre/post attention and feed-forward)
     qkv_bias: bool = False  # Qwen2: bias on Q, K, V only
@@ -176,8 +176,9 @@ class ModelSpec:
 
     @property
     def glu_matrices(self) -> int:
-        """c_f: matrices per FFN (3 for SwiGLU/GeGLU, 2 for GeLU and squared ReLU)."""
-        return 3 if self.mlp in ("swiglu", "geglu") else 2
+        """c_f: matrices per FFN (3 for the gated units SwiGLU, GeGLU and GPT-OSS's clamped SwiGLU, 2 for GeLU and
+        squared ReLU)."""
+        return 3 if self.mlp in ("swiglu", "geglu", "clamped-swiglu") else 2
 
     @property
     def norm_params(self) -> int:
