@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "validation"))  # its sibling alignment_pairs.py, however this file is loaded
 from alignment_pairs import section as alignment_section  # noqa: E402
 from dgxc_moe import paragraph as moe_paragraph  # noqa: E402
+from mbridge_blackwell import paragraph as blackwell_paragraph  # noqa: E402
 from mbridge_h100 import paragraph as mbridge_paragraph  # noqa: E402
 # the project's shared published runs, and Korthikanti et al. 2022 Table 5 (the eight Megatron runs peer
 # simulators validate on: Calculon's calculon/llm/validation.py seqsel_tab5), kept in this repository
@@ -31,7 +32,8 @@ RUNS = (ROOT / "validation" / "published_runs.csv", ROOT / "validation" / "korth
         ROOT / "validation" / "torchtitan_h100.csv",  # torchtitan's H100 tables (docs/performance.md at d4c86e3)
         ROOT / "validation" / "dgxc_h100.csv",  # NVIDIA DGX Cloud NeMo recipes on H100 (validation/dgxc_h100.py)
         ROOT / "validation" / "dgxc_moe.csv",  # their MoE recipes, H100 and GB200 (validation/dgxc_moe.py)
-        ROOT / "validation" / "mbridge_h100.csv")  # Megatron-Bridge's H100 tables (validation/mbridge_h100.py)
+        ROOT / "validation" / "mbridge_h100.csv",  # Megatron-Bridge's H100 tables (validation/mbridge_h100.py)
+        ROOT / "validation" / "mbridge_blackwell.csv")  # their Blackwell tables (validation/mbridge_blackwell.py)
 DOC = ROOT / "docs" / "accuracy.md"
 SCRIPT = "validation/make_accuracy.py"
 
@@ -338,6 +340,8 @@ def errors_paragraph(results) -> list[str]:
         lines.append(moe_paragraph(results, _pct))
     if "MBRIDGE_H100" in step_means:
         lines.append(mbridge_paragraph(results, _pct))
+    if any(s in step_means for s in ("MBRIDGE_B200", "MBRIDGE_B300", "MBRIDGE_GB200")):
+        lines.append(blackwell_paragraph(results, _pct))
     if "NARAYANAN21" in step_means:
         lines.append(
             f"- NARAYANAN21 (mean {_pct(step_means['NARAYANAN21'])}) compares against step times *derived* from "
@@ -406,7 +410,9 @@ def render(results, skipped, sources, df=None) -> str:
            "(the same benchmarking's mixture-of-experts recipes: NeMo 2 Grok-1 314B on 512 H100s and 128-512 GB200s, "
            "DeepSeek-V3 listed; validation/dgxc_moe.py) and `validation/mbridge_h100.csv` (NVIDIA's Megatron-Bridge "
            "performance tables, NeMo 25.09-26.06 on 8-1024 H100s: Llama 3 8B/70B, 3.1 405B, DeepSeek-V3, Qwen3 "
-           "30B-A3B and 235B-A22B, FP8; validation/mbridge_h100.py); do not edit by hand.",
+           "30B-A3B and 235B-A22B, FP8; validation/mbridge_h100.py) and `validation/mbridge_blackwell.csv` (the same "
+           "tables' DGX-B200, DGX-B300 and DGX-GB200 rows, FP8 current scaling and MXFP8; "
+           "validation/mbridge_blackwell.py); do not edit by hand.",
            "Error = predicted / measured − 1 (negative: parasim predicts less time or memory than measured). Step "
            "time is the measured `step_time_s`, else global batch × sequence / measured tokens/s, else the source's "
            "*derived* step time (computed from reported TFLOP/s, not measured; marked † below). Comparing time "

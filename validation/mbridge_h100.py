@@ -202,7 +202,8 @@ def rows(text: str):
 
 
 def run_row(release: str, label: str, c: dict, *, source_id: str, system: str, gpu_type: str, interconnect: str,
-            commit: str, precision: str, precision_note: str, settings: str, where: str, first: str = "") -> dict:
+            commit: str, precision: str, precision_note: str, settings: str, where: str, first: str = "",
+            suffix: str = "") -> dict:
     """One published table row `c` as a row of the validation CSV (the layout from the table, the step derived
     from its tokens/s, the recipe's settings in the notes)."""
     name, (L, h, heads, kv, ffn, vocab, experts, topk) = MODELS[label]
@@ -216,7 +217,7 @@ def run_row(release: str, label: str, c: dict, *, source_id: str, system: str, g
     tag = system.split("-", 1)[-1].lower()
     return {
         "run_id": f"mbridge_{tag}_{release.replace('.', '_')}_{label.lower().replace('.', '_').replace(' ', '_')}"
-                  + ("" if source_id == "MBRIDGE_H100" else f"_{precision.split(' ')[0]}"),
+                  + suffix,
         "source_id": source_id,
         "source": f"{ARCHIVE} ('{release} NeMo Container'); recipe code at {commit}",
         "source_locator": f"'{release} NeMo Container', {label}, {system} row; {where}",
@@ -252,9 +253,10 @@ if __name__ == "__main__":
 CSV = Path(__file__).resolve().parent / "mbridge_h100.csv"
 
 
-def errors_without(d, note: str, training: dict | None = None, **stack) -> dict[str, float]:
+def errors_without(d, note: str, training: dict | None = None, model: dict | None = None,
+                   **stack) -> dict[str, float]:
     """{run_id: step error} of the rows whose notes hold `note`, predicted with the Stack fields `stack` (and the
-    Training fields `training`) instead: what modelling that setting changed."""
+    Training fields `training`, the ModelSpec fields `model`) instead: what modelling that setting changed."""
     from dataclasses import replace
 
     from simulator.estimate import estimate
@@ -269,7 +271,7 @@ def errors_without(d, note: str, training: dict | None = None, **stack) -> dict[
             continue
         m = map_run(rows.loc[run_id].to_dict() | {"run_id": run_id})
         st = replace(m.training.stack, **stack)
-        est = estimate(m.model, replace(m.training, stack=st, **(training or {})), m.layout,
+        est = estimate(replace(m.model, **(model or {})), replace(m.training, stack=st, **(training or {})), m.layout,
                        load_hardware(m.hardware_name))
         out[run_id] = float(est.step_s) / float(d.loc[run_id, "measured_step_s"]) - 1.0
     return out
@@ -295,6 +297,7 @@ def paragraph(results, pct) -> str:
     odd = q30.step_error.idxmin()
     dsv3 = d[model == "deepseek-v3"].iloc[0]
     unfused = errors_without(d, "attention sinks", training={"flash_attention": False})
+    swiglu = errors_without(d, "attention sinks", model={"mlp": "swiglu", "expert_bias": False})
     return (
         f"- MBRIDGE_H100 (mean {pct(d.step_error.mean())}, median |error| {100 * d.step_error.abs().median():.1f} %) "
         "are NVIDIA's published Megatron-Bridge pre-training runs on DGX-H100 (NeMo 25.09 to 26.06, FP8 current "
@@ -327,10 +330,11 @@ def paragraph(results, pct) -> str:
         "window on every other layer and a learned sink logit per head, which Transformer Engine 2.12-2.15 runs in "
         "cuDNN's fused attention from cuDNN 9.13.1 on: the windowed layers' kernel is read off the causal table at "
         "the same work per thread block, cost/window.py) are predicted at "
-        f"{', '.join(pct(d.step_error[r]) for r in unfused)}. Their expert activation is Megatron-Core's "
-        "weighted_bias_quick_geglu_impl: two eager clamps and a concatenation before one torch.compile'd kernel, "
-        "re-run by the moe_act recompute, and the second expert GEMM's bias is added per expert in eager code "
-        "(experts.py _apply_bias); parasim times Megatron's fused SwiGLU there, so these kernels are missing from "
-        "the prediction. With the attention materialised instead (TE's fallback below cuDNN 9.13.1, whose version "
+        f"{', '.join(pct(d.step_error[r]) for r in unfused)}, with their expert activation as Megatron-Core runs it "
+        "(weighted_bias_quick_geglu_impl: two eager clamps and a concatenation before one torch.compile'd kernel, "
+        "re-run by the moe_act recompute) and the second expert GEMM's bias added per expert in eager code "
+        "(experts.py _apply_bias; both cost/gpt_oss_ops.py, checked op by op against torch on CPU); timed as "
+        "Megatron's fused SwiGLU without the bias adds they were "
+        f"{', '.join(pct(v) for v in swiglu.values())}. With the attention materialised instead (TE's fallback below cuDNN 9.13.1, whose version "
         "in these containers is not established) the rows are "
         f"{', '.join(pct(v) for v in unfused.values())}: the measurements lie between the two.")

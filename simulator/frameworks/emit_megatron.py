@@ -207,6 +207,11 @@ def _model_flags(sc, notes: list[str]) -> list:
         f.append(("--squared-relu", None))
     elif m.mlp == "geglu":
         notes.append("mlp geglu: Megatron-LM has no GeGLU flag (--quick-geglu is another activation)")
+    elif m.mlp == "clamped-swiglu":
+        f.append(("--quick-geglu", None))
+        notes.append("mlp clamped-swiglu (GPT-OSS): --quick-geglu; its clamp at 7 and linear offset 1 are "
+                     "TransformerConfig fields (activation_func_clamp_value, glu_linear_offset) with no flag: "
+                     "Megatron-Bridge's GPT-OSS provider sets them")
     if m.norm == "rmsnorm":
         f.append(("--normalization", "RMSNorm"))
     biases = (m.qkv_bias, m.out_bias, m.mlp_bias)

@@ -126,6 +126,37 @@ _MEGATRON_GPT_2022_STATEMENTS = (
     "vocab padded to 128·tp (Megatron --make-vocab-size-divisible-by 128)",
 )
 
+_MBRIDGE = dict(  # NVIDIA's Megatron-Bridge performance tables (validation/mbridge_h100.py, mbridge_blackwell.py)
+    family="llama", tie_word_embeddings=False, learned_positions=False, dropout=False, flash_attention=True,
+    grad_dtype=((r".", "bf16"),), stack="megatron", stack_overrides=(("fp8_recipe", "current"), ("fp8_params", True)),
+    stack_by_notes=((r"TP communication overlap \(userbuffers\)", "tp_comm_overlap", True),
+                    (r"EP A2A overlap \(overlap_moe_expert_parallel_comm", "moe_a2a_overlap", True),
+                    (r"delay_wgrad_compute", "moe_delay_wgrad", True),
+                    (r"recompute_modules mla_up_proj,mlp", "recompute_modules", "mla_up_proj,mlp"),
+                    (r"recompute_modules layernorm,moe_act", "recompute_modules", "layernorm,moe_act"),
+                    (r"recompute_modules mla_up_proj;", "recompute_modules", "mla_up_proj"),
+                    (r"no gradient-accumulation fusion", "grad_accumulation", "autograd"),
+                    (r"dispatcher flex \((?:DeepEP|HybridEP)\)", "moe_dispatcher", "flex"),
+                    (r"shared experts overlapped", "moe_shared_expert_overlap", True),
+                    (r"FP8 MXFP8 block scaling", "fp8_recipe", "mxfp8")),
+    training_by_notes=((r"token drop: capacity factor 1\.0", "moe_capacity_factor", 1.0),
+                       (r"precision-aware optimizer \(bf16 moments", "optimizer_dtype", "bf16")),
+    model_presets=((r"^Llama-3-8B$", "llama3-8b"), (r"^Llama-3-70B$", "llama3-70b"),
+                   (r"^Llama-3\.1-405B$", "llama3.1-405b"), (r"^DeepSeek-V3$", "deepseek-v3"),
+                   (r"^Qwen3-30B-A3B$", "qwen3-30b-a3b"), (r"^Qwen3-235B-A22B$", "qwen3-235b-a22b"),
+                   (r"^GPT-OSS-120B$", "gpt-oss-120b")))
+_MBRIDGE_STATEMENTS = (
+    "Megatron-Bridge performance recipes (NVIDIA-NeMo/Megatron-Bridge, the release's commit: "
+    "validation/mbridge_h100.py and mbridge_blackwell.py COMMITS): Megatron-core with Transformer Engine, the "
+    "megatron stack",
+    "models: parasim's presets (the recipes build them from the Hugging Face configs)",
+    "gradients reduced in bf16 (grad_reduce_in_fp32 False), the distributed optimizer with fp32 master "
+    "weights, sequence parallelism with TP",
+    "MoE: force-balanced routing (moe_router_force_load_balancing: parasim's uniform routing), dropless "
+    "except where the notes give token drop; DeepEP and HybridEP (the flex dispatcher) send each token once "
+    "per destination node or NVLink domain (the stack's moe_dispatcher flex)",
+    "the step: GBS x sequence / (published tokens/s/GPU x GPUs)")
+
 SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(source_id="NARAYANAN21", statements=_MEGATRON_GPT_2022_STATEMENTS, **_MEGATRON_GPT_2022),
     SourceRules(source_id="KORTHIKANTI22", statements=_MEGATRON_GPT_2022_STATEMENTS, **_MEGATRON_GPT_2022),
@@ -302,39 +333,20 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
             "selective) of the MLA up-projections on H100 (launch.sh RM='mla_up_proj': the stack's recompute_modules) "
             "and of the core attention on GB200 (RM='core_attn', Megatron-Core's default)",
         )),
-    SourceRules(
-        source_id="MBRIDGE_H100", family="llama", tie_word_embeddings=False, learned_positions=False, dropout=False,
-        flash_attention=True, grad_dtype=((r".", "bf16"),), stack="megatron", hardware="dgx-h100",
-        stack_overrides=(("fp8_recipe", "current"), ("fp8_params", True)),
-        stack_by_notes=((r"TP communication overlap \(userbuffers\)", "tp_comm_overlap", True),
-                        (r"EP A2A overlap \(overlap_moe_expert_parallel_comm", "moe_a2a_overlap", True),
-                        (r"delay_wgrad_compute", "moe_delay_wgrad", True),
-                        (r"recompute_modules mla_up_proj,mlp", "recompute_modules", "mla_up_proj,mlp"),
-                        (r"recompute_modules layernorm,moe_act", "recompute_modules", "layernorm,moe_act"),
-                        (r"no gradient-accumulation fusion", "grad_accumulation", "autograd"),
-                        (r"dispatcher flex \((?:DeepEP|HybridEP)\)", "moe_dispatcher", "flex")),
-        training_by_notes=((r"token drop: capacity factor 1\.0", "moe_capacity_factor", 1.0),
-                           (r"precision-aware optimizer \(bf16 moments", "optimizer_dtype", "bf16")),
-        model_presets=((r"^Llama-3-8B$", "llama3-8b"), (r"^Llama-3-70B$", "llama3-70b"),
-                       (r"^Llama-3\.1-405B$", "llama3.1-405b"), (r"^DeepSeek-V3$", "deepseek-v3"),
-                       (r"^Qwen3-30B-A3B$", "qwen3-30b-a3b"), (r"^Qwen3-235B-A22B$", "qwen3-235b-a22b"),
-                       (r"^GPT-OSS-120B$", "gpt-oss-120b")),
-        statements=(
-            "Megatron-Bridge performance recipes (NVIDIA-NeMo/Megatron-Bridge, the release's commit: "
-            "validation/mbridge_h100.py COMMITS): Megatron-core with Transformer Engine, the megatron stack",
-            "models: parasim's presets (the recipes build them from the Hugging Face configs)",
-            "FP8 with per-tensor current scaling (bf16_with_fp8_current_scaling_mixed: fp8_recipe tensorwise, all "
-            "layers FP8) and FP8 weights (fp8_param_gather); the 25.09 table names no precision: FP8 current "
-            "scaling, as the same layouts of 25.11 are labelled",
-            "gradients reduced in bf16 (grad_reduce_in_fp32 False), the distributed optimizer with fp32 master "
-            "weights, sequence parallelism with TP, no CUDA graphs",
-            "MoE: force-balanced routing (moe_router_force_load_balancing: parasim's uniform routing), dropless "
-            "except where the notes give token drop (25.09 Qwen3); DeepEP and HybridEP (the flex dispatcher) "
-            "send each token once per destination node (the stack's moe_dispatcher flex)",
-            "DeepSeek-V3's precision-aware optimizer: bf16 moments (optimizer_dtype) and main gradients, fp32 "
-            "master weights (recipes/deepseek/deepseek_v3.py:240-244)",
-            "the step: GBS x sequence / (published tokens/s/GPU x GPUs)",
-        )),
+    SourceRules(source_id="MBRIDGE_H100", hardware="dgx-h100", **_MBRIDGE, statements=(
+        *_MBRIDGE_STATEMENTS,
+        "FP8 with per-tensor current scaling (bf16_with_fp8_current_scaling_mixed: fp8_recipe tensorwise, all "
+        "layers FP8) and FP8 weights (fp8_param_gather); the 25.09 table names no precision: FP8 current "
+        "scaling, as the same layouts of 25.11 are labelled",
+        "DeepSeek-V3's precision-aware optimizer: bf16 moments (optimizer_dtype) and main gradients, fp32 "
+        "master weights (recipes/deepseek/deepseek_v3.py:240-244)")),
+    *(SourceRules(source_id=f"MBRIDGE_{gpu}", hardware=hw, **_MBRIDGE, statements=(
+        *_MBRIDGE_STATEMENTS,
+        "FP8 rows: per-tensor current scaling (FP8-CS) or MXFP8 (32-element blocks, 1-byte scales: the "
+        "stack's fp8_recipe mxfp8) as the row's notes say, FP8 weights (fp8_param_gather); the 25.09 and 25.11 "
+        "tables give the MXFP8 number in parentheses (validation/mbridge_blackwell.py)",
+        "CUDA graphs where a recipe sets them (the notes): not modelled, the megatron stack is not launch-bound"))
+      for gpu, hw in (("B200", "dgx-b200"), ("B300", "b300"), ("GB200", "gb200-nvl72"))),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
         flash_attention=True, dropout=False, grad_dtype=((r".", "fp32"),), stack="torchtitan",
