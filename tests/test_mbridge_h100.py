@@ -94,9 +94,9 @@ def test_every_row_maps_with_its_recipe():
 
 
 def test_the_source_error_as_measured_when_the_rows_were_added():
-    """Median |step error| 3.9 % over the first 23 rows, 5.7 % with the four GPT-OSS rows (-32 to -34 %: their
-    eager expert activation is not modelled; docs/accuracy.md); a change that moves it past 6 %, or any row but the
-    26.02 Qwen3-30B outlier past 35 %, fails here and is worth a look."""
+    """Median |step error| 3.9 % over the first 23 rows, 5.7 % with the four GPT-OSS rows (-32 to -34 % when they
+    were added, -22 to -24 % with their eager expert activation modelled; docs/accuracy.md); a change that moves it
+    past 6 %, or any row but the 26.02 Qwen3-30B outlier past 35 %, fails here and is worth a look."""
     res, skipped = predict_runs(read_runs(CSV))
     assert len(skipped) == 0 and len(res) == 27
     err = res.set_index("run_id").step_error
