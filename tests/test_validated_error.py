@@ -146,8 +146,9 @@ def test_shipped_file_is_package_data_and_every_group_is_well_formed():
     (["--hardware", "dgx-h100"], "exact"),  # the megatron stack: NVIDIA's NeMo recipes (DGXC_H100)
     (["--hardware", "dgx-h100", "--stack", "deepspeed"], "same hardware"),
     (["--hardware", "dgx-h200"], "same GPU family"),
-    # Blackwell: NVIDIA's Grok-1 recipe on GB200s (DGXC_MOE) is the nearest measurement of a B200
-    (["--hardware", "dgx-b200"], "same GPU family"),
+    # Blackwell: NVIDIA's Megatron-Bridge recipes on DGX-B200 and DGX-B300 (MBRIDGE_B200, MBRIDGE_B300)
+    (["--hardware", "dgx-b200"], "exact"),
+    (["--hardware", "b300"], "exact"),
     (["--hardware", "gb200-nvl72"], "exact"),
     (["--hardware", "mi300x"], "none"),
 ])
@@ -173,10 +174,10 @@ def test_estimate_prints_the_validated_error(args, match, capsys):
     if match == "exact" and "torchtitan" in args:
         assert "validated on dgx-h100 with the torchtitan stack (H100_HARNESS" in table
     elif match == "exact":
-        want = "gb200-nvl72 with the megatron stack (DGXC_MOE" if "gb200-nvl72" in args else \
-            "dgx-h100 with the megatron stack (DGXC_H100"
+        want = {"gb200-nvl72": "gb200-nvl72 with the megatron stack (DGXC_MOE",
+                "dgx-b200": "dgx-b200 with the megatron stack (MBRIDGE_B200",
+                "b300": "b300 with the megatron stack (MBRIDGE_B300"}.get(args[1],
+                                                                       "dgx-h100 with the megatron stack (DGXC_H100")
         assert f"validated on {want}" in table
-    if "dgx-b200" in args:
-        assert "validated on gb200-nvl72 with the megatron stack (DGXC_MOE" in table
     if match == "none":
         assert "no validation data for this hardware and stack (mi300x, megatron)" in table
