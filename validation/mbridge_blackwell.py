@@ -57,11 +57,12 @@ def _dsv3(layout: str, moe: str, modules: str, extra: str = "") -> str:
     return f"mtp_num_layers 1; layers per virtual stage {layout}; {moe}; {extra}recompute_modules {modules}; {PAO_BF16}"
 
 
-def _gpt_oss(moe: str, recompute: bool, cg: str = "") -> str:
+def _gpt_oss(moe: str, recompute: bool, cg: str = "", pao: bool = True) -> str:
     return ("sliding window 128 on every other layer and attention sinks (TE FusedAttention, cuDNN); "
             f"{moe}, {FB}; no all-to-all overlap; no TP communication overlap; "
             + ("recompute_modules layernorm,moe_act; " if recompute else "no recompute; ")
-            + (f"{cg}; " if cg else "") + "precision-aware optimizer with fp32 moments; expert activation "
+            + (f"{cg}; " if cg else "") + ("precision-aware optimizer with " if pao else "")
+            + "fp32 moments; expert activation "
             "quick-GEGLU with clamps (weighted_bias_quick_geglu) and per-expert fc2 bias adds")
 
 
@@ -111,7 +112,7 @@ RECIPES = {
         _gpt_oss(HEP, False, ATTN_CG), f"{P}/gpt_oss/gpt_oss_workload_base_configs.py (B300)")
        for r in ("26.02.01", "26.04", "26.04.01")},
     ("26.06", "DGX-B300", "GPT OSS 120B", "MXFP8"): (
-        _gpt_oss(HEP, False, ATTN_CG).replace("precision-aware optimizer with fp32 moments", "fp32 moments"),
+        _gpt_oss(HEP, False, ATTN_CG, pao=False),
         f"{P}/gpt_oss/gpt_oss_workload_base_configs.py (B300)"),
     ("26.02", "DGX-B200", "Qwen3_30B_a3B", "MXFP8"): (
         f"{ATA}, {FB}; {Q30_TE}; no recompute", f"{P}/qwen/qwen3_workload_base_configs.py (B200)"),
@@ -199,7 +200,8 @@ def paragraph(results, pct) -> str:
         f"- {', '.join(sorted(d.source_id.unique()))} ({by_source}) are the same Megatron-Bridge tables' "
         "Blackwell rows (NeMo 25.09 to 26.06.01; FP8 current scaling or MXFP8, BF16 for GPT-OSS; every setting "
         "read from the recipe code of the release, validation/mbridge_blackwell.py), added after the model was "
-        "built and predicted with the shipped dgx-b200, b300 (and gb200-nvl72) presets, nothing fitted to them. "
+        f"built and predicted with the shipped {', '.join(sorted(d.hardware.unique()))} presets, nothing fitted to "
+        "them. "
         f"Median error by model: {by_model}. They are predicted about a third too fast on every model, dense "
         "(Llama 3 8B and 3.1 405B, whose H100 rows in MBRIDGE_H100 are within 7 %) and MoE alike: the "
         "Blackwell profiles' efficiency tables are published kernel benchmarks in their burst state (OpenXLA's "

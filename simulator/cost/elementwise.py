@@ -302,7 +302,8 @@ def _ffn_forward(g, m, s, d, x, moe) -> str:
 
 
 def _expert_bias(m, s) -> bool:
-    """The routed experts' output bias as its own ops: Megatron-core's eager per-expert adds (gpt_oss_ops.py); the
+    """The routed experts' output bias as its own ops: Megatron-core's eager per-expert adds (gpt_oss_ops.py) in the
+    fused setting's stacks (megatron; deepspeed, whose Megatron-DeepSpeed MoE code is not modelled apart); the
     other stacks' MoE blocks are not yet per stack (module docstring)."""
     return m.expert_bias and s["act"] == "fused"
 

@@ -134,7 +134,7 @@ _MBRIDGE = dict(  # NVIDIA's Megatron-Bridge performance tables (validation/mbri
                     (r"delay_wgrad_compute", "moe_delay_wgrad", True),
                     (r"recompute_modules mla_up_proj,mlp", "recompute_modules", "mla_up_proj,mlp"),
                     (r"recompute_modules layernorm,moe_act", "recompute_modules", "layernorm,moe_act"),
-                    (r"recompute_modules mla_up_proj;", "recompute_modules", "mla_up_proj"),
+                    (r"recompute_modules mla_up_proj(?!,)", "recompute_modules", "mla_up_proj"),
                     (r"no gradient-accumulation fusion", "grad_accumulation", "autograd"),
                     (r"dispatcher flex \((?:DeepEP|HybridEP)\)", "moe_dispatcher", "flex"),
                     (r"shared experts overlapped", "moe_shared_expert_overlap", True),
