@@ -46,6 +46,8 @@ from functools import lru_cache
 from pathlib import Path
 from statistics import median
 
+import sustained_gemm
+
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "xla_matmul.csv"
 PROFILES = ROOT.parent / "hardware_profiles"
@@ -130,14 +132,46 @@ def transfer(x, e, *, peak_source: float, peak_target: float, mamf_ratio: float)
     return [v * peak_target / peak_source for v in x], [round(v * mamf_ratio, 4) for v in e]
 
 
-def preset_table(preset: str, kind: str = "gemm") -> tuple[list[float], list[float]]:
-    """The [efficiency.<kind>] knots of `preset` (PRESETS)."""
+def burst_table(preset: str, kind: str = "gemm") -> tuple[list[float], list[float]]:
+    """`preset`'s table in the kernels' burst state: its arch's medians, moved to its GPU if another."""
     arch, gpu = PRESETS[kind][preset]
     x, e, _ = table(arch, kind)
     if gpu is None:
         return x, e
     return transfer(x, e, peak_source=arch_peak(arch, kind), peak_target=_peak(preset, kind),
                     mamf_ratio=mamf_fraction(gpu, kind) / mamf_fraction(MAMF_OF_ARCH[arch], kind))
+
+
+# The Blackwell presets: their burst tables times the measured sustained-to-burst factor (sustained_gemm.py).
+SUSTAINED = ("dgx-b200", "aws-p6-b200", "gb200-nvl72", "b300", "gb300-nvl72")
+
+
+@lru_cache(maxsize=None)
+def sustained_knots() -> tuple[list[float], list[float]]:
+    """The factor's knots: the GB200's harness rows over the gb200-nvl72 FP8 burst table."""
+    from simulator.calibrate.fit import efficiency_at
+
+    x, e = burst_table("gb200-nvl72", "gemm_fp8")
+    return sustained_gemm.factor_knots(lambda f: float(efficiency_at(x, e, [f])[0]),
+                                       _peak("gb200-nvl72", "gemm_fp8"))
+
+
+def sustained_lines() -> list[str]:
+    """Markdown of the sustained factor's data (sustained_gemm.comparison_lines) against the GB200 burst table."""
+    from simulator.calibrate.fit import efficiency_at
+
+    x, e = burst_table("gb200-nvl72", "gemm_fp8")
+    return sustained_gemm.comparison_lines(lambda f: float(efficiency_at(x, e, [f])[0]),
+                                           _peak("gb200-nvl72", "gemm_fp8"))
+
+
+def preset_table(preset: str, kind: str = "gemm") -> tuple[list[float], list[float]]:
+    """The [efficiency.<kind>] knots of `preset` (PRESETS): the burst table, in the sustained state for the
+    Blackwell presets (SUSTAINED)."""
+    x, e = burst_table(preset, kind)
+    if preset not in SUSTAINED:
+        return x, e
+    return sustained_gemm.apply(x, e, peak_flops_per_s=_peak(preset, kind), knots=sustained_knots())
 
 
 @lru_cache(maxsize=None)
@@ -172,7 +206,20 @@ def source(preset: str, kind: str = "gemm") -> str:
             "validation/data/xla_matmul.csv), written by xla/tools/matmul_perf_table_gen.cc: XLA-compiled "
             f"batched {dt} dot, b 1-4 x m, n, k 256-4096, median CUPTI kernel time of 5 traced runs after a "
             f"warm-up (device time only); efficiency = FLOP/s / dense {peak} peak, median over the shapes of each "
-            f"FLOP count; validation/xla_gemm.py.{rel}")
+            f"FLOP count; validation/xla_gemm.py.{rel}{_sustained_source(preset)}")
+
+
+def _sustained_source(preset: str) -> str:
+    if preset not in SUSTAINED:
+        return ""
+    ts, fs = sustained_knots()
+    return (" In the state a training step holds the GPU in (at its power limit): times the sustained-to-burst "
+            f"factor {max(fs):.3f}-{min(fs):.3f} over kernels of {ts[0] * 1e6:.0f}-{ts[-1] * 1e6:.0f} us at peak "
+            "(read at this kernel's FLOPs / dense peak, constant outside), measured on a GB200: cuBLASLt FP8 "
+            "GEMMs after 10,000 warm-up iterations (Azure/AI-benchmarking-guide ND GB200 v6, three runs; "
+            "validation/data/azure_gemm.csv) over the gb200-nvl72 burst table; on the H100 the same harness reads "
+            "the lent H100's own back-to-back table within 7 % from 1e11 to 2e12 FLOPs (validation/sustained_gemm.py) [assumption: this GPU "
+            "sustains the GB200's fraction]")
 
 
 def section(preset: str, kind: str = "gemm") -> str:

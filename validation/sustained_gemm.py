@@ -1,0 +1,138 @@
+"""Blackwell GEMMs in the state a training step keeps the GPU in: the sustained-to-burst factor, measured.
+
+    python validation/sustained_gemm.py      # the tables of docs/compute.md "Blackwell GEMMs at the power limit"
+
+The Blackwell presets' GEMM tables start from published kernel timings in their burst state (OpenXLA's sm_100
+table, validation/xla_gemm.py: 5 traced runs after one warm-up). A training step runs GEMMs back to back for
+seconds, and a GPU held at its board-power limit lowers its clocks; dgx-h100's tables are measured in that
+state (validation/h100_gemm_table.py). The burst tables of a GPU not measured here are moved to it by a
+factor measured on a Blackwell GPU in that state:
+
+- **data** (`validation/data/azure_gemm.csv`): Azure's AI-benchmarking-guide, cuBLASLt FP8 GEMMs (superbench's
+  `cublaslt_gemm`, random inputs, 10,000 warm-up iterations, then 1,000 timed), published for ND H100 v5,
+  ND H200 v5 and three runs of ND GB200 v6 (two drivers), each row naming its repository, file and commit;
+- **the factor** at each large shape (m, n, k >= 4096, where a GEMM keeps the tensor cores busy long enough to
+  hold the power limit): the GB200's sustained TFLOP/s over the GB200 preset's burst table at the same FLOP
+  count (OpenXLA's B200 kernels moved by kernel time and the MAMF ratio), the median over the runs. Read as
+  a function of the kernel's ideal time at peak (FLOPs / dense peak, as xla_gemm.transfer), linear in log10
+  between the shapes and constant outside them;
+- **applied** to every Blackwell preset's bf16 and FP8 table (`xla_gemm.SUSTAINED`): B200, B300, GB200,
+  GB300 [assumption: each sustains the same fraction of its burst rate as the GB200 measured; no sustained
+  B200 or B300 measurement is published in a harness that also gives the H100's];
+- **checked** where the state is known: the same harness on the H100 against the lent H100's own
+  back-to-back table (dgx-h100 [efficiency.gemm_fp8]; `h100_check`): the two measurements of one state agree.
+"""
+from __future__ import annotations
+
+import csv
+import sys
+from collections import defaultdict
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parent
+DATA = ROOT / "data" / "azure_gemm.csv"
+LARGE = 4096  # m, n and k at least this: the shapes that hold the GPU at its power limit
+MEASURED_GPU = "GB200"  # the Blackwell GPU the harness measured
+sys.path.insert(0, str(ROOT.parent))
+from simulator.calibrate.fit import efficiency_at  # noqa: E402
+
+
+def rows(gpu: str | None = None) -> list[dict]:
+    """The harness's rows (all, or one GPU's), with m, n, k as int and tflops as float."""
+    out = []
+    with open(DATA) as f:
+        for r in csv.DictReader(f):
+            if gpu is None or r["gpu"] == gpu:
+                out.append({**r, "m": int(r["m"]), "n": int(r["n"]), "k": int(r["k"]),
+                            "tflops": float(r["tflops"])})
+    return out
+
+
+def gemm_flops(r: dict) -> float:
+    """2·m·n·k (one batch)."""
+    return 2.0 * r["m"] * r["n"] * r["k"]
+
+
+def is_large(r: dict) -> bool:
+    return min(r["m"], r["n"], r["k"]) >= LARGE
+
+
+def run_key(r: dict) -> tuple[str, str]:
+    """One published run: its repository and commit."""
+    return r["repo"], r["commit"]
+
+
+def factor_knots(burst_efficiency, peak_flops_per_s: float) -> tuple[list[float], list[float]]:
+    """(ideal time at peak in s, sustained / burst) at each large shape of the measured GPU, the median over its
+    runs. `burst_efficiency(flops)`: the measured GPU's burst table; `peak_flops_per_s`: its dense FP8 peak."""
+    by = defaultdict(list)
+    for r in rows(MEASURED_GPU):
+        if is_large(r):
+            f = gemm_flops(r)
+            by[f].append(r["tflops"] * 1e12 / peak_flops_per_s / burst_efficiency(f))
+    xs = sorted(by)
+    return [f / peak_flops_per_s for f in xs], [round(median(by[f]), 4) for f in xs]
+
+
+def factor_at(knots, ideal_s: float) -> float:
+    """The factor at one kernel's ideal time: linear in log10(time) between knots, constant outside (the
+    profiles' own interpolation rule, calibrate.fit.efficiency_at)."""
+    return float(efficiency_at(knots[0], knots[1], [ideal_s])[0])
+
+
+def apply(x, e, *, peak_flops_per_s: float, knots) -> tuple[list[float], list[float]]:
+    """A burst table (knots x in FLOPs, efficiencies e) in the sustained state: e(x) · factor(x / peak), on
+    the union of the table's knots and the factor's (mapped to FLOPs at this peak; the burst table holds its
+    end values beyond its knots), so that the product is piecewise linear in log10 as every table is read."""
+    knots_x = sorted(set(x) | {t * peak_flops_per_s for t in knots[0]})
+    burst = efficiency_at(x, e, knots_x)
+    return knots_x, [round(float(b) * factor_at(knots, v / peak_flops_per_s), 4) for b, v in zip(burst, knots_x)]
+
+
+def h100_check() -> list[tuple[float, float, float]]:
+    """(FLOPs, the harness's H100 TFLOP/s, dgx-h100's FP8 table there in TFLOP/s) at each large shape."""
+    from simulator.spec.hardware import load_hardware
+
+    h = load_hardware("dgx-h100")
+    out = []
+    for r in rows("H100-SXM"):
+        if is_large(r):
+            f = gemm_flops(r)
+            out.append((f, r["tflops"], float(h.interp_efficiency("gemm_fp8", f)) * h.peak_flops("fp8") / 1e12))
+    return sorted(out)
+
+
+def comparison_lines(burst_efficiency, peak_flops_per_s: float) -> list[str]:
+    """Markdown: the H100 check; each GB200 run against the burst table; the factor."""
+    out = ["The same harness on the H100 against dgx-h100's FP8 table (the lent H100, back to back at 700 W):", "",
+           "| m x n x k | FLOPs | harness (ND H100 v5) TFLOP/s | dgx-h100 table TFLOP/s | table / harness |",
+           "|---|---|---|---|---|"]
+    shape = {gemm_flops(r): f"{r['m']} x {r['n']} x {r['k']}" for r in rows() if is_large(r)}
+    for f, meas, table in h100_check():
+        out.append(f"| {shape[f]} | {f:.3g} | {meas:.1f} | {table:.1f} | {table / meas:.3f} |")
+    runs = sorted({run_key(r) for r in rows(MEASURED_GPU)})
+    head = " | ".join(f"{repo.split('/')[0]} {c[:7]} (driver {_driver(repo, c)})" for repo, c in runs)
+    out += ["", f"The GB200 (ND GB200 v6) against the gb200-nvl72 burst table (sustained / burst per run, then the "
+            "median: the factor):", "",
+            f"| m x n x k | FLOPs | ideal time at peak | burst table TFLOP/s | {head} | factor |",
+            "|---|---|---|---|" + "---|" * len(runs) + "---|"]
+    knots = dict(zip(*factor_knots(burst_efficiency, peak_flops_per_s)))
+    by = {(run_key(r), gemm_flops(r)): r["tflops"] for r in rows(MEASURED_GPU) if is_large(r)}
+    for f in sorted({f for _, f in by}):
+        burst = burst_efficiency(f) * peak_flops_per_s / 1e12
+        cells = " | ".join(f"{by[(k, f)]:.1f} ({by[(k, f)] / burst:.3f})" for k in runs)
+        out.append(f"| {shape[f]} | {f:.3g} | {f / peak_flops_per_s * 1e6:.1f} us | {burst:.1f} | {cells} "
+                   f"| {knots[f / peak_flops_per_s]:.3f} |")
+    return out
+
+
+def _driver(repo: str, commit: str) -> str:
+    (d,) = {r["driver"] for r in rows(MEASURED_GPU) if run_key(r) == (repo, commit)}
+    return d
+
+
+if __name__ == "__main__":
+    import xla_gemm
+
+    print("\n".join(xla_gemm.sustained_lines()))
