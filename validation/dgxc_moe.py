@@ -236,4 +236,7 @@ def paragraph(results, pct) -> str:
         f"{mfu.min():.1f}-{mfu.max():.1f} % and the prediction {pct(gb.step_error.median())}: these steps are "
         f"{gb.measured_step_s.median() / gb.predicted_step_s.median():.1f}x the predicted one, far beyond any other "
         "row; what that early GB200 recipe spent its time on is not established. The GB200 rows use the GB200 "
-        "preset's derived tables (no GB200 measured here).")
+        "preset: its GEMM tables are OpenXLA's B200 kernels moved to it, times the rate a GB200 sustains at its "
+        "power limit (Azure's published cuBLASLt runs, docs/compute.md; the Grok-1 GB200 rows were -16 % to "
+        "-18 % in BF16 and -23 % to -26 % in FP8 with the burst tables); its other tables are derived (no GB200 "
+        "measured here).")
