@@ -42,8 +42,8 @@ def test_blackwell_holds_less_of_its_burst_rate_than_the_h100():
             if sustained_gemm.is_large(r) and sustained_gemm.gemm_flops(r) >= 1e12]
     assert median(h100) > 0.9
     for run in {sustained_gemm.run_key(r) for r in sustained_gemm.rows("GB200")}:
-        gb = [r["tflops"] / _mamf("GB200") for r in sustained_gemm.rows("GB200")
-              if sustained_gemm.run_key(r) == run and sustained_gemm.is_large(r) and sustained_gemm.gemm_flops(r) >= 1e12]
+        gb = [r["tflops"] / _mamf("GB200") for r in sustained_gemm.rows("GB200") if sustained_gemm.run_key(r) == run
+              and sustained_gemm.is_large(r) and sustained_gemm.gemm_flops(r) >= 1e12]
         assert median(gb) < 0.85, run
 
 

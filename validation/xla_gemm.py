@@ -31,6 +31,8 @@ Which presets read it (`PRESETS`: preset -> (arch, MAMF row of the target GPU or
       eta_target(x) = eta_source(x * peak_source / peak_target) * MAMF_target / MAMF_source.
   Held out: the rule predicts the B200's measured kernels from the H100's (docs/compute.md table,
   tests/test_xla_gemm.py). GB300 has no MAMF row: B300's fraction [assumption, as before].
+- in the state a training step holds the GPU in (`SUSTAINED`: every Blackwell preset): the table above times
+  the sustained-to-burst factor measured on a GB200 at its power limit (sustained_gemm.py).
 They replaced Calculon's step curve scaled to the MAMF top. dgx-h100 keeps its own measured table (lent H100s:
 validation/h100_gemm_table.py); the sm_90 points check its burst state, the calibration's, here. MI3xx and the datasheet H100
 opt-in keep Calculon's curve (no AMD kernel table; the opt-in is what it says).
@@ -146,23 +148,23 @@ def burst_table(preset: str, kind: str = "gemm") -> tuple[list[float], list[floa
 SUSTAINED = ("dgx-b200", "aws-p6-b200", "gb200-nvl72", "b300", "gb300-nvl72")
 
 
-@lru_cache(maxsize=None)
-def sustained_knots() -> tuple[list[float], list[float]]:
-    """The factor's knots: the GB200's harness rows over the gb200-nvl72 FP8 burst table."""
+def _gb200_burst():
+    """(gb200-nvl72's FP8 burst table as a function of FLOPs, its dense FP8 peak): what the harness is read against."""
     from simulator.calibrate.fit import efficiency_at
 
     x, e = burst_table("gb200-nvl72", "gemm_fp8")
-    return sustained_gemm.factor_knots(lambda f: float(efficiency_at(x, e, [f])[0]),
-                                       _peak("gb200-nvl72", "gemm_fp8"))
+    return (lambda f: float(efficiency_at(x, e, [f])[0])), _peak("gb200-nvl72", "gemm_fp8")
+
+
+@lru_cache(maxsize=None)
+def sustained_knots() -> tuple[list[float], list[float]]:
+    """The factor's knots: the GB200's harness rows over the gb200-nvl72 FP8 burst table."""
+    return sustained_gemm.factor_knots(*_gb200_burst())
 
 
 def sustained_lines() -> list[str]:
     """Markdown of the sustained factor's data (sustained_gemm.comparison_lines) against the GB200 burst table."""
-    from simulator.calibrate.fit import efficiency_at
-
-    x, e = burst_table("gb200-nvl72", "gemm_fp8")
-    return sustained_gemm.comparison_lines(lambda f: float(efficiency_at(x, e, [f])[0]),
-                                           _peak("gb200-nvl72", "gemm_fp8"))
+    return sustained_gemm.comparison_lines(*_gb200_burst())
 
 
 def preset_table(preset: str, kind: str = "gemm") -> tuple[list[float], list[float]]:
@@ -218,8 +220,8 @@ def _sustained_source(preset: str) -> str:
             "(read at this kernel's FLOPs / dense peak, constant outside), measured on a GB200: cuBLASLt FP8 "
             "GEMMs after 10,000 warm-up iterations (Azure/AI-benchmarking-guide ND GB200 v6, three runs; "
             "validation/data/azure_gemm.csv) over the gb200-nvl72 burst table; on the H100 the same harness reads "
-            "the lent H100's own back-to-back table within 7 % from 1e11 to 2e12 FLOPs (validation/sustained_gemm.py) [assumption: this GPU "
-            "sustains the GB200's fraction]")
+            "the lent H100's own back-to-back table within 7 % from 1e11 to 2e12 FLOPs "
+            "(validation/sustained_gemm.py) [assumption: this GPU sustains the GB200's fraction]")
 
 
 def section(preset: str, kind: str = "gemm") -> str:
