@@ -36,6 +36,7 @@ LARGE = 4096  # m, n and k at least this: the shapes that hold the GPU at its po
 MEASURED_GPU = "GB200"  # the Blackwell GPU the harness measured
 sys.path.insert(0, str(ROOT.parent))
 from simulator.calibrate.fit import efficiency_at  # noqa: E402
+from simulator.cost.flops import gemm_flops as gemm_flops_mnk  # noqa: E402
 
 
 def rows(gpu: str | None = None) -> list[dict]:
@@ -50,8 +51,8 @@ def rows(gpu: str | None = None) -> list[dict]:
 
 
 def gemm_flops(r: dict) -> float:
-    """2·m·n·k (one batch)."""
-    return 2.0 * r["m"] * r["n"] * r["k"]
+    """FLOPs of one harness call: batch × 2·m·n·k (the cost model's own GEMM count, cost/flops.gemm_flops)."""
+    return int(r["batch"]) * float(gemm_flops_mnk(r["m"], r["n"], r["k"]))
 
 
 def is_large(r: dict) -> bool:
