@@ -83,8 +83,9 @@ def test_every_row_is_predicted_and_weak_scaling_does_not_shrink_the_step():
     # Nemotron-4 340B on 128 GPUs (DP 2: the optimizer states sharded over 2 ranks only) ran: it fits with NeMo's
     # 16-bit master remainders (bf16 rows) and FP8 weights (FP8 rows), not with a 4-byte master beside bf16 weights
     t = res.set_index("run_id")
-    for rid in ("dgxc_h100_nemotron4_340b_bf16_g128", "dgxc_h100_nemotron4_340b_fp8_g128"):
-        assert t.predicted_mem_bytes[rid] > 0.95 * 79.6 * 2**30, rid  # close to the limit: DP 2 is the smallest
+    # close to the limit: DP 2 is the smallest (the FP8 row less so: its GEMMs keep 1-byte inputs, memory/fp8_saved.py)
+    for rid, share in (("dgxc_h100_nemotron4_340b_bf16_g128", 0.95), ("dgxc_h100_nemotron4_340b_fp8_g128", 0.9)):
+        assert t.predicted_mem_bytes[rid] > share * 79.6 * 2**30, rid
     m = map_run(_rows()["dgxc_h100_nemotron4_340b_bf16_g128"])
     from dataclasses import replace
 

@@ -213,7 +213,20 @@ def paragraph(results, pct) -> str:
         "runs cuDNN's kernel, reported up to 1.3x slower on a B200; Calculon's H100 memory efficiency, no "
         "Blackwell memory-bound kernel being measured); the MoE rows add the under-prediction their H100 rows "
         "show (Qwen3-30B-A3B, DeepSeek-V3 and GPT-OSS -22 to -24 % in MBRIDGE_H100). "
-        f"{len(unfit)} runs ({', '.join(unfit.run_id.str.replace('mbridge_', ''))}) are predicted not to fit "
-        "though they ran. One cause parasim does not model yet: with FP8, Transformer Engine keeps the FP8 copies "
-        "of the GEMM inputs for backward (1 byte per element, not 2); whether it accounts for all of them is not "
-        "established (no memory was published).")
+        f"{_unfit_sentence(unfit)}")
+
+
+def _unfit_sentence(unfit) -> str:
+    """The runs predicted not to fit though they ran, and by how much (predicted device total over the GPU's
+    memory, the allocator's reserve counted: memory/overheads.py)."""
+    from simulator.spec.hardware import load_hardware
+
+    if unfit.empty:
+        return "Every run is predicted to fit, as it ran."
+    over = [r.predicted_mem_bytes / load_hardware(r.hardware).hbm_bytes - 1 for r in unfit.itertuples()]
+    return (f"{len(unfit)} runs ({', '.join(unfit.run_id.str.replace('mbridge_', ''))}) are predicted not to fit "
+            f"though they ran, {100 * min(over):.1f}-{100 * max(over):.1f} % over the GPU's memory with the "
+            "allocator's 5 % reserve counted. Under FP8 Transformer Engine's GEMMs keep their FP8 inputs and its "
+            "cross-entropy (these recipes' loss) keeps the bf16 logits, not an fp32 softmax (docs/memory.md); "
+            "without the two, 13 runs were predicted not to fit. What else these runs keep less of is not "
+            "established (no memory was published).")

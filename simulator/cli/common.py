@@ -19,7 +19,8 @@ CROSS_ENTROPY_FLAG = (
     "how the loss is computed: vocab-parallel (Megatron-LM, in place), torch-fp32 "
     "(F.cross_entropy(logits.float()): torchtitan, Hugging Face; 8 bytes per logit more at its backward, "
     "12 under TP's loss_parallel), "
-    "fused (no fp32 logits), xentropy (flash-attn's kernel: bf16 logits kept, llm-foundry's default)")
+    "fused (no fp32 logits), xentropy (flash-attn's kernel: bf16 logits kept, llm-foundry's default), "
+    "te (Transformer Engine's parallel cross-entropy before v2.18: gradient in place in the bf16 logits)")
 _FLAGS = [
     ("--model", "model", str, "model preset name, path to a Hugging Face config.json (or its folder), or a Hub id "
                               "such as Qwen/Qwen2.5-7B[@revision] (needs huggingface_hub; cache first)"),

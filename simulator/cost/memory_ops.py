@@ -241,6 +241,9 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
       the fp32 logit gradient (4 + 4 + 4), the cast back reads it and writes e: (20 + e)·X.
     - fused, xentropy (one CUDA kernel each way, fp32 math in registers): fwd one read e·X, bwd read
       logits + write gradient 2e·X.
+    - te (Transformer Engine's parallel_cross_entropy before v2.18: transformer_engine/pytorch/triton/cross_entropy.py):
+      fwd an online-softmax pass reading the logits (e·X, reduction) and a pass reading them again and writing the
+      gradient in place (2e·X); bwd scales that gradient by the loss's gradient in place (2e·X).
     The softmax passes (the fused kernels; log_softmax's 8·X forward and, in torch-fp32, its 12·X backward) are row
     reductions, "loss (reduction)" (`kernel_table`); the casts and the fill stream, "loss".
 
@@ -262,6 +265,10 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
     if training.cross_entropy in ("fused", "xentropy"):
         loss = (MemoryOp(name="loss (reduction)", forward_bytes=e * X, backward_bytes=2 * e * X,
                          table="memory_reduction"),)
+    elif training.cross_entropy == "te":
+        loss = (MemoryOp(name="loss (reduction)", forward_bytes=e * X, backward_bytes=0.0 * X,
+                         table="memory_reduction"),
+                MemoryOp(name="loss", forward_bytes=2 * e * X, backward_bytes=2 * e * X))
     else:
         torch_fp32 = training.cross_entropy == "torch-fp32"
         stream_b = (8.0 if torch_fp32 else 4.0) + e  # the fill (torch-fp32) and the cast back

@@ -191,7 +191,10 @@ def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
       one recomputed layer is added once per stage by `stage_activation_bytes`.
     recompute 'op': `op_sac_bytes` (torchtitan's op-level selective AC), with the same working set.
     `etp`: the routed experts' tensor-parallel degree (None: tp; `moe_bytes`).
+    FP8 training under Transformer Engine: its GEMMs keep their FP8 inputs (memory/fp8_saved.py).
     """
+    from .fp8_saved import fp8_saved_delta_bytes
+
     t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                           sequence_parallel=sequence_parallel)
     h = model.hidden_size
@@ -211,6 +214,8 @@ def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
                               glu=model.glu_matrices == 3)
     out = out + stack_saved_extra_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                                         sequence_parallel=sequence_parallel, recompute=recompute, moe=moe, etp=etp)
+    out = out + fp8_saved_delta_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
+                                      sequence_parallel=sequence_parallel, recompute=recompute, moe=moe, etp=etp)
     if recompute == "selective":
         out = out - module_recompute_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                                            sequence_parallel=sequence_parallel, moe=moe, etp=etp)

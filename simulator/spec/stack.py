@@ -39,6 +39,8 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
 - `fp8_recipe`: how FP8 training scales its casts (cost/memory_ops.py `fp8_cast_op`); `fp8_params`: FP8 training
   keeps the working weights in FP8 (Transformer Engine's fp8_model_init: NeMo's fp8_params, Megatron-LM's
   --fp8-param-gather), 1 byte per parameter, gathered as such, with an fp32 master copy (Training.param_dtype);
+  `fp8_saved_inputs`: whether FP8 GEMMs keep their FP8 input for backward ("quantized": Transformer Engine) or
+  the high-precision one ("original": torchao's Float8Linear); memory/fp8_saved.py;
 - `master_weights`: how the optimizer keeps the fp32 master copy of bf16 weights: "fp32" (4 bytes per
   parameter) or "remainders" (the 16 low bits of each fp32 master weight, whose 16 high bits are the bf16
   weight itself: 2 bytes; Apex DistributedFusedAdam store_param_remainders, which NeMo's distributed_fused_adam
@@ -109,6 +111,7 @@ GRAD_ACCUMULATIONS = ("fused", "autograd")  # grad_accumulation: the wgrad GEMM 
 #   delayed: scale from the amax history, amax taken inside the cast kernel; current: an amax pass over
 #   the tensor before the cast; mxfp8: one 1-byte scale per 32 elements (block scaling)
 FP8_RECIPES = ("delayed", "current", "mxfp8")
+FP8_SAVED_INPUTS = ("quantized", "original")  # what an FP8 GEMM keeps for backward (memory/fp8_saved.py)
 MOE_DISPATCHERS = ("alltoall", "flex")  # moe_dispatcher (cost/comm.py ep_comm, cost/ep_dispatch.py)
 MASTER_WEIGHTS = ("fp32", "remainders")  # master_weights: the fp32 master copy, or its 16 low bits beside bf16
 # How the loss is computed over the logits (memory/head_activations.py `logits_bytes`, `loss_backward_bytes`;
@@ -119,7 +122,9 @@ MASTER_WEIGHTS = ("fp32", "remainders")  # master_weights: the fp32 master copy,
 #   xentropy:       flash-attn's xentropy CUDA kernel (flash_attn.losses.cross_entropy; llm-foundry MPT's
 #                   default loss_fn 'fused_crossentropy'): keeps the e-byte logits and their log-sum-exp,
 #                   the backward writes an e-byte logit gradient (inplace_backward=False, its default)
-CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused", "xentropy")
+#   te:             Transformer Engine's parallel_cross_entropy before v2.18 (Megatron-Core cross_entropy_fusion_impl
+#                   'te'): writes the logit gradient in place into the e-byte logits and keeps them
+CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused", "xentropy", "te")
 ELEMENTWISE = ("fused", "eager", "hf", "packed")  # which elementwise ops the layer runs (cost/elementwise.py)
 RESHARD = ("yes", "no", "unless-pipelined")  # fsdp_reshard_after_forward
 REDUCE = ("every-microbatch", "once", "once-if-pipelined")  # fsdp_reduce: when gradients are reduce-scattered
@@ -147,6 +152,7 @@ class Stack:
     train_metric_losses: int = 0  # loss evaluations per micro-batch for training metrics (Composer)
     fp8_recipe: str = "delayed"
     fp8_params: bool = False  # FP8 training stores the working weights in FP8 (Training.param_dtype)
+    fp8_saved_inputs: str = "original"  # FP8_SAVED_INPUTS: GEMMs keep their FP8 input or the bf16 one
     master_weights: str = "fp32"  # MASTER_WEIGHTS (Training.master_bytes)
     elementwise: str = "fused"  # ELEMENTWISE: the layer's elementwise op list (cost/elementwise.py)
     compiled: bool = False
@@ -196,7 +202,8 @@ class Stack:
                               ("cp_ring_merge", CP_RING_MERGES), ("cross_entropy", CROSS_ENTROPY),
                               ("optimizer_impl", OPTIMIZER_IMPLS), ("grad_buffer", GRAD_BUFFERS),
                               ("grad_accumulation", GRAD_ACCUMULATIONS),
-                              ("fp8_recipe", FP8_RECIPES), ("master_weights", MASTER_WEIGHTS),
+                              ("fp8_recipe", FP8_RECIPES), ("fp8_saved_inputs", FP8_SAVED_INPUTS),
+                              ("master_weights", MASTER_WEIGHTS),
                               ("moe_dispatcher", MOE_DISPATCHERS),
                               ("elementwise", ELEMENTWISE),
                               ("fsdp_reshard_after_forward", RESHARD), ("fsdp_reduce_dtype", tuple(REDUCE_DTYPES)),
@@ -392,7 +399,8 @@ def list_stacks():
     for n in stack_names():
         s = load_stack(n)
         rows.append({"name": n, "framework": s.framework, "attention_kernel": s.attention_kernel,
-                     "cp_ring_merge": s.cp_ring_merge, "cross_entropy": s.cross_entropy, "optimizer_impl": s.optimizer_impl, "grad_buffer": s.grad_buffer,
+                     "cp_ring_merge": s.cp_ring_merge, "cross_entropy": s.cross_entropy,
+                     "optimizer_impl": s.optimizer_impl, "grad_buffer": s.grad_buffer,
                      "grad_accumulation": s.grad_accumulation,
                      "elementwise": s.elementwise, "compiled": s.compiled,
                      "kernels_fwd_bwd": "/".join(map(str, s.kernels_per_layer)),

@@ -128,7 +128,8 @@ _MEGATRON_GPT_2022_STATEMENTS = (
 
 _MBRIDGE = dict(  # NVIDIA's Megatron-Bridge performance tables (validation/mbridge_h100.py, mbridge_blackwell.py)
     family="llama", tie_word_embeddings=False, learned_positions=False, dropout=False, flash_attention=True,
-    grad_dtype=((r".", "bf16"),), stack="megatron", stack_overrides=(("fp8_recipe", "current"), ("fp8_params", True)),
+    grad_dtype=((r".", "bf16"),), stack="megatron",
+    stack_overrides=(("fp8_recipe", "current"), ("fp8_params", True), ("cross_entropy", "te")),
     stack_by_notes=((r"TP communication overlap \(userbuffers\)", "tp_comm_overlap", True),
                     (r"EP A2A overlap \(overlap_moe_expert_parallel_comm", "moe_a2a_overlap", True),
                     (r"delay_wgrad_compute", "moe_delay_wgrad", True),
@@ -155,6 +156,9 @@ _MBRIDGE_STATEMENTS = (
     "MoE: force-balanced routing (moe_router_force_load_balancing: parasim's uniform routing), dropless "
     "except where the notes give token drop; DeepEP and HybridEP (the flex dispatcher) send each token once "
     "per destination node or NVLink domain (the stack's moe_dispatcher flex)",
+    "the loss: Transformer Engine's parallel cross-entropy (scripts/performance/utils/overrides.py sets "
+    "cross_entropy_fusion_impl 'te'; GPTModelProvider cross_entropy_loss_fusion True), which before TE 2.18 keeps "
+    "the bf16 logits with their gradient written in place (the stack's cross_entropy te)",
     "the step: GBS x sequence / (published tokens/s/GPU x GPUs)")
 
 SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
