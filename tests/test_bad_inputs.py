@@ -382,6 +382,10 @@ for _name, _raw in (("zero", "0"), ("negative", "-2"), ("float", "1.5"), ("text"
 case("layout", "etp-grid", lambda t: (
     ["estimate", scenario(t, {"model": {"preset": '"mixtral-8x7b"'}, "layout": {"ep": "8", "etp": "4"}})],
     ["etp(4)", "ep(8)", "tp(1)"]))
+# what an FP8 GEMM keeps for backward and how the loss is computed: one of their named choices
+for _key, _raw in (("fp8_saved_inputs", "fp8"), ("cross_entropy", "te2")):
+    case("layout", f"stack-{_key}-choice", lambda t, key=_key, raw=_raw: (
+        ["estimate", scenario(t, {"stack": {key: f'"{raw}"'}})], [key, raw]))
 for _key in ("whole_experts_with_ep", "ep_dispatch_fp8"):
     case("layout", f"stack-{_key}-text", lambda t, key=_key: (
         ["estimate", scenario(t, {"stack": {key: '"yes"'}})], [key, "yes"]))

@@ -27,6 +27,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..spec.model import ModelSpec
+from ..spec.stack_choices import fp8_scale_bytes_per_element
 from ..spec.training import Training
 from . import flops as F
 from .elementwise import SETTINGS, block_kernels, cached_graph, compiled_regions, layer_sizes, region_bytes
@@ -299,10 +300,12 @@ def fp8_cast_op(gemm, training: Training) -> MemoryOp:
     e + 2 bytes per element, with the amax taken in the same pass. The stack's `fp8_recipe`:
     "delayed" (scale from the amax history) adds nothing; "current" (torchao tensorwise, TE
     Float8CurrentScaling) reads the tensor once more for its amax first (+ e); "mxfp8" writes one 1-byte
-    scale per 32 elements for each of the two layouts (+ 2/32). The weights' casts are made once per
-    step and reused by every microbatch (TE `is_first_microbatch`), so they are not per-microbatch bytes."""
+    scale per 32 elements for each of the two layouts (+ 2/32: `fp8_scale_bytes_per_element`). The weights'
+    casts are made once per step and reused by every microbatch (TE `is_first_microbatch`), so they are not
+    per-microbatch bytes."""
     e = float(training.activation_bytes)
-    per = e + 2.0 + {"delayed": 0.0, "current": e, "mxfp8": 2.0 / 32.0}[training.stack.fp8_recipe]
+    recipe = training.stack.fp8_recipe
+    per = e + 2.0 + (e if recipe == "current" else 0.0) + 2.0 * fp8_scale_bytes_per_element(recipe)
     fwd = F._f(gemm.m) * F._f(gemm.k) * F._f(gemm.calls)
     bwd = F._f(gemm.m) * F._f(gemm.n) * F._f(gemm.calls)
     return MemoryOp(name=f"fp8_cast_{gemm.name}", forward_bytes=per * fwd, backward_bytes=per * bwd,

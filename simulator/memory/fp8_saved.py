@@ -24,15 +24,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec.model import ModelSpec
+from ..spec.stack_choices import fp8_scale_bytes_per_element
 from ..spec.training import Training
 from .activations import _regroup, _setup, attention_widths, routed_tokens
 
 
 def fp8_saved_bytes_per_element(recipe: str) -> float:
-    """Bytes per element of a kept FP8 GEMM input: 1 (E4M3 data; delayed and current scaling keep one fp32 scale
-    per tensor), plus for MXFP8 one 1-byte E8M0 scale per 32-element block, 1 + 1/32 (OCP Microscaling
-    Formats v1.0 §5: block size 32, 8-bit shared scale; Transformer Engine MXFP8Tensor `columnwise_scale_inv`)."""
-    return 1.0 + (1.0 / 32.0 if recipe == "mxfp8" else 0.0)
+    """Bytes per element of a kept FP8 GEMM input: 1 (E4M3 data) plus its column-wise scales,
+    `fp8_scale_bytes_per_element` (MXFP8: 1 + 1/32)."""
+    return 1.0 + fp8_scale_bytes_per_element(recipe)
 
 
 def fp8_saved_delta_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size, sequence_parallel: bool,

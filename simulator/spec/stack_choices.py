@@ -1,0 +1,41 @@
+"""The values each `Stack` field takes (spec/stack.py): one tuple per categorical field, with what each value means
+and where the physics reads it."""
+from __future__ import annotations
+
+ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "triton-pre-mlir", "xformers", "unfused")
+ATTENTION_PADDING = ("none", "unpad")  # attention_padding: flash-attn bert_padding around each attention call
+CP_RING_MERGES = ("te", "torch")  # cp_ring_merge: whose ring-CP attention (cost/cp_merge.py)
+OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
+GRAD_BUFFERS = ("persistent", "set-to-none")  # grad_buffer: gradients kept between steps or freed by zero_grad
+GRAD_ACCUMULATIONS = ("fused", "autograd")  # grad_accumulation: the wgrad GEMM adds into .grad, or autograd does
+# FP8 scaling recipes (Transformer Engine recipes; torchao's tensorwise dynamic scaling is "current"):
+#   delayed: scale from the amax history, amax taken inside the cast kernel; current: an amax pass over
+#   the tensor before the cast; mxfp8: one 1-byte scale per 32 elements (block scaling)
+FP8_RECIPES = ("delayed", "current", "mxfp8")
+FP8_SAVED_INPUTS = ("quantized", "original")  # what an FP8 GEMM keeps for backward (memory/fp8_saved.py)
+MOE_DISPATCHERS = ("alltoall", "flex")  # moe_dispatcher (cost/comm.py ep_comm, cost/ep_dispatch.py)
+MASTER_WEIGHTS = ("fp32", "remainders")  # master_weights: the fp32 master copy, or its 16 low bits beside bf16
+# How the loss is computed over the logits (memory/head_activations.py `logits_bytes`, `loss_backward_bytes`;
+# cost/memory_ops.py `_head_memory_ops`):
+#   vocab-parallel: Megatron-LM's vocab-parallel cross-entropy, in place on an fp32 copy of the logits
+#   torch-fp32:     torch.nn.functional.cross_entropy(logits.float()) (torchtitan, Hugging Face Trainer)
+#   fused:          a fused / chunked kernel that never materialises fp32 logits
+#   xentropy:       flash-attn's xentropy CUDA kernel (flash_attn.losses.cross_entropy; llm-foundry MPT's
+#                   default loss_fn 'fused_crossentropy'): keeps the e-byte logits and their log-sum-exp,
+#                   the backward writes an e-byte logit gradient (inplace_backward=False, its default)
+#   te:             Transformer Engine's parallel_cross_entropy before v2.18 (Megatron-Core cross_entropy_fusion_impl
+#                   'te'): writes the logit gradient in place into the e-byte logits and keeps them
+CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused", "xentropy", "te")
+ELEMENTWISE = ("fused", "eager", "hf", "packed")  # which elementwise ops the layer runs (cost/elementwise.py)
+RESHARD = ("yes", "no", "unless-pipelined")  # fsdp_reshard_after_forward
+REDUCE = ("every-microbatch", "once", "once-if-pipelined")  # fsdp_reduce: when gradients are reduce-scattered
+BUFFER_MODELS = ("none", "deepspeed")  # zero_buffers, pipe_buffers: whose buffers memory/framework.py adds
+REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "grad": None}  # fsdp_reduce_dtype: bytes per element (grad: the gradients')
+
+
+def fp8_scale_bytes_per_element(recipe: str) -> float:
+    """Scale bytes an FP8 tensor carries per element, for one layout (row- or column-wise): MXFP8 one 1-byte E8M0
+    scale per 32-element block, 1/32 (OCP Microscaling Formats v1.0 §5: block size 32, 8-bit shared scale;
+    Transformer Engine MXFP8Tensor `rowwise_scale_inv` / `columnwise_scale_inv`); delayed and current scaling one
+    fp32 scale per tensor, 0."""
+    return 1.0 / 32.0 if recipe == "mxfp8" else 0.0
