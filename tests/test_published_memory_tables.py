@@ -1,4 +1,4 @@
-"""The A100 and H200 presets' memory-bound kernel tables (validation/published_memory_tables.py): a published
+"""The A100, H200 and Blackwell presets' memory-bound kernel tables (validation/published_memory_tables.py): a published
 microbenchmark (te42kyfo/gpu-benches) with the H100's kernel classes carried over, checked on what the fits never saw:
 the H200's per-kernel cost against the lent H100's (the same GH100 die), each small-kernel streaming rate against
 the same GPU's gpu-stream rate (another benchmark, 1 GiB arrays)."""
@@ -24,6 +24,8 @@ def test_the_fits_hold_on_what_they_never_saw():
     assert len(t0) == 1 and abs(t0["error"].iloc[0]) < 0.05  # 2.49 against 2.50 us
     rates = c.loc[[w for w in c.index if "gpu-stream" in w]]
     assert len(rates) == 2 and rates["error"].abs().max() < 0.10  # -0.5 % (A100 80GB), +6 % (H200)
+    roof = c.loc[[w for w in c.index if w.startswith("GB300 roof")]]
+    assert len(roof) == 1 and abs(roof["error"].iloc[0]) < 0.005  # the chart reading against the printed 7.140 TB/s
 
 
 @pytest.mark.parametrize("preset", sorted(P.PRESETS))
@@ -35,7 +37,8 @@ def test_a_kernel_pays_the_launch_floor_and_never_beats_the_measured_stream(pres
 
     hw = load_hardware(preset)
     gpu, card = P.PRESETS[preset]
-    measured = P.h100_rates()["stream"] if gpu == P.LENT else P.stream_rate(card or gpu)
+    measured = (P.h100_rates()["stream"] if gpu == P.LENT else P.roof_rate(gpu) if gpu in P.ROOF_GPUS
+                else P.stream_rate(card or gpu))
     for name in P.TABLES:
         assert float(_memory_time(1e5, 1, hw, name)) > 2.0e-6
         assert 1e10 / float(_memory_time(1e10, 10, hw, name)) < 1.01 * measured

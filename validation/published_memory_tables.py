@@ -1,4 +1,5 @@
-"""Memory-bound kernel tables for the A100, H200 and H800 presets, from a published microbenchmark and the H100's.
+"""Memory-bound kernel tables for the A100, H200, H800 and Blackwell presets, from published microbenchmarks and the
+H100's.
 
     python validation/published_memory_tables.py           # the fits, their checks and the TOML sections
     python validation/published_memory_tables.py --check   # exit 1 if a preset's tables differ from them
@@ -28,6 +29,13 @@ The A100 40GB has no small-kernel file: its t0 is the A100 80GB's (the same GA10
 lent H100's tables as they are. Checked on what the fits never saw (`checks`): the H200's t0
 against the lent H100's memory-table t0 (the same GH100 die), and each small-kernel streaming rate against the
 same GPU's gpu-stream rate.
+
+The Blackwell presets (B200, GB200, B300, GB300) held the same step table. No Blackwell GPU has a published queued
+small-kernel benchmark; what is published is a measured streaming rate (validation/data/blackwell_stream.csv: Meta's
+KernelAgent-Oink STREAM-like Triton copy/triad roof, 6.98 TB/s on a GB200, 7.14 TB/s on a GB300). Their tables take
+that rate as B_stream and the lent H100's t0 (assumed: a Blackwell kernel's fixed cost is not measured here), with
+the H100's kernel classes carried over as above. B200 and GB200 have the same 8 TB/s HBM3e (so B300 and GB300):
+the B200 presets take the GB200's rate, the B300's the GB300's.
 """
 from __future__ import annotations
 
@@ -38,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "validation"))
 DATA = ROOT / "validation" / "data" / "gpu_benches.csv"
+ROOFS = ROOT / "validation" / "data" / "blackwell_stream.csv"
 FLOOR_MAX_BYTES = 256 * 1024
 L2_BYTES = {"A100-SXM4-80GB": 40e6, "H200": 50e6}  # NVIDIA A100 whitepaper: 40 MB; H100/H200 (GH100 SXM): 50 MB
 HBM_FACTOR = 4  # kernels moving >= 4x the L2 stream from HBM
@@ -45,7 +54,10 @@ LENT = "the lent H100"  # its own tables (validation/h100_memory_table.py and th
 # preset -> (the GPU whose small kernels give t0 and B_stream, the gpu-stream card that scales B_stream or None)
 PRESETS = {"dgx-a100-80g": ("A100-SXM4-80GB", None), "jean-zay-a100": ("A100-SXM4-80GB", None),
            "dgx-a100-40g": ("A100-SXM4-80GB", "A100-SXM4-40GB"), "dgx-h200": ("H200", None),
-           "h200-nvl": ("H200", None), "dgx-h800": (LENT, None)}
+           "h200-nvl": ("H200", None), "dgx-h800": (LENT, None),
+           "dgx-b200": ("GB200", None), "aws-p6-b200": ("GB200", None), "gb200-nvl72": ("GB200", None),
+           "b300": ("GB300", None), "gb300-nvl72": ("GB300", None)}
+ROOF_GPUS = ("GB200", "GB300")  # a published streaming rate, no small-kernel file (roof_rate)
 TABLES = ("memory", "memory_strided", "memory_reduction", "memory_indexed")
 
 
@@ -72,6 +84,17 @@ def stream_rate(gpu: str, kernel: str = "scale") -> float:
     return float(row["gb_per_s"].iloc[0]) * 1e9
 
 
+def roof_rate(gpu: str) -> float:
+    """`gpu`'s published STREAM-like rate, bytes/s: the mean of its chart readings in blackwell_stream.csv."""
+    import pandas as pd
+
+    d = pd.read_csv(ROOFS)
+    d = d[(d["gpu"] == gpu) & d["reading"].str.startswith("figure")]
+    if d.empty:
+        raise KeyError(f"no figure reading of {gpu} in {ROOFS.name}")
+    return float(d["tb_per_s"].mean()) * 1e12
+
+
 def h100_rates() -> dict:
     """{table: B bytes/s} of dgx-h100's tables, with 'stream': the lent H100's copy, add and SiLU calls fitted with
     the memory table's t0; and 't0'."""
@@ -92,7 +115,12 @@ def preset_fit(preset: str) -> dict:
     """{'t0': seconds, table: B bytes/s for each of TABLES, 'stream': B_stream} of `preset`."""
     gpu, card = PRESETS[preset]
     h = h100_rates()
-    t0, stream = (h["t0"], h["stream"]) if gpu == LENT else small_kernel_fit(gpu)
+    if gpu == LENT:
+        t0, stream = h["t0"], h["stream"]
+    elif gpu in ROOF_GPUS:
+        t0, stream = h["t0"], roof_rate(gpu)
+    else:
+        t0, stream = small_kernel_fit(gpu)
     if card is not None:
         stream *= stream_rate(card) / stream_rate(gpu)
     return {"t0": t0, "stream": stream, **{name: h[name] * stream / h["stream"] for name in TABLES}}
@@ -127,6 +155,14 @@ def source(preset: str, name: str) -> str:
                 f"(3.35 TB/s; [gpu] source); {_WHAT[name]} t0 = {f['t0'] * 1e6:.2f} us, "
                 f"B = {f[name] / 1e12:.2f} TB/s; efficiency = bytes / ((t0 + bytes/B) x HBM peak) at two knots per "
                 f"decade; validation/published_memory_tables.py")
+    if gpu in ROOF_GPUS:
+        return (f"published streaming rate with a transfer, no Blackwell GPU measured here: Meta's KernelAgent-Oink "
+                f"STREAM-like Triton copy/triad roof measured on a {gpu} (8 TB/s HBM3e, as this GPU), "
+                f"{f['stream'] / 1e12:.2f} TB/s (validation/data/blackwell_stream.csv); t0 = the lent H100's "
+                f"{f['t0'] * 1e6:.2f} us (assumed: no Blackwell small-kernel benchmark is published); B = {_WHAT[name]} "
+                f"{h[name] / 1e12:.2f} TB/s x this rate / the lent H100's streaming rate {h['stream'] / 1e12:.2f} TB/s "
+                f"= {f[name] / 1e12:.2f} TB/s (assumed: torch's kernel classes keep their H100 ratios); efficiency = "
+                f"bytes / ((t0 + bytes/B) x HBM peak) at two knots per decade; validation/published_memory_tables.py")
     scaled = (f"; the {card}'s rate is the {gpu}'s scaled by their gpu-stream scale rates "
               f"({stream_rate(card) / 1e12:.3f} / {stream_rate(gpu) / 1e12:.3f} TB/s; no small-kernel file for it)"
               if card else "")
@@ -157,6 +193,10 @@ def checks():
     for gpu in L2_BYTES:
         rows.append(dict(what=f"{gpu} small-kernel streaming rate vs its gpu-stream scale rate",
                          fit=small_kernel_fit(gpu)[1], reference=stream_rate(gpu)))
+    d = pd.read_csv(ROOFS)
+    text = d[(d["gpu"] == "GB300") & (d["reading"] == "text")]["tb_per_s"].iloc[0] * 1e12
+    rows.append(dict(what="GB300 roof read off its chart vs the README's printed rate", fit=roof_rate("GB300"),
+                     reference=text))
     d = pd.DataFrame(rows)
     return d.assign(error=d["fit"] / d["reference"] - 1.0)
 
