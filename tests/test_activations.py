@@ -119,14 +119,19 @@ def test_moe_routed_tokens_scale_with_top_k_and_capacity():
     assert float(routed_tokens(tokens=1000, experts_per_token=2, load_factor=1.25)) == 2500
 
 
-def test_moe_layer_stores_k_times_the_expert_activations_of_a_dense_layer_with_f_e():
+@pytest.mark.parametrize("probs, h_copies", [("hidden", 2), ("activation", 1)])
+def test_moe_layer_stores_k_times_the_expert_activations_of_a_dense_layer_with_f_e(probs, h_copies):
     # A top-k MoE layer without shared experts processes k·T routed tokens through experts of width f_e;
     # against a dense layer with f = f_e, the difference is (k − 1)·3·e·T·f_e (GLU intermediates) plus
-    # the routed-token copies k·2·e·T·h (dispatch + combine) and fp32 router probabilities 4·T·E.
+    # the routed-token copies k·e·T·h (dispatch), k·e·T·h more when the router's probabilities weight an h-wide
+    # tensor (the combine), and fp32 router probabilities 4·T·E.
+    from dataclasses import replace
+
     moe = ModelSpec(hidden_size=512, num_layers=2, num_heads=8, num_kv_heads=2, ffn_hidden_size=1024,
                     vocab_size=1000, num_experts=8, experts_per_token=2, moe_ffn_hidden_size=256)
     dense = moe.with_(num_experts=0, experts_per_token=0, moe_ffn_hidden_size=0, ffn_hidden_size=256)
     tr = Training(seq_length=1024, global_batch_size=1)
+    tr = replace(tr, stack=replace(tr.stack, moe_router_probs=probs))
     Tk, e, h, fe, k, E = 1024, 2, 512, 256, 2, 8
     diff = act(moe, tp=1, training=tr, moe=True) - act(dense, tp=1, training=tr)
-    assert diff == (k - 1) * 3 * e * Tk * fe + k * 2 * e * Tk * h + 4 * Tk * E
+    assert diff == (k - 1) * 3 * e * Tk * fe + k * h_copies * e * Tk * h + 4 * Tk * E

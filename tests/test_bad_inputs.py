@@ -383,12 +383,18 @@ case("layout", "etp-grid", lambda t: (
     ["estimate", scenario(t, {"model": {"preset": '"mixtral-8x7b"'}, "layout": {"ep": "8", "etp": "4"}})],
     ["etp(4)", "ep(8)", "tp(1)"]))
 # what an FP8 GEMM keeps for backward and how the loss is computed: one of their named choices
-for _key, _raw in (("fp8_saved_inputs", "fp8"), ("cross_entropy", "te2")):
+for _key, _raw in (("fp8_saved_inputs", "fp8"), ("cross_entropy", "te2"), ("moe_router_probs", "combine"),
+                   ("fp8_recipe", "block128")):
     case("layout", f"stack-{_key}-choice", lambda t, key=_key, raw=_raw: (
         ["estimate", scenario(t, {"stack": {key: f'"{raw}"'}})], [key, raw]))
-for _key in ("whole_experts_with_ep", "ep_dispatch_fp8"):
+for _key in ("whole_experts_with_ep", "ep_dispatch_fp8", "activation_input_fp8"):
     case("layout", f"stack-{_key}-text", lambda t, key=_key: (
         ["estimate", scenario(t, {"stack": {key: '"yes"'}})], [key, "yes"]))
+
+# the SwiGLU's FP8 input store on a model without SwiGLU (Megatron-Core refuses it)
+case("layout", "stack-activation_input_fp8-gelu", lambda t: (
+    ["estimate", scenario(t, {"model": {"preset": '"gpt2-124m"'}, "stack": {"activation_input_fp8": "true"}})],
+    ["activation_input_fp8", "SwiGLU"]))
 
 # what selective recompute re-runs (Megatron's modules): a list of known module names the framework takes, named
 # with the file; modules the model lacks and Megatron's FP8 refusal

@@ -23,17 +23,23 @@ from test_activations_torch import (  # noqa: E402
 F = torch.nn.functional
 
 
+BLOCK_SCALES = {"mxfp8": (32, torch.uint8), "blockwise": (128, torch.float32)}
+
+
 class TEStyleFp8Linear(torch.autograd.Function):
-    """y = x·wᵀ with x cast to FP8 for the GEMM; keeps the FP8 cast (and MXFP8's block scales) for the weight
+    """y = x·wᵀ with x cast to FP8 for the GEMM; keeps the FP8 cast (and a block recipe's scales) for the weight
     gradient, or x itself when `save_original` (the GEMM runs in bf16 here: CPU torch has no FP8 GEMM)."""
 
     @staticmethod
-    def forward(ctx, x, w, mxfp8, save_original):
+    def forward(ctx, x, w, recipe, save_original):
         xq = x.to(torch.float8_e4m3fn)
         if save_original:
             kept = (x,)
+        elif recipe in BLOCK_SCALES:  # MXFP8: a uint8 (E8M0) per 32; Float8BlockScaling: an fp32 per 1x128 block
+            block, dtype = BLOCK_SCALES[recipe]
+            kept = (xq, torch.ones(x.numel() // block, dtype=dtype))
         else:
-            kept = (xq, torch.ones(x.numel() // 32, dtype=torch.uint8)) if mxfp8 else (xq,)
+            kept = (xq,)
         ctx.save_for_backward(w, *kept)
         ctx.dtype = x.dtype
         return F.linear(x, w)
@@ -54,7 +60,7 @@ class Fp8LlamaLayer(MegatronStyleLlamaLayer):
         self.recipe = recipe
 
     def lin(self, x, w, *, save_original=False):
-        return TEStyleFp8Linear.apply(x, w, self.recipe == "mxfp8", save_original)
+        return TEStyleFp8Linear.apply(x, w, self.recipe, save_original)
 
     def forward(self, x, cos, sin, mask):
         b, s, _ = x.shape
@@ -97,7 +103,7 @@ def _layer(model, tr, b, recompute="none"):
 SHAPES = [(256, 8, 2, 704, 128, 2), (192, 6, 3, 512, 96, 3)]
 
 
-@pytest.mark.parametrize("recipe", ["current", "delayed", "mxfp8"])
+@pytest.mark.parametrize("recipe", ["current", "delayed", "mxfp8", "blockwise"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_an_fp8_layer_keeps_what_the_model_counts(shape, recipe):
     h, n_h, n_kv, f, s, b = shape
@@ -125,6 +131,7 @@ def test_mxfp8_keeps_one_scale_byte_per_32_elements():
     assert x.to(torch.float8_e4m3fn).element_size() == 1
     assert fp8_saved_bytes_per_element("current") == 1.0
     assert fp8_saved_bytes_per_element("mxfp8") * 32 == 33
+    assert fp8_saved_bytes_per_element("blockwise") * 128 == 132  # one fp32 scale per 1x128 block
 
 
 def test_recomputed_moe_activation_keeps_no_fp8_copy():

@@ -225,7 +225,11 @@ def _unfit_sentence(unfit) -> str:
     from simulator.spec.hardware import load_hardware
 
     if unfit.empty:
-        return "Every run is predicted to fit, as it ran."
+        return ("Every run is predicted to fit, as it ran (no memory was published): under FP8 Transformer Engine's "
+                "GEMMs keep their FP8 inputs, its cross-entropy (these recipes' loss) keeps the bf16 logits, and "
+                "Megatron-Core from 0.13 weights the experts' activation with the router's probabilities instead of "
+                "keeping each expert output for the combine (docs/memory.md); without the first two 13 runs were "
+                "predicted not to fit, without the third 6.")
     over = [r.predicted_mem_bytes / load_hardware(r.hardware).hbm_bytes - 1 for r in unfit.itertuples()]
     return (f"{len(unfit)} runs ({', '.join(unfit.run_id.str.replace('mbridge_', ''))}) are predicted not to fit "
             f"though they ran, {100 * min(over):.1f}-{100 * max(over):.1f} % over the GPU's memory with the "

@@ -16,7 +16,7 @@ from .megatron_layout import layout_text
 
 LAYOUT_FLAG = "--pipeline-model-parallel-layout"
 
-RECIPES = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8"}
+RECIPES = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8", "blockwise": "blockwise"}
 
 
 def effective_split(layout, num_layers: int) -> tuple[int, ...]:
@@ -175,7 +175,8 @@ def _training_flags(sc, layout, notes: list[str]) -> list:
     if st.moe_shared_expert_overlap and sc.model.shared_expert_ffn_hidden_size:
         f.append(("--moe-shared-expert-overlap", None))
     for on, flag in ((st.moe_a2a_overlap, "--overlap-moe-expert-parallel-comm"),
-                     (st.moe_delay_wgrad, "--delay-wgrad-compute")):
+                     (st.moe_delay_wgrad, "--delay-wgrad-compute"),
+                     (st.activation_input_fp8, "--activation-func-fp8-input-store")):
         if on:
             f.append((flag, None))
     f += _bucket_flags(layout, tr)

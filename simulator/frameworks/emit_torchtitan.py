@@ -34,6 +34,8 @@ def emit_torchtitan(sc, layout, *, with_model: bool = False) -> tuple[str, list[
     if sc.training.precision == "fp8":  # torchao Float8Linear (tensorwise) or MX (mxfp8)
         mx = sc.training.stack.fp8_recipe == "mxfp8"
         tables.setdefault("model", {})["converters"] = ["mx" if mx else "float8"]
+        if sc.training.stack.fp8_recipe == "blockwise":
+            notes.append("fp8_recipe blockwise: torchtitan's float8 converter scales per tensor; written as float8")
     tables["training"] = _training(sc, layout, notes)
     tables["parallelism"] = _parallelism(sc, layout, notes)
     stage_layers = sc.model.num_layers // (layout.pp * layout.vpp)

@@ -30,7 +30,7 @@ from .megatron_layout import pipeline_fields
 from .megatron_model import megatron_model
 
 SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
-FP8_RECIPES = {"delayed": "delayed", "tensorwise": "current", "mxfp8": "mxfp8"}
+FP8_RECIPES = {"delayed": "delayed", "tensorwise": "current", "mxfp8": "mxfp8", "blockwise": "blockwise"}
 CP_COMM = {"p2p": "ring", "a2a": "ulysses"}
 # arguments (dests, and prefixes ending in _ or .) that change neither memory nor step time
 IGNORED = (
@@ -286,7 +286,8 @@ def _stack(f: Fields, dp: int, training: dict, rep: Report) -> dict:
         st["tp_comm_overlap"] = True
     for dest, key in (("moe_shared_expert_overlap", "moe_shared_expert_overlap"),  # (cost/moe_overlap.py)
                       ("overlap_moe_expert_parallel_comm", "moe_a2a_overlap"),
-                      ("delay_wgrad_compute", "moe_delay_wgrad")):
+                      ("delay_wgrad_compute", "moe_delay_wgrad"),
+                      ("activation_func_fp8_input_store", "activation_input_fp8")):  # (memory/activations.py)
         if f.flag(dest):
             st[key] = True
     if f.flag("no_gradient_accumulation_fusion"):  # main_grad += the new gradient, a pass of its own
@@ -311,7 +312,8 @@ def _stack(f: Fields, dp: int, training: dict, rep: Report) -> dict:
         if recipe in FP8_RECIPES:
             st["fp8_recipe"] = FP8_RECIPES[recipe]
         else:
-            rep.cannot(f"{f.name('fp8_recipe')} {recipe}: parasim models delayed, tensorwise (current) and mxfp8")
+            rep.cannot(f"{f.name('fp8_recipe')} {recipe}: parasim models delayed, tensorwise (current), mxfp8 "
+                       "and blockwise")
     backend, legacy_flash = f.text("attention_backend", "auto"), f.flag("use_flash_attn")
     if backend == "flash" or (legacy_flash and backend == "auto"):
         st["attention_kernel"] = "flash2"

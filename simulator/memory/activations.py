@@ -100,12 +100,19 @@ def dropout_mask_bytes(*, tokens, hidden: int, t_s, dropout: bool) -> np.ndarray
     return (hidden * _f(tokens) / t_s) if dropout else np.zeros_like(_f(tokens))
 
 
-def mlp_bytes(*, tokens, hidden: int, ffn: int, e: int, t, t_s, glu: bool) -> np.ndarray:
-    """MLP stored tensors: input e·T·h/t_s, then
-    GLU (fused SwiGLU/GeGLU, Megatron `bias_swiglu`): its 2f-wide input + the f-wide down-projection
-    input = 3·e·T·f/t; GeLU: GeLU input + fc2 input = 2·e·T·f/t (Korthikanti §4.1: 2sbh + 8sbh + 8sbh
-    at f = 4h)."""
-    inter = (3 if glu else 2) * e * ffn * _f(tokens) / t
+def glu_elements_bytes(e: int, glu: bool, glu_input_bytes=None) -> float:
+    """Bytes an FFN keeps per element of its width f between its two GEMMs: GLU (fused SwiGLU/GeGLU, Megatron
+    `bias_swiglu`) its 2f-wide input at g bytes + the f-wide down-projection input at e, 2·g + e (g = e, or 1 when
+    the SwiGLU keeps its input as a plain FP8 cast: Megatron-Core activation_func_fp8_input_store,
+    fused_bias_swiglu.py `input.to(torch.float8_e4m3fn)`); GeLU: its input + fc2's, 2·e."""
+    g = e if glu_input_bytes is None else glu_input_bytes
+    return 2 * g + e if glu else 2 * e
+
+
+def mlp_bytes(*, tokens, hidden: int, ffn: int, e: int, t, t_s, glu: bool, glu_input_bytes=None) -> np.ndarray:
+    """MLP stored tensors: input e·T·h/t_s, then the FFN width's `glu_elements_bytes` per element: 3·e·T·f/t
+    (GLU), 2·e·T·f/t (GeLU: Korthikanti §4.1: 2sbh + 8sbh + 8sbh at f = 4h)."""
+    inter = glu_elements_bytes(e, glu, glu_input_bytes) * ffn * _f(tokens) / t
     return e * hidden * _f(tokens) / t_s + inter
 
 
@@ -117,22 +124,28 @@ def routed_tokens(*, tokens, experts_per_token: int, load_factor: float) -> np.n
     return experts_per_token * float(load_factor) * _f(tokens)
 
 
-def moe_bytes(model: ModelSpec, *, tokens, e: int, t, t_s, load_factor: float, regroup=1.0) -> np.ndarray:
+def moe_bytes(model: ModelSpec, *, tokens, e: int, t, t_s, load_factor: float, regroup=1.0,
+              probs: str = "hidden", glu_input_bytes=None) -> np.ndarray:
     """MoE FFN stored tensors (Megatron-Core MoE with all-to-all dispatch; expert TP u, `regroup` = u/t):
     - input (norm output) e·T·h/t_s and fp32 router probabilities 4·T·E/t_s;
-    - per routed token: the permuted token (expert input) e·h, the fused GLU input and down-projection
-      input 3·e·f_e/u (2·e·f_e/u for GeLU), the expert output kept for the probability-weighted combine
-      e·h;
-    - shared experts on every token: 3·e·T·f_sh/t.
+    - per routed token: the permuted token (expert input) e·h, the width's `glu_elements_bytes` per element of
+      f_e/u (fused GLU input and down-projection input, 3·e), and, `probs` "hidden", an h-wide e-byte tensor kept
+      for the probabilities' gradient: the expert output the combine weights (Megatron-Core before 0.13: unpermute
+      with probs) or the token the dispatcher weights before the experts. `probs` "activation": the weighted
+      SwiGLU multiplies its output by the permuted probabilities and keeps its input, the combine keeps nothing
+      (Megatron-Core from 0.13, NVIDIA/Megatron-LM 2659630721 'Memory efficient token permutation'; experts.py
+      weighted_bias_swiglu_impl);
+    - shared experts on every token: the width's bytes per element of f_sh/t (3·e·T·f_sh/t).
     Routed token copies entering the experts on a rank: ρ·k·T·u/t (u = t: the dispatcher gathers the
     sequence-parallel shards, all T; flops.moe_ops), so the h-wide terms scale with u/t and the f_e-wide ones
     do not (ρ·k·T·(u/t)·f_e/u)."""
     glu = model.glu_matrices == 3
     T = _f(tokens)
     R = routed_tokens(tokens=T, experts_per_token=model.experts_per_token, load_factor=load_factor)
-    inter = (3 if glu else 2) * e
+    inter = glu_elements_bytes(e, glu, glu_input_bytes)
+    h_wide = 2 if probs == "hidden" else 1
     out = e * model.hidden_size * T / t_s + 4.0 * model.num_experts * T / t_s
-    out = out + R * (2 * e * model.hidden_size * _f(regroup) + inter * model.moe_ffn_hidden_size / t)
+    out = out + R * (h_wide * e * model.hidden_size * _f(regroup) + inter * model.moe_ffn_hidden_size / t)
     if model.shared_expert_ffn_hidden_size:
         out = out + inter * model.shared_expert_ffn_hidden_size * T / t
     return out
@@ -142,6 +155,17 @@ def moe_bytes(model: ModelSpec, *, tokens, e: int, t, t_s, load_factor: float, r
 def _regroup(t, etp):
     """u/t: the routed token copies on a rank over those with expert TP = TP (u = `etp`, None: t)."""
     return 1.0 if etp is None else _f(etp) / t
+
+
+def _glu_input_bytes(training: Training):
+    """Bytes per element the SwiGLU keeps of its input: 1 under the stack's activation_input_fp8, else None (e)."""
+    return 1 if training.stack.activation_input_fp8 else None
+
+
+def _moe_kw(training: Training) -> dict:
+    """The stack's settings `moe_bytes` reads."""
+    return dict(load_factor=training.moe_load_factor, probs=training.stack.moe_router_probs,
+                glu_input_bytes=_glu_input_bytes(training))
 
 
 def _setup(model: ModelSpec, training: Training, *, tp, cp, micro_batch_size, sequence_parallel: bool):
@@ -207,11 +231,10 @@ def layer_activation_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
     out = out + attention_block_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                                       sequence_parallel=sequence_parallel, recompute=recompute)
     if moe and model.is_moe:
-        out = out + moe_bytes(model, tokens=T, e=e, t=t, t_s=t_s, load_factor=training.moe_load_factor,
-                              regroup=_regroup(t, etp))
+        out = out + moe_bytes(model, tokens=T, e=e, t=t, t_s=t_s, regroup=_regroup(t, etp), **_moe_kw(training))
     else:
         out = out + mlp_bytes(tokens=T, hidden=h, ffn=model.ffn_hidden_size, e=e, t=t, t_s=t_s,
-                              glu=model.glu_matrices == 3)
+                              glu=model.glu_matrices == 3, glu_input_bytes=_glu_input_bytes(training))
     out = out + stack_saved_extra_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
                                         sequence_parallel=sequence_parallel, recompute=recompute, moe=moe, etp=etp)
     out = out + fp8_saved_delta_bytes(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
@@ -234,7 +257,7 @@ def module_recompute_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
                       (multi_latent_attention.py: the checkpoint keeps the compressed latents and the RoPE key);
       mlp             a dense layer's MLP but for its input (the residual stream the norm keeps): `mlp_bytes`;
       moe             an MoE layer's MoE block but for its input: `moe_bytes` less e·T·h/t_s;
-      shared_experts  the shared experts' intermediates, c·e·T·f_sh/t (c = 3 GLU, 2 GeLU);
+      shared_experts  the shared experts' intermediates, c·T·f_sh/t (c: `glu_elements_bytes`, 3·e for a GLU);
       moe_act         the routed experts' activation outputs, the down-projections' inputs ρ·k·T·e·f_e/t.
     The same bytes are the layer's working set when its backward re-creates them (memory/breakdown.py)."""
     t, t_s, T, e = _setup(model, training, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
@@ -253,15 +276,14 @@ def module_recompute_bytes(model: ModelSpec, training: Training, *, tp, cp, micr
     if not is_moe:
         if "mlp" in m:
             out = out + mlp_bytes(tokens=T, hidden=h, ffn=model.ffn_hidden_size, e=e, t=t, t_s=t_s,
-                                  glu=model.glu_matrices == 3)
+                                  glu=model.glu_matrices == 3, glu_input_bytes=_glu_input_bytes(training))
         return out
     if "moe" in m:
-        kept = moe_bytes(model, tokens=T, e=e, t=t, t_s=t_s, load_factor=training.moe_load_factor,
-                         regroup=_regroup(t, etp))
+        kept = moe_bytes(model, tokens=T, e=e, t=t, t_s=t_s, regroup=_regroup(t, etp), **_moe_kw(training))
         return out + kept - e * h * T / t_s
-    c = 3 if model.glu_matrices == 3 else 2
+    c = glu_elements_bytes(e, model.glu_matrices == 3, _glu_input_bytes(training))
     if "shared_experts" in m:
-        out = out + c * e * model.shared_expert_ffn_hidden_size * T / t
+        out = out + c * model.shared_expert_ffn_hidden_size * T / t
     if "moe_act" in m:
         R = routed_tokens(tokens=T, experts_per_token=model.experts_per_token, load_factor=training.moe_load_factor)
         out = out + e * model.moe_ffn_hidden_size * R / t

@@ -41,6 +41,10 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   --fp8-param-gather), 1 byte per parameter, gathered as such, with an fp32 master copy (Training.param_dtype);
   `fp8_saved_inputs`: whether FP8 GEMMs keep their FP8 input for backward ("quantized": Transformer Engine) or
   the high-precision one ("original": torchao's Float8Linear); memory/fp8_saved.py;
+- `moe_router_probs`, `activation_input_fp8`: what a layer keeps around its expert activation
+  (memory/activations.py `moe_bytes`, `mlp_bytes`): where the router's probabilities multiply the routed tokens
+  ("activation": the weighted SwiGLU output, no h-wide copy kept; "hidden": an h-wide tensor per routed copy), and
+  whether the SwiGLU keeps its input as a plain FP8 cast (Megatron-Core --activation-func-fp8-input-store);
 - `master_weights`: how the optimizer keeps the fp32 master copy of bf16 weights: "fp32" (4 bytes per
   parameter) or "remainders" (the 16 low bits of each fp32 master weight, whose 16 high bits are the bf16
   weight itself: 2 bytes; Apex DistributedFusedAdam store_param_remainders, which NeMo's distributed_fused_adam
@@ -102,7 +106,7 @@ from .presets import check_keys, preset_names, read_toml, resolve
 from .rules import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
 from .stack_choices import (  # noqa: F401  (re-exported: the choices are part of this module's interface)
     ATTENTION_KERNELS, ATTENTION_PADDING, CP_RING_MERGES, OPTIMIZER_IMPLS, GRAD_BUFFERS, GRAD_ACCUMULATIONS,
-    FP8_RECIPES, FP8_SAVED_INPUTS, MOE_DISPATCHERS, MASTER_WEIGHTS, CROSS_ENTROPY, ELEMENTWISE, RESHARD, REDUCE,
+    FP8_RECIPES, FP8_SAVED_INPUTS, MOE_DISPATCHERS, MOE_ROUTER_PROBS, MASTER_WEIGHTS, CROSS_ENTROPY, ELEMENTWISE, RESHARD, REDUCE,
     BUFFER_MODELS, REDUCE_DTYPES)
 
 DEFAULT_STACK = "megatron"
@@ -144,6 +148,9 @@ class Stack:
     tp_comm_overlap: bool = False  # TP collectives chunked under their GEMMs (Megatron userbuffers, AsyncTP)
     moe_shared_expert_overlap: bool = False  # shared experts beside the EP all-to-alls (cost/moe_overlap.py)
     moe_dispatcher: str = "alltoall"  # MOE_DISPATCHERS
+    moe_router_probs: str = "hidden"  # MOE_ROUTER_PROBS: where the router's probabilities multiply the routed tokens
+    # the SwiGLU keeps its input in FP8 for backward (Megatron-Core --activation-func-fp8-input-store)
+    activation_input_fp8: bool = False
     moe_a2a_overlap: bool = False  # combined 1F1B: one micro-batch's all-to-alls beside another's compute
     moe_delay_wgrad: bool = False  # with moe_a2a_overlap: the MLP's weight gradients after its dispatch gradient
     loss_parallel: bool = True  # the loss runs on vocabulary-sharded logits under TP (`loss_shards`)
@@ -179,7 +186,7 @@ class Stack:
                               ("grad_accumulation", GRAD_ACCUMULATIONS),
                               ("fp8_recipe", FP8_RECIPES), ("fp8_saved_inputs", FP8_SAVED_INPUTS),
                               ("master_weights", MASTER_WEIGHTS),
-                              ("moe_dispatcher", MOE_DISPATCHERS),
+                              ("moe_dispatcher", MOE_DISPATCHERS), ("moe_router_probs", MOE_ROUTER_PROBS),
                               ("elementwise", ELEMENTWISE),
                               ("fsdp_reshard_after_forward", RESHARD), ("fsdp_reduce_dtype", tuple(REDUCE_DTYPES)),
                               ("fsdp_reduce", REDUCE)):
@@ -188,7 +195,7 @@ class Stack:
                                  f"got {getattr(self, name)!r}")
         for name in ("compiled", "tp_comm_overlap", "loss_parallel", "ddp_bucket_view", "ddp_one_rank",
                      "fsdp_copies", "fp8_params", "whole_experts_with_ep", "ep_dispatch_fp8",
-                     "moe_shared_expert_overlap", "moe_a2a_overlap", "moe_delay_wgrad"):
+                     "moe_shared_expert_overlap", "moe_a2a_overlap", "moe_delay_wgrad", "activation_input_fp8"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
         for name in ("kernels_per_layer", "compiled_kernels_per_layer"):

@@ -10,9 +10,15 @@ GRAD_BUFFERS = ("persistent", "set-to-none")  # grad_buffer: gradients kept betw
 GRAD_ACCUMULATIONS = ("fused", "autograd")  # grad_accumulation: the wgrad GEMM adds into .grad, or autograd does
 # FP8 scaling recipes (Transformer Engine recipes; torchao's tensorwise dynamic scaling is "current"):
 #   delayed: scale from the amax history, amax taken inside the cast kernel; current: an amax pass over
-#   the tensor before the cast; mxfp8: one 1-byte scale per 32 elements (block scaling)
-FP8_RECIPES = ("delayed", "current", "mxfp8")
+#   the tensor before the cast; mxfp8: one 1-byte scale per 32 elements (block scaling); blockwise: one fp32 scale
+#   per 1x128 block of activations and gradients, per 128x128 block of weights (Float8BlockScaling, DeepSeek-V3's
+#   fine-grained FP8; Megatron-Core --fp8-recipe blockwise)
+FP8_RECIPES = ("delayed", "current", "mxfp8", "blockwise")
 FP8_SAVED_INPUTS = ("quantized", "original")  # what an FP8 GEMM keeps for backward (memory/fp8_saved.py)
+# moe_router_probs: where the router's probabilities multiply the routed tokens (memory/activations.py `moe_bytes`):
+#   activation: the expert's activation output (Megatron-Core >= 0.13, weighted SwiGLU): no h-wide tensor kept;
+#   hidden: an h-wide tensor per routed copy, at the combine or before the experts, kept for the probabilities' gradient
+MOE_ROUTER_PROBS = ("activation", "hidden")
 MOE_DISPATCHERS = ("alltoall", "flex")  # moe_dispatcher (cost/comm.py ep_comm, cost/ep_dispatch.py)
 MASTER_WEIGHTS = ("fp32", "remainders")  # master_weights: the fp32 master copy, or its 16 low bits beside bf16
 # How the loss is computed over the logits (memory/head_activations.py `logits_bytes`, `loss_backward_bytes`;
@@ -36,6 +42,8 @@ REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "grad": None}  # fsdp_reduce_dtype: bytes
 def fp8_scale_bytes_per_element(recipe: str) -> float:
     """Scale bytes an FP8 tensor carries per element, for one layout (row- or column-wise): MXFP8 one 1-byte E8M0
     scale per 32-element block, 1/32 (OCP Microscaling Formats v1.0 §5: block size 32, 8-bit shared scale;
-    Transformer Engine MXFP8Tensor `rowwise_scale_inv` / `columnwise_scale_inv`); delayed and current scaling one
+    Transformer Engine MXFP8Tensor `rowwise_scale_inv` / `columnwise_scale_inv`); blockwise one fp32 scale per
+    128-element block of an activation or gradient, 4/128 = 1/32 (Transformer Engine Float8BlockScaling: 1D blocks
+    of 128 for inputs and gradients, 2D 128x128 for weights, "float32 containers"); delayed and current scaling one
     fp32 scale per tensor, 0."""
-    return 1.0 / 32.0 if recipe == "mxfp8" else 0.0
+    return {"mxfp8": 1.0 / 32.0, "blockwise": 4.0 / 128.0}.get(recipe, 0.0)

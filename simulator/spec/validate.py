@@ -137,6 +137,16 @@ def moe_settings_problem(model: ModelSpec, training: Training) -> str:
     return ""
 
 
+def activation_store_problem(model: ModelSpec, training: Training) -> str:
+    """Why the stack's activation_input_fp8 cannot apply to `model` ('' when it can): Megatron-Core stores the
+    activation's input in FP8 for SwiGLU only ('Storing activation input in FP8 is supported only for SwiGLU',
+    transformer_config.py __post_init__, NVIDIA/Megatron-LM d98e8a6)."""
+    if training.stack.activation_input_fp8 and model.mlp != "swiglu":
+        return (f"activation_input_fp8 true with mlp {model.mlp!r}: Megatron-Core stores the activation input in "
+                f"FP8 for SwiGLU only")
+    return ""
+
+
 def recompute_modules_problem(model: ModelSpec, training: Training) -> str:
     """Why the stack's selective-recompute modules (Stack.recompute_modules) cannot apply to `model` under `training`
     ('' when they can). Megatron-Core refuses mla_up_proj without MLA and, under FP8 with delayed scaling, moe_act and
@@ -177,6 +187,8 @@ def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
         raise InputError(moe_settings_problem(model, training))
     if recompute_modules_problem(model, training):
         raise InputError(recompute_modules_problem(model, training))
+    if activation_store_problem(model, training):
+        raise InputError(activation_store_problem(model, training))
     if training.stack.moe_a2a_overlap and model.mtp_layers > 1:
         raise InputError(f"mtp_layers {model.mtp_layers} with moe_a2a_overlap: Megatron-Core refuses it ('MTP supports "
                          f"at most one layer when enabling overlap_moe_expert_parallel_comm')")

@@ -309,7 +309,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(
         source_id="DGXC_MOE", family="llama", tie_word_embeddings=False, learned_positions=False, dropout=False,
         vocab_pad_per_tp=128, flash_attention=True, grad_dtype=((r".", "bf16"),), stack="megatron",
-        stack_overrides=_DGXC_STACK,
+        stack_overrides=_DGXC_STACK + (("moe_router_probs", "hidden"),),
         stack_by_notes=((r", FP8;", "fp8_params", True), (r"recompute_modules mla_up_proj", "recompute_modules",
                                                              "mla_up_proj"),
                         (r"TP communication overlap \(userbuffers\)", "tp_comm_overlap", True),
@@ -318,6 +318,10 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         statements=(
             "NeMo 2 performance recipes (NVIDIA/dgxc-benchmarking 6be5ea0; NeMo 6f2c6fd scripts/performance/llm/"
             "pretrain_grok1_314b.py): Megatron-core with Transformer Engine, the megatron stack",
+            "NeMo 25.04 containers (the recipes' metadata.yaml): NeMo v2.3.0 pins Megatron-LM 3cdfd613 "
+            "(core_r0.12.0, requirements/manifest.json), before Megatron-Core weighted the experts' activation "
+            "with the router's probabilities (2659630721, core_v0.13.0): its unpermute weights the expert outputs "
+            "and keeps them (the stack's moe_router_probs hidden)",
             "Grok-1 as NeMo builds it: MixtralConfig8x7B (RMSNorm, SwiGLU experts, RoPE, no biases, untied output "
             "layer) with the recipe's shapes; the Llama 3 tokenizer's 128256 tokens padded to 128·tp",
             "routed experts: token drop padded to capacity factor 1.0 (MegatronTokenDropCallback: "
