@@ -159,8 +159,8 @@ def source(preset: str, name: str) -> str:
         return (f"published streaming rate with a transfer, no Blackwell GPU measured here: Meta's KernelAgent-Oink "
                 f"STREAM-like Triton copy/triad roof measured on a {gpu} (8 TB/s HBM3e, as this GPU), "
                 f"{f['stream'] / 1e12:.2f} TB/s (validation/data/blackwell_stream.csv); t0 = the lent H100's "
-                f"{f['t0'] * 1e6:.2f} us (assumed: no Blackwell small-kernel benchmark is published); B = {_WHAT[name]} "
-                f"{h[name] / 1e12:.2f} TB/s x this rate / the lent H100's streaming rate {h['stream'] / 1e12:.2f} TB/s "
+                f"{f['t0'] * 1e6:.2f} us (assumed: no Blackwell small-kernel benchmark is published); "
+                f"B = {_WHAT[name]} {h[name] / 1e12:.2f} TB/s x this rate / the lent H100's streaming rate {h['stream'] / 1e12:.2f} TB/s "
                 f"= {f[name] / 1e12:.2f} TB/s (assumed: torch's kernel classes keep their H100 ratios); efficiency = "
                 f"bytes / ((t0 + bytes/B) x HBM peak) at two knots per decade; validation/published_memory_tables.py")
     scaled = (f"; the {card}'s rate is the {gpu}'s scaled by their gpu-stream scale rates "
