@@ -348,3 +348,17 @@ def test_a_job_parasim_cannot_run_names_the_source(capsys, tmp_path):
                                  "--num-attention-heads 30 --tensor-model-parallel-size 8 --seq-length 4096")
     code, _, err = run(["import", "megatron", p], capsys)
     assert code == 2 and f"{p}: the job it describes is not a valid parasim scenario" in err
+
+
+def test_megatron_blockwise_fp8_and_the_fp8_swiglu_store_round_trip(capsys, tmp_path):
+    # --fp8-recipe blockwise (Transformer Engine Float8BlockScaling) and --activation-func-fp8-input-store are read
+    # into the stack and written back as the same flags
+    text = Path(MEGATRON).read_text().replace(
+        "    --bf16 \\", "    --bf16 --fp8-format hybrid --fp8-recipe blockwise --activation-func-fp8-input-store \\")
+    job = tmp_path / "fp8.sh"
+    job.write_text(text)
+    sc, _ = imported(["megatron", job], capsys, tmp_path)
+    assert sc.training.precision == "fp8"
+    assert sc.training.stack.fp8_recipe == "blockwise" and sc.training.stack.activation_input_fp8
+    code, out, err = run(["emit", "megatron", tmp_path / "s.toml"], capsys)
+    assert code == 0 and "--fp8-recipe blockwise" in out and "--activation-func-fp8-input-store" in out

@@ -22,7 +22,7 @@ from .rules import check_count
 from .run import run_table
 from .stack import US_KEYS, Stack, load_stack, seconds_from_us
 from .training import Training
-from .validate import activation_store_problem, moe_settings_problem, recompute_modules_problem, validate
+from .validate import training_problem, validate
 
 SECTIONS = ("model", "hardware", "training", "layout", "sweep", "stack", "run", "name", "description")
 TRAINING_KEYS = tuple(f.name for f in fields(Training) if f.name != "stack")  # the stack: [stack] / --stack
@@ -236,8 +236,7 @@ def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack, fil
         tr = {**tr, "dropout": True}
     try:
         training = Training(**tr, stack=stack)
-        problem = (moe_settings_problem(model, training) or recompute_modules_problem(model, training)
-                   or activation_store_problem(model, training))
+        problem = training_problem(model, training)
         if problem:
             raise InputError(problem)
         return training

@@ -147,6 +147,13 @@ def activation_store_problem(model: ModelSpec, training: Training) -> str:
     return ""
 
 
+def training_problem(model: ModelSpec, training: Training) -> str:
+    """The first reason `training` (its MoE settings, its stack's recompute modules and activation store) cannot
+    apply to `model`, '' when it can: the one list of these checks that scenarios, sweeps and `validate` run."""
+    return (moe_settings_problem(model, training) or recompute_modules_problem(model, training)
+            or activation_store_problem(model, training))
+
+
 def recompute_modules_problem(model: ModelSpec, training: Training) -> str:
     """Why the stack's selective-recompute modules (Stack.recompute_modules) cannot apply to `model` under `training`
     ('' when they can). Megatron-Core refuses mla_up_proj without MLA and, under FP8 with delayed scaling, moe_act and
@@ -183,12 +190,8 @@ def recompute_modes(model: ModelSpec, asked=None) -> tuple[str, ...]:
 def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
     """Raise InputError with the first rule the (model, training, layout) triple breaks."""
     _check_accounted_split(model, layout)
-    if moe_settings_problem(model, training):
-        raise InputError(moe_settings_problem(model, training))
-    if recompute_modules_problem(model, training):
-        raise InputError(recompute_modules_problem(model, training))
-    if activation_store_problem(model, training):
-        raise InputError(activation_store_problem(model, training))
+    if training_problem(model, training):
+        raise InputError(training_problem(model, training))
     if training.stack.moe_a2a_overlap and model.mtp_layers > 1:
         raise InputError(f"mtp_layers {model.mtp_layers} with moe_a2a_overlap: Megatron-Core refuses it ('MTP supports "
                          f"at most one layer when enabling overlap_moe_expert_parallel_comm')")

@@ -29,8 +29,7 @@ from ..frames import text_column
 from ..spec.layout import expert_grid_fits, expert_tp_needs_sp
 from ..spec.placement import default_split, megatron_split
 from ..errors import InputError
-from ..spec.validate import (activation_store_problem, layout_valid_mask, moe_settings_problem, recompute_modes,
-                             recompute_modules_problem)
+from ..spec.validate import layout_valid_mask, recompute_modes, training_problem
 from .space import AUTO, DEFAULT_SCHEDULES, SweepSpace
 
 # columns of a candidate table, in order (layout fields + derived num_microbatches)
@@ -169,8 +168,7 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     cap (NVLink domain) and `max_tp_within_node`; without it tp is capped only by the space.
     """
     space = space or SweepSpace()
-    problem = (moe_settings_problem(model, training) or recompute_modules_problem(model, training)
-               or activation_store_problem(model, training))
+    problem = training_problem(model, training)
     if problem:
         raise InputError(problem)
     if space.etp != AUTO and not model.is_moe:
