@@ -59,8 +59,9 @@ def test_without_the_tables_the_core_is_the_batched_gemm_model():
 def test_zero_bubble_stage_times_without_flash_attention(name, h, a, L, pp, b, measured):
     """Qi et al. 2024 Table 9 (profiled per-microbatch F, B, W on A100, Megatron GPT, fp16, dropout 0.1; the
     paper-era example script runs no --use-flash-attn: materialised attention). With the standard-attention
-    tables B is within 10 % and F within 20 % (F 0.83-0.85, B 0.93-1.05, W 0.88-0.93 of the measurement);
-    before them F was 0.72-0.77 and B 0.82-0.84 (docs/compute.md)."""
+    tables and the A100's GEMMs at their sustained rate F is within 10 %, B and W within 15 % (F 0.92-0.94,
+    B 1.03-1.12, W 1.02-1.08 of the measurement); with the burst GEMM table F was 0.83-0.85, B 0.93-1.05,
+    W 0.88-0.93, and before the standard-attention tables F 0.72-0.77, B 0.82-0.84 (docs/compute.md)."""
     hw = load_hardware("dgx-a100-80g")
     m = ModelSpec(hidden_size=h, num_layers=L, num_heads=a, ffn_hidden_size=4 * h, vocab_size=32000, mlp="gelu",
                   norm="layernorm", qkv_bias=True, out_bias=True, mlp_bias=True)
@@ -72,7 +73,7 @@ def test_zero_bubble_stage_times_without_flash_attention(name, h, a, L, pp, b, m
     st = stage_times(m, tr, hw, pp=pp, micro_batch_size=b, layers_per_stage=tuple(lps))
     mid = pp // 2
     f, bw, w = np.array([st["forward_s"][mid], st["backward_s"][mid], st["weight_s"][mid]]) * 1e3 / np.array(measured)
-    assert 0.78 <= f <= 1.0 and 0.88 <= bw <= 1.1 and 0.85 <= w <= 1.15, (f, bw, w)
+    assert 0.9 <= f <= 1.0 and 0.95 <= bw <= 1.15 and 0.95 <= w <= 1.15, (f, bw, w)
 
 
 def test_the_estimate_names_the_unfused_tables_it_read():

@@ -1,24 +1,27 @@
-"""Blackwell GEMMs in the state a training step keeps the GPU in: the sustained-to-burst factor, measured.
+"""GEMMs in the state a training step keeps the GPU in: the sustained-to-burst factor, measured.
 
-    python validation/sustained_gemm.py      # the tables of docs/compute.md "Blackwell GEMMs at the power limit"
+    python validation/sustained_gemm.py      # the tables of docs/compute.md "GEMMs at the power limit"
 
-The Blackwell presets' GEMM tables start from published kernel timings in their burst state (OpenXLA's sm_100
-table, validation/xla_gemm.py: 5 traced runs after one warm-up). A training step runs GEMMs back to back for
-seconds, and a GPU held at its board-power limit lowers its clocks; dgx-h100's tables are measured in that
-state (validation/h100_gemm_table.py). The burst tables of a GPU not measured here are moved to it by a
-factor measured on a Blackwell GPU in that state:
+The Blackwell and A100 presets' GEMM tables start from published kernel timings in their burst state (OpenXLA's
+tables, validation/xla_gemm.py: 5 traced runs after one warm-up; the A100's moved from the H100's kernels). A
+training step runs GEMMs back to back for seconds, and a GPU held at its board-power limit lowers its clocks;
+dgx-h100's tables are measured in that state (validation/h100_gemm_table.py). The burst tables of a GPU not
+measured here are moved to it by a factor measured on a GPU of its generation in that state:
 
-- **data** (`validation/data/azure_gemm.csv`): Azure's AI-benchmarking-guide, cuBLASLt FP8 GEMMs (superbench's
-  `cublaslt_gemm`, random inputs, 10,000 warm-up iterations, then 1,000 timed), published for ND H100 v5,
-  ND H200 v5 and three runs of ND GB200 v6 (two drivers), each row naming its repository, file and commit;
-- **the factor** at each large shape (m, n, k >= 4096, where a GEMM keeps the tensor cores busy long enough to
-  hold the power limit): the GB200's sustained TFLOP/s over the GB200 preset's burst table at the same FLOP
-  count (OpenXLA's B200 kernels moved by kernel time and the MAMF ratio), the median over the runs. Read as
-  a function of the kernel's ideal time at peak (FLOPs / dense peak, as xla_gemm.transfer), linear in log10
-  between the shapes and constant outside them;
-- **applied** to every Blackwell preset's bf16 and FP8 table (`xla_gemm.SUSTAINED`): B200, B300, GB200,
-  GB300 [assumption: each sustains the same fraction of its burst rate as the GB200 measured; no sustained
-  B200 or B300 measurement is published in a harness that also gives the H100's];
+- **data** (`validation/data/azure_gemm.csv`): Azure's AI-benchmarking-guide, cuBLASLt GEMMs (superbench's
+  `cublaslt_gemm`, random inputs, 10,000 warm-up iterations, then 1,000 timed): FP8 on ND H100 v5, ND H200 v5
+  and three runs of ND GB200 v6 (two drivers), FP16 on ND A100 v4 (the harness runs FP16 on an A100, which has
+  no FP8), each row naming its repository, file and commit;
+- **the factor** (`MEASURED`: the GPU measured for each generation and the preset whose burst table it is read
+  against) at each large shape (m, n, k >= 4096, where a GEMM keeps the tensor cores busy long enough to
+  hold the power limit): the measured GPU's sustained TFLOP/s over its preset's burst table at the same FLOP
+  count, the median over the runs. Read as a function of the kernel's ideal time at peak (FLOPs / dense peak,
+  as xla_gemm.transfer), linear in log10 between the shapes and constant outside;
+- **applied** (`xla_gemm.SUSTAINED`) to every Blackwell preset's bf16 and FP8 table with the GB200's factor
+  [assumption: each sustains the same fraction of its burst rate as the GB200 measured; no sustained B200 or
+  B300 measurement is published in a harness that also gives the H100's], and to every A100 preset's table with
+  the A100's (measured on the A100 SXM4 80GB; the 40GB card has the same die and 400 W limit [assumption]; FP16
+  measured, the bf16 table moved: the A100's FP16 and BF16 tensor peaks are equal [assumption: equal power]);
 - **checked** where the state is known: the same harness on the H100 against the lent H100's own
   back-to-back table (dgx-h100 [efficiency.gemm_fp8]; `h100_check`): the two measurements of one state agree.
 """
@@ -33,7 +36,8 @@ from statistics import median
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "azure_gemm.csv"
 LARGE = 4096  # m, n and k at least this: the shapes that hold the GPU at its power limit
-MEASURED_GPU = "GB200"  # the Blackwell GPU the harness measured
+# Per generation: the GPU whose sustained runs give the factor, and the preset and table of its burst rate.
+MEASURED = {"GB200": ("gb200-nvl72", "gemm_fp8"), "A100-SXM4": ("dgx-a100-80g", "gemm")}
 sys.path.insert(0, str(ROOT.parent))
 from simulator.calibrate.fit import efficiency_at  # noqa: E402
 from simulator.cost.flops import gemm_flops as gemm_flops_mnk  # noqa: E402
@@ -64,11 +68,12 @@ def run_key(r: dict) -> tuple[str, str]:
     return r["repo"], r["commit"]
 
 
-def factor_knots(burst_efficiency, peak_flops_per_s: float) -> tuple[list[float], list[float]]:
-    """(ideal time at peak in s, sustained / burst) at each large shape of the measured GPU, the median over its
-    runs. `burst_efficiency(flops)`: the measured GPU's burst table; `peak_flops_per_s`: its dense FP8 peak."""
+def factor_knots(burst_efficiency, peak_flops_per_s: float, gpu: str) -> tuple[list[float], list[float]]:
+    """(ideal time at peak in s, sustained / burst) at each large shape of the measured `gpu`, the median over its
+    runs. `burst_efficiency(flops)`: that GPU's burst table; `peak_flops_per_s`: its dense peak in the table's
+    dtype (MEASURED)."""
     by = defaultdict(list)
-    for r in rows(MEASURED_GPU):
+    for r in rows(gpu):
         if is_large(r):
             f = gemm_flops(r)
             by[f].append(r["tflops"] * 1e12 / peak_flops_per_s / burst_efficiency(f))
@@ -104,32 +109,48 @@ def h100_check() -> list[tuple[float, float, float]]:
     return sorted(out)
 
 
-def comparison_lines(burst_efficiency, peak_flops_per_s: float) -> list[str]:
-    """Markdown: the H100 check; each GB200 run against the burst table; the factor."""
+def h100_lines() -> list[str]:
+    """Markdown: the harness on the H100 against the lent H100's back-to-back FP8 table."""
     out = ["The same harness on the H100 against dgx-h100's FP8 table (the lent H100, back to back at 700 W):", "",
            "| m x n x k | FLOPs | harness (ND H100 v5) TFLOP/s | dgx-h100 table TFLOP/s | table / harness |",
            "|---|---|---|---|---|"]
-    shape = {gemm_flops(r): f"{r['m']} x {r['n']} x {r['k']}" for r in rows() if is_large(r)}
     for f, meas, table in h100_check():
-        out.append(f"| {shape[f]} | {f:.3g} | {meas:.1f} | {table:.1f} | {table / meas:.3f} |")
-    runs = sorted({run_key(r) for r in rows(MEASURED_GPU)})
-    head = " | ".join(f"{repo.split('/')[0]} {c[:7]} (driver {_driver(repo, c)})" for repo, c in runs)
-    out += ["", f"The GB200 (ND GB200 v6) against the gb200-nvl72 burst table (sustained / burst per run, then the "
-            "median: the factor):", "",
-            f"| m x n x k | FLOPs | ideal time at peak | burst table TFLOP/s | {head} | factor |",
-            "|---|---|---|---|" + "---|" * len(runs) + "---|"]
-    knots = dict(zip(*factor_knots(burst_efficiency, peak_flops_per_s)))
-    by = {(run_key(r), gemm_flops(r)): r["tflops"] for r in rows(MEASURED_GPU) if is_large(r)}
+        out.append(f"| {_shape(f)} | {f:.3g} | {meas:.1f} | {table:.1f} | {table / meas:.3f} |")
+    return out
+
+
+def comparison_lines(burst_efficiency, peak_flops_per_s: float, gpu: str) -> list[str]:
+    """Markdown: each run of the measured `gpu` against its preset's burst table, and the factor."""
+    preset, kind = MEASURED[gpu]
+    runs = sorted({run_key(r) for r in rows(gpu)})
+    head = " | ".join(f"{repo.split('/')[0]} {c[:7]} ({_vm(gpu, repo, c)}, driver {_driver(gpu, repo, c)})"
+                      for repo, c in runs)
+    out = [f"The {gpu} against the {preset} burst table ([efficiency.{kind}]; sustained / burst per run, then the "
+           "median: the factor):", "",
+           f"| m x n x k | FLOPs | ideal time at peak | burst table TFLOP/s | {head} | factor |",
+           "|---|---|---|---|" + "---|" * len(runs) + "---|"]
+    knots = dict(zip(*factor_knots(burst_efficiency, peak_flops_per_s, gpu)))
+    by = {(run_key(r), gemm_flops(r)): r["tflops"] for r in rows(gpu) if is_large(r)}
     for f in sorted({f for _, f in by}):
         burst = burst_efficiency(f) * peak_flops_per_s / 1e12
         cells = " | ".join(f"{by[(k, f)]:.1f} ({by[(k, f)] / burst:.3f})" for k in runs)
-        out.append(f"| {shape[f]} | {f:.3g} | {f / peak_flops_per_s * 1e6:.1f} us | {burst:.1f} | {cells} "
+        out.append(f"| {_shape(f)} | {f:.3g} | {f / peak_flops_per_s * 1e6:.1f} us | {burst:.1f} | {cells} "
                    f"| {knots[f / peak_flops_per_s]:.3f} |")
     return out
 
 
-def _driver(repo: str, commit: str) -> str:
-    (d,) = {r["driver"] for r in rows(MEASURED_GPU) if run_key(r) == (repo, commit)}
+def _shape(flops: float) -> str:
+    (s,) = {f"{r['m']} x {r['n']} x {r['k']}" for r in rows() if is_large(r) and gemm_flops(r) == flops}
+    return s
+
+
+def _vm(gpu: str, repo: str, commit: str) -> str:
+    (v,) = {r["vm"] for r in rows(gpu) if run_key(r) == (repo, commit)}
+    return v
+
+
+def _driver(gpu: str, repo: str, commit: str) -> str:
+    (d,) = {r["driver"] for r in rows(gpu) if run_key(r) == (repo, commit)}
     return d
 
 

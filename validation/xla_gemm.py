@@ -31,8 +31,8 @@ Which presets read it (`PRESETS`: preset -> (arch, MAMF row of the target GPU or
       eta_target(x) = eta_source(x * peak_source / peak_target) * MAMF_target / MAMF_source.
   Held out: the rule predicts the B200's measured kernels from the H100's (docs/compute.md table,
   tests/test_xla_gemm.py). GB300 has no MAMF row: B300's fraction [assumption, as before].
-- in the state a training step holds the GPU in (`SUSTAINED`: every Blackwell preset): the table above times
-  the sustained-to-burst factor measured on a GB200 at its power limit (sustained_gemm.py).
+- in the state a training step holds the GPU in (`SUSTAINED`: every Blackwell and A100 preset): the table above times
+  the sustained-to-burst factor measured at the power limit on a GB200 (Blackwell) or an A100 (sustained_gemm.py).
 They replaced Calculon's step curve scaled to the MAMF top. dgx-h100 keeps its own measured table (lent H100s:
 validation/h100_gemm_table.py); the sm_90 points check its burst state, the calibration's, here. MI3xx and the datasheet H100
 opt-in keep Calculon's curve (no AMD kernel table; the opt-in is what it says).
@@ -144,36 +144,42 @@ def burst_table(preset: str, kind: str = "gemm") -> tuple[list[float], list[floa
                     mamf_ratio=mamf_fraction(gpu, kind) / mamf_fraction(MAMF_OF_ARCH[arch], kind))
 
 
-# The Blackwell presets: their burst tables times the measured sustained-to-burst factor (sustained_gemm.py).
-SUSTAINED = ("dgx-b200", "aws-p6-b200", "gb200-nvl72", "b300", "gb300-nvl72")
+# The presets held in the sustained state: preset -> the GPU whose sustained runs give its factor (sustained_gemm.py).
+SUSTAINED = {**{p: "GB200" for p in ("dgx-b200", "aws-p6-b200", "gb200-nvl72", "b300", "gb300-nvl72")},
+             **{p: "A100-SXM4" for p in ("dgx-a100-80g", "dgx-a100-40g", "jean-zay-a100")}}
 
 
-def _gb200_burst():
-    """(gb200-nvl72's FP8 burst table as a function of FLOPs, its dense FP8 peak): what the harness is read against."""
+def _measured_burst(gpu: str):
+    """(the burst table of the preset `gpu` was measured as, as a function of FLOPs; that table's dense peak):
+    what the harness's sustained runs are read against (sustained_gemm.MEASURED)."""
     from simulator.calibrate.fit import efficiency_at
 
-    x, e = burst_table("gb200-nvl72", "gemm_fp8")
-    return (lambda f: float(efficiency_at(x, e, [f])[0])), _peak("gb200-nvl72", "gemm_fp8")
+    preset, kind = sustained_gemm.MEASURED[gpu]
+    x, e = burst_table(preset, kind)
+    return (lambda f: float(efficiency_at(x, e, [f])[0])), _peak(preset, kind)
 
 
 @lru_cache(maxsize=None)
-def sustained_knots() -> tuple[list[float], list[float]]:
-    """The factor's knots: the GB200's harness rows over the gb200-nvl72 FP8 burst table."""
-    return sustained_gemm.factor_knots(*_gb200_burst())
+def sustained_knots(gpu: str) -> tuple[list[float], list[float]]:
+    """The factor's knots: the measured GPU's harness rows over its preset's burst table."""
+    return sustained_gemm.factor_knots(*_measured_burst(gpu), gpu)
 
 
 def sustained_lines() -> list[str]:
-    """Markdown of the sustained factor's data (sustained_gemm.comparison_lines) against the GB200 burst table."""
-    return sustained_gemm.comparison_lines(*_gb200_burst())
+    """Markdown of the sustained factors' data: the H100 check, then each measured GPU against its burst table."""
+    out = sustained_gemm.h100_lines()
+    for gpu in sustained_gemm.MEASURED:
+        out += [""] + sustained_gemm.comparison_lines(*_measured_burst(gpu), gpu)
+    return out
 
 
 def preset_table(preset: str, kind: str = "gemm") -> tuple[list[float], list[float]]:
     """The [efficiency.<kind>] knots of `preset` (PRESETS): the burst table, in the sustained state for the
-    Blackwell presets (SUSTAINED)."""
+    Blackwell and A100 presets (SUSTAINED)."""
     x, e = burst_table(preset, kind)
     if preset not in SUSTAINED:
         return x, e
-    return sustained_gemm.apply(x, e, peak_flops_per_s=_peak(preset, kind), knots=sustained_knots())
+    return sustained_gemm.apply(x, e, peak_flops_per_s=_peak(preset, kind), knots=sustained_knots(SUSTAINED[preset]))
 
 
 @lru_cache(maxsize=None)
@@ -211,17 +217,27 @@ def source(preset: str, kind: str = "gemm") -> str:
             f"FLOP count; validation/xla_gemm.py.{rel}{_sustained_source(preset)}")
 
 
+_MEASURED_TEXT = {
+    "GB200": ("a GB200: cuBLASLt FP8 GEMMs after 10,000 warm-up iterations (Azure/AI-benchmarking-guide ND GB200 v6, "
+              "three runs; validation/data/azure_gemm.csv) over the gb200-nvl72 burst table",
+              "[assumption: this GPU sustains the GB200's fraction]"),
+    "A100-SXM4": ("an A100 SXM4 80GB: cuBLASLt FP16 GEMMs after 10,000 warm-up iterations (Azure/AI-benchmarking-guide "
+                  "ND A100 v4; validation/data/azure_gemm.csv) over the dgx-a100-80g burst table",
+                  "[assumption: bf16 GEMMs sustain the FP16 fraction (equal tensor peaks); the 40GB card the 80GB's]"),
+}
+
+
 def _sustained_source(preset: str) -> str:
     if preset not in SUSTAINED:
         return ""
-    ts, fs = sustained_knots()
+    gpu = SUSTAINED[preset]
+    ts, fs = sustained_knots(gpu)
+    what, assumption = _MEASURED_TEXT[gpu]
     return (" In the state a training step holds the GPU in (at its power limit): times the sustained-to-burst "
             f"factor {max(fs):.3f}-{min(fs):.3f} over kernels of {ts[0] * 1e6:.0f}-{ts[-1] * 1e6:.0f} us at peak "
-            "(read at this kernel's FLOPs / dense peak, constant outside), measured on a GB200: cuBLASLt FP8 "
-            "GEMMs after 10,000 warm-up iterations (Azure/AI-benchmarking-guide ND GB200 v6, three runs; "
-            "validation/data/azure_gemm.csv) over the gb200-nvl72 burst table; on the H100 the same harness reads "
-            "the lent H100's own back-to-back table within 7 % from 1e11 to 2e12 FLOPs "
-            "(validation/sustained_gemm.py) [assumption: this GPU sustains the GB200's fraction]")
+            f"(read at this kernel's FLOPs / dense peak, constant outside), measured on {what}; on the H100 the same "
+            "harness reads the lent H100's own back-to-back table within 7 % from 1e11 to 2e12 FLOPs "
+            f"(validation/sustained_gemm.py) {assumption}")
 
 
 def section(preset: str, kind: str = "gemm") -> str:
@@ -270,12 +286,12 @@ def comparison_lines() -> list[str]:
     sys.path.insert(0, str(ROOT.parent))
     from simulator.spec.hardware import load_hardware
 
-    from h100_gemm_table import burst_table
+    from h100_gemm_table import burst_table as h100_burst_table
 
     from simulator.calibrate.fit import efficiency_at
 
     ds = load_hardware("dgx-h100-datasheet")
-    bx, be = burst_table()  # the like-for-like state: short isolated runs after an idle, as XLA's traced kernels
+    bx, be = h100_burst_table()  # the like-for-like state: short isolated runs after an idle, as XLA's traced kernels
     out = ["| FLOPs per GEMM | shapes | H100 kernels (XLA sm_90, median) "
            "| lent H100, burst (two calibrations, event-timed calls after an idle) | ratio "
            "| dgx-h100-datasheet (Calculon roll-off, MAMF top) | ratio |", "|---|---|---|---|---|---|---|"]
@@ -303,13 +319,15 @@ def comparison_lines() -> list[str]:
         if min(moved) <= v <= max(moved):
             p = _interp(moved, v)
             out.append(f"| {v:.3g} | {ev:.3f} | {p:.3f} | {100 * (p / ev - 1):+.1f} % |")
-    out += ["", "A100 (dgx-a100-80g, dgx-a100-40g, jean-zay-a100), moved from the H100's kernels, against the "
-            "curve it held before (Calculon's steps, MAMF 0.869 top).", "",
-            "| FLOPs per GEMM | before | now | now / before |", "|---|---|---|---|"]
+    out += ["", "A100 (dgx-a100-80g, dgx-a100-40g, jean-zay-a100), moved from the H100's kernels (burst), then "
+            "in the sustained state (the A100's factor, sustained_gemm.py), against the curve it held before "
+            "(Calculon's steps, MAMF 0.869 top).", "",
+            "| FLOPs per GEMM | before | burst | now (sustained) | now / before |", "|---|---|---|---|---|"]
     before = dict(zip(*BEFORE["dgx-a100-80g"]))
+    burst = dict(zip(*burst_table("dgx-a100-80g")))
     for v, ev in zip(*preset_table("dgx-a100-80g")):
         b = _interp(before, v)
-        out.append(f"| {v:.3g} | {b:.3f} | {ev:.3f} | {ev / b:.2f} |")
+        out.append(f"| {v:.3g} | {b:.3f} | {_interp(burst, v):.3f} | {ev:.3f} | {ev / b:.2f} |")
     out += ["", "FP8 (e4m3 x e4m3 -> bf16) on the B200 against bf16, the same shapes: efficiency of each dtype's own "
             "dense peak and the kernel speed-up (`[efficiency.gemm_fp8]`; before it the bf16 table was read "
             "against the FP8 peak, a speed-up of 2 at every size).", "",
