@@ -136,3 +136,12 @@ def test_the_blackwell_attention_tables_are_the_causal_ones():
         assert fwd == pytest.approx(1418.1, rel=2e-3) and fwd < 1534.8
         assert bwd == pytest.approx(1208.6, rel=2e-3) and bwd < 1359.8
         assert "causal" in p.efficiency["attention"].x_unit
+
+
+def test_a_table_left_in_the_burst_state_says_so():
+    """Every preset whose GEMM table comes from OpenXLA's kernels but holds no sustained factor (h200-nvl: no
+    measurement at its power limit is published) tells the user the table is a burst rate."""
+    burst = [(p, k) for k, presets in xla_gemm.PRESETS.items() for p in presets if p not in xla_gemm.SUSTAINED]
+    assert burst  # h200-nvl's two tables
+    for preset, kind in burst:
+        assert "Burst state" in load_hardware(preset).efficiency[kind].source, (preset, kind)

@@ -229,7 +229,9 @@ _MEASURED_TEXT = {
 
 def _sustained_source(preset: str) -> str:
     if preset not in SUSTAINED:
-        return ""
+        return (" Burst state [no sustained measurement of this GPU or its generation at its power limit is published; "
+                "a training step holds the GPU there, where the H100 SXM runs large GEMMs 6-10 % and the A100 5-16 % "
+                "slower (validation/sustained_gemm.py): read this table as optimistic]")
     gpu = SUSTAINED[preset]
     ts, fs = sustained_knots(gpu)
     what, assumption = _MEASURED_TEXT[gpu]
