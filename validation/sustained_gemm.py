@@ -32,15 +32,39 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 from statistics import median
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "azure_gemm.csv"
 LARGE = 4096  # m, n and k at least this: the shapes that hold the GPU at its power limit
-# Per generation: the GPU whose sustained runs give the factor, and the preset and table of its burst rate.
-MEASURED = {"GB200": ("gb200-nvl72", "gemm_fp8"), "A100-SXM4": ("dgx-a100-80g", "gemm")}
+
 sys.path.insert(0, str(ROOT.parent))
 from simulator.calibrate.fit import efficiency_at  # noqa: E402
 from simulator.cost.flops import gemm_flops as gemm_flops_mnk  # noqa: E402
+
+
+class Measured(NamedTuple):
+    """One generation's measurement: the preset and table of the measured GPU's burst rate, what was measured
+    (for the presets' source text) and what a preset of that generation assumes in taking the factor."""
+    preset: str
+    kind: str
+    what: str
+    assumption: str
+
+
+# Per generation: the GPU whose sustained runs give the factor (the azure_gemm.csv `gpu` value).
+MEASURED = {
+    "GB200": Measured("gb200-nvl72", "gemm_fp8",
+                      "a GB200: cuBLASLt FP8 GEMMs after 10,000 warm-up iterations (Azure/AI-benchmarking-guide ND "
+                      "GB200 v6, three runs; validation/data/azure_gemm.csv) over the gb200-nvl72 burst table",
+                      "[assumption: this GPU sustains the GB200's fraction]"),
+    "A100-SXM4": Measured("dgx-a100-80g", "gemm",
+                          "an A100 SXM4 80GB: cuBLASLt FP16 GEMMs after 10,000 warm-up iterations "
+                          "(Azure/AI-benchmarking-guide ND A100 v4; validation/data/azure_gemm.csv) over the "
+                          "dgx-a100-80g burst table",
+                          "[assumption: bf16 GEMMs sustain the FP16 fraction (equal tensor peaks); the 40GB card "
+                          "the 80GB's]"),
+}
 
 
 def rows(gpu: str | None = None) -> list[dict]:
@@ -121,7 +145,7 @@ def h100_lines() -> list[str]:
 
 def comparison_lines(burst_efficiency, peak_flops_per_s: float, gpu: str) -> list[str]:
     """Markdown: each run of the measured `gpu` against its preset's burst table, and the factor."""
-    preset, kind = MEASURED[gpu]
+    preset, kind = MEASURED[gpu].preset, MEASURED[gpu].kind
     runs = sorted({run_key(r) for r in rows(gpu)})
     head = " | ".join(f"{repo.split('/')[0]} {c[:7]} ({_vm(gpu, repo, c)}, driver {_driver(gpu, repo, c)})"
                       for repo, c in runs)

@@ -154,7 +154,8 @@ def _measured_burst(gpu: str):
     what the harness's sustained runs are read against (sustained_gemm.MEASURED)."""
     from simulator.calibrate.fit import efficiency_at
 
-    preset, kind = sustained_gemm.MEASURED[gpu]
+    m = sustained_gemm.MEASURED[gpu]
+    preset, kind = m.preset, m.kind
     x, e = burst_table(preset, kind)
     return (lambda f: float(efficiency_at(x, e, [f])[0])), _peak(preset, kind)
 
@@ -217,29 +218,21 @@ def source(preset: str, kind: str = "gemm") -> str:
             f"FLOP count; validation/xla_gemm.py.{rel}{_sustained_source(preset)}")
 
 
-_MEASURED_TEXT = {
-    "GB200": ("a GB200: cuBLASLt FP8 GEMMs after 10,000 warm-up iterations (Azure/AI-benchmarking-guide ND GB200 v6, "
-              "three runs; validation/data/azure_gemm.csv) over the gb200-nvl72 burst table",
-              "[assumption: this GPU sustains the GB200's fraction]"),
-    "A100-SXM4": ("an A100 SXM4 80GB: cuBLASLt FP16 GEMMs after 10,000 warm-up iterations (Azure/AI-benchmarking-guide "
-                  "ND A100 v4; validation/data/azure_gemm.csv) over the dgx-a100-80g burst table",
-                  "[assumption: bf16 GEMMs sustain the FP16 fraction (equal tensor peaks); the 40GB card the 80GB's]"),
-}
-
-
 def _sustained_source(preset: str) -> str:
     if preset not in SUSTAINED:
+        a100 = sustained_knots("A100-SXM4")[1]
         return (" Burst state [no sustained measurement of this GPU or its generation at its power limit is published; "
-                "a training step holds the GPU there, where the H100 SXM runs large GEMMs 6-10 % and the A100 5-16 % "
-                "slower (validation/sustained_gemm.py): read this table as optimistic]")
+                "a training step holds the GPU there, where the H100 SXM runs large GEMMs 6-10 % (h100_gemm_table.py) "
+                f"and the A100 {100 * (1 - max(a100)):.0f}-{100 * (1 - min(a100)):.0f} % slower "
+                "(validation/sustained_gemm.py): read this table as optimistic]")
     gpu = SUSTAINED[preset]
     ts, fs = sustained_knots(gpu)
-    what, assumption = _MEASURED_TEXT[gpu]
+    m = sustained_gemm.MEASURED[gpu]
     return (" In the state a training step holds the GPU in (at its power limit): times the sustained-to-burst "
             f"factor {max(fs):.3f}-{min(fs):.3f} over kernels of {ts[0] * 1e6:.0f}-{ts[-1] * 1e6:.0f} us at peak "
-            f"(read at this kernel's FLOPs / dense peak, constant outside), measured on {what}; on the H100 the same "
+            f"(read at this kernel's FLOPs / dense peak, constant outside), measured on {m.what}; on the H100 the same "
             "harness reads the lent H100's own back-to-back table within 7 % from 1e11 to 2e12 FLOPs "
-            f"(validation/sustained_gemm.py) {assumption}")
+            f"(validation/sustained_gemm.py) {m.assumption}")
 
 
 def section(preset: str, kind: str = "gemm") -> str:
