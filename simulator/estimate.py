@@ -161,9 +161,9 @@ def validated_error(hardware, stack) -> dict:
 
 
 def not_modelled(model: ModelSpec, training: Training, layout) -> list[str]:
-    """Caveats for regimes this estimate falls in that parasim names but does not time: GEMM operands off the
-    tensor cores' 16-byte alignment (cost/alignment.py), attention dropout inside a FlashAttention kernel
-    (cost/attention.py `flash_dropout_note`)."""
+    """Caveats for regimes this estimate falls in that parasim names but times only roughly or not at all: GEMM
+    operands off the tensor cores' 16-byte alignment (cost/alignment.py: one measured fallback rate), attention
+    dropout inside a fused attention kernel not measured with dropout (cost/attention.py `flash_dropout_note`)."""
     from .cost.alignment import estimate_misaligned, note
     from .cost.attention import flash_dropout_note
 

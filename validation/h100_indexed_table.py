@@ -54,11 +54,18 @@ def fit() -> tuple[float, float]:
     return t0, float(statistics.median(points()["rate"]))
 
 
-def table() -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(knots, efficiencies) of [efficiency.memory_indexed]."""
-    from h100_memory_table import efficiencies
+def carried_fit(gpu: str) -> tuple[float, float]:
+    """(t0, B) of another lent GPU's table (h100_memory_table.LEASES): the H100's carried by the streaming rates."""
+    from h100_memory_table import carried
 
-    return efficiencies(*fit())
+    return fit() if gpu == "H100" else carried(gpu, fit()[1])
+
+
+def table(gpu: str = "H100") -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(knots, efficiencies) of `gpu`'s [efficiency.memory_indexed]."""
+    from h100_memory_table import LEASES, efficiencies
+
+    return efficiencies(*carried_fit(gpu), LEASES[gpu].hbm_bytes_per_s)
 
 
 def held_out():
@@ -75,7 +82,12 @@ def held_out():
     return k.assign(bytes=by, measured_s=per_call, fit_s=t0 + by / b, error=(t0 + by / b) / per_call - 1.0)
 
 
-def source() -> str:
+def source(gpu: str = "H100") -> str:
+    if gpu != "H100":
+        from h100_memory_table import carried_source
+
+        return carried_source(gpu, "the H100 indexed-write table's (index_put_, validation/h100_cp_unpad/"
+                              "indexing_queued.csv)", fit()[1], "h100_indexed_table.py")
     t0, b = fit()
     p = points()
     return (f"measured: the lent H100 80GB HBM3 SXM (2026-11-27, session 15; validation/h100_cp_unpad/"
@@ -87,18 +99,19 @@ def source() -> str:
             f"validation/h100_indexed_table.py")
 
 
-def toml_section() -> str:
+def toml_section(gpu: str = "H100") -> str:
     from h100_memory_table import table_toml
 
-    return table_toml("memory_indexed", *table(), "bytes moved by one index_put_ kernel (indexed writes)", source())
+    return table_toml("memory_indexed", *table(gpu), "bytes moved by one index_put_ kernel (indexed writes)",
+                      source(gpu))
 
 
 def check() -> list[str]:
-    """Presets whose [efficiency.memory_indexed] is not this table."""
-    from h100_memory_table import presets_differing
+    """Presets whose [efficiency.memory_indexed] is not their GPU's table (the H200's carried from the H100's)."""
+    from h100_memory_table import LEASES, presets_differing
 
-    x, e = table()
-    return presets_differing("memory_indexed", x, e, source())
+    return [p for gpu, lease in LEASES.items()
+            for p in presets_differing("memory_indexed", *table(gpu), source(gpu), presets=lease.presets)]
 
 
 def _report() -> None:
@@ -107,6 +120,10 @@ def _report() -> None:
     h = held_out()
     print(h[["model", "bytes", "measured_s", "fit_s", "error"]].to_string(index=False), "\n")
     print(toml_section())
+    from h100_memory_table import LEASES
+
+    for gpu in list(LEASES)[1:]:
+        print(f"\n# {gpu}, carried\n" + toml_section(gpu))
 
 
 def main(argv=None) -> int:

@@ -1,15 +1,18 @@
-"""The H100's memory-bound kernel table from the kernels' own time: the queued protocol's GPU-bound calls.
+"""The lent H100's and H200's memory-bound kernel tables from the kernels' own time: the queued protocol's GPU-bound
+calls.
 
-    python validation/h100_memory_table.py           # the fit, its residuals and the TOML section
-    python validation/h100_memory_table.py --check   # exit 1 if a preset's [efficiency.memory] differs from it
+    python validation/h100_memory_table.py           # the fits, their residuals and the TOML sections
+    python validation/h100_memory_table.py --check   # exit 1 if a preset's [efficiency.memory] differs from them
 
 `parasim calibrate` timed each memory-bound kernel one call at a time (CUDA events around one call, the GPU idle
 in between). Below ~100 MB moved that time holds the host's issue of the call (8-20 µs on the lent H100's host:
 validation/h100_owed/launch.csv), which an eager stack's launch bound already counts (cost/launch.py) and a
 CUDA-graphed or compiled one does not pay per kernel. `validation/h100_owed/memory_queued.csv` times the same
 kernels (add, copy, RMSNorm, SiLU; bf16; 64 KiB-1 GiB inputs) 20 calls back to back between two CUDA events: where
-the GPU is slower than the host issues (queued time above 1.5 x the kernel's plateau at <= 1 MiB inputs, where
-every call takes the host's time), that is the kernel's own time. Those calls are fitted, pooled over the four
+the GPU is slower than the host issues (an input above 1 MiB whose queued time is above 1.5 x the kernel's plateau,
+the median at <= 1 MiB inputs, where every call takes the host's time), that is the kernel's own time. (The median,
+not the fastest: the H200's host issues the small calls in 7-20 us, and a plateau at its fastest would count 2-16 MiB
+copies, still the host's 12-15 us, as the GPU's.) Those calls are fitted, pooled over the four
 kernels, to one kernel's time as a fixed per-kernel cost plus a stream (least squares on relative error):
 
     t(x) = t0 + x / B,    efficiency(x) = x / (t(x) · HBM bytes/s)
@@ -17,19 +20,39 @@ kernels, to one kernel's time as a fixed per-kernel cost plus a stream (least sq
 x the bytes one kernel moves. The fitted t0 is checked against the CUPTI times of tiny kernels (launch.csv: a
 one-element add 1.2 µs, LayerNorm of 8x1024 2.7 µs, a small linear 3.4 µs), which the fit never sees. The table
 holds efficiency(x) at knots two per decade, linear in log10(x) between them as every preset's table.
+
+One fit serves each lent GPU (LEASES: its lease's folder, HBM rate and presets): the H100 (validation/h100_owed/,
+dgx-h100 and gcp-a3-mega) and the H200 SXM (validation/h200/, the same protocol: gpu_gemm_queued.py --memory,
+dgx-h200). The reduction, strided and indexed scripts take their t0 from here.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-DATA = ROOT / "validation" / "h100_owed"
-PRESETS = ("dgx-h100", "gcp-a3-mega")  # the H100 SXM presets that carry the lent H100's measured tables
-HBM_BYTES_PER_S = 3.35e12  # H100 SXM HBM3 (dgx-h100.toml [gpu] hbm_gb_per_s)
+
+
+class Lease(NamedTuple):
+    data: Path  # the lease's folder: memory_queued.csv, launch.csv
+    hbm_bytes_per_s: float  # the preset's [gpu] hbm_gb_per_s
+    presets: tuple[str, ...]  # the presets that carry this GPU's measured tables
+    what: str  # the machine and the data, as the source strings name them
+
+
+LEASES = {
+    "H100": Lease(ROOT / "validation" / "h100_owed", 3.35e12, ("dgx-h100", "gcp-a3-mega"),
+                  "the lent H100 80GB HBM3 SXM (2026-11-27; validation/h100_owed/memory_queued.csv, README there)"),
+    "H200": Lease(ROOT / "validation" / "h200", 4.8e12, ("dgx-h200",),
+                  "the lent H200 SXM 141GB (driver 580.159.04, torch 2.11.0+cu130, 2026-11-28; "
+                  "validation/h200/memory_queued.csv, README there)"),
+}
+DATA, HBM_BYTES_PER_S, PRESETS = LEASES["H100"][:3]  # the H100's, the default of what follows
 HOST_BOUND = 1.5  # a queued call above 1.5x the kernel's small-input plateau is the GPU's time
+PLATEAU_MAX_BYTES = 2**20  # the plateau: the median of the kernel's queued calls on inputs up to 1 MiB
 KNOTS = tuple(10.0 ** (4 + k / 2) for k in range(15))  # 1e4 .. 1e11 bytes moved per kernel
 
 
@@ -39,15 +62,16 @@ def gpu_bound_points(data: Path = DATA):
     import pandas as pd
 
     q = pd.read_csv(data / "memory_queued.csv").drop_duplicates(["kernel", "size_bytes"])
-    plateau = q[q["size_bytes"] <= 2**20].groupby("kernel")["queued_s"].min()
-    return q[q["queued_s"] > HOST_BOUND * q["kernel"].map(plateau)].reset_index(drop=True)
+    small = q["size_bytes"] <= PLATEAU_MAX_BYTES
+    plateau = q[small].groupby("kernel")["queued_s"].median()
+    return q[~small & (q["queued_s"] > HOST_BOUND * q["kernel"].map(plateau))].reset_index(drop=True)
 
 
-def fit() -> tuple[float, float]:
-    """(t0 seconds, B bytes/s) of t = t0 + x/B over the GPU-bound points, least squares on t_fit / t - 1."""
+def fit(gpu: str = "H100") -> tuple[float, float]:
+    """(t0 seconds, B bytes/s) of t = t0 + x/B over `gpu`'s GPU-bound points, least squares on t_fit / t - 1."""
     import numpy as np
 
-    g = gpu_bound_points()
+    g = gpu_bound_points(LEASES[gpu].data)
     x, t = g["bytes_moved"].to_numpy(float), g["queued_s"].to_numpy(float)
     (t0, inv_b), *_ = np.linalg.lstsq(np.stack([1.0 / t, x / t], axis=1), np.ones_like(t), rcond=None)
     return float(t0), float(1.0 / inv_b)
@@ -61,24 +85,63 @@ def rate_with_t0(x, t, t0: float) -> float:
     return float(1.0 / (np.dot(a, b) / np.dot(a, a)))
 
 
+def stream_rate(gpu: str = "H100") -> float:
+    """B_stream bytes/s of `gpu`: its GPU-bound copy, add and SiLU calls (no reduction) fitted with its memory
+    table's t0; the other tables' rates carry to a GPU by its ratio (published_memory_tables.py)."""
+    t0 = fit(gpu)[0]
+    g = gpu_bound_points(LEASES[gpu].data)
+    g = g[g["kernel"].isin(["copy", "add", "silu"])]
+    return rate_with_t0(g["bytes_moved"].to_numpy(float), g["queued_s"].to_numpy(float), t0)
+
+
+def carried(gpu: str, b_h100: float) -> tuple[float, float]:
+    """(t0, B) of a table measured on the H100 only (strided, indexed), carried to `gpu`: its memory table's t0 and
+    the H100's B x B_stream(gpu) / B_stream(H100), published_memory_tables.py's transfer with `gpu`'s own rate."""
+    return fit(gpu)[0], b_h100 * stream_rate(gpu) / stream_rate("H100")
+
+
+def carried_source(gpu: str, what: str, b_h100: float, script: str) -> str:
+    """The source string of `carried`'s table: `what` names the H100 table and its measurement."""
+    t0, b = carried(gpu, b_h100)
+    lease = LEASES[gpu]
+    return (f"carried from the lent H100 to {lease.what}, where this kernel class was not measured: "
+            f"B = {what} {b_h100 / 1e12:.2f} TB/s x this GPU's streaming rate {stream_rate(gpu) / 1e12:.2f} TB/s / "
+            f"the H100's {stream_rate() / 1e12:.2f} TB/s (GPU-bound queued copy, add and SiLU calls, each fitted "
+            f"with its GPU's memory-table t0) = {b / 1e12:.2f} TB/s (assumed: the kernel class keeps its H100 ratio "
+            f"to the stream, as validation/published_memory_tables.py assumes for other GPUs); t0 = this GPU's "
+            f"memory table's {t0 * 1e6:.2f} us; efficiency = bytes / ((t0 + bytes/B) x "
+            f"{lease.hbm_bytes_per_s / 1e12:.3g} TB/s) at two knots per decade; validation/{script}")
+
+
 def efficiencies(t0: float, b: float, hbm_bytes_per_s: float = HBM_BYTES_PER_S):
     """(knots, efficiencies) of a table t(x) = t0 + x/B: efficiency(x) = x / (t(x) · HBM bytes/s), 4 decimals."""
     return KNOTS, tuple(round(x / ((t0 + x / b) * hbm_bytes_per_s), 4) for x in KNOTS)
 
 
-def table() -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(knots, efficiencies) of [efficiency.memory]."""
-    return efficiencies(*fit())
+def table(gpu: str = "H100") -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(knots, efficiencies) of `gpu`'s [efficiency.memory]."""
+    return efficiencies(*fit(gpu), LEASES[gpu].hbm_bytes_per_s)
 
 
-def source() -> str:
-    t0, b = fit()
-    n = len(gpu_bound_points())
-    return (f"measured: the lent H100 80GB HBM3 SXM (2026-11-27; validation/h100_owed/memory_queued.csv, README there): "
+def tiny_kernels_s(gpu: str = "H100") -> tuple[float, float]:
+    """(min, max) seconds of the CUPTI times of `gpu`'s tiny kernels (launch.csv), which the fit never sees."""
+    import pandas as pd
+
+    k = pd.read_csv(LEASES[gpu].data / "launch.csv")["kernel_us"] * 1e-6
+    return float(k.min()), float(k.max())
+
+
+def source(gpu: str = "H100") -> str:
+    t0, b = fit(gpu)
+    lease = LEASES[gpu]
+    n = len(gpu_bound_points(lease.data))
+    lo, hi = tiny_kernels_s(gpu)
+    return (f"measured: {lease.what}: "
             f"add, copy, RMSNorm, SiLU, bf16, 64 KiB-1 GiB inputs, 20 calls queued back to back between two CUDA events; "
             f"the {n} calls slower than the host issues them fitted as one kernel's time t = t0 + bytes/B, t0 = "
-            f"{t0 * 1e6:.2f} us, B = {b / 1e12:.2f} TB/s (the CUPTI times of tiny kernels, launch.csv, are 1.2-3.4 us); "
-            f"efficiency = bytes / (t x 3.35 TB/s) at two knots per decade; validation/h100_memory_table.py. The kernels' "
+            f"{t0 * 1e6:.2f} us, B = {b / 1e12:.2f} TB/s (the CUPTI times of tiny kernels, launch.csv, are "
+            f"{lo * 1e6:.1f}-{hi * 1e6:.1f} us); efficiency = bytes / (t x {lease.hbm_bytes_per_s / 1e12:.3g} TB/s) "
+            f"at two knots per decade; validation/h100_memory_table.py. The kernels' "
             f"own time: the host's issue of each call, which the calibration's one-call timings held below ~100 MB, is "
             f"the eager stacks' launch bound (docs/gpu-measurements.md)")
 
@@ -90,14 +153,14 @@ def table_toml(name: str, x, e, x_unit: str, src: str) -> str:
                       f'source = "{src}"'])
 
 
-def toml_section() -> str:
-    return table_toml("memory", *table(), "bytes moved by one memory-bound kernel", source())
+def toml_section(gpu: str = "H100") -> str:
+    return table_toml("memory", *table(gpu), "bytes moved by one memory-bound kernel", source(gpu))
 
 
-def residuals():
-    """DataFrame of the GPU-bound points with the fit's relative error."""
-    t0, b = fit()
-    g = gpu_bound_points()
+def residuals(gpu: str = "H100"):
+    """DataFrame of `gpu`'s GPU-bound points with the fit's relative error."""
+    t0, b = fit(gpu)
+    g = gpu_bound_points(LEASES[gpu].data)
     return g.assign(fit_s=t0 + g["bytes_moved"] / b, error=(t0 + g["bytes_moved"] / b) / g["queued_s"] - 1.0)
 
 
@@ -116,9 +179,9 @@ def presets_differing(table_name: str, x, e, src: str, presets=PRESETS) -> list[
 
 
 def check() -> list[str]:
-    """Presets whose [efficiency.memory] is not this table."""
-    x, e = table()
-    return presets_differing("memory", x, e, source())
+    """Presets whose [efficiency.memory] is not their GPU's table."""
+    return [p for gpu, lease in LEASES.items()
+            for p in presets_differing("memory", *table(gpu), source(gpu), presets=lease.presets)]
 
 
 def table_main(argv, doc: str, name: str, script: str, check_fn, report) -> int:
@@ -135,10 +198,12 @@ def table_main(argv, doc: str, name: str, script: str, check_fn, report) -> int:
 
 
 def _report() -> None:
-    r = residuals()
-    print(r[["kernel", "bytes_moved", "queued_s", "fit_s", "error"]].to_string(index=False))
-    print(f"median |error| {r['error'].abs().median():.3f}, max {r['error'].abs().max():.3f}\n")
-    print(toml_section())
+    for gpu, lease in LEASES.items():
+        r = residuals(gpu)
+        print(f"# {gpu} ({', '.join(lease.presets)})")
+        print(r[["kernel", "bytes_moved", "queued_s", "fit_s", "error"]].to_string(index=False))
+        print(f"median |error| {r['error'].abs().median():.3f}, max {r['error'].abs().max():.3f}\n")
+        print(toml_section(gpu) + "\n")
 
 
 def main(argv=None) -> int:

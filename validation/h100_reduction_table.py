@@ -1,6 +1,6 @@
-"""The H100's table for row-reduction kernels (norms, softmax), from the queued RMSNorm kernels of the first lease.
+"""The lent H100's and H200's tables for row-reduction kernels (norms, softmax), from their queued RMSNorm kernels.
 
-    python validation/h100_reduction_table.py           # the fit, its checks and the TOML section
+    python validation/h100_reduction_table.py           # the fits, the H100's checks and the TOML sections
     python validation/h100_reduction_table.py --check   # exit 1 if a preset's [efficiency.memory_reduction] differs
 
 A norm or a softmax reads a row, reduces it, and writes it back: a kernel with a reduction inside, which on the lent
@@ -17,6 +17,9 @@ Checked on what the fit never saw (`checks`): the second lease's queued RMSNorm 
 (validation/h100_owed2/memory_queued.csv), and the norm and softmax kernels of a profiled harness step read from the
 trace (validation/h100_owed2/kernel_sum_s4096.kernels.csv: torch's fused RMSNorm forward, its grad-input and
 weight-gradient kernels, the loss's log-softmax forward and backward over fp32 logits).
+
+The H200 SXM's table is the same fit to its lease's queued RMSNorm calls (validation/h200/memory_queued.csv, with
+the H200 memory table's t0; h100_memory_table.LEASES); the held-out checks above are the H100's.
 """
 from __future__ import annotations
 
@@ -29,28 +32,30 @@ sys.path.insert(0, str(ROOT / "validation"))
 TRACE = ROOT / "validation" / "h100_owed2" / "kernel_sum_s4096.kernels.csv"
 
 
-def rms_points(lease: str = "h100_owed"):
-    """The GPU-bound queued RMSNorm calls of a lease (h100_memory_table's selection): bytes_moved, queued_s."""
+def rms_points(lease="h100_owed"):
+    """The GPU-bound queued RMSNorm calls of a lease (h100_memory_table's selection; `lease` its folder, a Path or
+    a name under validation/): bytes_moved, queued_s."""
     from h100_memory_table import gpu_bound_points
 
     g = gpu_bound_points(ROOT / "validation" / lease)
     return g[g["kernel"] == "rmsnorm"].reset_index(drop=True)
 
 
-def fit() -> tuple[float, float]:
-    """(t0 seconds, B bytes/s): the memory table's t0 and B fitted to the first lease's RMSNorm calls."""
-    from h100_memory_table import fit as memory_fit, rate_with_t0
+def fit(gpu: str = "H100") -> tuple[float, float]:
+    """(t0 seconds, B bytes/s): `gpu`'s memory table's t0 and B fitted to its lease's RMSNorm calls (the H100's
+    first lease)."""
+    from h100_memory_table import LEASES, fit as memory_fit, rate_with_t0
 
-    t0, _ = memory_fit()
-    p = rms_points()
+    t0, _ = memory_fit(gpu)
+    p = rms_points(LEASES[gpu].data)
     return t0, rate_with_t0(p["bytes_moved"].to_numpy(float), p["queued_s"].to_numpy(float), t0)
 
 
-def table() -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(knots, efficiencies) of [efficiency.memory_reduction]."""
-    from h100_memory_table import efficiencies
+def table(gpu: str = "H100") -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(knots, efficiencies) of `gpu`'s [efficiency.memory_reduction]."""
+    from h100_memory_table import LEASES, efficiencies
 
-    return efficiencies(*fit())
+    return efficiencies(*fit(gpu), LEASES[gpu].hbm_bytes_per_s)
 
 
 def trace_kernels() -> dict:
@@ -85,31 +90,34 @@ def checks():
     return d.assign(error=d["fit_s"] / d["measured_s"] - 1.0)
 
 
-def source() -> str:
-    t0, b = fit()
-    n = len(rms_points())
-    return ("measured: the lent H100 80GB HBM3 SXM (2026-11-27; validation/h100_owed/memory_queued.csv, README "
-            "there): "
+def source(gpu: str = "H100") -> str:
+    from h100_memory_table import LEASES
+
+    t0, b = fit(gpu)
+    lease = LEASES[gpu]
+    n = len(rms_points(lease.data))
+    held_out = (", checked on the second lease's calls and on the norm and softmax kernels of a profiled training "
+                "step" if gpu == "H100" else "")
+    return (f"measured: {lease.what}: "
             f"torch's RMSNorm (F.rms_norm, bf16), the {n} calls queued back to back that are slower than the host "
             f"issues them, fitted as t = t0 + bytes/B with the memory table's t0 = {t0 * 1e6:.2f} us: B = "
-            f"{b / 1e12:.2f} TB/s; efficiency = bytes / (t x 3.35 TB/s) at two knots per decade; "
-            f"validation/h100_reduction_table.py, checked on the second lease's calls and on the norm and softmax "
-            f"kernels of a profiled training step")
+            f"{b / 1e12:.2f} TB/s; efficiency = bytes / (t x {lease.hbm_bytes_per_s / 1e12:.3g} TB/s) at two knots per "
+            f"decade; validation/h100_reduction_table.py{held_out}")
 
 
-def toml_section() -> str:
+def toml_section(gpu: str = "H100") -> str:
     from h100_memory_table import table_toml
 
-    return table_toml("memory_reduction", *table(), "bytes moved by one row-reduction kernel (norm, softmax)",
-                      source())
+    return table_toml("memory_reduction", *table(gpu), "bytes moved by one row-reduction kernel (norm, softmax)",
+                      source(gpu))
 
 
 def check() -> list[str]:
-    """Presets whose [efficiency.memory_reduction] is not this table."""
-    from h100_memory_table import presets_differing
+    """Presets whose [efficiency.memory_reduction] is not their GPU's table."""
+    from h100_memory_table import LEASES, presets_differing
 
-    x, e = table()
-    return presets_differing("memory_reduction", x, e, source())
+    return [p for gpu, lease in LEASES.items()
+            for p in presets_differing("memory_reduction", *table(gpu), source(gpu), presets=lease.presets)]
 
 
 def _report() -> None:
@@ -121,6 +129,16 @@ def _report() -> None:
     print(checks().to_string(index=False))
     print()
     print(toml_section())
+    from h100_memory_table import LEASES
+
+    for gpu in list(LEASES)[1:]:
+        t0, b = fit(gpu)
+        p = rms_points(LEASES[gpu].data)
+        print(f"\n# {gpu}")
+        print(p.assign(fit_s=t0 + p["bytes_moved"] / b, error=(t0 + p["bytes_moved"] / b) / p["queued_s"] - 1)
+              .to_string(index=False))
+        print(f"\nB = {b / 1e12:.3f} TB/s\n")
+        print(toml_section(gpu))
 
 
 def main(argv=None) -> int:

@@ -82,11 +82,18 @@ def fit() -> tuple[float, float]:
     return t0, float(statistics.median(points()["rate"]))
 
 
-def table() -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(knots, efficiencies) of [efficiency.memory_strided]."""
-    from h100_memory_table import efficiencies
+def carried_fit(gpu: str) -> tuple[float, float]:
+    """(t0, B) of another lent GPU's table (h100_memory_table.LEASES): the H100's carried by the streaming rates."""
+    from h100_memory_table import carried
 
-    return efficiencies(*fit())
+    return fit() if gpu == "H100" else carried(gpu, fit()[1])
+
+
+def table(gpu: str = "H100") -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(knots, efficiencies) of `gpu`'s [efficiency.memory_strided]."""
+    from h100_memory_table import LEASES, efficiencies
+
+    return efficiencies(*carried_fit(gpu), LEASES[gpu].hbm_bytes_per_s)
 
 
 def residuals():
@@ -97,7 +104,13 @@ def residuals():
     return p.assign(fit_s=fit_s, error=[f / m - 1.0 for f, m in zip(fit_s, p["measured_s"])])
 
 
-def source() -> str:
+def source(gpu: str = "H100") -> str:
+    if gpu != "H100":
+        from h100_memory_table import carried_source
+
+        return carried_source(gpu, "the H100 strided table's (torch's generic elementwise kernel on strided or "
+                              "broadcast operands, validation/h100_owed2/kernel_sum_s4096.kernels.csv)", fit()[1],
+                              "h100_strided_table.py")
     t0, b = fit()
     r = residuals()
     per_call = [by for _, calls in families().values() for _, by in calls]
@@ -113,19 +126,19 @@ def source() -> str:
             f"decade; validation/h100_strided_table.py")
 
 
-def toml_section() -> str:
+def toml_section(gpu: str = "H100") -> str:
     from h100_memory_table import table_toml
 
-    return table_toml("memory_strided", *table(), "bytes moved by one elementwise kernel on strided or broadcast "
-                      "operands", source())
+    return table_toml("memory_strided", *table(gpu), "bytes moved by one elementwise kernel on strided or broadcast "
+                      "operands", source(gpu))
 
 
 def check() -> list[str]:
-    """Presets whose [efficiency.memory_strided] is not this table."""
-    from h100_memory_table import presets_differing
+    """Presets whose [efficiency.memory_strided] is not their GPU's table (the H200's carried from the H100's)."""
+    from h100_memory_table import LEASES, presets_differing
 
-    x, e = table()
-    return presets_differing("memory_strided", x, e, source())
+    return [p for gpu, lease in LEASES.items()
+            for p in presets_differing("memory_strided", *table(gpu), source(gpu), presets=lease.presets)]
 
 
 def _report() -> None:
@@ -134,6 +147,10 @@ def _report() -> None:
     print(r[["family", "calls", "bytes", "measured_ms", "rate_tb_s", "fit_ms", "error"]].to_string(index=False))
     print(f"median |error| {r['error'].abs().median():.3f}, max {r['error'].abs().max():.3f}\n")
     print(toml_section())
+    from h100_memory_table import LEASES
+
+    for gpu in list(LEASES)[1:]:
+        print(f"\n# {gpu}, carried\n" + toml_section(gpu))
 
 
 def main(argv=None) -> int:

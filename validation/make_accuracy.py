@@ -335,8 +335,9 @@ def errors_paragraph(results) -> list[str]:
                 "with dropout 0.1 in the attention (FlashAttention-2 through Transformer Engine) and after it: "
                 f"median error BF16 {bf16_med}, FP8 {fp8_med}; FP8 over BF16: {fp8_speedups(d, sizes)}. The FP8 "
                 "rows' measured steps scatter by 14 % at the same work per GPU (5.92-6.72 s); the attention tables "
-                "were measured without dropout, which each estimate of these rows now says (`not_modelled`; the "
-                "kernel measurement is owed: validation/gpu_attention_dropout.py).")
+                "were measured without dropout, and the dropout inside the kernel is timed as a factor on them "
+                "measured on a lent H200 (validation/attention_dropout.py, docs/compute.md): worth under 1 % of "
+                "these steps.")
     if "DGXC_MOE" in step_means:
         lines.append(moe_paragraph(results, _pct))
     if "MBRIDGE_H100" in step_means:
@@ -366,7 +367,7 @@ def errors_paragraph(results) -> list[str]:
             "CUDA_LAUNCH_BLOCKING=1; their rank correlation is the weakest because the rows differ little in "
             "predicted time while the snapshots scatter (bloom_prequel_L828_61 and _L828_63 differ only in 64 vs "
             "128 heads and measured 103.5 vs 147.4 s: head dim 216 against 108, whose attention GEMMs miss the "
-            "tensor cores' 16-byte alignment, a cost parasim names but does not time: next section).")
+            "tensor cores' 16-byte alignment, a kernel cost that explains a few per cent of the 1.42x: next section).")
     if mem_means:
         parts = ", ".join(f"{g} {_pct(v)}" for g, v in sorted(mem_means.items()))
         lines.append(

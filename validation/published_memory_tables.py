@@ -1,13 +1,13 @@
-"""Memory-bound kernel tables for the A100, H200, H800 and Blackwell presets, from published microbenchmarks and the
-H100's.
+"""Memory-bound kernel tables for the A100, H200 NVL, H800 and Blackwell presets, from published microbenchmarks and
+the H100's.
 
     python validation/published_memory_tables.py           # the fits, their checks and the TOML sections
     python validation/published_memory_tables.py --check   # exit 1 if a preset's tables differ from them
 
-No A100, H200 or H800 was lent here. Their presets held Calculon's step table (0.30 of HBM peak below 1 MB ... 0.90 from
-100 MB), which has no per-kernel cost, so a 100 KB kernel took 0.2 µs where every measured GPU takes 2-3 µs, and no
-slower class for strided or reduction kernels. The data (validation/data/gpu_benches.csv, transcribed from
-te42kyfo/gpu-benches, the numbers each device's text file prints):
+No A100, H200 NVL or H800 was lent here. Their presets held Calculon's step table (0.30 of HBM peak below 1 MB ...
+0.90 from 100 MB), which has no per-kernel cost, so a 100 KB kernel took 0.2 µs where every measured GPU takes
+2-3 µs, and no slower class for strided or reduction kernels. The data (validation/data/gpu_benches.csv,
+transcribed from te42kyfo/gpu-benches, the numbers each device's text file prints):
 
 - gpu-small-kernels: a streaming scale kernel A[i] = B[i]·c (fp64: 16 bytes moved per element) queued 2,000-30,000
   calls back to back, the median time per call; the best of the thread-block sizes, as the source's plot takes it.
@@ -19,16 +19,20 @@ Per GPU, one kernel's time has the H100 tables' form t(x) = t0 + x / B (validati
   sit in L2 and take a small part of it);
 - the streaming rate B_stream: the median of x / (t − t0) over the queued kernels that move at least 4x the GPU's
   L2, which must stream from HBM (smaller ones run partly from L2, faster than any training tensor);
-- each table (memory, memory_strided, memory_reduction, memory_indexed) the H100's with the GPU's t0 and its rate scaled by the
-  streaming rates:  B_table(G) = B_table(H100) · B_stream(G) / B_stream(H100),  B_stream(H100) the lent H100's copy,
-  add and SiLU calls fitted with the memory table's t0. That carries the H100's kernel classes (torch's strided
-  kernels at 0.55 of its streaming rate, its norms at 0.72) to these GPUs: an assumption, stated in each source.
+- each table (memory, memory_strided, memory_reduction, memory_indexed) the H100's with the GPU's t0 and its rate
+  scaled by the streaming rates:  B_table(G) = B_table(H100) · B_stream(G) / B_stream(H100),  B_stream(H100) the
+  lent H100's copy, add and SiLU calls fitted with the memory table's t0. That carries the H100's kernel classes
+  (torch's strided kernels at 0.55 of its streaming rate, its norms at 0.72) to these GPUs: an assumption, stated
+  in each source.
 
 The A100 40GB has no small-kernel file: its t0 is the A100 80GB's (the same GA100 die) and its streaming rate the
 80GB's scaled by the two cards' gpu-stream rates. The H800 (the same GH100 die and HBM3 as the H100 SXM) takes the
-lent H100's tables as they are. Checked on what the fits never saw (`checks`): the H200's t0
-against the lent H100's memory-table t0 (the same GH100 die), and each small-kernel streaming rate against the
-same GPU's gpu-stream rate.
+lent H100's tables as they are. The H200 SXM was lent: dgx-h200's tables are its measured ones
+(validation/h100_memory_table.py and the reduction, strided and indexed scripts, h100_memory_table.LEASES), not
+these; the H200 NVL (h200-nvl) keeps this transfer of gpu-benches' H200, which streams 0.79 of the lent H200 SXM's
+rate (3.37 against 4.24 TB/s), so it is likely 1.2-1.3x slow on streaming kernels. Checked on what the fits never
+saw (`checks`): gpu-benches' H200 t0 against the lent H100's memory-table t0 (the same GH100 die), and each
+small-kernel streaming rate against the same GPU's gpu-stream rate.
 
 The Blackwell presets (B200, GB200, B300, GB300) held the same step table. No Blackwell GPU has a published queued
 small-kernel benchmark; what is published is a measured streaming rate (validation/data/blackwell_stream.csv: Meta's
@@ -53,10 +57,12 @@ HBM_FACTOR = 4  # kernels moving >= 4x the L2 stream from HBM
 LENT = "the lent H100"  # its own tables (validation/h100_memory_table.py and the strided and reduction scripts)
 # preset -> (the GPU whose small kernels give t0 and B_stream, the gpu-stream card that scales B_stream or None)
 PRESETS = {"dgx-a100-80g": ("A100-SXM4-80GB", None), "jean-zay-a100": ("A100-SXM4-80GB", None),
-           "dgx-a100-40g": ("A100-SXM4-80GB", "A100-SXM4-40GB"), "dgx-h200": ("H200", None),
+           "dgx-a100-40g": ("A100-SXM4-80GB", "A100-SXM4-40GB"),
            "h200-nvl": ("H200", None), "dgx-h800": (LENT, None),
            "dgx-b200": ("GB200", None), "aws-p6-b200": ("GB200", None), "gb200-nvl72": ("GB200", None),
            "b300": ("GB300", None), "gb300-nvl72": ("GB300", None)}
+# not written or checked here: the transfer dgx-h200 held before its tables were measured (h200_kernels.py compares)
+RETIRED = {"dgx-h200": ("H200", None)}
 ROOF_GPUS = ("GB200", "GB300")  # a published streaming rate, no small-kernel file (roof_rate)
 TABLES = ("memory", "memory_strided", "memory_reduction", "memory_indexed")
 
@@ -104,16 +110,13 @@ def h100_rates() -> dict:
     import h100_strided_table as S
 
     t0, b = M.fit()
-    g = M.gpu_bound_points()
-    g = g[g["kernel"].isin(["copy", "add", "silu"])]
     return {"t0": t0, "memory": b, "memory_strided": S.fit()[1], "memory_reduction": R.fit()[1],
-            "memory_indexed": I.fit()[1],
-            "stream": M.rate_with_t0(g["bytes_moved"].to_numpy(float), g["queued_s"].to_numpy(float), t0)}
+            "memory_indexed": I.fit()[1], "stream": M.stream_rate()}
 
 
 def preset_fit(preset: str) -> dict:
     """{'t0': seconds, table: B bytes/s for each of TABLES, 'stream': B_stream} of `preset`."""
-    gpu, card = PRESETS[preset]
+    gpu, card = {**PRESETS, **RETIRED}[preset]
     h = h100_rates()
     if gpu == LENT:
         t0, stream = h["t0"], h["stream"]

@@ -88,11 +88,13 @@ def lease_gemm_ratios(later: str = "one_call_s") -> dict[str, float]:
 
 
 def spread_by_gpu() -> list[tuple[str, float, float]]:
-    """(UUID prefix, one-call TFLOP/s, median TFLOP/s loaded) of every GPU `validation/gpu_spread.py` measured on
-    a lease (validation/*/spread.csv, pooled by UUID)."""
+    """(UUID prefix, one-call TFLOP/s, median TFLOP/s loaded) of every H100 `validation/gpu_spread.py` measured on
+    a lease (validation/*/spread.csv, pooled by UUID; other GPU models, such as the lent H200, are another
+    product's spread and left out)."""
     import pandas as pd
 
     rows = pd.concat([pd.read_csv(f) for f in sorted(ROOT.glob("validation/*/spread.csv"))], ignore_index=True)
+    rows = rows[rows["name"].str.contains("H100")]
     out = []
     for uuid, g in rows.groupby("uuid", sort=True):
         out.append((str(uuid)[:8], float(g[g.phase == "one_call"].tflops.median()),

@@ -228,14 +228,50 @@ def unfused_core_times(gemm_s, forward_flops, scores, head_dim, keys, e: float, 
     return share * np.maximum(t_fwd - sm_f, 0.0), share * np.maximum(t_bwd - sm_b, 0.0)
 
 
+# In-kernel attention dropout: (forward, backward) kernel time at dropout_p 0.1 over the time at 0, per kernel family,
+# and the torch SDPA backend that measured it on a lent H200 SXM (torch 2.11.0+cu130, cuDNN 9.19;
+# validation/h200/attention_dropout.csv, fitted and checked on held-out shapes by validation/attention_dropout.py)
+DROPOUT_FACTORS = {"flash2": ("flash", 1.213, 1.115), "cudnn": ("cudnn", 2.052, 1.231),
+                   "xformers": ("efficient", 1.613, 1.659)}
+
+
+def in_kernel_dropout_factor(kernel: str, dropout: bool) -> tuple[float, float]:
+    """(forward, backward) multiplier on the time of fused attention kernel `kernel` (spec/stack.py) when it applies
+    attention dropout (Training.dropout), from DROPOUT_FACTORS:
+
+        T_fwd(p > 0) = f_fwd · T_fwd(p = 0),   T_bwd(p > 0) = f_bwd · T_bwd(p = 0)
+
+    The kernel draws one Philox number per score element it computes, forward and again backward (to rebuild the
+    mask), so the added work scales as the kernel's own: measured on torch's scaled_dot_product_attention on an
+    H200 SXM (validation/h200/attention_dropout.csv: causal, bf16, head dim 128, 24 or 32 heads, 2048-8192 tokens,
+    dropout_p 0 vs 0.1; backward = (forward + backward call) − forward call), each factor the geometric mean of
+    two shapes (4×24×2048, 1×32×8192). Held out (validation/attention_dropout.py): 1×32×4096 within 2 %, 1×24×2048
+    within 8 % but the flash backward, 0.89 measured for 1.12 fitted (dropout faster than none there: the file's
+    first measurement is that dropout-0 baseline, suspect). The families and what measured them:
+    - flash2 (FlashAttention-2: Transformer Engine's flash path, torch SDPA's flash backend; the latter measured):
+      1.21 / 1.12;
+    - cudnn (cuDNN fused attention: Transformer Engine's fused-attention path, torch SDPA's cudnn backend; the
+      latter measured): 2.05 / 1.23;
+    - xformers (xFormers' CUTLASS kernels: torch SDPA's memory-efficient backend measured): 1.61 / 1.66.
+    The probability does not enter (one draw per element at any p > 0). Measured on Hopper: on other GPUs an
+    assumption (the kernels' code, and the draws' share of them, differ by architecture). 1 without dropout, for
+    "unfused" (its dropout is an op of the layer's list, elementwise.py) and for families not measured
+    (flash_dropout_note names those)."""
+    if not dropout or kernel not in DROPOUT_FACTORS:
+        return 1.0, 1.0
+    _, fwd, bwd = DROPOUT_FACTORS[kernel]
+    return fwd, bwd
+
+
 def flash_dropout_note(training) -> str:
-    """The caveat of an estimate whose FlashAttention kernel applies attention dropout (Training.dropout with
-    flash_attention): the kernel draws its dropout mask inside itself (Philox per score element: FlashAttention-2,
-    Transformer Engine's fused attention), while every profile's attention tables come from benchmarks run with
-    dropout 0 (the FlashAttention papers' and the lent H100's), so that work is not timed. Without FlashAttention
-    the dropout is an op of the layer's list (elementwise.py) and timed; "" then and without dropout. The kernel
-    measurement is owed to a GPU (validation/gpu_attention_dropout.py, a stage of gpu_owed.sh)."""
-    if not (training.dropout and training.flash_attention):
+    """The caveat of an estimate whose fused attention kernel applies attention dropout (Training.dropout with
+    flash_attention) but whose kernel family has no measured dropout factor (in_kernel_dropout_factor: flash2, cudnn
+    and xformers are measured): its attention tables come from benchmarks run with dropout 0, so the in-kernel draws
+    are not timed. FlashAttention-3 has no dropout at all (Dao-AILab/flash-attention#1251: "FA3 doesn't have
+    dropout"), so a job with dropout does not run it as given. Without FlashAttention the dropout is an op of the
+    layer's list (elementwise.py) and timed; "" then, without dropout, and for the measured families."""
+    kernel = training.stack.attention_kernel
+    if not (training.dropout and training.flash_attention) or kernel in DROPOUT_FACTORS:
         return ""
-    return ("attention dropout inside the FlashAttention kernel: the attention tables were measured without "
-            "dropout, so its in-kernel random draws are not timed")
+    return (f"attention dropout inside the {kernel} attention kernel: its tables were measured without dropout and "
+            f"its in-kernel random draws are not timed (measured for {', '.join(DROPOUT_FACTORS)} only)")

@@ -46,7 +46,9 @@ from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
-from .attention import Q_TILE, attention_efficiency, flash_occupancy, unfused_core_times, window_occupancy
+from .attention import (Q_TILE, attention_efficiency, flash_occupancy, in_kernel_dropout_factor, unfused_core_times,
+                        window_occupancy)
+from .alignment import fallback_time_s, op_misaligned
 from .window import layer_kinds, mean_fraction, window_kernel
 from .launch import launch_bound, padding_sync_s
 from .memory_ops import _memory_time
@@ -148,8 +150,13 @@ def _gemm_times(ops, training: Training, hardware, roofline: bool) -> np.ndarray
                    calls * (e_in * (m * k + m * n) + 2.0 * training.grad_bytes * k * n)])
     t_mem = _memory_time(by, calls, hardware)
     t_f = _combine(t_math, t_mem[0], roofline)
-    return _table(t_f, t_f, _combine(t_math, t_mem[1], roofline), fl, _stack([o.dgrad_flops for o in ops]),
-                  _stack([o.wgrad_flops for o in ops]))
+    t_w = _combine(t_math, t_mem[1], roofline)
+    dg, wg = _stack([o.dgrad_flops for o in ops]), _stack([o.wgrad_flops for o in ops])
+    slow = _stack([op_misaligned(o, "fp8" if f else training.math_dtype) for o, f in zip(ops, np.ravel(fp8))])
+    if slow.any():  # operands off the 16-byte alignment: the fallback kernels' rate (alignment.fallback_time_s)
+        return _table(fallback_time_s(t_f, fl, peak, slow), fallback_time_s(t_f, dg, peak, slow),
+                      fallback_time_s(t_w, wg, peak, slow), fl, dg, wg)
+    return _table(t_f, t_f, t_w, fl, dg, wg)
 
 
 def _memory_times(ops, hardware) -> np.ndarray:
@@ -175,7 +182,7 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
     attention.attention_efficiency), x = s/c (ring CP: each kernel sees s/c queries) or s (Ulysses),
     occ = attention.flash_occupancy of the kernel's grid;
     memory: Q, K, V, O once in the forward, twice in the backward. Peak: bf16 (fp16/fp32 when training
-    in those), also under fp8 training.
+    in those), also under fp8 training. With attention dropout both passes × attention.in_kernel_dropout_factor.
     Without FlashAttention: QKᵀ and A·V are batched GEMMs (b·n_h/t heads), timed from the profile's
     measured standard-attention tables (attention.unfused_core_times) where it has them, else with
     η_gemm(FLOPs of the whole batched call), bytes e·(m·k + k·n + m·n) per head, backward = 2 such GEMMs.
@@ -190,6 +197,9 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
         t = _combine(t_math, _memory_time(calls * e * (m * k + k * n + m * n), 1.0, hardware), roofline)
         got = unfused_core_times(t, fl, calls[0] * m[0] * n[0], k[0], n[0], e, hardware, peak)
         t_f, t_b = got if got is not None else (t, 2.0 * t)
+        slow = _stack([op_misaligned(o, training.math_dtype) for o in ops])
+        if slow.any():  # a head dim off the 16-byte alignment (alignment.fallback_time_s)
+            t_f, t_b = fallback_time_s(t_f, fl, peak, slow), fallback_time_s(t_b, bwd_fl, peak, slow)
         return _table(t_f, t_b, 0.0 * t, fl, bwd_fl, 0.0 * fl)
     fwd, bwd = fl.sum(axis=0, keepdims=True), bwd_fl.sum(axis=0, keepdims=True)
     x = np.maximum(float(training.seq_length) / (F._f(cp) if cp_algorithm == "ring" else 1.0), 1.0)
@@ -216,7 +226,8 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
         per_layer = phi / mean_phi  # this kind's FLOPs over the mean layer's
         t_f = t_f + share * _combine(per_layer * fwd / (peak * eff_f * factor * o), t_mem[0], roofline)
         t_b = t_b + share * _combine(per_layer * bwd / (peak * eff_b * factor * o), t_mem[1], roofline)
-    return _table(t_f, t_b, 0.0 * t_f, fwd, bwd, 0.0 * fwd)
+    drop_f, drop_b = in_kernel_dropout_factor(training.stack.attention_kernel, training.dropout)
+    return _table(drop_f * t_f, drop_b * t_b, 0.0 * t_f, fwd, bwd, 0.0 * fwd)
 
 
 def layer_op_times(model: ModelSpec, training: Training, hardware, *, moe: bool = False, tp=1, cp=1, ep=1,
