@@ -135,7 +135,8 @@ def test_shipped_file_is_package_data_and_every_group_is_well_formed():
     data = ve.read()
     assert data["groups"] and data["about"] == ve.ABOUT
     for g in data["groups"]:
-        assert g["generator"] in ("validation/make_accuracy.py", "validation/h100_report.py")
+        assert g["generator"] in ("validation/make_accuracy.py", "validation/h100_report.py",
+                                  "validation/h200_report.py")
         assert (ROOT / g["doc"]).exists() and (ROOT / "stacks" / f"{g['stack']}.toml").exists()
         assert (ROOT / "hardware_profiles" / f"{g['hardware']}.toml").exists()
         assert g["step"]["runs"] + g["memory"]["runs"] > 0
@@ -145,7 +146,9 @@ def test_shipped_file_is_package_data_and_every_group_is_well_formed():
     (["--hardware", "dgx-h100", "--stack", "torchtitan"], "exact"),
     (["--hardware", "dgx-h100"], "exact"),  # the megatron stack: NVIDIA's NeMo recipes (DGXC_H100)
     (["--hardware", "dgx-h100", "--stack", "deepspeed"], "same hardware"),
-    (["--hardware", "dgx-h200"], "same GPU family"),
+    (["--hardware", "dgx-h200"], "same hardware"),  # the lent H200's harness steps (H200_HARNESS, torchtitan)
+    (["--hardware", "dgx-h200", "--stack", "torchtitan"], "exact"),
+    (["--hardware", "h200-nvl"], "same GPU family"),
     # Blackwell: NVIDIA's Megatron-Bridge recipes on DGX-B200 and DGX-B300 (MBRIDGE_B200, MBRIDGE_B300)
     (["--hardware", "dgx-b200"], "exact"),
     (["--hardware", "b300"], "exact"),
@@ -172,7 +175,8 @@ def test_estimate_prints_the_validated_error(args, match, capsys):
     for line in d["text"][1:]:
         assert f"  {line}" in table
     if match == "exact" and "torchtitan" in args:
-        assert "validated on dgx-h100 with the torchtitan stack (H100_HARNESS" in table
+        source = "H200_HARNESS" if args[1] == "dgx-h200" else "H100_HARNESS"
+        assert f"validated on {args[1]} with the torchtitan stack ({source}" in table
     elif match == "exact":
         want = {"gb200-nvl72": "gb200-nvl72 with the megatron stack (DGXC_MOE",
                 "dgx-b200": "dgx-b200 with the megatron stack (MBRIDGE_B200",

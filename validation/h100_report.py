@@ -56,27 +56,29 @@ def _err(p, m):
     return pd.Series(e, index=p.index) if isinstance(p, pd.Series) else float(e)
 
 
-def predictions():
-    """{(file, profile): compare() DataFrame} for every set and profile."""
+def predictions(data: Path = DATA, sets=SETS, profiles=PROFILES):
+    """{(file, profile): compare() DataFrame} for every set and profile (a profile ending .toml is a file in
+    `data`, the lease's folder, else a preset)."""
     import pandas as pd
 
     from compare_train_steps import compare
     from simulator.spec.hardware import load_hardware
 
     out = {}
-    for prof, _ in PROFILES:
-        hw = load_hardware(str(DATA / prof) if prof.endswith(".toml") else prof)
-        for f, _, _ in SETS:
-            out[f, prof] = compare(pd.read_csv(DATA / f), hw)
+    for prof, _ in profiles:
+        hw = load_hardware(str(data / prof) if prof.endswith(".toml") else prof)
+        for f, _, _ in sets:
+            out[f, prof] = compare(pd.read_csv(data / f), hw)
     return out
 
 
-def summary(res) -> list[str]:
+def summary(res, sets=SETS, profiles=PROFILES) -> list[str]:
+    """The summary table: per set of measurements (file, label, role) and profile (name, label) of `res`."""
     out = ["| measurements | profile | runs | step: median / max abs error | step: mean signed | "
            "fwd+bwd: median abs | optimizer: median signed | memory: median / max abs error | memory: mean signed |",
            "|---|---|---|---|---|---|---|---|---|"]
-    for f, label, _ in SETS:
-        for prof, plabel in PROFILES:
+    for f, label, _ in sets:
+        for prof, plabel in profiles:
             r = res[f, prof]
             se, me = r["step_error"], r["mem_error"]
             fb = _err(r["predicted_fwd_bwd_s"], r["measured_fwd_bwd_s"])

@@ -29,10 +29,12 @@ PROFILES = ((AS_MEASURED, "dgx-h200 as shipped when measured (d8fd5b7)"),
             (PRESET, "dgx-h200 now (its fused-AdamW table measured on the H200)"))
 
 from make_accuracy import _abs_pct, _pct, write_or_check  # noqa: E402  (same formatting, same command line)
+from h100_report import predictions as h100_predictions, summary  # noqa: E402  (the same tables)
 
-# (file, label): the H100 harness's grids run unchanged on the H200, then the grid again (reproducibility)
-SETS = (("fused_persistent_gpu.csv", "grid"), ("fused_persistent_gpu-holdout.csv", "held-out grid"),
-        ("fused_persistent_gpu_repeat.csv", "grid, repeated"))
+# (file, label, role): the H100 harness's grids run unchanged on the H200, then the grid again (reproducibility)
+SETS = (("fused_persistent_gpu.csv", "grid", "primary"),
+        ("fused_persistent_gpu-holdout.csv", "held-out grid", "held out"),
+        ("fused_persistent_gpu_repeat.csv", "grid, repeated", "repeat"))
 
 
 def _err(p, m):
@@ -46,32 +48,7 @@ def _err(p, m):
 
 def predictions() -> dict:
     """{(file, profile): compare() DataFrame} of every H200 set against every profile of PROFILES."""
-    import pandas as pd
-
-    from compare_train_steps import compare
-    from simulator.spec.hardware import load_hardware
-
-    out = {}
-    for prof, _ in PROFILES:
-        hw = load_hardware(str(DATA / prof) if prof.endswith(".toml") else prof)
-        for f, _ in SETS:
-            out[f, prof] = compare(pd.read_csv(DATA / f), hw)
-    return out
-
-
-def summary(res) -> list[str]:
-    out = ["| measurements | profile | runs | step: median / max abs error | step: mean signed | fwd+bwd: median abs | "
-           "optimizer: median signed | memory: median / max abs error | memory: mean signed |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    for (f, label), (prof, plabel) in ((s, p) for s in SETS for p in PROFILES):
-        r = res[f, prof]
-        se, me = r["step_error"], r["mem_error"]
-        fb = _err(r["predicted_fwd_bwd_s"], r["measured_fwd_bwd_s"])
-        op = _err(r["predicted_opt_s"], r["measured_opt_s"])
-        out.append(f"| {label} | {plabel} | {len(r)} | {_abs_pct(se.abs().median())} / {_abs_pct(se.abs().max())} | "
-                   f"{_pct(se.mean())} | {_abs_pct(fb.abs().median())} | {_pct(op.median())} | "
-                   f"{_abs_pct(me.abs().median())} / {_abs_pct(me.abs().max())} | {_pct(me.mean())} |")
-    return out + [""]
+    return h100_predictions(DATA, SETS, PROFILES)
 
 
 def generation_ratios():
@@ -128,7 +105,7 @@ def harness_groups(res) -> list[dict]:
 
     from simulator.validate.validated_error import group
 
-    r = pd.concat([res[f, PRESET] for f, _ in SETS[:2]])
+    r = pd.concat([res[f, PRESET] for f, _, _ in SETS[:2]])
     return [group(hardware=PRESET, stack="torchtitan", source="H200_HARNESS", step_errors=r["step_error"],
                   mem_errors=r["mem_error"], doc="docs/validation-h200.md", generator=SCRIPT,
                   what="training steps on one GPU of a lent H200 SXM, memory as max_memory_allocated")]
@@ -173,7 +150,7 @@ def generate(res=None) -> str:
         "",
         "## Summary",
         "",
-        *summary(res),
+        *summary(res, SETS, PROFILES),
         "Signed errors are predicted / measured − 1 (negative: parasim predicts less time or memory). The grid "
         f"measured twice in one lease differs by a median {_abs_pct(repeat.median())} per run (largest "
         f"{_abs_pct(repeat.max())}, {repeat.idxmax()}).",
