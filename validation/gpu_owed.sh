@@ -34,6 +34,8 @@ stage() {  # stage NAME LIMIT_S COMMAND...
 }
 
 owed() { stage "$1" "$2" python3 validation/gpu_owed.py --out "$OUT" --stages "$1" --budget-s "$3"; }
+# The first four stages and most later ones ran on the lent H200 of session 26 (validation/h200/, gpu_h200.sh);
+# on an H100 they are repeats on the GPU the tables came from.
 # In priority order: first what sessions 16 and 17 left open (the GEMM's slowdown at the power limit by its share
 # of a step, and the weight-gradient GEMM added into fp32 gradients: docs/accuracy.md, DGXC_H100; the batched
 # attention GEMMs and linears off the 16-byte alignment: docs/accuracy.md, BLOOM_PREQUEL; attention dropout inside
