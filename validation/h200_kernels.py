@@ -199,20 +199,13 @@ def predicted_over_measured(kernel: str, *, large: bool, timing: str = "queued_s
 
 
 def streaming_rates() -> dict:
-    """{'h200', 'h100', 'preset'}: B_stream in bytes/s as published_memory_tables defines it (copy, add and SiLU
-    calls the GPU bounds, h100_memory_table.gpu_bound_points, fitted with the lent H100's memory-table t0), on the
-    H200 and on the H100's first lease; 'preset': the rate dgx-h200's tables were scaled by (gpu-benches)."""
+    """{'h200', 'h100', 'preset'}: B_stream in bytes/s (h100_memory_table.stream_rate: the GPU-bound copy, add and
+    SiLU calls, each GPU with its own memory-table t0) on the H200 and the H100's first lease; 'preset': the
+    gpu-benches H200 rate dgx-h200's tables were scaled by before the H200 was measured."""
     import h100_memory_table as M
     import published_memory_tables as P
 
-    t0 = M.fit()[0]
-
-    def rate(folder: Path) -> float:
-        g = M.gpu_bound_points(folder)
-        g = g[g["kernel"].isin(["copy", "add", "silu"])]
-        return M.rate_with_t0(g["bytes_moved"].to_numpy(float), g["queued_s"].to_numpy(float), t0)
-
-    return {"h200": rate(H200), "h100": rate(ROOT / "h100_owed"), "preset": P.preset_fit(PRESET)["stream"]}
+    return {"h200": M.stream_rate("H200"), "h100": M.stream_rate("H100"), "preset": P.small_kernel_fit("H200")[1]}
 
 
 def memory_lines() -> list[str]:
@@ -232,7 +225,7 @@ def memory_lines() -> list[str]:
     s = streaming_rates()
     hbm = HBM_TB_PER_S["H200"] / HBM_TB_PER_S["H100"]
     out += ["", f"HBM datasheets: {HBM_TB_PER_S['H200']} / {HBM_TB_PER_S['H100']} TB/s = {hbm:.3f}. Streaming rate "
-            f"(published_memory_tables' B_stream: GPU-bound copy, add, SiLU calls, the lent H100's t0): H200 measured "
+            f"(GPU-bound copy, add, SiLU calls, each GPU's own t0): H200 measured "
             f"{s['h200'] / tb:.2f} TB/s, the H100's {s['h100'] / tb:.2f} (ratio {s['h200'] / s['h100']:.3f}); "
             f"dgx-h200's tables were scaled by gpu-benches' H200 rate {s['preset'] / tb:.2f} TB/s (ratio "
             f"{s['preset'] / s['h100']:.3f}), {100 * (1 - s['preset'] / s['h200']):.0f} % below the lent H200's.", "",

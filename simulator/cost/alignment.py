@@ -47,8 +47,8 @@ def fallback_time_s(t_s, flops, peak_flops_per_s, misaligned):
 
         t = max(t_aligned, FLOPs / (peak · η_fallback)),   η_fallback = FALLBACK_EFFICIENCY,
 
-    else t_aligned. η_fallback is one rate measured on the lent H200 (module constant): the fallback kernels' rate
-    varies less across shapes (0.09-0.20 of peak) than their ratio to the aligned kernels (1.6-7.7x). Other GPUs:
+    else t_aligned. η_fallback is one rate measured on the lent H200 (module constant): across the measured shapes
+    the fallback kernels' rate varies less than their ratio to the aligned kernels (docs/compute.md). Other GPUs:
     [assumption] the same fraction of their dense peak (no other GPU measured)."""
     import numpy as np
 

@@ -245,14 +245,11 @@ def in_kernel_dropout_factor(kernel: str, dropout: bool) -> tuple[float, float]:
     mask), so the added work scales as the kernel's own: measured on torch's scaled_dot_product_attention on an
     H200 SXM (validation/h200/attention_dropout.csv: causal, bf16, head dim 128, 24 or 32 heads, 2048-8192 tokens,
     dropout_p 0 vs 0.1; backward = (forward + backward call) − forward call), each factor the geometric mean of
-    two shapes (4×24×2048, 1×32×8192). Held out (validation/attention_dropout.py): 1×32×4096 within 2 %, 1×24×2048
-    within 8 % but the flash backward, 0.89 measured for 1.12 fitted (dropout faster than none there: the file's
-    first measurement is that dropout-0 baseline, suspect). The families and what measured them:
-    - flash2 (FlashAttention-2: Transformer Engine's flash path, torch SDPA's flash backend; the latter measured):
-      1.21 / 1.12;
-    - cudnn (cuDNN fused attention: Transformer Engine's fused-attention path, torch SDPA's cudnn backend; the
-      latter measured): 2.05 / 1.23;
-    - xformers (xFormers' CUTLASS kernels: torch SDPA's memory-efficient backend measured): 1.61 / 1.66.
+    two shapes (4×24×2048, 1×32×8192), the other two held out (validation/attention_dropout.py reports their
+    error and the one suspect point). Families: flash2 (FlashAttention-2: Transformer Engine's flash path, torch
+    SDPA's flash backend, the one measured); cudnn (cuDNN fused attention: Transformer Engine's fused-attention
+    path, torch SDPA's cudnn backend, measured); xformers (xFormers' CUTLASS kernels: SDPA's memory-efficient
+    backend, measured).
     The probability does not enter (one draw per element at any p > 0). Measured on Hopper: on other GPUs an
     assumption (the kernels' code, and the draws' share of them, differ by architecture). 1 without dropout, for
     "unfused" (its dropout is an op of the layer's list, elementwise.py) and for families not measured
