@@ -239,3 +239,19 @@ def test_attention_dropout_dry_run(tmp_path):
         got = list(csv.DictReader(f))
     assert [float(r["dropout_p"]) for r in got] == list(gd.DROPOUT)
     assert all(r["status"] == "ok" and float(r["fwd_s"]) > 0 and float(r["fwd_bwd_s"]) > 0 for r in got)
+
+
+def test_graphed_dry_run(tmp_path):
+    # validation/gpu_graphed.py: the memory-bound kernels, the one-element floor and the small GEMMs, per call inside
+    # a CUDA graph and queued (both perf_counter on CPU)
+    pytest.importorskip("torch")
+    import gpu_graphed as gg
+
+    assert gg.main(["--out", str(tmp_path / "g.csv"), "--device", "cpu", "--tiny", "--replays", "1"]) == 0
+    with open(tmp_path / "g.csv") as f:
+        got = list(csv.DictReader(f))
+    assert {r["what"] for r in got} == {"floor", "memory", "gemm"}
+    assert {r["kernel"] for r in got if r["what"] == "memory"} == set(gg.MOVED)
+    assert all(4 <= int(r["calls"]) <= 400 and float(r["graph_s"]) > 0 and float(r["queued_s"]) > 0 for r in got)
+    flops = [float(r["flops"]) for r in got if r["what"] == "gemm"]
+    assert flops == sorted(flops) and max(flops) <= 2e10

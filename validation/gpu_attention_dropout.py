@@ -9,8 +9,8 @@ attention (docs/accuracy.md, DGXC_H100_GPT3). This times torch's scaled_dot_prod
 backward, with dropout_p 0 and 0.1 on each fused backend that takes dropout (flash, efficient, cuDNN; math on CPU),
 causal, bf16, at GPT-3 175B's shape per GPU under TP 4 (24 heads of 128, 2048 tokens) and Llama-3-8B's (32 heads of
 128, 4096 and 8192 tokens), batch 1 and 4. Each row: per-call time of --calls calls queued between CUDA events
-(validation/gpu_owed.py Bench.queued_s), printed and flushed as it is measured; "unsupported: ..." where a backend
-refuses the shape or dropout.
+(validation/gpu_owed.py Bench.queued_s, after --warmup extra forward + backward calls), printed and flushed as
+it is measured; "unsupported: ..." where a backend refuses the shape or dropout.
 """
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--tiny", action="store_true", help="small shapes (the CPU dry run)")
     ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=0, help="extra calls of each case before it is timed")
+    ap.add_argument("--shapes", default="", help="BxHxS,... (default: SHAPES)")
     a = ap.parse_args(argv)
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -45,6 +47,8 @@ def main(argv=None) -> int:
                  "cudnn": SDPBackend.CUDNN_ATTENTION} if bench.cuda else {"math": SDPBackend.MATH})
     dt = torch.bfloat16 if bench.cuda else torch.float32
     shapes, hd = (((1, 2, 64),), 32) if a.tiny else (SHAPES, 128)
+    if a.shapes:
+        shapes = tuple(tuple(int(v) for v in s.split("x")) for s in a.shapes.split(","))
     F = torch.nn.functional
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
@@ -63,6 +67,8 @@ def main(argv=None) -> int:
                             def both():
                                 return torch.autograd.grad(fwd(), (q, k, v), go)
 
+                            for _ in range(a.warmup):
+                                both()
                             r.update(fwd_s=bench.queued_s(fwd, a.calls), fwd_bwd_s=bench.queued_s(both, a.calls),
                                      status="ok")
                     except RuntimeError as e:  # the backend refuses this shape or dropout
