@@ -12,8 +12,10 @@ at every size, the gap included: the time an eager step pays per kernel when its
 CUDA-graphed or compiled stack pays. Measured here:
 - `memory`: gpu_gemm_queued.py --memory's copy, add, RMSNorm and SiLU (bf16, one input of 4 KiB to 1 GiB);
 - `floor`: a one-element add (the smallest kernel: the GPU's per-kernel floor inside a graph);
-- `gemm`: the calibration's bf16 GEMM grid (calibrate.run.GRIDS['gpu']) up to --gemm-max-flops, the small end of
-  the GEMM table, whose smallest points the queued protocol also left host-bound.
+- `gemm`: the calibration's GEMM grid (calibrate.run.GRIDS['gpu']) up to --gemm-max-flops, bf16 with torch.matmul
+  and, where the GPU has FP8 tensor cores, FP8 as gpu_gemm_queued.py runs it (torch._scaled_mm, e4m3, per-tensor
+  scales, bf16 out): the small end of the GEMM tables, whose smallest points the one-call and queued protocols
+  left host-bound.
 Each row: `calls` calls captured in one graph (enough for ~20 ms of GPU time, 4 to 400), one replay to warm up,
 then --replays replays each between two CUDA events; graph_s = the median replay / calls. queued_s: the same call
 queued eagerly (validation/gpu_owed.py Bench.queued_s, --replays x calls), for comparison in the same run. On the
@@ -117,6 +119,8 @@ def _gemms(torch, gr: Graphed, emit, tiny: bool, max_flops: float):
                                         kv_fraction=g.kv_fraction)
     dt = torch.bfloat16 if gr.cuda else torch.float32
     gen = torch.Generator(device=gr.device).manual_seed(0)
+    fp8 = gr.cuda and hasattr(torch, "_scaled_mm") and torch.cuda.get_device_capability(gr.device) >= (8, 9)
+    one = torch.ones((), dtype=torch.float32, device=gr.device)
     for s in sorted(shapes, key=lambda s: mb.gemm_flops(s.m, s.n, s.k)):
         flops = mb.gemm_flops(s.m, s.n, s.k)
         if flops > max_flops:
@@ -124,8 +128,13 @@ def _gemms(torch, gr: Graphed, emit, tiny: bool, max_flops: float):
         x = torch.randn(s.m, s.k, generator=gen, device=gr.device).to(dt)
         w = torch.randn(s.k, s.n, generator=gen, device=gr.device).to(dt)
         out = torch.empty(s.m, s.n, device=gr.device, dtype=dt)
-        emit(gr.row(lambda: torch.matmul(x, w, out=out), what="gemm", kernel=s.op, dtype=str(dt)[6:], m=s.m,
-                    n=s.n, k=s.k, flops=flops))
+        cases = [(str(dt)[6:], lambda: torch.matmul(x, w, out=out))]
+        if fp8 and not (s.k % 16 or s.n % 16):  # gpu_gemm_queued.py's FP8 case
+            x8 = x.to(torch.float8_e4m3fn)
+            w8 = w.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+            cases.append(("fp8", lambda: torch._scaled_mm(x8, w8, scale_a=one, scale_b=one, out_dtype=dt)))
+        for name, fn in cases:
+            emit(gr.row(fn, what="gemm", kernel=s.op, dtype=name, m=s.m, n=s.n, k=s.k, flops=flops))
 
 
 def main(argv=None) -> int:
