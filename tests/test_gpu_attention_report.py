@@ -1,7 +1,7 @@
 """Attention per torch SDPA backend measured on the lent H100 (validation/h100_owed/sdpa.csv) against parasim
-(validation/gpu_attention_report.py), and the measured tables dgx-h100 ships from it
-(validation/h100_sdpa_tables.py): mapping, FLOP convention, provenance, the shipping rule and the held-out
-error."""
+(validation/gpu_attention_report.py), and the measured tables dgx-h100 and the presets of its compute die ship from
+it (validation/h100_sdpa_tables.py): mapping, FLOP convention, provenance, the shipping rule, the held-out error and
+dgx-h200's against the lent H200's points (validation/h200/sdpa.csv, fitted to nothing)."""
 import re
 import sys
 from pathlib import Path
@@ -18,6 +18,7 @@ import gpu_attention_report as R  # noqa: E402
 import h100_sdpa_tables as T  # noqa: E402
 
 HELD_OUT_TOL = 0.25  # median |error| on the held-out batch-1 points a shipped kernel's tables must stay within
+H200_TOL = 0.10  # median |error| of dgx-h200 on the H200's efficient-backend 16k-token points, either pass
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +82,40 @@ def test_the_shipped_tables_are_the_builders_with_their_provenance(decisions):
                      "validation/h100_owed/sdpa.csv", "16k tokens per call", "held out: the batch-1"):
             assert must in src, (name, must)
         assert ("_hd64" in name) == ("head dim 64" in hw.efficiency[name].x_unit)
+
+
+def test_every_gh100_sxm_preset_holds_exactly_the_shipped_tables_with_dgx_h100s_values(decisions):
+    from h100_gemm_table import GH100_SXM, SAME_DIE
+
+    assert T.check() == []
+    shipped = [k for k, c in decisions.items() if c["ship"]]
+    built = T.with_tables({"efficiency": {}}, shipped)["efficiency"]
+    h100 = load_hardware("dgx-h100")
+    for preset in GH100_SXM:
+        hw = load_hardware(preset)
+        assert {n for n, t in hw.efficiency.items() if T.SCRIPT in t.source} == set(built), preset
+        for name in built:
+            assert [list(map(float, v)) for v in hw.efficiency_curve(name)] == \
+                [list(map(float, v)) for v in h100.efficiency_curve(name)], (preset, name)
+            src = hw.efficiency[name].source
+            assert src.startswith("measured") and ("compute die" in src) == (preset in SAME_DIE), (preset, name)
+
+
+def test_dgx_h200_predicts_the_h200s_efficient_backend_at_16k_tokens():
+    """The lent H200's memory-efficient SDPA calls (16k tokens per call, 12 points), which no table was fitted to:
+    dgx-h200 reads the H100's measured xformers tables, median |error| 0.7 % forward (max 1.7 %), 1.5 % backward
+    (max 7.9 %); before it had them it read the generic FlashAttention-3 table: 72.5 % / 75.4 % (0.28x / 0.25x)."""
+    from simulator.cost.attention import attention_table_names
+
+    hw = load_hardware("dgx-h200")
+    assert attention_table_names(hw, "xformers", 128) == ("attention_xformers", "attention_bwd_xformers")
+    rows = [r for r in R.measured_rows(path=ROOT / "validation" / "h200" / "sdpa.csv")
+            if r["backend"] == "efficient" and r["shape"] == T.FIT_SHAPE]
+    res = R.compared(hw, rows)
+    assert len(res) == 12 and {r["head_dim"] for r in res} == {64, 128}
+    for p in ("fwd", "bwd"):
+        med, _ = R.abs_stats(r[f"err_{p}"] for r in res)
+        assert med <= H200_TOL, (p, med)
 
 
 def test_the_tables_are_the_16k_token_rates_over_the_peak():

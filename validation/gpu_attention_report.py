@@ -56,10 +56,11 @@ PROFILES = (("dgx-h100", "shipped dgx-h100"), ("dgx-h100-datasheet", "dgx-h100-d
 STACK = "torchtitan"
 
 
-def measured_rows(*, causal: bool | None = True) -> list[dict]:
-    """The benchmark's measured points (status ok) as typed dicts; `causal` None keeps both kinds."""
+def measured_rows(*, causal: bool | None = True, path: Path = DATA) -> list[dict]:
+    """The benchmark's measured points (status ok) as typed dicts; `causal` None keeps both kinds; `path`: another
+    sdpa.csv of the same protocol (validation/h200/sdpa.csv: the lent H200's)."""
     out = []
-    with open(DATA) as f:
+    with open(path) as f:
         for r in csv.DictReader(f):
             if r["status"] != "ok":
                 continue

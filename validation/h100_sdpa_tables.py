@@ -1,8 +1,17 @@
 """dgx-h100's attention tables per torch SDPA backend, from the SDPA benchmark on the lent H100 (2026-11-27),
-and the rule that decides which of them the preset ships.
+and the rule that decides which of them the GH100 SXM presets ship.
 
-    python validation/h100_sdpa_tables.py          # the TOML sections of the kernels the rule ships
-    python validation/h100_sdpa_tables.py --all    # those of every kernel measured (flash2, cudnn, xformers)
+    python validation/h100_sdpa_tables.py            # the TOML sections of the kernels the rule ships
+    python validation/h100_sdpa_tables.py --all      # those of every kernel measured (flash2, cudnn, xformers)
+    python validation/h100_sdpa_tables.py --write    # write the shipped sections into the GH100 SXM presets
+    python validation/h100_sdpa_tables.py --check    # exit 1 if a preset's sections differ
+
+The presets: dgx-h100 and those of the same compute die at the same 700 W limit (h100_gemm_table.py GH100_SXM:
+gcp-a3-mega, dgx-h200, dgx-h800; the source of dgx-h200's and dgx-h800's says so, h100_gemm_table.same_die_note),
+as h100_attention_tables.py writes its cuDNN tables. The rule is decided on dgx-h100 against the H100's points; the
+others take its outcome and values (the lent H200's SDPA forwards are the H100's within 1 %:
+validation/h200_kernels.py). In a preset the shipped sections sit before `[efficiency.attention_unfused]`
+(`preset_text`).
 
 Data: `validation/h100_owed/sdpa.csv` (protocol: validation/gpu_attention_report.py and the README there).
 Tables are built for the backends parasim times with FlashAttention-style tables (gpu_attention_report
@@ -19,7 +28,7 @@ in fp32 while parasim's `unfused` kernel models bf16 GEMMs (its tables stay the 
   3.5 % median time per shape between two calibrations on two leases (docs/validation-h100.md, finding 7),
   plus the largest difference between two points of identical work measured here (16k tokens at seq 8192 is
   batch 2 x 16 heads, batch-1 at 8192 is 1 x 32: the same kernel grid).
-- Shipping rule (`decisions`, every criterion here): a kernel's measured tables replace dgx-h100's when
+- Shipping rule (`decisions`, every criterion here): a kernel's measured tables replace the presets' when
   (1) the shipped tables miss the fit family by more than the spread (median |error|, forward or backward),
   (2) the measured tables do not raise the held-out family's median |error| in either pass and (3), for a
   kernel the H100 training runs profiled (cuDNN), they do not raise the median |error| on those kernels. Where (2) fails
@@ -34,6 +43,7 @@ the decision for cudnn; no table is fitted to them or to any training step.
 from __future__ import annotations
 
 import copy
+import re
 import sys
 from pathlib import Path
 
@@ -42,6 +52,7 @@ sys.path.insert(0, str(ROOT.parent))
 sys.path.insert(0, str(ROOT))
 
 from gpu_attention_report import BACKEND_KERNEL, abs_stats, compared, forward_flops, measured_rows  # noqa: E402
+from h100_gemm_table import same_die_note  # noqa: E402  (the GH100 SXM presets' note)
 
 FIT_SHAPE, HELD_OUT_SHAPE = "16k-tokens", "batch-1"
 KERNELS = {b: k for b, k in BACKEND_KERNEL.items() if b != "math"}  # backend -> parasim kernel with tables here
@@ -175,16 +186,52 @@ def shipped_kernels() -> list[str]:
     return [k for k, c in decisions().items() if c["ship"]]
 
 
-def sections(kernels=None) -> str:
-    """The TOML sections of `kernels`' measured tables (default: the shipped ones)."""
+def sections(kernels=None, preset: str = PRESET) -> str:
+    """The TOML sections of `kernels`' measured tables (default: the shipped ones) as `preset` holds them (its
+    source ends with same_die_note(preset))."""
     kernels = shipped_kernels() if kernels is None else kernels
     d = with_tables({"efficiency": {}}, kernels)["efficiency"]
     text = []
     for name, t in d.items():
         eff = ", ".join(f"{e:.4f}" for e in t["efficiency"])
         text.append(f"[efficiency.{name}]\nx = {t['x']}\nefficiency = [{eff}]\n"
-                    f"x_unit = \"{t['x_unit']}\"\nsource = \"{t['source']}\"\n")
+                    f"x_unit = \"{t['x_unit']}\"\nsource = \"{t['source']}{same_die_note(preset)}\"\n")
     return "\n".join(text)
+
+
+_TABLE = re.compile(r"\[efficiency\.([^\]\n]+)\]\n(?:[^\[\n][^\n]*\n)*\n?")
+ANCHOR = "[efficiency.attention_unfused]"  # the shipped sections go just before it (where dgx-h100 has them)
+
+
+def preset_text(text: str, preset: str, kernels=None) -> str:
+    """A preset's TOML with the tables of `kernels` (default: the shipped ones) and every table whose source names
+    this script replaced by `sections(kernels, preset)`, placed before ANCHOR."""
+    new = sections(kernels, preset)
+    names = set(re.findall(r"^\[efficiency\.([^\]\n]+)\]", new, re.M))
+    text = _TABLE.sub(lambda m: "" if m.group(1) in names or SCRIPT in m.group(0) else m.group(0), text)
+    if not new:
+        return text
+    at = text.find(ANCHOR)
+    if at < 0:
+        raise ValueError(f"{preset}: no {ANCHOR} section to place the measured SDPA tables before")
+    return text[:at] + new + "\n" + text[at:]
+
+
+def _rewrite(write: bool) -> list[str]:
+    from h100_gemm_table import GH100_SXM, rewrite_presets
+
+    kernels = shipped_kernels()  # decided once, on dgx-h100
+    return rewrite_presets(lambda text, preset: preset_text(text, preset, kernels), GH100_SXM, write=write)
+
+
+def write() -> list[str]:
+    """Write the shipped sections into the GH100 SXM presets; the presets rewritten."""
+    return _rewrite(True)
+
+
+def check() -> list[str]:
+    """The GH100 SXM presets whose measured SDPA sections are not the shipped ones."""
+    return _rewrite(False)
 
 
 def kernel_check_stats(kernels) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -240,4 +287,11 @@ def shipping_lines() -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(sections(list(KERNELS.values()) if "--all" in sys.argv[1:] else None))
+    if "--write" in sys.argv[1:]:
+        print("wrote", ", ".join(write()) or "nothing")
+    elif "--check" in sys.argv[1:]:
+        bad = check()
+        print(("differ: " + ", ".join(bad) + " (run --write)") if bad else "measured SDPA sections are current")
+        sys.exit(1 if bad else 0)
+    else:
+        sys.stdout.write(sections(list(KERNELS.values()) if "--all" in sys.argv[1:] else None))
