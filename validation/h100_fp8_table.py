@@ -14,7 +14,9 @@ not the host's issue, which a training step hides and the stack's launch bound m
 The table: efficiency = FLOP/s of the queued calls / the preset's dense FP8 peak, fitted with the calibration's
 own curve fit (`calibrate.fit.fit_efficiency_curve`: piecewise linear in log10 FLOPs, two knots per decade).
 Below ~1e10 FLOPs even queued calls measure the host's issue rate (a `_scaled_mm` call is issued more slowly than
-its kernel runs), so there the table holds host time: an upper bound on the kernel's.
+its kernel runs): there, up to 5e10 FLOPs, the kernels timed back to back in a CUDA graph on a later H100 lease
+(validation/gpu_graphed.py, validation/h100_graphed/) plus the eager launch gap measured beside them
+(validation/graphed.py) stand for the queued calls; until 2026-11-28 the table held the host's time there.
 Held out: the curve fitted to the TP-1 and TP-4 shapes predicts the TP-2 and TP-8 ones (other widths, other
 FLOP counts); the shipped curve is fitted to all of them. It replaces the FP8 table OpenXLA's B200 kernels
 gave by transfer (validation/xla_gemm.py), which these measurements check for the first time.
@@ -48,15 +50,26 @@ def _peak(dtype: str) -> float:
     return load_hardware("dgx-h100").peak_flops(dtype)
 
 
-def points(dtype: str = "fp8", *, held_out: bool | None = None, timing: str = "queued_s"):
-    """(FLOPs, efficiency) of the `dtype` rows; held_out True / False: only the held-out TP degrees / the others."""
-    p = _peak(dtype)
-    out = []
-    for r in rows():
-        if r["dtype"] != dtype or (held_out is not None and any(t in r["op"] for t in HELD_OUT_TP) != held_out):
-            continue
-        out.append((r["flops"], r["flops"] / r[timing] / p))
+def timed(dtype: str = "fp8", timing: str = "queued_s") -> dict[str, tuple[float, float]]:
+    """{op: (FLOPs, seconds)} of the `dtype` rows. With timing "queued_s" (the table's), up to
+    graphed.GRAPH_MAX_FLOPS the graphed kernels' eager time stands for the queued calls (graphed.gemm_points: graph
+    time + the eager gap, no host issue)."""
+    from graphed import GRAPH_MAX_FLOPS, gemm_points
+
+    graphed = timing == "queued_s"
+    out = {r["op"]: (r["flops"], r[timing]) for r in rows()
+           if r["dtype"] == dtype and not (graphed and r["flops"] <= GRAPH_MAX_FLOPS)}
+    if graphed:
+        out.update({g["op"]: (g["flops"], g["t_eager_s"]) for g in gemm_points("H100", {"bf16": "bfloat16"}.get(
+            dtype, dtype)) if g["flops"] <= GRAPH_MAX_FLOPS})
     return out
+
+
+def points(dtype: str = "fp8", *, held_out: bool | None = None, timing: str = "queued_s"):
+    """(FLOPs, efficiency) of `timed`; held_out True / False: only the held-out TP degrees / the others."""
+    p = _peak(dtype)
+    return [(x, x / t / p) for op, (x, t) in timed(dtype, timing).items()
+            if held_out is None or any(h in op for h in HELD_OUT_TP) == held_out]
 
 
 def fit(pts):
@@ -79,13 +92,13 @@ def held_out_errors(fx, fe) -> list[float]:
 
 
 SOURCE = ("measured: torch._scaled_mm FP8 GEMMs (e4m3 operands, per-tensor fp32 scales, bf16 out) on the lent NVIDIA "
-          "H100 80GB HBM3 SXM (driver 580.159.04, torch 2.11.0+cu130, CUDA 13.0, 2026-11-27; "
-          "validation/h100_owed/gemm_queued.csv, validation/gpu_gemm_queued.py), the calibration's transformer-layer "
-          "shapes (hidden 1k-8k x 1k-16k tokens x TP 1-8, k and n divisible by 16, 448 shapes), 20 back-to-back calls "
-          "between two CUDA events after 5 warm-up (kernel time, no host issue: the stack's launch bound holds that); "
-          "efficiency = FLOP/s / dense FP8 peak, fitted with calibrate.fit (two knots per decade); below ~1e10 FLOPs "
-          "the queued calls are still host-bound (the host issues a _scaled_mm call more slowly than its kernel runs), "
-          "so the table over-states those kernels' time there; "
+          "H100 80GB HBM3 SXM (driver 580.159.04, torch 2.11.0+cu130, CUDA 13.0), the calibration's transformer-layer "
+          "shapes (hidden 1k-8k x 1k-16k tokens x TP 1-8, k and n divisible by 16, 448 shapes) back to back: up to "
+          "5e10 FLOPs captured in a CUDA graph plus the eager launch gap measured beside them (validation/"
+          "gpu_graphed.py, 2026-11-28, validation/h100_graphed/, validation/graphed.py: the kernel's time with no "
+          "host issue, which the stack's launch bound holds), above 20 calls queued between two CUDA events after 5 "
+          "warm-up (validation/gpu_gemm_queued.py, 2026-11-27, validation/h100_owed/gemm_queued.csv); "
+          "efficiency = FLOP/s / dense FP8 peak, fitted with calibrate.fit (two knots per decade); "
           "validation/h100_fp8_table.py, which reports the held-out error (TP-2/TP-8 shapes from a TP-1/TP-4 fit)")
 
 
@@ -131,19 +144,16 @@ def comparison_lines() -> list[str]:
            f"B200 FP8 kernels moved to the H100 by kernel time and the MAMF ratio, validation/xla_gemm.py) on the same "
            f"points: median |error| {100 * xerr[len(xerr) // 2]:.1f} %, max {100 * xerr[-1]:.1f} %.", ""]
     ship = fit(points())
-    b = {x: e for x, e in points("bf16")}
-    q = {(r["op"], r["dtype"]): r for r in rows()}
-    speed, proto_b, proto_f = [], [], []
-    for (op, dt), r in q.items():
-        if dt == "fp8" and (op, "bf16") in q:
-            speed.append((r["flops"], q[(op, "bf16")]["queued_s"] / r["queued_s"]))
-        (proto_b if dt == "bf16" else proto_f).append((r["flops"], r["one_call_s"] / r["queued_s"]))
-    eff_f, eff_b = _by_decade(points()), _by_decade(b.items())
+    t8, t16 = timed("fp8"), timed("bf16")
+    speed = [(x, t16[op][1] / t) for op, (x, t) in t8.items() if op in t16]
+    proto_b = [(r["flops"], r["one_call_s"] / r["queued_s"]) for r in rows() if r["dtype"] == "bf16"]
+    proto_f = [(r["flops"], r["one_call_s"] / r["queued_s"]) for r in rows() if r["dtype"] == "fp8"]
+    eff_f, eff_b = _by_decade(points()), _by_decade(points("bf16"))
     sp, pb, pf = _by_decade(speed), _by_decade(proto_b), _by_decade(proto_f)
     trans = {k: _interp(tx, te, 10 ** (int(k.split("-")[0][2:]) + 0.5)) for k in eff_f}
     shipped = {k: _interp(ship.x, ship.efficiency, 10 ** (int(k.split("-")[0][2:]) + 0.5)) for k in eff_f}
-    out += ["| FLOPs per GEMM | shapes | FP8 efficiency, queued (median) | shipped fit at the decade's middle "
-            "| transferred table (before) | BF16 efficiency, queued | FP8 / BF16 speed-up, same shapes "
+    out += ["| FLOPs per GEMM | shapes | FP8 efficiency, back to back (median) | shipped fit at the decade's middle "
+            "| transferred table (before) | BF16 efficiency, back to back | FP8 / BF16 speed-up, same shapes "
             "| one call / queued time, BF16 | one call / queued time, FP8 |", "|---|---|---|---|---|---|---|---|---|"]
     for k, (e, n) in eff_f.items():
         out.append(f"| {k} | {n} | {e:.3f} | {shipped[k]:.3f} | {trans[k]:.3f} "

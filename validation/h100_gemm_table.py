@@ -4,24 +4,27 @@
     python validation/h100_gemm_table.py --write    # write the section into the presets that carry it
     python validation/h100_gemm_table.py --check    # exit 1 if a preset's section differs from it
 
-Two measurements of the same 460 transformer-layer bf16 GEMM shapes on lent H100 SXM GPUs, in two states:
+Three measurements of the calibration's 460 transformer-layer bf16 GEMM shapes on lent H100 SXM GPUs:
 - burst: `parasim calibrate` on two leases (validation/h100/lent-opt.toml, lent2.toml; calib_points*.csv). It
   draws each shape's operands on the CPU, seconds for the large ones, so the GPU idles before every shape and its
-  5 + 20 calls run at the clocks an idle GPU reaches. The two leases' fits are combined per knot as the faster.
-- back to back: validation/gpu_gemm_queued.py on two later leases (validation/h100_owed*/gemm_queued.csv). It draws
-  the operands on the GPU and runs the 448 shapes one after another, so the GPU stays at its 700 W limit; each
-  shape's 20 calls queued between two CUDA events (kernel time, no host issue). Both leases' points are fitted as
-  one set (two knots per decade, as the FP8 table).
+  5 + 20 calls run at the clocks an idle GPU reaches, each call timed with its own launch. The two leases' fits are
+  combined per knot as the faster. Kept for comparison only.
+- queued: validation/gpu_gemm_queued.py on two later leases (validation/h100_owed*/gemm_queued.csv). It draws the
+  operands on the GPU and runs the 448 shapes one after another, so the GPU stays at its 700 W limit; each shape's
+  20 calls queued between two CUDA events. Below ~1e10 FLOPs these calls still measure the host's issue (8-12 us a
+  call), which the stack's launch bound charges separately (cost/launch.py).
+- graphed: validation/gpu_graphed.py (validation/h100_graphed/, 2026-11-28), the shapes up to 5e10 FLOPs captured
+  back to back in a CUDA graph, beside the same calls queued: validation/graphed.py turns them into the time each
+  kernel costs an eager step whose host runs ahead (graph time + the eager launch gap, no host issue).
 
-A training step keeps the GPU at its power limit too (harness steps drew 680-690 W, validation/h100_owed2/
+A training step keeps the GPU at its power limit (harness steps drew 680-690 W, validation/h100_owed2/
 power_step.csv), and the same GEMM back to back there runs 8-13 % slower than after an idle (docs/compute.md,
-limitations). Above ~1e11 FLOPs the back-to-back times are the longer ones (1.10x at 1e12-1e13 FLOPs); below, the
-two protocols differ by the host's issue time, not by power, and the burst calls are the longer ones (each call
-waits for its own launch). The shipped table is the slower of the two: the back-to-back state where
-power separates them (from the lowest knot above which the back-to-back fit is the slower at every knot), the
-calibration's table (unchanged) below, where the host does. The FP8 table
-(`[efficiency.gemm_fp8]`, validation/h100_fp8_table.py) was measured back to back by the same script, so both
-GEMM tables now describe one state of the GPU.
+limitations); above ~1e11 FLOPs the queued times are 1.10x the burst ones at 1e12-1e13 FLOPs. The shipped table is
+the back-to-back state at every size: one fit (two knots per decade, as the FP8 table) to the graphed points up to
+5e10 FLOPs and the queued points above (`back_points`). Until 2026-11-28 the burst table stood below 1.6e11 FLOPs,
+where its one-call times held the host's launch: 1.3-4.8x the graphed kernels' eager time (validation/
+h100_graphed/README.md). The FP8 table (`[efficiency.gemm_fp8]`, validation/h100_fp8_table.py) is built the same
+way, so both GEMM tables describe one state of the GPU.
 
 Held out: the back-to-back curve fitted to the TP-1 and TP-4 shapes predicts the TP-2 and TP-8 ones.
 """
@@ -77,16 +80,20 @@ def _peak() -> float:
 
 
 def back_points(*, held_out: bool | None = None) -> list[tuple[float, float]]:
-    """(FLOPs, efficiency) of every back-to-back bf16 point of both leases; held_out True / False: only the
-    held-out TP degrees / the others."""
-    p, out = _peak(), []
+    """(FLOPs, efficiency) of the back-to-back bf16 points: up to graphed.GRAPH_MAX_FLOPS the graphed kernels' eager
+    time (graphed.gemm_points: graph time + the eager gap, no host issue), above it the queued calls of both
+    leases (GPU-bound there); held_out True / False: only the held-out TP degrees / the others."""
+    from graphed import GRAPH_MAX_FLOPS, gemm_points
+
+    p = _peak()
+    keep = (lambda op: held_out is None or any(t in op for t in HELD_OUT_TP) == held_out)
+    out = [(g["flops"], g["flops"] / g["t_eager_s"] / p) for g in gemm_points("H100", "bfloat16")
+           if keep(g["op"]) and g["flops"] <= GRAPH_MAX_FLOPS]
     for path in BACK:
         with open(path) as f:
             for r in csv.DictReader(f):
-                if r["dtype"] != "bf16" or (held_out is not None and any(t in r["op"] for t in HELD_OUT_TP)
-                                            != held_out):
-                    continue
-                out.append((float(r["flops"]), float(r["flops"]) / float(r["queued_s"]) / p))
+                if r["dtype"] == "bf16" and keep(r["op"]) and float(r["flops"]) > GRAPH_MAX_FLOPS:
+                    out.append((float(r["flops"]), float(r["flops"]) / float(r["queued_s"]) / p))
     return out
 
 
@@ -101,35 +108,25 @@ def back_fit(pts=None):
 
 
 def shipped() -> tuple[tuple[float, ...], tuple[float, ...], tuple[str, ...]]:
-    """(x, efficiency, state per knot) on the knots of both curves (interpolated as the profile interpolates,
-    log10 x): the back-to-back fit from the lowest knot above which it is the slower at every knot, the burst table
-    below it (where the two protocols differ by host issue; the back-to-back fit's few host-bound points there
-    scatter)."""
-    from simulator.calibrate.fit import efficiency_at
+    """(x, efficiency, protocol per knot): the back-to-back fit at every knot (`back_points`)."""
+    from graphed import GRAPH_MAX_FLOPS
 
-    bx, be = burst_table()
     h = back_fit()
-    x = tuple(sorted(set(bx) | set(float(v) for v in h.x)))
-    b, q = efficiency_at(bx, be, x), efficiency_at(h.x, h.efficiency, x)
-    cut = len(x)
-    while cut > 0 and q[cut - 1] < b[cut - 1]:
-        cut -= 1
-    return (x, tuple(float(v) for v in list(b[:cut]) + list(q[cut:])),
-            tuple(["burst"] * cut + ["back to back"] * (len(x) - cut)))
+    x = tuple(float(v) for v in h.x)
+    return x, tuple(float(v) for v in h.efficiency), tuple("graphed + eager gap" if v <= GRAPH_MAX_FLOPS else "queued"
+                                                            for v in x)
 
 
 SOURCE = ("measured on lent NVIDIA H100 80GB HBM3 SXMs (driver 580.159.04, torch 2.11.0+cu130, CUDA 13.0): "
           "torch.matmul over the calibration's transformer-layer GEMM shapes (hidden 1k-8k x 1k-16k tokens x TP 1-8, "
-          "460 points) in two states of the GPU, the slower of the two: from 1.6e11 FLOPs up back to back at the "
-          "700 W limit, the state a "
-          "training step keeps it in (validation/gpu_gemm_queued.py on two leases, 2026-11-27, validation/h100_owed*/"
-          "gemm_queued.csv: shapes run one after another, 20 calls queued between CUDA events; 1.10x the burst "
-          "time at 1e12-1e13 FLOPs), and burst, after the GPU idled (two `parasim calibrate` leases, 2026-11-22, "
-          "validation/h100/lent-opt.toml and lent2.toml, the faster per knot: 5 warm-up + 20 timed calls per shape, "
-          "median) below, where it is the longer and the protocols differ by host issue, not power; "
-          "validation/h100_gemm_table.py (held-out error of the back-to-back fit: TP-2/TP-8 shapes from a TP-1/TP-4 "
-          "fit). The calibration's burst table alone is in validation/h100/lent-opt.toml; the datasheet-derived "
-          "table in dgx-h100-datasheet.toml")
+          "460 points) back to back, the state a training step keeps the GPU in (at its 700 W limit): up to 5e10 "
+          "FLOPs the kernels captured in a CUDA graph plus the eager launch gap measured beside them (validation/"
+          "gpu_graphed.py, 2026-11-28, validation/h100_graphed/, validation/graphed.py: the kernel's time with no "
+          "host issue, which the stack's launch bound holds), above 20 calls queued between CUDA events "
+          "(validation/gpu_gemm_queued.py on two leases, 2026-11-27, validation/h100_owed*/gemm_queued.csv; 1.10x "
+          "the burst time at 1e12-1e13 FLOPs); one fit, two knots per decade; validation/h100_gemm_table.py "
+          "(held-out error: TP-2/TP-8 shapes from a TP-1/TP-4 fit). The calibration's burst table is in "
+          "validation/h100/lent-opt.toml; the datasheet-derived table in dgx-h100-datasheet.toml")
 
 
 def section(preset: str = "dgx-h100") -> str:
@@ -178,16 +175,19 @@ def comparison_lines() -> list[str]:
     h = back_fit(back_points(held_out=False))
     held = [(x, float(efficiency_at(h.x, h.efficiency, [x])[0]) / e - 1) for x, e in back_points(held_out=True)]
     errs = sorted(abs(v) for _, v in held)
+    small = sorted(abs(v) for x, v in held if x < 1e10)
     big = sorted(abs(v) for x, v in held if x >= 1e11)
     bx, be = burst_table()
     sx, se, state = shipped()
     groups: dict[int, list[float]] = {}
     for x, e in back_points():
         groups.setdefault(int(math.floor(math.log10(x))), []).append(e)
-    out = [f"Held out (the TP-2 and TP-8 shapes of both leases, {len(errs)} points, from a back-to-back fit to the "
-           f"TP-1 and TP-4 ones): median |error| {100 * errs[len(errs) // 2]:.1f} %, max {100 * errs[-1]:.1f} %; from "
-           f"1e11 FLOPs, where it is shipped, {len(big)} points, median {100 * big[len(big) // 2]:.1f} %, max "
-           f"{100 * big[-1]:.1f} % (below, host issue scatters the queued times).", "",
+
+    def stats(v):
+        return f"{len(v)} points, median {100 * v[len(v) // 2]:.1f} %, max {100 * v[-1]:.1f} %"
+
+    out = [f"Held out (the TP-2 and TP-8 shapes, from a back-to-back fit to the TP-1 and TP-4 ones): {stats(errs)}; "
+           f"below 1e10 FLOPs {stats(small)}; from 1e11 FLOPs {stats(big)}.", "",
            "| FLOPs per GEMM | back-to-back points | back to back, measured (median) | burst table | shipped | "
            "shipped / burst time |", "|---|---|---|---|---|---|"]
     for d, v in sorted(groups.items()):

@@ -1,29 +1,30 @@
-"""The lent H100's and H200's memory-bound kernel tables from the kernels' own time: the queued protocol's GPU-bound
-calls.
+"""The lent H100's and H200's memory-bound kernel tables from the kernels' own time back to back.
 
     python validation/h100_memory_table.py           # the fits, their residuals and the TOML sections
     python validation/h100_memory_table.py --check   # exit 1 if a preset's [efficiency.memory] differs from them
+    python validation/h100_memory_table.py --write   # write the sections into the presets
 
 `parasim calibrate` timed each memory-bound kernel one call at a time (CUDA events around one call, the GPU idle
 in between). Below ~100 MB moved that time holds the host's issue of the call (8-20 µs on the lent H100's host:
-validation/h100_owed/launch.csv), which an eager stack's launch bound already counts (cost/launch.py) and a
-CUDA-graphed or compiled one does not pay per kernel. `validation/h100_owed/memory_queued.csv` times the same
-kernels (add, copy, RMSNorm, SiLU; bf16; 64 KiB-1 GiB inputs) 20 calls back to back between two CUDA events: where
-the GPU is slower than the host issues (an input above 1 MiB whose queued time is above 1.5 x the kernel's plateau,
-the median at <= 1 MiB inputs, where every call takes the host's time), that is the kernel's own time. (The median,
-not the fastest: the H200's host issues the small calls in 7-20 us, and a plateau at its fastest would count 2-16 MiB
-copies, still the host's 12-15 us, as the GPU's.) Those calls are fitted, pooled over the four
-kernels, to one kernel's time as a fixed per-kernel cost plus a stream (least squares on relative error):
+validation/h100_owed/launch.csv), which an eager stack's launch bound already counts (cost/launch.py).
+`validation/gpu_graphed.py` (validation/h100_graphed/, validation/h200_graphed/) times add and SiLU (bf16, 8 KiB-1
+GiB inputs) captured back to back in a CUDA graph, with no host issue in the loop, and queued beside it;
+validation/graphed.py turns that into the time each kernel costs an eager step whose host runs ahead (graph time +
+the eager launch gap, the median of queued − graph over the GPU-bound calls) and keeps the sizes outside the L2's
+range (up to 1 MiB moved: the fixed cost; from 128 MiB: the stream from HBM; between, a replayed kernel reads what
+the previous replay left in the L2). Those calls are fitted, pooled over the two kernels, to one kernel's time as a
+fixed per-kernel cost plus a stream (least squares on relative error):
 
     t(x) = t0 + x / B,    efficiency(x) = x / (t(x) · HBM bytes/s)
 
-x the bytes one kernel moves. The fitted t0 is checked against the CUPTI times of tiny kernels (launch.csv: a
-one-element add 1.2 µs, LayerNorm of 8x1024 2.7 µs, a small linear 3.4 µs), which the fit never sees. The table
-holds efficiency(x) at knots two per decade, linear in log10(x) between them as every preset's table.
+x the bytes one kernel moves. The table holds efficiency(x) at knots two per decade, linear in log10(x) between
+them as every preset's table. Until 2026-11-28 the fit was to the queued calls the GPU is slower than the host
+issues them (inputs above ~16 MiB, `gpu_bound_points`, still the selection of the reduction, strided and indexed
+scripts' queued points and of `stream_rate`): its t0 was an intercept extrapolated from large kernels, 4.14 µs on the
+H200 against 3.27 from the graphs.
 
-One fit serves each lent GPU (LEASES: its lease's folder, HBM rate and presets): the H100 (validation/h100_owed/,
-dgx-h100 and gcp-a3-mega) and the H200 SXM (validation/h200/, the same protocol: gpu_gemm_queued.py --memory,
-dgx-h200). The reduction, strided and indexed scripts take their t0 from here.
+One fit serves each lent GPU (LEASES: its lease's folder, HBM rate and presets): the H100 (dgx-h100 and
+gcp-a3-mega) and the H200 SXM (dgx-h200). The reduction, strided and indexed scripts take their t0 from here.
 """
 from __future__ import annotations
 
@@ -67,12 +68,21 @@ def gpu_bound_points(data: Path = DATA):
     return q[~small & (q["queued_s"] > HOST_BOUND * q["kernel"].map(plateau))].reset_index(drop=True)
 
 
+def fit_points(gpu: str = "H100") -> tuple:
+    """(bytes moved, seconds) arrays the table is fitted to: `gpu`'s graphed add and SiLU calls outside the L2's
+    range, each the kernel's eager time back to back (validation/graphed.py memory_points)."""
+    import numpy as np
+    from graphed import memory_points
+
+    p = memory_points(gpu)
+    return (np.array([r["bytes_moved"] for r in p], float), np.array([r["t_eager_s"] for r in p], float))
+
+
 def fit(gpu: str = "H100") -> tuple[float, float]:
-    """(t0 seconds, B bytes/s) of t = t0 + x/B over `gpu`'s GPU-bound points, least squares on t_fit / t - 1."""
+    """(t0 seconds, B bytes/s) of t = t0 + x/B over `fit_points(gpu)`, least squares on t_fit / t - 1."""
     import numpy as np
 
-    g = gpu_bound_points(LEASES[gpu].data)
-    x, t = g["bytes_moved"].to_numpy(float), g["queued_s"].to_numpy(float)
+    x, t = fit_points(gpu)
     (t0, inv_b), *_ = np.linalg.lstsq(np.stack([1.0 / t, x / t], axis=1), np.ones_like(t), rcond=None)
     return float(t0), float(1.0 / inv_b)
 
@@ -132,18 +142,21 @@ def tiny_kernels_s(gpu: str = "H100") -> tuple[float, float]:
 
 
 def source(gpu: str = "H100") -> str:
+    from graphed import eager_gap_s
+
     t0, b = fit(gpu)
     lease = LEASES[gpu]
-    n = len(gpu_bound_points(lease.data))
     lo, hi = tiny_kernels_s(gpu)
-    return (f"measured: {lease.what}: "
-            f"add, copy, RMSNorm, SiLU, bf16, 64 KiB-1 GiB inputs, 20 calls queued back to back between two CUDA events; "
-            f"the {n} calls slower than the host issues them fitted as one kernel's time t = t0 + bytes/B, t0 = "
-            f"{t0 * 1e6:.2f} us, B = {b / 1e12:.2f} TB/s (the CUPTI times of tiny kernels, launch.csv, are "
+    return (f"measured: {lease.what.split(' (')[0]} (driver 580.159.04, torch 2.11.0+cu130): add and SiLU, bf16, "
+            f"8 KiB-1 GiB inputs, captured back to back in a CUDA graph "
+            f"and queued beside it (validation/gpu_graphed.py, 2026-11-28, validation/{gpu.lower()}_graphed/): each "
+            f"kernel's time in an eager step whose host runs ahead = graph time + the eager launch gap "
+            f"{eager_gap_s(gpu, 'memory') * 1e6:.2f} us (validation/graphed.py), the {len(fit_points(gpu)[0])} calls "
+            f"moving up to 1 MiB or from 128 MiB (outside the L2's range) fitted as t = t0 + bytes/B, t0 = "
+            f"{t0 * 1e6:.2f} us, B = {b / 1e12:.2f} TB/s (the CUPTI times of tiny kernels alone, launch.csv, are "
             f"{lo * 1e6:.1f}-{hi * 1e6:.1f} us); efficiency = bytes / (t x {lease.hbm_bytes_per_s / 1e12:.3g} TB/s) "
-            f"at two knots per decade; validation/h100_memory_table.py. The kernels' "
-            f"own time: the host's issue of each call, which the calibration's one-call timings held below ~100 MB, is "
-            f"the eager stacks' launch bound (docs/gpu-measurements.md)")
+            f"at two knots per decade; validation/h100_memory_table.py. The host's issue of each call is the eager "
+            f"stacks' launch bound (docs/gpu-measurements.md)")
 
 
 def table_toml(name: str, x, e, x_unit: str, src: str) -> str:
@@ -158,10 +171,13 @@ def toml_section(gpu: str = "H100") -> str:
 
 
 def residuals(gpu: str = "H100"):
-    """DataFrame of `gpu`'s GPU-bound points with the fit's relative error."""
+    """DataFrame of `gpu`'s fitted points with the fit's relative error."""
+    import pandas as pd
+    from graphed import memory_points
+
     t0, b = fit(gpu)
-    g = gpu_bound_points(LEASES[gpu].data)
-    return g.assign(fit_s=t0 + g["bytes_moved"] / b, error=(t0 + g["bytes_moved"] / b) / g["queued_s"] - 1.0)
+    g = pd.DataFrame(memory_points(gpu))
+    return g.assign(fit_s=t0 + g["bytes_moved"] / b, error=(t0 + g["bytes_moved"] / b) / g["t_eager_s"] - 1.0)
 
 
 def presets_differing(table_name: str, x, e, src: str, presets=PRESETS) -> list[str]:
@@ -184,15 +200,43 @@ def check() -> list[str]:
             for p in presets_differing("memory", *table(gpu), source(gpu), presets=lease.presets)]
 
 
-def table_main(argv, doc: str, name: str, script: str, check_fn, report) -> int:
-    """The command line of a table script: `--check` (exit 1 naming the presets that differ) or the report."""
+def replace_section(preset: str, name: str, section: str) -> bool:
+    """Replace [efficiency.<name>] in hardware_profiles/<preset>.toml by `section`; whether the file changed."""
+    import re
+
+    p = ROOT / "hardware_profiles" / f"{preset}.toml"
+    text = p.read_text()
+    pattern = re.compile(rf"\[efficiency\.{re.escape(name)}\]\n(?:[^\[\n][^\n]*\n)*")
+    new, n = pattern.subn(lambda m: section + "\n", text, count=1)
+    if n != 1:
+        raise ValueError(f"{preset}: no [efficiency.{name}] section to replace")
+    if new != text:
+        p.write_text(new)
+    return new != text
+
+
+def write_sections(name: str, section_fn) -> list[str]:
+    """Replace [efficiency.<name>] in every lease's presets by `section_fn(gpu)`; the presets rewritten."""
+    return [preset for gpu, lease in LEASES.items() for preset in lease.presets
+            if replace_section(preset, name, section_fn(gpu))]
+
+
+def table_main(argv, doc: str, name: str, script: str, check_fn, report, section_fn=None, write_fn=None) -> int:
+    """The command line of a table script: `--check` (exit 1 naming the presets that differ), `--write` (with
+    `section_fn(gpu)`: the section written into each lease's presets; or `write_fn()`, the presets rewritten) or
+    the report."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--check", action="store_true")
-    if ap.parse_args(argv).check:
+    ap.add_argument("--write", action="store_true")
+    a = ap.parse_args(argv)
+    if a.check:
         bad = check_fn()
         for preset in bad:
             print(f"{preset}: [efficiency.{name}] differs from validation/{script}", file=sys.stderr)
         return 1 if bad else 0
+    if a.write and (section_fn or write_fn):
+        print("wrote", ", ".join(write_fn() if write_fn else write_sections(name, section_fn)) or "nothing")
+        return 0
     report()
     return 0
 
@@ -201,13 +245,13 @@ def _report() -> None:
     for gpu, lease in LEASES.items():
         r = residuals(gpu)
         print(f"# {gpu} ({', '.join(lease.presets)})")
-        print(r[["kernel", "bytes_moved", "queued_s", "fit_s", "error"]].to_string(index=False))
+        print(r[["kernel", "bytes_moved", "t_eager_s", "fit_s", "error"]].to_string(index=False))
         print(f"median |error| {r['error'].abs().median():.3f}, max {r['error'].abs().max():.3f}\n")
         print(toml_section(gpu) + "\n")
 
 
 def main(argv=None) -> int:
-    return table_main(argv, __doc__, "memory", "h100_memory_table.py", check, _report)
+    return table_main(argv, __doc__, "memory", "h100_memory_table.py", check, _report, toml_section)
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def _report() -> None:
 def main(argv=None) -> int:
     from h100_memory_table import table_main
 
-    return table_main(argv, __doc__, "memory_reduction", "h100_reduction_table.py", check, _report)
+    return table_main(argv, __doc__, "memory_reduction", "h100_reduction_table.py", check, _report, toml_section)
 
 
 if __name__ == "__main__":

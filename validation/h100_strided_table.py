@@ -156,7 +156,7 @@ def _report() -> None:
 def main(argv=None) -> int:
     from h100_memory_table import table_main
 
-    return table_main(argv, __doc__, "memory_strided", "h100_strided_table.py", check, _report)
+    return table_main(argv, __doc__, "memory_strided", "h100_strided_table.py", check, _report, toml_section)
 
 
 if __name__ == "__main__":

@@ -302,12 +302,14 @@ def errors_paragraph(results) -> list[str]:
             "(cost/cp_merge.py), about 1 % of these steps. FP8 over BF16 (the BF16 step over the FP8 step, same "
             "size and GPU count): " + speedup + ". Both GEMM tables of dgx-h100 describe the GPU held at its 700 W "
             "limit by GEMMs run back to back, the state a training step keeps it in: the FP8 table was measured so, "
-            "and the bf16 table is, from 1.6e11 FLOPs up, the same script's back-to-back measurement, 1.06-1.10x the "
-            "calibration's burst time, which it measured after the GPU idled before each shape "
-            "(validation/h100_gemm_table.py). With the burst table these rows were -15.9 % (BF16) and -11.4 % (FP8) "
+            "and the bf16 table is, from 5e10 FLOPs up, the same script's back-to-back measurement (1.06-1.10x the "
+            "calibration's burst time above 1e11, which it measured after the GPU idled before each shape) and below "
+            "the kernels timed back to back inside CUDA graphs (validation/h100_gemm_table.py, validation/graphed.py). "
+            "With the burst table these rows were -15.9 % (BF16) and -11.4 % (FP8) "
             "at the median, 14.3 % median |error| over the source. How far the rate moves with the share of the "
-            "step that is GEMMs (eager steps leave more bandwidth-bound time between them) is owed to a GPU "
-            "(validation/gpu_power_step.py --workloads mix). Weak scaling "
+            "step that is GEMMs was measured on a lent H200 (docs/compute.md, 'GEMMs at the power limit'): a step "
+            "whose memory-bound kernels take a third of it keeps its GEMMs within about 4 % of the burst rate. "
+            "Weak scaling "
             "(global batch grows with the GPUs): " + "; ".join(growth) + ".")
     for src, sizes in (("DGXC_H100_NEMOTRON", ("15b", "340b")), ("DGXC_H100_GPT3", ("175b",))):
         if src not in step_means:

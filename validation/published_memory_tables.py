@@ -3,6 +3,7 @@ the H100's.
 
     python validation/published_memory_tables.py           # the fits, their checks and the TOML sections
     python validation/published_memory_tables.py --check   # exit 1 if a preset's tables differ from them
+    python validation/published_memory_tables.py --write   # write them into the presets
 
 No A100, H200 NVL or H800 was lent here. Their presets held Calculon's step table (0.30 of HBM peak below 1 MB ...
 0.90 from 100 MB), which has no per-kernel cost, so a 100 KB kernel took 0.2 µs where every measured GPU takes
@@ -141,7 +142,7 @@ def table(preset: str, name: str):
     return efficiencies(f["t0"], f[name], hbm_bytes_per_s(preset))
 
 
-_WHAT = {"memory": "the H100 memory table's (pooled: add, copy, RMSNorm, SiLU)",
+_WHAT = {"memory": "the H100 memory table's (add and SiLU back to back, validation/graphed.py)",
          "memory_strided": "the H100 strided table's (torch's generic elementwise kernel on strided or broadcast "
                            "operands)",
          "memory_reduction": "the H100 reduction table's (norms, softmax)",
@@ -218,10 +219,17 @@ def _report() -> None:
         print(f"# {p}\n" + "\n\n".join(toml_section(p, name) for name in TABLES) + "\n")
 
 
+def write() -> list[str]:
+    """Write every preset's tables; 'preset: table' for each one rewritten."""
+    from h100_memory_table import replace_section
+
+    return [f"{p}: {name}" for p in PRESETS for name in TABLES if replace_section(p, name, toml_section(p, name))]
+
+
 def main(argv=None) -> int:
     from h100_memory_table import table_main
 
-    return table_main(argv, __doc__, "memory*", "published_memory_tables.py", check, _report)
+    return table_main(argv, __doc__, "memory*", "published_memory_tables.py", check, _report, write_fn=write)
 
 
 if __name__ == "__main__":
