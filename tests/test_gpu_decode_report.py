@@ -25,35 +25,37 @@ def test_section_renders_every_measured_row(rows):
     assert "nan" not in text and text.startswith("## ")
 
 
-def test_kernel_time_is_within_8_percent_with_the_memory_table_of_queued_kernels(rows):
-    """CUDA-graph decode against the CUPTI kernel sum, with dgx-h100's [efficiency.memory] fitted to kernels queued
-    back to back (validation/h100_memory_table.py; it never saw these rows): measured -0.2 to +7.7 %, batch 1 (436 MB
-    of weights, the regime the roofline is for) within 1 %. With the one-call table it replaced, +7 to +41 %."""
+def test_kernel_time_is_within_5_percent_with_the_memory_table_of_graphed_kernels(rows):
+    """CUDA-graph decode against the CUPTI kernel sum, with dgx-h100's [efficiency.memory] fitted to add and SiLU
+    timed inside CUDA graphs (validation/h100_memory_table.py, validation/graphed.py; it never saw these rows):
+    measured -3.9 to +1.3 %. With the queued-kernel table before it -0.2 to +7.7 %; with the one-call table +7 to
+    +41 %."""
     errs = [r["pred_s"] / r["kernel_s"] - 1 for r in rows]
-    assert max(abs(e) for e in errs) < 0.08, errs
-    assert all(abs(r["pred_s"] / r["kernel_s"] - 1) < 0.01 for r in rows if r["batch"] == 1)
+    assert max(abs(e) for e in errs) < 0.05, errs
 
 
 def test_a_cost_per_kernel_is_what_the_small_batches_need(rows):
     """With [efficiency.memory] flat at its highest value (no cost per kernel) the rows of batch 1-8 are under-
-    predicted by 9-17 %: their small kernels cost the device its floor per kernel, the table's fitted t0 (2.5 µs;
-    1.2-3.4 µs in launch.csv's CUPTI times), which the shipped table holds and gets within 3 % there."""
+    predicted by 9-22 %: their small kernels cost the device its floor per kernel, the table's fitted t0 (2.7 µs;
+    1.2-3.4 µs in launch.csv's CUPTI times), which the shipped table holds and gets within 4 % there."""
     for r in rows:
         if r["batch"] <= 8:
             assert r["plateau_s"] / r["kernel_s"] - 1 < -0.08, (r["batch"], r["kv_len"])
-            assert abs(r["pred_s"] / r["kernel_s"] - 1) < 0.03
-    # their bytes at the stream rate plus 2.5 µs per kernel: under 3x the stream time (the one-call table: over 5x)
+            assert abs(r["pred_s"] / r["kernel_s"] - 1) < 0.04
+    # their bytes at the stream rate plus 2.7 µs per kernel: under 3x the stream time (the one-call table: over 5x)
     assert R.elementwise_s(128) < 3 * R.elementwise_bytes(128) / (0.8 * 3.35e12)
 
 
-def test_the_kv_cache_streams_faster_than_the_pooled_memory_curve_says():
+def test_the_kv_cache_streams_as_the_memory_curve_says():
     """The extra KV-cache bytes of T = 8192 over T = 1024 stream at 0.92-0.93 of the datasheet bandwidth (b >= 8);
-    the pooled curve (copy, add, SiLU and the slower RMSNorm) reads a 4.3 GB cache at η_mem 0.85."""
+    the memory curve of add and SiLU timed inside CUDA graphs reads a 4.3 GB cache at η_mem 0.906 (within 3 %; the
+    queued curve before it, which pooled the slower RMSNorm, said 0.85)."""
     _, hw = R._specs()
     for b, bw in R.marginal_kv_bandwidth():
         if b >= 8:
             assert 0.88 < bw / hw.hbm_bytes_per_s < 0.97, (b, bw)
-            assert bw > 1.05 * float(hw.interp_efficiency("memory", 4.3e9)) * hw.hbm_bytes_per_s
+            curve = float(hw.interp_efficiency("memory", 4.3e9)) * hw.hbm_bytes_per_s
+            assert bw / curve == pytest.approx(1, abs=0.05)
 
 
 def test_the_stacks_carry_the_no_grad_host_time_of_the_host_bound_rows(rows):

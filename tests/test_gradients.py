@@ -19,13 +19,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_profiled_h100_zero_kernel_is_predicted_by_the_memory_table():
     # validation/h100/kernel_breakdown.csv: the multi-tensor ZeroFunctor kernel of 5 profiled runs (1.7-4.3 GB of
-    # bf16 gradients), predicted with the shipped preset's memory table (fitted to other kernels) within 10 %
+    # bf16 gradients), predicted with the shipped preset's memory table (fitted to other kernels): -13 to -15 %.
+    # The table is add and SiLU timed inside CUDA graphs (3.04 TB/s); this write-only multi-tensor kernel streams
+    # about 2.6 TB/s, as torch's foreach optimizer kernels run slower than it too (docs/validation-h100.md): a
+    # multi-tensor kernel class is not modelled. (With the queued table, which pooled the slower RMSNorm into its
+    # rate, these were within 10 %.)
     sys.path.insert(0, str(ROOT / "validation"))
     from grad_kernels import zeroing_rows
 
     d = zeroing_rows()
     assert len(d) == 5
-    assert d["error"].abs().max() < 0.10, d.to_string()
+    assert (d["error"] < 0).all() and d["error"].abs().max() < 0.16, d.to_string()
 
 
 @pytest.mark.parametrize("set_to_none", [False, True])

@@ -31,9 +31,10 @@ def test_the_presets_hold_the_built_table_with_its_source():
         assert "gemm_queued.csv" in hw.efficiency["gemm"].source
         assert ("compute die" in hw.efficiency["gemm"].source) == (name in T.SAME_DIE)
         assert [list(v) for v in hw.efficiency_curve("gemm_fp8")] == [list(v) for v in fp8]
-    # the back-to-back state from the crossover up, the calibration's below; large GEMMs in the back-to-back state
-    assert state[-1] == "back to back" and state[0] == "burst"
-    assert sorted(state, key=lambda s: s == "back to back") == list(state)  # one crossover
+    # one back-to-back fit: the graphed kernels (+ the eager gap) up to 5e10 FLOPs, the queued calls above
+    assert state[0] == "graphed + eager gap" and state[-1] == "queued"
+    assert sorted(state, key=lambda s: s == "queued") == list(state)  # one switch
+    assert "gpu_graphed.py" in load_hardware("dgx-h100").efficiency["gemm"].source
 
 
 def test_back_to_back_gemms_run_about_ten_percent_slower_than_after_an_idle():

@@ -76,12 +76,15 @@ def test_dgx_h200_memory_tables_predict_the_h200():
 
 
 def test_small_memory_kernels_lie_between_their_cupti_and_queued_times():
-    # inputs < 16 MiB: a queued call holds the host's issue (predicted / queued 0.14-0.91), CUPTI the kernel alone
-    # (predicted / CUPTI: copy, add 2.6-4.2, SiLU 1.4-2.3, RMSNorm 0.89-1.57): the fitted t0 of 4.14 us is above
-    # the tiny kernels' CUPTI times (validation/h200/launch.csv), so small kernels alone are over-charged
+    # inputs < 16 MiB: a queued call holds the host's issue (predicted / queued 0.11-0.83), CUPTI the kernel alone
+    # without the GPU's gap between kernels (predicted / CUPTI: copy, add 2.3-3.3, SiLU 1.3-1.9): the table's t0,
+    # 3.27 us, is a kernel's eager time back to back (graph time + the launch gap, validation/h200_graphed/).
+    # RMSNorm's call costs more than that at small sizes (4.3 us inside a graph; predicted / CUPTI 0.71-1.44)
     for k in ("copy", "add", "silu", "rmsnorm"):
         assert K.predicted_over_measured(k, large=False)[3] < 1.0
-        assert K.predicted_over_measured(k, large=False, timing="kernel_s")[2] > 0.85
+    for k in ("copy", "add", "silu"):
+        assert K.predicted_over_measured(k, large=False, timing="kernel_s")[2] > 1.0
+    assert K.predicted_over_measured("rmsnorm", large=False, timing="kernel_s")[2] > 0.65
 
 
 # ---- power limit ---------------------------------------------------------------------------------------------------

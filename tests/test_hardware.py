@@ -121,26 +121,29 @@ def test_usable_capacity_is_optional_and_falls_back_to_the_datasheet():
 
 def test_the_h100_preset_ships_measured_tables_and_the_datasheet_ones_are_an_opt_in():
     """dgx-h100's optimizer table is the faster of the two H100 calibrations at each point (validation/h100/
-    lent-opt.toml, lent2.toml), its GEMM table that below the crossover and the back-to-back measurement above it
-    (validation/h100_gemm_table.py, tests/test_h100_gemm_table.py), its memory table the kernels queued on the lent
-    H100 (validation/h100_memory_table.py, tests/test_h100_memory_table.py), not datasheet figures."""
+    lent-opt.toml, lent2.toml), its GEMM table the back-to-back measurement (validation/h100_gemm_table.py,
+    tests/test_h100_gemm_table.py), its memory table the kernels timed inside CUDA graphs on the lent H100
+    (validation/h100_memory_table.py, tests/test_h100_memory_table.py), not datasheet figures."""
     import tomllib
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent / "validation" / "h100"
     a, b = (tomllib.load(open(root / f, "rb"))["efficiency"] for f in ("lent-opt.toml", "lent2.toml"))
     hw, ds = load_hardware("dgx-h100"), load_hardware("dgx-h100-datasheet")
-    assert "memory_queued.csv" in hw.efficiency["memory"].source
+    assert "gpu_graphed.py" in hw.efficiency["memory"].source
     x, e = hw.efficiency_curve("optimizer")
     assert list(x) == a["optimizer"]["x"]
     want = [max(p, q) for p, q in zip(a["optimizer"]["efficiency"], b["optimizer"]["efficiency"])]
     assert list(e) == pytest.approx(want, rel=1e-3)
-    # the GEMM table's burst knots are the two calibrations' faster; every knot is measured, none a datasheet's
+    # the GEMM table on the calibrations' knots: from 1e11 FLOPs never faster than their burst (back to back at the
+    # power limit), below faster (their one-call times held the host's issue, which the launch bound charges)
     bx = a["gemm"]["x"]
     burst = dict(zip(bx, (max(p, q) for p, q in zip(a["gemm"]["efficiency"], b["gemm"]["efficiency"]))))
     x, e = hw.efficiency_curve("gemm")
-    assert float(x[0]) == bx[0] and float(e[0]) == pytest.approx(burst[bx[0]], rel=1e-3)
-    assert all(float(v) <= burst[k] * 1.001 for k, v in zip(x, e) if k in burst)  # never faster than the burst
+    on = [(k, float(v)) for k, v in zip(x, e) if float(k) in burst]
+    assert len(on) >= 5
+    assert all(v <= burst[k] * 1.001 for k, v in on if k >= 1e11)
+    assert all(v > burst[k] for k, v in on if k < 1e10)
     for name in ("gemm", "optimizer"):
         assert "measured" in hw.efficiency[name].source
     assert "MAMF" in ds.efficiency["gemm"].source

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -57,31 +56,11 @@ class Graphed:
         return Bench(self.torch, self.device).queued_s(fn, calls)
 
     def graph_s(self, fn, calls: int) -> float:
-        torch = self.torch
         if not self.cuda:
             return self._eager_s(fn, calls)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):  # warm up outside the capture (allocator, cuBLAS handles)
-            for _ in range(2):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(calls):
-                fn()
-        g.replay()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(self.replays):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1e-3 / calls)
-        del g
-        return statistics.median(times)
+        from gpu_owed import Bench
+
+        return Bench(self.torch, self.device).graph_s(fn, calls, replays=self.replays, warm=2)
 
     def row(self, fn, **r) -> dict:
         calls = self.calls_for(fn)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import statistics
 import subprocess
 import sys
 import time
@@ -106,15 +107,17 @@ class Bench:
         times = [us for _, _, us in device_kernels(prof)]
         return sum(times) * 1e-6 / calls, len(times) / calls
 
-    def graph_s(self, fn, calls: int) -> float:
-        """Per-call time of `calls` calls captured in one CUDA graph and replayed (no host work); nan on CPU."""
+    def graph_s(self, fn, calls: int, replays: int = 1, warm: int = 1) -> float:
+        """Per-call time of `calls` calls captured in one CUDA graph (after `warm` calls on a side stream) and
+        replayed (no host work): the median of `replays` timed replays after one untimed; nan on CPU."""
         if not self.cuda:
             return float("nan")
         torch = self.torch
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            fn()
+        with torch.cuda.stream(s):  # warm up outside the capture (allocator, cuBLAS handles)
+            for _ in range(warm):
+                fn()
         torch.cuda.current_stream().wait_stream(s)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
@@ -122,12 +125,15 @@ class Bench:
                 fn()
         g.replay()
         self.sync()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        return a.elapsed_time(b) * 1e-3 / calls
+        times = []
+        for _ in range(replays):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1e-3 / calls)
+        return statistics.median(times)
 
 
 def _writer(out: Path, name: str, fields: list[str]):
