@@ -52,10 +52,19 @@ def eager_gap_s(gpu: str, what: str, dtype: str | None = None) -> float:
 
 
 def gemm_points(gpu: str = "H100", dtype: str = "bfloat16") -> list[dict]:
-    """The graphed GEMMs of `dtype` (bfloat16 or fp8) as dicts with op, flops and t_eager_s."""
+    """The graphed GEMMs of `dtype` (bfloat16 / bf16 or fp8) as dicts with op, flops and t_eager_s."""
+    dtype = {"bf16": "bfloat16"}.get(dtype, dtype)
     gap = eager_gap_s(gpu, "gemm", dtype)
     return [{"op": r["kernel"], "flops": float(r["flops"]), "t_eager_s": float(r["graph_s"]) + gap}
             for r in rows(gpu) if _class(r, "gemm", dtype)]
+
+
+def back_to_back(dtype: str, queued) -> list[tuple[str, float, float]]:
+    """(op, FLOPs, seconds) of a GEMM table's back-to-back points: the H100's graphed kernels' eager time up to
+    GRAPH_MAX_FLOPS, where queued calls still hold the host's issue, and `queued` ((op, FLOPs, seconds) of queued
+    calls, GPU-bound there) above it."""
+    out = [(g["op"], g["flops"], g["t_eager_s"]) for g in gemm_points("H100", dtype) if g["flops"] <= GRAPH_MAX_FLOPS]
+    return out + [(op, x, t) for op, x, t in queued if x > GRAPH_MAX_FLOPS]
 
 
 def memory_points(gpu: str = "H100") -> list[dict]:

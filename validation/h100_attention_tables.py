@@ -273,11 +273,6 @@ def check() -> list[str]:
 
 
 if __name__ == "__main__":
-    if "--write" in sys.argv[1:]:
-        print("wrote", ", ".join(write()) or "nothing")
-    elif "--check" in sys.argv[1:]:
-        bad = check()
-        print(("differ: " + ", ".join(bad) + " (run --write)") if bad else "cuDNN attention sections are current")
-        sys.exit(1 if bad else 0)
-    else:
-        sys.stdout.write(sections())
+    from h100_gemm_table import preset_cli
+
+    sys.exit(preset_cli(None, "cuDNN attention sections", write, check, lambda _: sys.stdout.write(sections())))

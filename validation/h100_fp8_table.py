@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "h100_owed" / "gemm_queued.csv"
 sys.path.insert(0, str(ROOT.parent))
 sys.path.insert(0, str(ROOT))
-from h100_gemm_table import same_die_note, section_writer  # noqa: E402  (the GH100 SXM presets share these tables)
+from h100_gemm_table import preset_cli, same_die_note, section_writer  # noqa: E402  (the GH100 SXM presets share these tables)
 HELD_OUT_TP = ("tp=2", "tp=8")
 PER_DECADE = 2.0  # knots per decade: the efficiency rises from 0.07 to 0.63 over 1e10-1e11 FLOPs
 
@@ -54,15 +54,10 @@ def timed(dtype: str = "fp8", timing: str = "queued_s") -> dict[str, tuple[float
     """{op: (FLOPs, seconds)} of the `dtype` rows. With timing "queued_s" (the table's), up to
     graphed.GRAPH_MAX_FLOPS the graphed kernels' eager time stands for the queued calls (graphed.gemm_points: graph
     time + the eager gap, no host issue)."""
-    from graphed import GRAPH_MAX_FLOPS, gemm_points
+    from graphed import back_to_back
 
-    graphed = timing == "queued_s"
-    out = {r["op"]: (r["flops"], r[timing]) for r in rows()
-           if r["dtype"] == dtype and not (graphed and r["flops"] <= GRAPH_MAX_FLOPS)}
-    if graphed:
-        out.update({g["op"]: (g["flops"], g["t_eager_s"]) for g in gemm_points("H100", {"bf16": "bfloat16"}.get(
-            dtype, dtype)) if g["flops"] <= GRAPH_MAX_FLOPS})
-    return out
+    queued = [(r["op"], r["flops"], r[timing]) for r in rows() if r["dtype"] == dtype]
+    return {op: (x, t) for op, x, t in (back_to_back(dtype, queued) if timing == "queued_s" else queued)}
 
 
 def points(dtype: str = "fp8", *, held_out: bool | None = None, timing: str = "queued_s"):
@@ -163,18 +158,8 @@ def comparison_lines() -> list[str]:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--check" in argv:
-        bad = check()
-        print("[efficiency.gemm_fp8] " + (f"differs in {', '.join(bad)}: run --write" if bad else "is current"))
-        return 1 if bad else 0
-    if "--write" in argv:
-        changed = write()
-        print("wrote " + ", ".join(changed) if changed else "unchanged")
-        return 0
-    print("\n".join(comparison_lines()))
-    print(section())
-    return 0
+    return preset_cli(argv, "[efficiency.gemm_fp8] sections", write, check,
+                      lambda _: print("\n".join(comparison_lines()) + "\n" + section()))
 
 
 if __name__ == "__main__":

@@ -83,18 +83,16 @@ def back_points(*, held_out: bool | None = None) -> list[tuple[float, float]]:
     """(FLOPs, efficiency) of the back-to-back bf16 points: up to graphed.GRAPH_MAX_FLOPS the graphed kernels' eager
     time (graphed.gemm_points: graph time + the eager gap, no host issue), above it the queued calls of both
     leases (GPU-bound there); held_out True / False: only the held-out TP degrees / the others."""
-    from graphed import GRAPH_MAX_FLOPS, gemm_points
+    from graphed import back_to_back
 
-    p = _peak()
-    keep = (lambda op: held_out is None or any(t in op for t in HELD_OUT_TP) == held_out)
-    out = [(g["flops"], g["flops"] / g["t_eager_s"] / p) for g in gemm_points("H100", "bfloat16")
-           if keep(g["op"]) and g["flops"] <= GRAPH_MAX_FLOPS]
+    queued = []
     for path in BACK:
         with open(path) as f:
-            for r in csv.DictReader(f):
-                if r["dtype"] == "bf16" and keep(r["op"]) and float(r["flops"]) > GRAPH_MAX_FLOPS:
-                    out.append((float(r["flops"]), float(r["flops"]) / float(r["queued_s"]) / p))
-    return out
+            queued += [(r["op"], float(r["flops"]), float(r["queued_s"])) for r in csv.DictReader(f)
+                       if r["dtype"] == "bf16"]
+    p = _peak()
+    return [(x, x / t / p) for op, x, t in back_to_back("bf16", queued)
+            if held_out is None or any(h in op for h in HELD_OUT_TP) == held_out]
 
 
 def back_fit(pts=None):
@@ -198,19 +196,24 @@ def comparison_lines() -> list[str]:
     return out
 
 
-def main(argv=None) -> int:
+def preset_cli(argv, what: str, write, check, report) -> int:
+    """The command line of a script that writes tables into presets: `--check` (exit 1 naming the presets that
+    differ), `--write` (the presets rewritten), otherwise `report(argv)`. `what` names the tables in messages."""
     argv = sys.argv[1:] if argv is None else argv
     if "--check" in argv:
         bad = check()
-        print("[efficiency.gemm] " + (f"differs in {', '.join(bad)}: run --write" if bad else "is current"))
+        print(f"{what} " + (f"differ in {', '.join(bad)}: run --write" if bad else "are current"))
         return 1 if bad else 0
     if "--write" in argv:
-        changed = write()
-        print("wrote " + ", ".join(changed) if changed else "unchanged")
+        print("wrote " + (", ".join(write()) or "nothing"))
         return 0
-    print("\n".join(comparison_lines()))
-    print(section())
+    report(argv)
     return 0
+
+
+def main(argv=None) -> int:
+    return preset_cli(argv, "[efficiency.gemm] sections", write, check,
+                      lambda _: print("\n".join(comparison_lines()) + "\n" + section()))
 
 
 if __name__ == "__main__":

@@ -287,11 +287,7 @@ def shipping_lines() -> list[str]:
 
 
 if __name__ == "__main__":
-    if "--write" in sys.argv[1:]:
-        print("wrote", ", ".join(write()) or "nothing")
-    elif "--check" in sys.argv[1:]:
-        bad = check()
-        print(("differ: " + ", ".join(bad) + " (run --write)") if bad else "measured SDPA sections are current")
-        sys.exit(1 if bad else 0)
-    else:
-        sys.stdout.write(sections(list(KERNELS.values()) if "--all" in sys.argv[1:] else None))
+    from h100_gemm_table import preset_cli
+
+    sys.exit(preset_cli(None, "measured SDPA sections", write, check, lambda argv: sys.stdout.write(
+        sections(list(KERNELS.values()) if "--all" in argv else None))))
