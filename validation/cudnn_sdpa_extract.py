@@ -1,0 +1,132 @@
+"""Transcribe NVIDIA's published cuDNN attention training benchmarks into validation/data/cudnn_sdpa.csv.
+
+    python validation/cudnn_sdpa_extract.py CLONE          # print the CSV
+    python validation/cudnn_sdpa_extract.py CLONE --write  # write validation/data/cudnn_sdpa.csv
+
+CLONE is a git clone of NVIDIA/cudnn-frontend with its history. Its `benchmark/sdpa_benchmark_training`
+(benchmark_bf16_sdpa.py, later benchmark_single_sdpa.py) times one scaled-dot-product-attention forward and
+backward per shape on one GPU and publishes the results with each release: first as
+`artifacts/sdpa_bf16_benchmark_results_NVIDIA_<GPU>.csv` (batch 1, 128 query heads, 8 KV heads, head dim 128,
+causal; backends named `pyt_cudnn` (torch SDPA's cuDNN backend) or `cudnn_fe` (the cuDNN frontend called
+directly)), from cuDNN 9.18 as `results/<gpu>_9xx_only_cudnn/llama3.1_*.csv` and `results/llama3.1/<gpu>/*.csv`
+(Llama 3.1 405B's attention: 64 query heads, 8 KV heads, head dim 128; `top_left` is the causal mask). Every
+row keeps the file it came from (commit and path), the GPU and cuDNN version the release's sample log or CSV
+names, and the benchmark's own TFLOP/s, which count causal-halved FLOPs forward and 2.5 times those backward
+(checked here against each row's time: 4·b·h·s²·d/2 over the forward time).
+
+Only bf16 rows of the cuDNN backends, causal or not, deterministic backward off, are kept. Nothing is edited.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "data" / "cudnn_sdpa.csv"
+BENCH = "benchmark/sdpa_benchmark_training/"
+# (commit, path under BENCH, gpu, cuDNN backend version): the version from the release's sample log of that GPU
+# (artifacts/sample_<gpu>_bf16_run.txt, `torch.backends.cudnn.version()` / `cudnn.backend_version()`) or the
+# CSV's own cudnn_backend_version column (from cuDNN 9.18's result files)
+FILES = (
+    ("cb560b9", "artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv", "B200", 91002),
+    ("bb37575", "artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv", "B200", 91300),
+    ("bb37575", "artifacts/sdpa_bf16_benchmark_results_NVIDIA_GB300.csv", "GB300", 91300),
+    ("d48a60e", "artifacts/sdpa_bf16_benchmark_results_NVIDIA_GB200.csv", "GB200", 91700),
+    ("d48a60e", "artifacts/sdpa_bf16_benchmark_results_NVIDIA_GB300.csv", "GB300", 91700),
+    ("9072c4e", "results/gb200_918_only_cudnn/llama3.1_20260126_110503.csv", "GB200", None),
+    ("9072c4e", "results/gb300_918_only_cudnn/llama3.1_20260126_110426.csv", "GB300", None),
+    ("afa9f7c", "results/gb200_919_only_cudnn/llama3.1_20260226_174648.csv", "GB200", None),
+    ("afa9f7c", "results/gb300_919_only_cudnn/llama3.1_20260226_185510.csv", "GB300", None),
+    ("afa9f7c", "results/h200_919_only_cudnn/llama3.1_20260227_034703.csv", "H200", None),
+    ("60e572b", "results/llama3.1/gb200/llama3.1_20260424_100750.csv", "GB200", None),
+    ("60e572b", "results/llama3.1/gb300/llama3.1_20260424_100757.csv", "GB300", None),
+)
+CUDNN_BACKENDS = ("pyt_cudnn", "cudnn_fe", "cudnn")
+COLUMNS = ("gpu", "cudnn_version", "backend", "batch", "heads", "kv_heads", "seq_len", "head_dim", "causal",
+           "fwd_ms", "bwd_ms", "fwd_tflops", "bwd_tflops", "commit", "date", "path")
+
+
+def _show(clone: Path, commit: str, path: str) -> str:
+    return subprocess.run(["git", "-C", str(clone), "show", f"{commit}:{BENCH}{path}"], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def _date(clone: Path, commit: str) -> str:
+    return subprocess.run(["git", "-C", str(clone), "log", "-1", "--format=%ad", "--date=short", commit],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _rows(text: str) -> list[dict]:
+    """The file's rows in one shape: the old artifacts (fwd and bwd on one row, is_causal) and the newer results
+    (one pass per row or both, attn_mask top_left / no_mask) alike."""
+    out = []
+    for r in csv.DictReader(io.StringIO(text)):
+        if "is_causal" in r:  # artifacts: batch_size,...,head_dim,is_causal,backend,forward_time,backward_time,...
+            out.append(dict(backend=r["backend"], dtype="bfloat16", det="False", batch=r["batch_size"],
+                            heads=r["num_q_heads"], kv_heads=r["num_kv_heads"], seq_len=r["q_seqlen"],
+                            head_dim=r["head_dim"], causal=r["is_causal"] == "True", fwd_ms=r["forward_time"],
+                            bwd_ms=r["backward_time"], fwd_tflops=r["fwd_tflops_per_sec"],
+                            bwd_tflops=r["bwd_tflops_per_sec"], version=None))
+            continue
+        base = dict(backend=r["backend"], dtype=r["data_type"], det=r["deterministic_bwd"], batch=r["batch_size"],
+                    heads=r["num_q_heads"], kv_heads=r["num_kv_heads"], seq_len=r["q_seqlen"],
+                    head_dim=r["head_dim_qk"], causal=r["attn_mask"] == "top_left",
+                    version=int(float(r["cudnn_backend_version"])))
+        if r["profile_pass"] == "both":
+            out.append(base | dict(fwd_ms=r["fwd_time_ms"], bwd_ms=r["bwd_time_ms"], fwd_tflops=r["fwd_tflops"],
+                                   bwd_tflops=r["bwd_tflops"]))
+        else:
+            p = r["profile_pass"]
+            out.append(base | {f"{p}_ms": r["time_ms"], f"{p}_tflops": r["tflops"]})
+    return out
+
+
+def table(clone: Path) -> list[dict]:
+    """One row per (file, shape, mask): forward and backward joined."""
+    rows = []
+    for commit, path, gpu, version in FILES:
+        date = _date(clone, commit)
+        merged: dict[tuple, dict] = {}
+        for r in _rows(_show(clone, commit, path)):
+            if r["backend"] not in CUDNN_BACKENDS or r["dtype"] != "bfloat16" or r["det"] != "False":
+                continue
+            key = (r["batch"], r["heads"], r["kv_heads"], r["seq_len"], r["head_dim"], r["causal"])
+            m = merged.setdefault(key, dict(gpu=gpu, cudnn_version=version or r["version"], backend=r["backend"],
+                                            batch=int(r["batch"]), heads=int(r["heads"]),
+                                            kv_heads=int(r["kv_heads"]), seq_len=int(r["seq_len"]),
+                                            head_dim=int(r["head_dim"]), causal=r["causal"], commit=commit,
+                                            date=date, path=BENCH + path))
+            for k in ("fwd_ms", "bwd_ms", "fwd_tflops", "bwd_tflops"):
+                if r.get(k) not in (None, ""):
+                    m[k] = float(r[k])
+        rows.extend(m for m in merged.values() if m.get("fwd_tflops", 0) > 0)
+    for m in rows:  # the benchmark's FLOP convention, checked against its own time
+        full = 4.0 * m["batch"] * m["heads"] * m["seq_len"] ** 2 * m["head_dim"]
+        fwd = full / 2 if m["causal"] else full
+        assert abs(fwd / (m["fwd_ms"] * 1e-3) / 1e12 / m["fwd_tflops"] - 1) < 0.02, m
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("clone", type=Path, help="a git clone of NVIDIA/cudnn-frontend with its history")
+    ap.add_argument("--write", action="store_true", help=f"write {OUT.name}")
+    args = ap.parse_args(argv)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in table(args.clone):
+        w.writerow({k: r.get(k, "") for k in COLUMNS})
+    if args.write:
+        OUT.write_text(buf.getvalue())
+        print(f"wrote {OUT}")
+    else:
+        sys.stdout.write(buf.getvalue())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
