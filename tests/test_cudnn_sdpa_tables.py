@@ -16,13 +16,14 @@ import cudnn_sdpa_tables as T  # noqa: E402
 
 
 def test_every_transcribed_row_matches_the_benchmarks_own_flop_count():
-    # the benchmark reports causal-halved forward FLOPs (4·b·h·s²·d / 2) and 2.5 times those backward, over the time it
-    # prints: a row whose rate and time disagree was mis-read
+    # the benchmark reports 4·b·h·d FLOPs per score forward (s²/2 causal; a causal window's band w·s − w(w−1)/2) and
+    # 2.5 times those backward, over the time it prints: a row whose rate and time disagree was mis-read
     rows = list(csv.DictReader(open(ROOT / "validation" / "data" / "cudnn_sdpa.csv")))
     assert len(rows) > 100
     for r in rows:
-        b, h, s, d = (float(r[k]) for k in ("batch", "heads", "seq_len", "head_dim"))
-        fwd = 4 * b * h * s * s * d / (2 if r["causal"] == "True" else 1)
+        b, h, s, d, w = (float(r[k]) for k in ("batch", "heads", "seq_len", "head_dim", "window"))
+        scores = w * s - w * (w - 1) / 2 if w else s * s / (2 if r["causal"] == "True" else 1)  # a window's band
+        fwd = 4 * b * h * scores * d
         assert fwd / (float(r["fwd_ms"]) * 1e-3) / 1e12 == pytest.approx(float(r["fwd_tflops"]), rel=0.02), r
         assert 2.5 * fwd / (float(r["bwd_ms"]) * 1e-3) / 1e12 == pytest.approx(float(r["bwd_tflops"]), rel=0.05), r
         assert r["commit"] and r["path"].startswith("benchmark/sdpa_benchmark_training/"), r
@@ -70,3 +71,12 @@ def test_b200_table_reproduces_the_published_b200_kernels_from_8k_tokens():
                 assert e == pytest.approx(rate, rel=1e-3), (p, s)
             else:
                 assert e >= rate, (p, s)
+
+
+def test_gpt_oss_windowed_kernels_on_blackwell_are_predicted_too_fast_by_the_window_model():
+    # cuDNN 9.22's published GPT-OSS windowed attention (window 128, head dim 64) on the GB200 and GB300 runs at 4-8 %
+    # of peak; cost/window.py, reading the causal head-dim-128 table at 384 tokens, predicts 37-66 % less time
+    # (docs/compute.md). A known, reported gap: this test fails when the window model or the tables move it.
+    errs = [r[f"predicted_{p}_s"] / r[f"measured_{p}_s"] - 1 for r in T.window_check() for p in ("fwd", "bwd")]
+    assert len(errs) == 20
+    assert all(-0.70 < e < -0.35 for e in errs), errs

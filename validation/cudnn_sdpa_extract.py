@@ -9,10 +9,11 @@ backward per shape on one GPU and publishes the results with each release: first
 `artifacts/sdpa_bf16_benchmark_results_NVIDIA_<GPU>.csv` (batch 1, 128 query heads, 8 KV heads, head dim 128,
 causal; backends named `pyt_cudnn` (torch SDPA's cuDNN backend) or `cudnn_fe` (the cuDNN frontend called
 directly)), from cuDNN 9.18 as `results/<gpu>_9xx_only_cudnn/llama3.1_*.csv` and `results/llama3.1/<gpu>/*.csv`
-(Llama 3.1 405B's attention: 64 query heads, 8 KV heads, head dim 128; `top_left` is the causal mask). Every
+(Llama 3.1 405B's attention: 64 query heads, 8 KV heads, head dim 128; `top_left` is the causal mask), and
+`results/gpt_oss/<gpu>/*.csv` (GPT-OSS's windowed layers: 128 heads, head dim 64, a causal window of 128 keys). Every
 row keeps the file it came from (commit and path), the GPU and cuDNN version the release's sample log or CSV
-names, and the benchmark's own TFLOP/s, which count causal-halved FLOPs forward and 2.5 times those backward
-(checked here against each row's time: 4·b·h·s²·d/2 over the forward time).
+names, and the benchmark's own TFLOP/s, which count 4·b·h·d FLOPs per score computed forward (s²/2 causal,
+the band w·s − w(w − 1)/2 with a window of w keys) and 2.5 times those backward (checked here against each row's forward time).
 
 Only bf16 rows of the cuDNN backends, causal or not, deterministic backward off, are kept. Nothing is edited.
 """
@@ -43,9 +44,11 @@ FILES = (
     ("afa9f7c", "results/h200_919_only_cudnn/llama3.1_20260227_034703.csv", "H200", None),
     ("60e572b", "results/llama3.1/gb200/llama3.1_20260424_100750.csv", "GB200", None),
     ("60e572b", "results/llama3.1/gb300/llama3.1_20260424_100757.csv", "GB300", None),
+    ("60e572b", "results/gpt_oss/gb200/gpt_oss_20260424_100011.csv", "GB200", None),
+    ("60e572b", "results/gpt_oss/gb300/gpt_oss_20260424_100022.csv", "GB300", None),
 )
 CUDNN_BACKENDS = ("pyt_cudnn", "cudnn_fe", "cudnn")
-COLUMNS = ("gpu", "cudnn_version", "backend", "batch", "heads", "kv_heads", "seq_len", "head_dim", "causal",
+COLUMNS = ("gpu", "cudnn_version", "backend", "batch", "heads", "kv_heads", "seq_len", "head_dim", "causal", "window",
            "fwd_ms", "bwd_ms", "fwd_tflops", "bwd_tflops", "commit", "date", "path")
 
 
@@ -69,12 +72,12 @@ def _rows(text: str) -> list[dict]:
                             heads=r["num_q_heads"], kv_heads=r["num_kv_heads"], seq_len=r["q_seqlen"],
                             head_dim=r["head_dim"], causal=r["is_causal"] == "True", fwd_ms=r["forward_time"],
                             bwd_ms=r["backward_time"], fwd_tflops=r["fwd_tflops_per_sec"],
-                            bwd_tflops=r["bwd_tflops_per_sec"], version=None))
+                            bwd_tflops=r["bwd_tflops_per_sec"], version=None, window=0))
             continue
         base = dict(backend=r["backend"], dtype=r["data_type"], det=r["deterministic_bwd"], batch=r["batch_size"],
                     heads=r["num_q_heads"], kv_heads=r["num_kv_heads"], seq_len=r["q_seqlen"],
                     head_dim=r["head_dim_qk"], causal=r["attn_mask"] == "top_left",
-                    version=int(float(r["cudnn_backend_version"])))
+                    version=int(float(r["cudnn_backend_version"])), window=int(r.get("sliding_window_size") or 0))
         if r["profile_pass"] == "both":
             out.append(base | dict(fwd_ms=r["fwd_time_ms"], bwd_ms=r["bwd_time_ms"], fwd_tflops=r["fwd_tflops"],
                                    bwd_tflops=r["bwd_tflops"]))
@@ -82,6 +85,13 @@ def _rows(text: str) -> list[dict]:
             p = r["profile_pass"]
             out.append(base | {f"{p}_ms": r["time_ms"], f"{p}_tflops": r["tflops"]})
     return out
+
+
+def flops(batch, heads, seq, head_dim, causal: bool, window: int = 0) -> float:
+    """The benchmark's forward FLOPs: 4·b·h·d times the scores computed, s²/2 causal, s² not, and with a causal window
+    of w keys the band w·s − w(w − 1)/2 (cost/window.py band_entries)."""
+    scores = window * seq - window * (window - 1) / 2 if window else (seq * seq / 2 if causal else seq * seq)
+    return 4.0 * batch * heads * scores * head_dim
 
 
 def table(clone: Path) -> list[dict]:
@@ -93,19 +103,19 @@ def table(clone: Path) -> list[dict]:
         for r in _rows(_show(clone, commit, path)):
             if r["backend"] not in CUDNN_BACKENDS or r["dtype"] != "bfloat16" or r["det"] != "False":
                 continue
-            key = (r["batch"], r["heads"], r["kv_heads"], r["seq_len"], r["head_dim"], r["causal"])
+            key = (r["batch"], r["heads"], r["kv_heads"], r["seq_len"], r["head_dim"], r["causal"], r["window"])
             m = merged.setdefault(key, dict(gpu=gpu, cudnn_version=version or r["version"], backend=r["backend"],
                                             batch=int(r["batch"]), heads=int(r["heads"]),
                                             kv_heads=int(r["kv_heads"]), seq_len=int(r["seq_len"]),
-                                            head_dim=int(r["head_dim"]), causal=r["causal"], commit=commit,
+                                            head_dim=int(r["head_dim"]), causal=r["causal"], window=r["window"],
+                                            commit=commit,
                                             date=date, path=BENCH + path))
             for k in ("fwd_ms", "bwd_ms", "fwd_tflops", "bwd_tflops"):
                 if r.get(k) not in (None, ""):
                     m[k] = float(r[k])
         rows.extend(m for m in merged.values() if m.get("fwd_tflops", 0) > 0)
     for m in rows:  # the benchmark's FLOP convention, checked against its own time
-        full = 4.0 * m["batch"] * m["heads"] * m["seq_len"] ** 2 * m["head_dim"]
-        fwd = full / 2 if m["causal"] else full
+        fwd = flops(m["batch"], m["heads"], m["seq_len"], m["head_dim"], m["causal"], m["window"])
         assert abs(fwd / (m["fwd_ms"] * 1e-3) / 1e12 / m["fwd_tflops"] - 1) < 0.02, m
     return rows
 
