@@ -45,8 +45,8 @@ from . import flops as F
 from .compute import _peak
 from .memory_ops import _memory_time, memory_ops
 
-__all__ = ["DecodeCost", "experts_touched_fraction", "decode_attention_flops", "compute_efficiency", "roofline_s",
-           "decode_layer", "decode_head", "prefill_flops", "mean_decode_context", "pipelined_forward_s",
+__all__ = ["DecodeCost", "experts_touched_fraction", "decode_attention_flops", "decode_attention", "compute_efficiency",
+           "roofline_s", "decode_layer", "decode_head", "prefill_flops", "mean_decode_context", "pipelined_forward_s",
            "decode_period_s", "max_batch_size"]
 
 
@@ -168,14 +168,7 @@ def decode_layer(model: ModelSpec, training: Training, hardware, *, moe: bool, t
         ops += F.dense_mlp_ops(model, **kw)
         touched = 1.0
     cost = _gemm_cost(ops, training, hardware, touched=touched)
-    e = float(training.activation_bytes)
-    kv = kv_cache_bytes(model, layers=[1.0], batch=batch, context=context, tp=tp, dtype_bytes=e)[..., 0]
-    d_qk, d_v = _attention_dims(model)
-    qo = e * np.asarray(batch, dtype=float) * model.num_heads / np.asarray(tp, dtype=float) * (d_qk + d_v)
-    fl = decode_attention_flops(model, batch=batch, context=context, tp=tp)
-    t, t_mem, t_math = roofline_s(kv + qo, fl, hardware, peak_flops_per_s=_peak(hardware, training.math_dtype),
-                                  efficiency=compute_efficiency(hardware))
-    cost = cost + DecodeCost(kv_bytes=kv, activation_bytes=qo, flops=fl, memory_s=t_mem, compute_s=t_math, time_s=t)
+    cost = cost + decode_attention(model, training, hardware, tp=tp, batch=batch, context=context)
     for op in _elementwise_ops(model, one, moe=moe, tp=tp, ep=ep, batch=batch):
         t = _memory_time(op.forward_bytes, op.kernels, hardware)
         cost = cost + DecodeCost(activation_bytes=op.forward_bytes, memory_s=t, time_s=t)
@@ -184,6 +177,20 @@ def decode_layer(model: ModelSpec, training: Training, hardware, *, moe: bool, t
         floor = st.layer_kernels[0] * (st.decode_host_s_per_kernel or st.host_s_per_kernel)
         cost = replace(cost, time_s=np.maximum(cost.time_s, floor))
     return cost
+
+
+def decode_attention(model: ModelSpec, training: Training, hardware, *, tp=1, batch=1, context=1) -> DecodeCost:
+    """One layer's decode attention for `batch` sequences at `context` tokens on one rank: one kernel that reads
+    the layer's KV cache at c (memory/kv_cache.py) plus Q and writes O, FLOPs `decode_attention_flops`, timed as a
+    roofline (`roofline_s`; η_mem at the bytes of the one kernel)."""
+    e = float(training.activation_bytes)
+    kv = kv_cache_bytes(model, layers=[1.0], batch=batch, context=context, tp=tp, dtype_bytes=e)[..., 0]
+    d_qk, d_v = _attention_dims(model)
+    qo = e * np.asarray(batch, dtype=float) * model.num_heads / np.asarray(tp, dtype=float) * (d_qk + d_v)
+    fl = decode_attention_flops(model, batch=batch, context=context, tp=tp)
+    t, t_mem, t_math = roofline_s(kv + qo, fl, hardware, peak_flops_per_s=_peak(hardware, training.math_dtype),
+                                  efficiency=compute_efficiency(hardware))
+    return DecodeCost(kv_bytes=kv, activation_bytes=qo, flops=fl, memory_s=t_mem, compute_s=t_math, time_s=t)
 
 
 def _elementwise_ops(model, training, *, moe, tp, ep, batch):
