@@ -62,7 +62,8 @@ def lines() -> list[str]:
         top = max(g, key=lambda r: r["bytes"])
         hw = load_hardware(preset)
         out.append(f"| {gpu} ({preset}) | {len(g)} | {100 * min(small):+.0f} to {100 * max(small):+.0f} % | "
-                   f"{100 * min(big):+.1f} to {100 * max(big):+.1f} % | {top['bytes'] / top['measured_s'] / 1e12:.2f} TB/s "
+                   f"{100 * min(big):+.1f} to {100 * max(big):+.1f} % | "
+                   f"{top['bytes'] / top['measured_s'] / 1e12:.2f} TB/s "
                    f"| {top['bytes'] / top['predicted_s'] / 1e12:.2f} TB/s ({hw.hbm_bytes_per_s / 1e12:.2f} peak) |")
     allerr = [r["predicted_s"] / r["measured_s"] - 1 for r in c]
     big = [r["predicted_s"] / r["measured_s"] - 1 for r in c if r["bytes"] >= 1e9]

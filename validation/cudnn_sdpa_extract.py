@@ -13,7 +13,8 @@ directly)), from cuDNN 9.18 as `results/<gpu>_9xx_only_cudnn/llama3.1_*.csv` and
 `results/gpt_oss/<gpu>/*.csv` (GPT-OSS's windowed layers: 128 heads, head dim 64, a causal window of 128 keys). Every
 row keeps the file it came from (commit and path), the GPU and cuDNN version the release's sample log or CSV
 names, and the benchmark's own TFLOP/s, which count 4·b·h·d FLOPs per score computed forward (s²/2 causal,
-the band w·s − w(w − 1)/2 with a window of w keys) and 2.5 times those backward (checked here against each row's forward time).
+the band w·s − w(w − 1)/2 with a window of w keys) and 2.5 times those backward (checked here against each row's
+forward time).
 
 Only bf16 rows of the cuDNN backends, causal or not, deterministic backward off, are kept. Nothing is edited.
 """
