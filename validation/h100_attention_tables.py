@@ -28,8 +28,10 @@ of S included):
   causal forward chart's shape at the same head dim (FlashAttention-3 README figure, kernel_benchmarks.csv:
   kernel-only at full occupancy), anchored at the measured 4096 value: η(s) = η(4096) · chart(s) / chart(4096).
   The backward uses the forward chart's shape (no cuDNN backward by length is published).
-- Head dim 256 (not measured): the measured head dim 128 table times the chart's 256/128 forward ratio at
-  the same length (the ratio at 16384 beyond it).
+- Head dim 256 (not measured here): the measured head dim 128 table times the 256/128 ratio of NVIDIA's published
+  cuDNN 9.27 prefill kernels on an H200 at the same 32-head grid (`hd256_ratio`, each over its occupancy; the
+  nearest published length's outside 2k-16k). Until 2026-11-28 the FlashAttention-3 chart's older fp16 cuDNN
+  ratio (0.94 at 8k), with which those kernels were predicted 20-28 % slow.
 
 No training step is used: the cuDNN kernels profiled in the harness's training steps
 (validation/h100/kernel_breakdown.csv) are the check (`kernel_check`, docs/validation-h100.md,
@@ -50,6 +52,7 @@ from simulator.cost.attention import Q_TILE, causal_occupancy  # noqa: E402
 from h100_gemm_table import same_die_note  # noqa: E402  (the GH100 SXM presets' note)
 CALIB = (ROOT / "h100" / "calib_points.csv", ROOT / "h100" / "calib_points2.csv")
 CHART = ROOT / "data" / "kernel_benchmarks.csv"
+PREFILL = ROOT / "data" / "cudnn_prefill.csv"  # NVIDIA's published cuDNN prefill kernels (head dim 256 against 128)
 PEAK = 989.4e12  # H100 SXM dense bf16 FLOP/s (NVIDIA datasheet)
 SMS = 132  # H100 SXM streaming multiprocessors (dgx-h100's sm_count)
 MIN_SEQ = 4096
@@ -92,6 +95,20 @@ def chart() -> dict:
     return out
 
 
+def hd256_ratio() -> dict:
+    """{seq: η(head dim 256) / η(head dim 128)} at the same grid, from NVIDIA's published H200 prefill kernels
+    (validation/data/cudnn_prefill.csv: cuDNN 9.27, one causal forward, batch 1 x 32 query heads, head dim 256
+    (Qwen3.5) against head dim 128 (Llama 3.1 70B at TP 2), 2048-16384 tokens), each over its causal_occupancy."""
+    rate = {}
+    for r in csv.DictReader(open(PREFILL)):
+        b, h, s, d = (int(r[k]) for k in ("batch", "heads", "q_tokens", "head_dim"))
+        if r["gpu"] != "H200" or h != 32:
+            continue
+        occ = float(causal_occupancy(b * h, math.ceil(s / Q_TILE), SMS, d))
+        rate[d, s] = forward_flops(b, h, s, d) / float(r["time_ms"]) / occ
+    return {s: rate[256, s] / rate[128, s] for (d, s) in sorted(rate) if d == 256}
+
+
 def tables() -> dict:
     """{table name: {seq: efficiency}} (module docstring)."""
     m, c = measured(), chart()
@@ -102,8 +119,9 @@ def tables() -> dict:
             short = {s: long[MIN_SEQ] * c[d, s] / c[d, MIN_SEQ] for (dd, s) in c if dd == d and s < MIN_SEQ}
             out[prefix + ("" if d == 128 else f"_hd{d}")] = dict(sorted({**short, **long}.items()))
         base = out[prefix]
-        top = max(s for (dd, s) in c if dd == 256)
-        out[prefix + "_hd256"] = {s: e * c[256, min(s, top)] / c[128, min(s, top)] for s, e in base.items()}
+        r = hd256_ratio()
+        near = lambda s: min(r, key=lambda k: abs(math.log2(k / s)))  # noqa: E731 (the nearest published length)
+        out[prefix + "_hd256"] = {s: e * r[near(s)] for s, e in base.items()}
     return out
 
 
@@ -225,7 +243,9 @@ def sections(preset: str = "dgx-h100") -> str:
     text = []
     for name, vals in tables().items():
         d = name.rsplit("_hd", 1)[1] if "_hd" in name else "128"
-        extra = "" if d != "256" else "; head dim 256 not measured: the head dim 128 table x the chart's 256/128 ratio"
+        extra = "" if d != "256" else ("; head dim 256 not measured here: the head dim 128 table x the 256/128 ratio of "
+                                       "NVIDIA's published cuDNN 9.27 prefill kernels on an H200 at 32 heads "
+                                       "(validation/data/cudnn_prefill.csv; the nearest length's outside 2k-16k)")
         text.append(f"[efficiency.{name}]\nx = {list(vals)}\n"
                     f"efficiency = [{', '.join(f'{e:.4f}' for e in vals.values())}]\n"
                     f"x_unit = \"sequence length (keys per query), head dim {d}, causal\"\n"
