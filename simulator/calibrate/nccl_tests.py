@@ -31,6 +31,8 @@ reduce_scatter (N−1)/N·S, alltoall k·S·(n−k)/n, sendrecv S (one boundary 
 """
 from __future__ import annotations
 
+import functools
+import math
 import re
 from pathlib import Path
 
@@ -75,8 +77,18 @@ def busbw_factor(collective: str, nranks):
     raise InputError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
 
 
-def _num(tok: str) -> float:
-    return float("nan") if tok in ("N/A", "-") else float(tok)
+MAX_TIME_S = 1e6  # an nccl-tests row over 11.6 days per collective is not a measurement
+
+
+def _num(tok: str, *, source: str = "", line: str = "") -> float:
+    """A number of an nccl-tests result row ('N/A' and '-' are NaN); InputError naming the file, the row and the
+    token otherwise."""
+    if tok in ("N/A", "-"):
+        return float("nan")
+    try:
+        return float(tok)
+    except ValueError:
+        raise InputError(f"{source}: {tok!r} is not a number in the result row {line.strip()!r}") from None
 
 
 def _parse_block(lines: list[str], *, collective: str | None, source: str) -> list[dict]:
@@ -111,7 +123,7 @@ def _parse_block(lines: list[str], *, collective: str | None, source: str) -> li
             toks = line.split()
             if len(toks) != len(header_cols):
                 continue  # a truncated or interleaved line: not a result row
-            rows.append(toks)
+            rows.append((toks, line))
     if header_cols is None or not rows:
         return []
     t0 = header_cols.index("time")
@@ -123,20 +135,24 @@ def _parse_block(lines: list[str], *, collective: str | None, source: str) -> li
     if collective is None:
         raise InputError(f"{source}: cannot tell which collective this nccl-tests output measured; name the *_perf binary in the file name or pass collective=")
     out = []
-    for toks in rows:
+    for toks, line in rows:
         base = dict(zip(meta_cols, toks[:t0]))
+        num = functools.partial(_num, source=source, line=line)
         for i, placement in enumerate(placements):
             t_us, alg, bus, wrong = toks[t0 + per * i: t0 + per * (i + 1)]
-            size = float(base["size"])
+            size = num(base["size"])
+            if not (math.isnan(num(t_us)) or num(t_us) * 1e-6 <= MAX_TIME_S) or not math.isfinite(size):
+                raise InputError(f"{source}: the result row {line.strip()!r} holds a size or time no collective "
+                                 f"takes (time at most {MAX_TIME_S:g} s)")
             out.append({
                 "source": source, "collective": collective, "nranks": nranks, "nodes": nodes,
                 "gpus_per_node": (nranks // nodes) if (nranks and nodes and nranks % nodes == 0) else None,
                 "device": devices[0] if devices else "", "nccl_version": nccl_version,
-                "size_bytes": size, "count": float(base.get("count", "nan")), "dtype": base.get("type", ""),
+                "size_bytes": size, "count": num(base.get("count", "nan")), "dtype": base.get("type", ""),
                 "redop": base.get("redop", ""), "root": int(base["root"]) if "root" in base else -1,
-                "placement": placement, "time_s": _num(t_us) * 1e-6,
-                "algbw_bytes_per_s": _num(alg) * 1e9, "busbw_bytes_per_s": _num(bus) * 1e9,
-                "wrong": _num(wrong), **meta,
+                "placement": placement, "time_s": num(t_us) * 1e-6,
+                "algbw_bytes_per_s": num(alg) * 1e9, "busbw_bytes_per_s": num(bus) * 1e9,
+                "wrong": num(wrong), **meta,
             })
     return out
 
@@ -172,11 +188,13 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, source: str = 
 def read_nccl_tests(path: str | Path, *, collective: str | None = None):
     """`parse_nccl_tests` of a file; the file name (e.g. `all_gather_perf_8xh100.log`) names the
     collective when the text does not."""
+    from ..spec.presets import file_problem
+
     p = Path(path)
-    try:
-        text = p.read_text(errors="replace")
-    except FileNotFoundError:
-        raise InputError(f"file not found: {path}") from None
+    problem = file_problem(p, shown=str(path))
+    if problem:
+        raise InputError(problem)
+    text = p.read_text(errors="replace")
     if collective is None:
         m = _PERF_RE.search(p.name)
         if m:

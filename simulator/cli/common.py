@@ -242,3 +242,17 @@ def with_gpu_speed_cv(hardware, value):
     from ..spec.rules import check_fraction
 
     return replace(hardware, gpu_speed_cv=check_fraction(value, "--gpu-speed-cv", below_one=True))
+
+
+MAX_STAGE_TIME_S = 1e6  # a per-microbatch stage time beyond 11.6 days is not a pipeline anyone runs
+
+
+def stage_time_s(flag: str, value) -> float:
+    """A per-microbatch stage time given on the command line (`schedule`, `plot bubble`, `plot timeline`): a finite
+    number from 0 to MAX_STAGE_TIME_S seconds, else InputError naming the flag and value (larger values overflow the
+    replay's makespan and bubble to inf and nan)."""
+    import math
+
+    if value is None or not math.isfinite(value) or not 0 <= value <= MAX_STAGE_TIME_S:
+        raise InputError(f"--{flag} must be a number of seconds from 0 to {MAX_STAGE_TIME_S:g}, got {value!r}")
+    return float(value)

@@ -118,11 +118,10 @@ def _bubble_times(fn):
 
 
 def _check_times(**kw):
-    import math
+    from .common import stage_time_s
 
     for k, v in kw.items():
-        if not math.isfinite(v) or v < 0:
-            raise InputError(f"--{k} must be a finite number >= 0, got {v!r}")
+        stage_time_s(k, v)
 
 
 @plot.command("bubble")

@@ -1,20 +1,14 @@
 """`parasim schedule`: replay a pipeline schedule with given per-microbatch stage times."""
 import json
-import math
 
 import click
 
 from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES
 from . import check_output
+from .common import stage_time_s
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
-
-
-def _time(name, value):
-    if value is None or not math.isfinite(value) or value < 0:
-        raise InputError(f"--{name} must be a finite number >= 0, got {value!r}")
-    return value
 
 
 def _check_files(plot, trace, pp):
@@ -87,7 +81,7 @@ def schedule_cmd(name, pp, microbatches, vpp, forward, backward, weight, p2p, fm
     from ..report.bubble import replay_rank_share
 
     for label, v in (("forward", forward), ("backward", backward), ("weight", weight), ("p2p", p2p)):
-        _time(label, v)
+        stage_time_s(label, v)
     _check_files(plot, trace, pp)
     sch, tl = replay_rank_share(str(name).strip().lower(), pp=pp, microbatches=microbatches, vpp=vpp,
                                 forward_s=forward, backward_s=backward, weight_s=weight, p2p_s=p2p)

@@ -49,11 +49,19 @@ def serve_sweep(prompt_tokens, output_tokens, max_batch, max_ttft_ms, max_tpot_m
     """
     from ..sweep.serving import run_serving_sweep
 
+    from ..inference import InferenceSetup
+    from .flagnames import flag_names
+
     sc = scenario_from_options(kwargs, require_layout=False)
     if top < 0:
         raise InputError(f"--top must be >= 0, got {top}")
+    prompt_tokens = sc.training.seq_length if prompt_tokens is None else prompt_tokens
+    flags = {"prompt_tokens": "--prompt-tokens", "output_tokens": "--output-tokens", "batch": "--max-batch"}
+    with flag_names(flags, relations=flags):  # the rules of estimate --inference, named by these flags
+        InferenceSetup(batch=1 if max_batch is None else max_batch, prompt_tokens=prompt_tokens,
+                       output_tokens=output_tokens)
     df = run_serving_sweep(sc.model, sc.training, sc.hardware, sc.num_gpus,
-                           prompt_tokens=prompt_tokens or sc.training.seq_length, output_tokens=output_tokens,
+                           prompt_tokens=prompt_tokens, output_tokens=output_tokens,
                            max_batch=max_batch, max_ttft_s=_ms("--max-ttft-ms", max_ttft_ms),
                            max_tpot_s=_ms("--max-tpot-ms", max_tpot_ms))
     if fmt == "json":

@@ -19,10 +19,20 @@ def is_finite_number(v) -> bool:
         return False
 
 
-def curve_problem(x, efficiency) -> str:
+COMPUTE_TABLES = ("gemm", "attention")  # tables whose efficiency is a share of a dense peak FLOP/s: at most 1
+
+
+def efficiency_ceiling(name: str) -> float:
+    """The largest efficiency table `name` may hold: 1 for a compute table (`gemm*`, `attention*`: a kernel cannot
+    beat the dense peak it is a share of, and an MFU above 100 % would follow), 2 for the others (bytes over a
+    peak bandwidth: a memory-bound kernel calibrated on tensors the L2 holds can measure above HBM's peak)."""
+    return 1.0 if name.startswith(COMPUTE_TABLES) else 2.0
+
+
+def curve_problem(x, efficiency, ceiling: float = 2.0) -> str:
     """What is wrong with an efficiency table's `x` and `efficiency` lists as written ('' if nothing): the
     one statement of its rules (equally long, non-empty; x finite, > 0, strictly increasing; efficiency in
-    (0, 2]), naming the first bad element."""
+    (0, ceiling], `efficiency_ceiling`), naming the first bad element."""
     for key, vals in (("x", x), ("efficiency", efficiency)):
         if not isinstance(vals, (list, tuple)):
             return f"{key} must be a list of numbers, got {vals!r}"
@@ -36,8 +46,8 @@ def curve_problem(x, efficiency) -> str:
         if i and v <= x[i - 1]:
             return f"x values must increase strictly, got x[{i}] = {v!r} after x[{i - 1}] = {x[i - 1]!r}"
     for i, v in enumerate(efficiency):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v <= 2.0:
-            return f"efficiency[{i}] must lie in (0, 2], got {v!r}"
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v <= ceiling:
+            return f"efficiency[{i}] must lie in (0, {ceiling:g}], got {v!r}"
     return ""
 
 

@@ -42,7 +42,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import InputError
-from .efficiency import EfficiencyCurve, curve_problem
+from .efficiency import EfficiencyCurve, curve_problem, efficiency_ceiling
 from .presets import check_keys, read_toml, resolve
 from .rules import NONNEGATIVE, POSITIVE, check_count, check_fraction, check_number
 from .run import GPU_RUN_KEYS, GPU_RUN_OPTIONAL, check_run_value, gpu_run_values
@@ -286,9 +286,9 @@ def _table(d, what: str) -> dict:
     return d
 
 
-def _curve_from_dict(d: dict, *, where: str) -> EfficiencyCurve:
+def _curve_from_dict(d: dict, *, where: str, name: str = "") -> EfficiencyCurve:
     check_keys(_table(d, where), where=where, required=_EFF_REQ)
-    problem = curve_problem(d["x"], d["efficiency"])
+    problem = curve_problem(d["x"], d["efficiency"], efficiency_ceiling(name))
     if problem:
         raise InputError(f"{where}: {problem}")
     return EfficiencyCurve(x=tuple(float(v) for v in d["x"]), efficiency=tuple(float(v) for v in d["efficiency"]),
@@ -385,7 +385,8 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
     return HardwareProfile(
         name=str(d["name"]), description=str(d.get("description", "")), gpu=str(g["model"]),
         **_values(sec, where), **host, **run,
-        efficiency={k: _curve_from_dict(v, where=f"{where} [efficiency.{k}]") for k, v in sec["efficiency"].items()},
+        efficiency={k: _curve_from_dict(v, where=f"{where} [efficiency.{k}]", name=k)
+                    for k, v in sec["efficiency"].items()},
         sources=sources, provenance=dict(prov) if prov is not None else None,
     )
 

@@ -51,12 +51,15 @@ RESTART_MIN = 10.0
 RESTART_SOURCE = ("[assumption] 10 min; consistent with Llama 3's >90 % effective training time (arXiv 2407.21783, "
                   "§3.3.4): at most 0.1 x 54 x 24 h / 419 = 18.6 min of restart plus lost work per interruption")
 # tokens: at most 1e18 (64,000 x Llama 3's 15.6e12), so the step count stays an exact int64 even at one token
-# per step and every product of the plan stays finite.
-LIMITS = {"tokens": 1e18}
+# per step and every product of the plan stays finite. The price and the board power: at most 1e4 $ per GPU-hour
+# and 1e5 W (a thousand times today's rates and boards), so cost and energy stay finite. A checkpoint interval:
+# from one second (1/3600 h) to 1e6 h, so the checkpoint count stays finite.
+LIMITS = {"tokens": 1e18, "usd_per_gpu_hour": 1e4, "board_power_w": 1e5, "checkpoint_interval_h": 1e6}
+MINIMA = {"checkpoint_interval_h": 1 / 3600}
 
 
 def check_run_value(value, what: str, key: str, written: str | None = None) -> float:
-    """`value` of [run] key `key` as a float if it is a finite number > 0 (and within LIMITS), else InputError
+    """`value` of [run] key `key` as a float if it is a finite number > 0 (and within LIMITS and MINIMA), else InputError
     naming `what` (the key and its file, or the flag) and the value as written (`written`, default its repr)."""
     shown = repr(value) if written is None else written
     try:
@@ -67,7 +70,9 @@ def check_run_value(value, what: str, key: str, written: str | None = None) -> f
     if not ok:
         raise InputError(f"{what} must be a finite number > 0, got {shown}")
     if key in LIMITS and value > LIMITS[key]:
-        raise InputError(f"{what} must be <= {LIMITS[key]:.0e}, got {shown}")
+        raise InputError(f"{what} must be <= {LIMITS[key]:g}, got {shown}")
+    if key in MINIMA and value < MINIMA[key]:
+        raise InputError(f"{what} must be >= {MINIMA[key]:.3g}, got {shown}")
     return float(value)
 
 

@@ -158,6 +158,18 @@ def _write_atomic_pickle(df: pd.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _read_chunk(path: Path) -> pd.DataFrame | None:
+    """A finished chunk of an interrupted sweep, or None when there is none or it cannot be read (a damaged or
+    truncated file): the chunk is then evaluated again, as if it had never been written."""
+    if not path.is_file():
+        return None
+    try:
+        chunk = pd.read_pickle(path)
+    except Exception:  # noqa: BLE001 - any unreadable cache file is recomputed, not trusted
+        return None
+    return chunk if isinstance(chunk, pd.DataFrame) else None
+
+
 def _open_parts(out, fingerprint: str, nchunks: int, meta: dict, resume: bool) -> tuple[Path, dict]:
     """The parts folder of `out` and the chunks already in it (resume); InputError if it holds
     another sweep's chunks."""
@@ -174,8 +186,9 @@ def _open_parts(out, fingerprint: str, nchunks: int, meta: dict, resume: bool) -
         if old.get("fingerprint") != fingerprint:
             raise InputError(f"{parts} holds chunks of a different sweep; delete it or run without resume")
         for k in range(nchunks):
-            if _chunk_path(parts, k).is_file():
-                done[k] = pd.read_pickle(_chunk_path(parts, k))
+            chunk = _read_chunk(_chunk_path(parts, k))
+            if chunk is not None:
+                done[k] = chunk
     else:
         parts.mkdir(parents=True)
         tmp = manifest.with_name("manifest.json.tmp")

@@ -67,6 +67,13 @@ def read_runs(path):
 
 
 def _read_text(path) -> str:
+    from pathlib import Path
+
+    from ..spec.presets import file_problem
+
+    problem = file_problem(Path(path), shown=str(path))  # a FIFO or a device is never opened: its read could hang
+    if problem:
+        raise InputError(problem)
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
             text = fh.read()
