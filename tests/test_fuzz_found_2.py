@@ -58,7 +58,8 @@ def test_an_empty_or_foreign_results_file_is_one_line(content, needle, results, 
 
 @pytest.mark.parametrize("argv", [["schedule", "--schedule", "1f1b", "--pp", "8", "--microbatches", "32"],
                                   ["plot", "bubble", "--pp", "4", "--out", "b.png"],
-                                  ["plot", "timeline", "--schedule", "1f1b", "--pp", "4", "--microbatches", "8", "--out", "t.png"]])
+                                  ["plot", "timeline", "--schedule", "1f1b", "--pp", "4", "--microbatches", "8",
+                                   "--out", "t.png"]])
 def test_a_stage_time_past_its_bound_is_one_line_not_inf(argv, capsys, tmp_path, monkeypatch):
     """--forward 1e308 passed (finite, >= 0): the makespan overflowed to inf, the bubble to nan, exit 0 (and a
     matplotlib traceback when plotted)."""
