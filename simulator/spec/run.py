@@ -60,8 +60,8 @@ MINIMA = {"checkpoint_interval_h": 1 / 3600}
 
 def check_run_value(value, what: str, key: str, written: str | None = None) -> float:
     """`value` of [run] key `key` as a float if it is a finite number > 0 (and within LIMITS and MINIMA), else
-    InputError
-    naming `what` (the key and its file, or the flag) and the value as written (`written`, default its repr)."""
+    InputError naming `what` (the key and its file, or the flag) and the value as written (`written`, default its
+    repr)."""
     shown = repr(value) if written is None else written
     try:
         ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(float(value)) \
