@@ -138,3 +138,69 @@ def test_a_damaged_chunk_of_an_interrupted_sweep_is_evaluated_again(damage, tmp_
     import pandas as pd
 
     pd.testing.assert_frame_equal(res, ref)
+
+
+@pytest.mark.parametrize("args,needle", [(["--pp", "4", "--schedules", "bogus"], "--schedules"),
+                                         (["--pp", "4", "--vpp", "0", "--schedules", "interleaved"], "--vpp")])
+def test_plot_bubble_refuses_what_it_cannot_draw(args, needle, tmp_path, capsys):
+    """An unknown schedule or --vpp 0 drew an empty chart with exit 0 and a note."""
+    one_line_error(["plot", "bubble", *args, "--out", str(tmp_path / "b.png")], capsys, needle)
+
+
+def _scenario_with(tmp_path, old: str, new: str) -> str:
+    from test_fuzz_found import SCENARIO
+
+    assert old in SCENARIO
+    p = tmp_path / "s.toml"
+    p.write_text(SCENARIO.replace(old, new, 1))
+    return str(p)
+
+
+def test_a_layout_value_from_the_file_names_the_file(tmp_path, capsys):
+    """tp = "eight" said 'tp must be a number' without the file or section."""
+    from test_fuzz_found import SCENARIO
+
+    line = next(ln for ln in SCENARIO.splitlines() if ln.startswith("tp = "))
+    p = _scenario_with(tmp_path, line, 'tp = "eight"')
+    one_line_error(["estimate", p], capsys, "tp", "'eight'", "[layout] of", p)
+
+
+def test_hardware_preset_and_path_together_are_refused(tmp_path, capsys):
+    """Both keys: the preset name was looked up as a path beside the scenario ('file not found')."""
+    from test_fuzz_found import SCENARIO
+
+    p = _scenario_with(tmp_path, 'preset = "dgx-h100"', 'preset = "dgx-h100"\npath = "other.toml"')
+    one_line_error(["estimate", p], capsys, "preset or path, not both")
+
+
+def test_a_stack_file_error_names_the_file(tmp_path, capsys):
+    """A bad value in a --stack file was reported against the stack's name ('--stack 'megatron'')."""
+    p = tmp_path / "st.toml"
+    p.write_text((ROOT / "stacks" / "megatron.toml").read_text().replace('attention_kernel = "cudnn"',
+                                                                       'attention_kernel = "bogus"', 1))
+    one_line_error(["estimate", *SWEEP, "--stack", str(p)], capsys, str(p), "attention_kernel", "'bogus'")
+
+
+def test_a_refusal_rule_dividing_by_zero_is_refused_at_load(tmp_path, capsys):
+    """'% 0 != 0' loaded, then printed numpy's divide-by-zero RuntimeWarning and exit 0."""
+    p = tmp_path / "st.toml"
+    p.write_text((ROOT / "stacks" / "megatron.toml").read_text().replace('"% pp != 0"', '"% 0 != 0"', 1))
+    one_line_error(["estimate", *SWEEP, "--stack", str(p), "--pp", "2"], capsys, "divides by 0")
+
+
+def test_a_config_json_key_given_twice_is_refused(tmp_path, capsys):
+    """json keeps the last of two equal keys silently; TOML refuses them."""
+    p = tmp_path / "config.json"
+    p.write_text('{"model_type": "llama", "hidden_size": 2048, "hidden_size": 4096, "num_hidden_layers": 2, '
+                 '"num_attention_heads": 32, "intermediate_size": 8192, "vocab_size": 32000}')
+    one_line_error(["memory", "--model", str(p), "--hardware", "dgx-h100", "--gpus", "8", "--seq", "2048",
+                    "--global-batch", "16"], capsys, "'hidden_size' is given twice")
+
+
+def test_intermediate_size_zero_is_named_as_zero_not_missing(tmp_path, capsys):
+    """An inline model's intermediate_size = 0 was reported as 'missing key'."""
+    from test_fuzz_found import INLINE
+
+    keys = "\n".join(f"{k} = {0 if k == 'intermediate_size' else v}" for k, v in INLINE.items())
+    p = _scenario_with(tmp_path, '[model]\npreset = "llama3-8b"', "[model]\n" + keys)
+    one_line_error(["estimate", p], capsys, "intermediate_size", "> 0")

@@ -81,7 +81,7 @@ def plan(gpu_counts, hardware_presets, objective, max_days, max_usd, executor, w
     run_keys = {k: kwargs.pop(k) for k in list(kwargs) if k in ("tokens", "usd_per_gpu_hour", "checkpoint_interval_h",
                                                                  "mtbf_gpu_h", "restart_min",
                                                                  "checkpoint_write_gb_per_s", "board_power_w")}
-    counts = _int_list("--gpu-counts", gpu_counts)
+    counts = tuple(dict.fromkeys(_int_list("--gpu-counts", gpu_counts)))  # each count planned once
     if kwargs.get("num_gpus") is None and kwargs.get("scenario") is None:
         kwargs["num_gpus"] = counts[0]  # flags alone need one; each candidate sets its own
     sc = scenario_from_options(kwargs, require_layout=False)

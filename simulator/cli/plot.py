@@ -143,10 +143,20 @@ def plot_bubble(pp, microbatches, schedules, vpp, forward, backward, weight, p2p
     _check_times(forward=forward, backward=backward, p2p=p2p, **({} if weight is None else {"weight": weight}))
     if pp < 1:
         raise InputError(f"--pp must be >= 1, got {pp}")
+    from ..schedules import SCHEDULE_NAMES
+
     names = [s.strip().lower() for s in schedules.split(",") if s.strip()]
+    unknown = [n for n in names if n not in SCHEDULE_NAMES]
+    if unknown or not names:
+        raise InputError(f"--schedules must name schedules among {', '.join(SCHEDULE_NAMES)}, got {schedules!r}")
+    if vpp < 1:
+        raise InputError(f"--vpp must be >= 1, got {vpp}")
     t = bubble_vs_microbatches(names, pp=pp, microbatches=_ints("microbatches", microbatches), vpp=vpp,
                                forward_s=forward, backward_s=backward, weight_s=weight, p2p_s=p2p)
     missing = sorted(set(names) - set(t["schedule"]))
+    if len(missing) == len(set(names)):
+        raise InputError(f"no schedule of --schedules {schedules!r} runs with --pp {pp} and --microbatches "
+                         f"{microbatches} (--vpp {vpp})")
     if missing:
         click.echo(f"note: no valid point for {', '.join(missing)} with pp={pp}", err=True)
     save_figure(bubble_chart(t, title=title), out)

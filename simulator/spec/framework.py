@@ -194,7 +194,11 @@ def _condition(column: str, v, where: str) -> Condition:
         if not m:
             raise InputError(f"{where}: {column} = {v!r} is not a comparison like '> 1' or '% pp != 0'")
         mod, op, x = m.groups()
-        return Condition(column, op, _operand(x, where), None if mod is None else _operand(mod, where))
+        divisor = None if mod is None else _operand(mod, where)
+        if isinstance(divisor, int) and divisor <= 0:  # a column divisor is a layout degree, >= 1
+            raise InputError(f"{where}: {column} = {v!r} divides by {divisor}; the divisor must be an integer >= 1 "
+                             f"or a numeric column")
+        return Condition(column, op, _operand(x, where), divisor)
     if not values or any(type(x) is not kind for x in values):
         raise InputError(f"{where}: {column} = {v!r} must be {'true or false' if kind is bool else kind.__name__}"
                          f"{'' if kind is bool else ' or a list of them'}")

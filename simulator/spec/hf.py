@@ -37,12 +37,25 @@ SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen
              "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neox", "bloom", "nemotron", "gpt_oss")
 
 
+def _unique_keys(path: Path):
+    """json's object_pairs_hook: a dict of the pairs, InputError naming the file and the key written twice (json keeps
+    the last silently; TOML refuses duplicates, and so does this)."""
+    def hook(pairs):
+        seen = {}
+        for k, v in pairs:
+            if k in seen:
+                raise InputError(f"{path}: key {k!r} is given twice ({seen[k]!r} and {v!r})")
+            seen[k] = v
+        return seen
+    return hook
+
+
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """Read a Hugging Face config.json file into a ModelSpec (malformed JSON: InputError with line)."""
     path = Path(path)
     text = read_text(path)  # one wording of every file problem (spec/presets.py)
     try:
-        cfg = json.loads(text)
+        cfg = json.loads(text, object_pairs_hook=_unique_keys(path))
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON in {path}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:  # json recurses once per nesting level
@@ -118,7 +131,7 @@ def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where
         if "model_type" not in cfg:
             _inline_kw(keys, kw, ffn, where)
         _window_kw(keys, mt if "model_type" in cfg else None, kw, where, strict)
-        kw["ffn_hidden_size"] = _ffn_hidden_size(mt, kw, ffn, where)
+        kw["ffn_hidden_size"] = _ffn_hidden_size(mt, kw, ffn, where, given=keys.get("intermediate_size") is not None)
     kw["config_dropout"] = config_dropout(keys, where)
     _int(keys, "max_position_embeddings", where, 1, positive=True)  # GPT-2 reads it; a count for every model
     spec = ModelSpec(name=str(cfg.get("name", name)), source=str(cfg.get("source", "")), **kw)
@@ -278,15 +291,16 @@ def _window_kw(cfg: Keys, mt: str | None, kw: dict, where: str, strict: bool) ->
     default, rule = WINDOW_RULES[mt]
     if mt in QWEN_WINDOW and not _bool(cfg, "use_sliding_window", where, False):
         return
+    L = kw["num_layers"]
+    types = cfg.get("layer_types")
+    if types is not None and (not isinstance(types, list) or len(types) != L or any(t not in LAYER_TYPES
+                                                                                    for t in types)):
+        raise InputError(f"{cfg.name('layer_types')} in {where} must list {L} entries (num_hidden_layers), each "
+                         f"{' or '.join(map(repr, LAYER_TYPES))}, got {show(types)}")
     w = _int(cfg, "sliding_window", where, 0, positive=True) if "sliding_window" in cfg else (default or 0)
     if not w:
         return
-    L = kw["num_layers"]
-    types = cfg.get("layer_types")
     if types is not None:
-        if not isinstance(types, list) or len(types) != L or any(t not in LAYER_TYPES for t in types):
-            raise InputError(f"{cfg.name('layer_types')} in {where} must list {L} entries (num_hidden_layers), each "
-                             f"{' or '.join(map(repr, LAYER_TYPES))}, got {show(types)}")
         layers = [i for i, t in enumerate(types) if t == "sliding_attention"]
     else:
         top = _int(cfg, "max_window_layers", where, MAX_WINDOW_LAYERS) if rule in ("from", "odd_below") else 0
@@ -327,14 +341,17 @@ def _inline_kw(cfg: Keys, kw: dict, ffn: int, where: str) -> None:
                   dense_layers=_layer_list(cfg, "mlp_only_layers", where, kw["num_layers"]))
 
 
-def _ffn_hidden_size(mt: str, kw: dict, ffn: int, where: str) -> int:
-    """intermediate_size, or when it is absent on an all-MoE model (Mixtral, or experts on every layer)
-    the expert FFN size (4·h without one); InputError when a dense layer needs it."""
+def _ffn_hidden_size(mt: str, kw: dict, ffn: int, where: str, *, given: bool = False) -> int:
+    """intermediate_size, or when it is absent (or 0) on an all-MoE model (Mixtral, or experts on every layer)
+    the expert FFN size (4·h without one); InputError when a dense layer needs it (naming it as missing, or as 0
+    when `given`)."""
     if ffn == 0:
         all_moe = mt in ("mixtral", "gpt_oss")
         if all_moe or (kw.get("num_experts") and not kw.get("first_k_dense") and kw.get("moe_layer_freq", 1) == 1
                        and not kw.get("dense_layers")):
             ffn = kw.get("moe_ffn_hidden_size") or 4 * kw["hidden_size"]
+        elif given:
+            raise InputError(f"intermediate_size in {where} must be > 0 (the dense layers' FFN width), got 0")
         else:
             raise InputError(f"missing key 'intermediate_size' in {where}")
     return ffn

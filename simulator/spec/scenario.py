@@ -94,6 +94,9 @@ def _load_hardware(table: dict, base: Path | None, where: str):
     table = {k: v for k, v in table.items() if k != "num_gpus"}
     if "preset" in table or "path" in table:
         check_keys(table, where=where, optional=("preset", "path"))
+        if "preset" in table and "path" in table:
+            raise InputError(f"{where}: give preset or path, not both (preset = {table['preset']!r}, "
+                             f"path = {table['path']!r})")
         ref = table["preset"] if "preset" in table else table["path"]
         if not isinstance(ref, str) or not ref.strip():
             raise InputError(f"{where}: the hardware preset or path must be a non-empty name, got {ref!r}")
@@ -139,7 +142,8 @@ def _read_scenario_file(path: str | None) -> tuple[dict, Path | None, str]:
     where = str(p)
     unknown = [k for k in doc if k not in SECTIONS]
     if unknown:
-        raise InputError(f"unknown section [{unknown[0]}] in {where}; expected {', '.join(SECTIONS[:5])}")
+        raise InputError(f"unknown section [{unknown[0]}] in {where}; expected {', '.join(SECTIONS[:7])} "
+                         f"(and the keys {', '.join(SECTIONS[7:])})")
     for sec in ("model", "hardware", "training", "layout", "sweep"):
         if sec in doc and not isinstance(doc[sec], dict):
             raise InputError(f"{sec} in {where} must be a table [{sec}]")
@@ -262,6 +266,11 @@ def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training:
         layout = Layout(num_gpus=num_gpus, **lay)
     except TypeError as exc:
         raise InputError(f"[layout] of {where}: {exc}") from None
+    except InputError as exc:  # a value the checks refused that came from the file's [layout]: name the file
+        msg = str(exc)
+        if any(re.match(rf"{k}\b", msg) for k in (doc.get("layout") or {})) and where not in msg:
+            raise InputError(f"{msg} (in [layout] of {where})") from None
+        raise
     layout = _accounted_split(model, layout)
     validate(model, training, layout)
     return layout

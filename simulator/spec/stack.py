@@ -330,7 +330,12 @@ def stack_from_dict(d: dict, *, where: str) -> Stack:
     if "runs" in kw:
         kw["runs"] = rules_from_table(kw["runs"], framework=str(d["name"]), where=where)
     kw.update(seconds_from_us({k: d.get(k, 0.0) for k in US_KEYS}, where=where))
-    return Stack(**kw, source=tuple((str(k), str(v)) for k, v in src.items()))
+    try:
+        return Stack(**kw, source=tuple((str(k), str(v)) for k, v in src.items()))
+    except InputError as exc:  # Stack's checks name the stack; a file's values are named by the file
+        msg = str(exc)
+        prefix = f"stack {str(d['name'])!r}: "
+        raise InputError(f"{where}: {msg[len(prefix):]}" if msg.startswith(prefix) else msg) from None
 
 
 def seconds_from_us(table: dict, *, where: str) -> dict:

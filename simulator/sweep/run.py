@@ -379,7 +379,12 @@ def _run_dask(todo: list[int], chunk, finish, ctx, scheduler, workers: int | Non
         own = client = Client(LocalCluster(n_workers=workers, processes=True, threads_per_worker=1,
                                            dashboard_address=None))
     elif isinstance(scheduler, str):
-        own = client = Client(scheduler)
+        try:
+            own = client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as exc:  # no scheduler listening there
+            why = str(exc).splitlines()[0] if str(exc) else "no answer"
+            raise InputError(f"cannot reach the Dask scheduler at --scheduler {scheduler!r} "
+                             f"({type(exc).__name__}: {why})") from None
     else:
         client = scheduler
     try:
