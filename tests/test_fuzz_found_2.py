@@ -167,8 +167,6 @@ def test_a_layout_value_from_the_file_names_the_file(tmp_path, capsys):
 
 def test_hardware_preset_and_path_together_are_refused(tmp_path, capsys):
     """Both keys: the preset name was looked up as a path beside the scenario ('file not found')."""
-    from test_fuzz_found import SCENARIO
-
     p = _scenario_with(tmp_path, 'preset = "dgx-h100"', 'preset = "dgx-h100"\npath = "other.toml"')
     one_line_error(["estimate", p], capsys, "preset or path, not both")
 
