@@ -140,8 +140,8 @@ def _parse_block(lines: list[str], *, collective: str | None, source: str) -> li
         num = functools.partial(_num, source=source, line=line)
         for i, placement in enumerate(placements):
             t_us, alg, bus, wrong = toks[t0 + per * i: t0 + per * (i + 1)]
-            size = num(base["size"])
-            if not (math.isnan(num(t_us)) or num(t_us) * 1e-6 <= MAX_TIME_S) or not math.isfinite(size):
+            size, time_s = num(base["size"]), num(t_us) * 1e-6
+            if not (math.isnan(time_s) or time_s <= MAX_TIME_S) or not math.isfinite(size):
                 raise InputError(f"{source}: the result row {line.strip()!r} holds a size or time no collective "
                                  f"takes (time at most {MAX_TIME_S:g} s)")
             out.append({
@@ -150,7 +150,7 @@ def _parse_block(lines: list[str], *, collective: str | None, source: str) -> li
                 "device": devices[0] if devices else "", "nccl_version": nccl_version,
                 "size_bytes": size, "count": num(base.get("count", "nan")), "dtype": base.get("type", ""),
                 "redop": base.get("redop", ""), "root": int(base["root"]) if "root" in base else -1,
-                "placement": placement, "time_s": num(t_us) * 1e-6,
+                "placement": placement, "time_s": time_s,
                 "algbw_bytes_per_s": num(alg) * 1e9, "busbw_bytes_per_s": num(bus) * 1e9,
                 "wrong": num(wrong), **meta,
             })

@@ -47,9 +47,8 @@ def serve_sweep(prompt_tokens, output_tokens, max_batch, max_ttft_ms, max_tpot_m
       parasim serve-sweep --model llama3-70b --hardware dgx-h100 --gpus 8 --seq 4096 --global-batch 1
       parasim serve-sweep --model llama3-8b --hardware dgx-h100 --gpus 8 --seq 2048 --global-batch 1 --max-tpot-ms 20
     """
-    from ..sweep.serving import run_serving_sweep
-
     from ..inference import InferenceSetup
+    from ..sweep.serving import run_serving_sweep
     from .flagnames import flag_names
 
     sc = scenario_from_options(kwargs, require_layout=False)

@@ -223,10 +223,16 @@ def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
     try:
         return load_stack(name, **table)
     except InputError as exc:  # a [stack] value the stack's checks refused: name the file it came from
-        msg = str(exc)
-        if any(k in msg for k in table) and where not in msg:
-            raise InputError(f"{msg} (in [stack] of {where})") from None
-        raise
+        raise _naming_file(exc, table, "stack", where, anywhere=True) from None
+
+
+def _naming_file(exc: InputError, keys, section: str, where: str, *, anywhere: bool = False) -> InputError:
+    """`exc` with "(in [section] of FILE)" added when its message names one of `keys`, the values that came from
+    the file's [section] table (at its start, or `anywhere` in it), and not the file already: a value the checks
+    refused is named by where the user wrote it."""
+    msg = str(exc)
+    named = any((k in msg) if anywhere else re.match(rf"{re.escape(k)}\b", msg) for k in keys)
+    return InputError(f"{msg} (in [{section}] of {where})") if named and where not in msg else exc
 
 
 def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack, file_keys=()) -> Training:
@@ -247,10 +253,7 @@ def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack, fil
     except TypeError as exc:
         raise InputError(f"[training] of {where}: {exc}") from None
     except InputError as exc:
-        msg = str(exc)
-        if any(re.match(rf"{k}\b", msg) for k in file_keys) and where not in msg:
-            raise InputError(f"{msg} (in [training] of {where})") from None
-        raise
+        raise _naming_file(exc, file_keys, "training", where) from None
 
 
 def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training: Training, where: str,
@@ -267,10 +270,7 @@ def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training:
     except TypeError as exc:
         raise InputError(f"[layout] of {where}: {exc}") from None
     except InputError as exc:  # a value the checks refused that came from the file's [layout]: name the file
-        msg = str(exc)
-        if any(re.match(rf"{k}\b", msg) for k in (doc.get("layout") or {})) and where not in msg:
-            raise InputError(f"{msg} (in [layout] of {where})") from None
-        raise
+        raise _naming_file(exc, doc.get("layout") or {}, "layout", where) from None
     layout = _accounted_split(model, layout)
     validate(model, training, layout)
     return layout
