@@ -445,6 +445,30 @@ def test_torch_fp32_cross_entropy_peaks_at_the_kept_logits_plus_the_backward_wor
         assert float(loss_backward_bytes(model, Training(seq_length=s, global_batch_size=b, cross_entropy=other), **kw)) == 0
 
 
+def test_torch_cross_entropy_on_bf16_logits_peaks_at_the_kept_output_plus_two_gradients():
+    # F.cross_entropy(logits) on bf16 logits (a training loop's own nn.CrossEntropyLoss): the kept log_softmax output
+    # is bf16 (2·T·V after the forward) and the backward's dense nll gradient and logit gradient add 2 + 2: the
+    # memory model's logits_bytes + loss_backward_bytes for cross_entropy "torch"
+    from simulator.memory.head_activations import logits_bytes, loss_backward_bytes
+
+    b, s, V = 2, 96, 1000
+    model = ModelSpec(name="t", hidden_size=64, num_layers=1, num_heads=4, ffn_hidden_size=176, vocab_size=V, mlp="swiglu",
+                      norm="rmsnorm")
+    tr = Training(seq_length=s, global_batch_size=b, cross_entropy="torch")
+    logits = torch.randn(b * s, V, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, V, (b * s,))
+    live = _LiveBytes()
+    with live:
+        loss = F.cross_entropy(logits, labels)
+        after_forward = live.live
+        loss.backward()
+    kw = dict(tp=1, cp=1, micro_batch_size=b)
+    kept, work = float(logits_bytes(model, tr, **kw)), float(loss_backward_bytes(model, tr, **kw))
+    assert (kept, work) == (2 * b * s * V, 4 * b * s * V)
+    assert after_forward == pytest.approx(kept, abs=64)
+    assert live.peak == pytest.approx(kept + work, abs=64)
+
+
 def test_loss_parallel_under_tp_peaks_four_bytes_per_logit_above_plain_cross_entropy(free_port):
     # torch's own allocations (profiler memory events, one gloo rank on CPU): F.cross_entropy(logits.float())
     # peaks at 12 bytes per logit element above the bf16 logits, torch's loss_parallel on vocabulary-sharded

@@ -130,3 +130,36 @@ def test_transcribed_prefill_rows_match_the_rate_the_source_prints():
         b, s, h, d = (int(r[k]) for k in ("batch", "q_tokens", "heads", "head_dim"))
         assert 4 * b * h * s * s * d / 2 / (float(r["time_ms"]) * 1e-3) / 1e12 == pytest.approx(float(r["tflops"]),
                                                                                                rel=2e-3), r
+
+
+def test_published_llama1b_steps_follow_the_h200_backend_tables():
+    # NVIDIA's Llama-3.2-1B training steps on one H200 (cuDNN, memory-efficient and flash SDPA backends, six shapes,
+    # clocks locked at base): the hf stack's step on dgx-h200 gives the measured ratio of each backend's step to the
+    # cuDNN one within 4 % (up to 2.0x measured), and the level within 6 %; on the B200 the presets lack the flash and
+    # efficient kernels' tables (the predicted ratio is 1.0, a known gap: docs/compute.md)
+    import cudnn_llama1b as L
+
+    c = L.check()
+    assert len(c) == 36
+    by = {(r["gpu"], r["batch"], r["seq"], r["backend"]): r for r in c}
+    for (gpu, b, s, backend), r in by.items():
+        if backend == "CUDNN_ATTENTION":
+            continue
+        cu = by[gpu, b, s, "CUDNN_ATTENTION"]
+        measured, predicted = r["measured_s"] / cu["measured_s"], r["predicted_s"] / cu["predicted_s"]
+        if gpu == "H200":
+            assert predicted == pytest.approx(measured, rel=0.04), (b, s, backend)
+        else:
+            assert predicted < measured and abs(predicted - 1) < 0.02, (b, s, backend)
+    assert all(abs(r["predicted_s"] / r["measured_s"] - 1) < 0.06 for r in c if r["gpu"] == "H200")
+
+
+def test_transcribed_llama1b_rows_are_the_published_files():
+    rows = list(csv.DictReader(open(ROOT / "validation" / "data" / "cudnn_llama1b.csv")))
+    assert len(rows) == 36 and {r["commit"] for r in rows} == {"7606332572"}
+    # the README's own table, rounded to the millisecond (BS=1 SL=16384: 0.424 / 0.850 / 0.500 on the H200)
+    t = {(r["gpu"], r["backend"], r["batch"]): float(r["time_s"]) for r in rows if r["seq_len"] == "16384"}
+    assert [round(t["H200", k, "1"], 3) for k in ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION")] == \
+        [0.424, 0.850, 0.500]
+    assert [round(t["B200", k, "1"], 3) for k in ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION")] == \
+        [0.285, 0.716, 0.374]

@@ -54,8 +54,8 @@ def test_bad_layout_fields_raise_one_line_errors(kw, msg):
     (dict(optimizer="lion"), "optimizer must be one of"),
     (dict(grad_dtype="fp8"), "grad_dtype must be one of fp32, bf16, fp16"),
     (dict(flash_attention="yes"), "flash_attention must be true or false"),
-    (dict(cross_entropy="torch"),
-     "cross_entropy must be one of vocab-parallel, torch-fp32, fused, xentropy, te, got 'torch'"),
+    (dict(cross_entropy="torch-fp16"),
+     "cross_entropy must be one of vocab-parallel, torch-fp32, torch, fused, xentropy, te, got 'torch-fp16'"),
 ])
 def test_bad_training_fields_raise(kw, msg):
     base = dict(seq_length=2048, global_batch_size=64)

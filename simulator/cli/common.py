@@ -18,7 +18,7 @@ CROSS_ENTROPY_FLAG = (
     "--cross-entropy", "cross_entropy", click.Choice(list(CROSS_ENTROPY)),
     "how the loss is computed: vocab-parallel (Megatron-LM, in place), torch-fp32 "
     "(F.cross_entropy(logits.float()): torchtitan, Hugging Face; 8 bytes per logit more at its backward, "
-    "12 under TP's loss_parallel), "
+    "12 under TP's loss_parallel), torch (F.cross_entropy(logits) on the bf16 logits as they are), "
     "fused (no fp32 logits), xentropy (flash-attn's kernel: bf16 logits kept, llm-foundry's default), "
     "te (Transformer Engine's parallel cross-entropy before v2.18: gradient in place in the bf16 logits)")
 _FLAGS = [

@@ -240,6 +240,9 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
     - torch-fp32 (`F.cross_entropy(logits.float())`): fwd as above, (e + 12)·X; bwd nll_loss_backward
       writes a dense fp32 gradient (4), log_softmax's backward reads it and the saved output and writes
       the fp32 logit gradient (4 + 4 + 4), the cast back reads it and writes e: (20 + e)·X.
+    - torch (`F.cross_entropy(logits)` on the e-byte logits): log_softmax reads them and writes its e-byte output,
+      2e·X; bwd nll_loss_backward writes a dense e-byte gradient (e), log_softmax's backward reads it and the saved
+      output and writes the logit gradient (3e): 4e·X, no casts.
     - fused, xentropy (one CUDA kernel each way, fp32 math in registers): fwd one read e·X, bwd read
       logits + write gradient 2e·X.
     - te (Transformer Engine's parallel_cross_entropy before v2.18: transformer_engine/pytorch/triton/cross_entropy.py):
@@ -266,6 +269,10 @@ def _head_memory_ops(model, training, *, tp, cp, micro_batch_size, sequence_para
     if training.cross_entropy in ("fused", "xentropy"):
         loss = (MemoryOp(name="loss (reduction)", forward_bytes=e * X, backward_bytes=2 * e * X,
                          table="memory_reduction"),)
+    elif training.cross_entropy == "torch":
+        loss = (MemoryOp(name="loss", forward_bytes=0.0 * X, backward_bytes=e * X),
+                MemoryOp(name="loss (reduction)", forward_bytes=2 * e * X, backward_bytes=3 * e * X,
+                         table="memory_reduction"))
     elif training.cross_entropy == "te":
         loss = (MemoryOp(name="loss (reduction)", forward_bytes=e * X, backward_bytes=0.0 * X,
                          table="memory_reduction"),

@@ -35,15 +35,17 @@ def logits_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_batch_si
     derivatives.yaml, `_log_softmax_backward_data(grad, result, ...)` reads the saved result); both
     4·T·V/t. fused: 0, a fused/chunked cross-entropy never materialises them. xentropy: the e-byte
     logits themselves, e·T·V/t (flash_attn/losses/cross_entropy.py: `ctx.save_for_backward(logits, lse,
-    labels)`; the per-row lse is negligible). te: the same e·T·V/t: Transformer Engine's parallel_cross_entropy
-    (transformer_engine/pytorch/cross_entropy.py before v2.18, commit 01bbe3e) writes the logit gradient in place
-    into the logits in its forward and keeps them (`ctx.save_for_backward(inp.detach())`); from v2.18 it writes and
-    keeps an fp32 gradient, 4·T·V/t, as vocab-parallel."""
+    labels)`; the per-row lse is negligible). torch (`F.cross_entropy(logits)` on e-byte logits): log_softmax's e-byte
+    output, e·T·V/t (derivatives.yaml, as torch-fp32 in the logits' dtype). te: the same e·T·V/t: Transformer
+    Engine's parallel_cross_entropy (transformer_engine/pytorch/cross_entropy.py before v2.18, commit 01bbe3e)
+    writes the logit gradient in place into the logits in its forward and keeps them
+    (`ctx.save_for_backward(inp.detach())`); from v2.18 it writes and keeps an fp32 gradient, 4·T·V/t, as
+    vocab-parallel."""
     zeros = np.zeros_like(_f(tp) * _f(cp) * _f(micro_batch_size))
     if training.cross_entropy == "fused":
         return zeros
     T = _f(micro_batch_size) * training.seq_length / _f(cp)
-    per = float(training.activation_bytes) if training.cross_entropy in ("xentropy", "te") else 4.0
+    per = float(training.activation_bytes) if training.cross_entropy in ("xentropy", "te", "torch") else 4.0
     return zeros + per * model.vocab_size * T / _f(training.stack.loss_shards(tp))
 
 
@@ -60,12 +62,14 @@ def loss_backward_bytes(model: ModelSpec, training: Training, *, tp, cp, micro_b
     keep the same fp32 output but write 12·T·V/t in backward (measured on CPU,
     tests/test_activations_torch.py: peak 16 bytes per local logit element above the bf16 logits, against 12
     for F.cross_entropy).
+    torch: 2e·T·V/t, torch-fp32's two gradients in the logits' dtype (the dense nll_loss gradient, the logit gradient).
     xentropy: e·T·V/t, the logit gradient its backward writes (not in place) beside the kept logits.
     vocab-parallel (Megatron-LM computes the gradient in place in the saved softmax), te (the gradient is already
     in the kept logits; its backward scales it in place) and fused: 0.
     """
     zeros = np.zeros_like(_f(tp) * _f(cp) * _f(micro_batch_size))
-    per = {"torch-fp32": 8.0, "xentropy": float(training.activation_bytes)}.get(training.cross_entropy, 0.0)
+    e = float(training.activation_bytes)
+    per = {"torch-fp32": 8.0, "torch": 2 * e, "xentropy": e}.get(training.cross_entropy, 0.0)
     if per == 0.0:
         return zeros
     t_loss = _f(training.stack.loss_shards(tp))

@@ -25,13 +25,15 @@ MASTER_WEIGHTS = ("fp32", "remainders")  # master_weights: the fp32 master copy,
 # cost/memory_ops.py `_head_memory_ops`):
 #   vocab-parallel: Megatron-LM's vocab-parallel cross-entropy, in place on an fp32 copy of the logits
 #   torch-fp32:     torch.nn.functional.cross_entropy(logits.float()) (torchtitan, Hugging Face Trainer)
+#   torch:          torch.nn.functional.cross_entropy(logits) on the e-byte logits as they are (a training loop's own
+#                   nn.CrossEntropyLoss on bf16 logits): log_softmax keeps an e-byte output
 #   fused:          a fused / chunked kernel that never materialises fp32 logits
 #   xentropy:       flash-attn's xentropy CUDA kernel (flash_attn.losses.cross_entropy; llm-foundry MPT's
 #                   default loss_fn 'fused_crossentropy'): keeps the e-byte logits and their log-sum-exp,
 #                   the backward writes an e-byte logit gradient (inplace_backward=False, its default)
 #   te:             Transformer Engine's parallel_cross_entropy before v2.18 (Megatron-Core cross_entropy_fusion_impl
 #                   'te'): writes the logit gradient in place into the e-byte logits and keeps them
-CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "fused", "xentropy", "te")
+CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "torch", "fused", "xentropy", "te")
 ELEMENTWISE = ("fused", "eager", "hf", "packed")  # which elementwise ops the layer runs (cost/elementwise.py)
 RESHARD = ("yes", "no", "unless-pipelined")  # fsdp_reshard_after_forward
 REDUCE = ("every-microbatch", "once", "once-if-pipelined")  # fsdp_reduce: when gradients are reduce-scattered
