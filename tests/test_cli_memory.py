@@ -109,7 +109,7 @@ BAD = {
     "uneven layers": (lambda t: ["memory", *FLAGS, "--pp", "6", "--gpus", "48"], "pp(6)"),  # 80 = 14·6 − 4: no split
     "bad plot suffix": (lambda t: ["memory", *FLAGS, "--plot", str(t / "m.txt")], "--plot"),
     "bad format": (lambda t: ["memory", *FLAGS, "--format", "xml"], "xml"),
-    "bad cross-entropy flag": (lambda t: ["memory", *FLAGS, "--cross-entropy", "torch"], "'torch'"),
+    "bad cross-entropy flag": (lambda t: ["memory", *FLAGS, "--cross-entropy", "torch-fp16"], "'torch-fp16'"),
     "bad cross_entropy key": (lambda t: ["memory", _bad(t, SCENARIO.replace("seq_length = 4096",
                                                                             "seq_length = 4096\ncross_entropy = \"hf\""))],
                               "cross_entropy must be one of"),
