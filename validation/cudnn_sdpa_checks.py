@@ -165,7 +165,10 @@ def doc_section() -> str:
         "training release published for their GPU's die: the GB200's cuDNN 9.22 for gb200-nvl72, dgx-b200 and "
         "aws-p6-b200 (the same B200 GPU; as a fraction of each preset's peak), the GB300's 9.22 for gb300-nvl72 and "
         "b300. The B200's own training release (9.13, 2025-10) predates the 9.17 kernels. The megatron stack reads "
-        "them; stacks that run FlashAttention keep the CuTe FlashAttention tables. Against the FlashAttention tables "
+        "them. torch's flash backend (FlashAttention-2: its Ampere-generation kernels, at 0.14-0.18 of the peak on "
+        "these GPUs) gets `attention_flash2` tables from the same benchmark's rows of it (GB200 and GB300, the "
+        "release of December 2025, from 8192 tokens, below them the shape of dgx-h100's FlashAttention-2 tables); "
+        "other FlashAttention kernels keep the CuTe FlashAttention tables. Against the FlashAttention tables "
         "the megatron stack read before (aws-p6-b200 as dgx-b200, b300 as gb300-nvl72):", "",
         *comparison_lines(), "",
         "**How the rate moves with the grid, and the B200.** The same cuDNN frontend's prefill rows (cuDNN 9.27, "
@@ -182,8 +185,9 @@ def doc_section() -> str:
         "Blackwell presets give no SM count and so no occupancy term (with the 148 SMs that kernel code sizes its "
         "grids to, not in NVIDIA's datasheets, -5 to -11 %). Head dim 256: the GH100 presets' tables are the head dim "
         "128 ones times a 256/128 ratio, until now an older cuDNN chart's (0.94 at 8k, FlashAttention-3 README, fp16), "
-        "with which these head dim 256 kernels were predicted 20-28 % slow; the ratio is now these rows' own (1.04-1.11 "
-        "over occupancy, validation/h100_attention_tables.py `hd256_ratio`), so the head dim 256 row matches the 32-head "
+        "with which these head dim 256 kernels were predicted 20-28 % slow; the ratio is now these rows' own "
+        "(1.04-1.11 over occupancy, validation/h100_attention_tables.py `hd256_ratio`), so the head dim 256 row "
+        "matches the 32-head "
         "head dim 128 row by construction and checks nothing; its backward follows the forward's ratio (no backward "
         "by head dim is published).", "",
         "On the published Megatron-Bridge Blackwell runs (docs/accuracy.md; at this change, 2026-11-28): MBRIDGE_B200 "

@@ -16,7 +16,8 @@ names, and the benchmark's own TFLOP/s, which count 4·b·h·d FLOPs per score c
 the band w·s − w(w − 1)/2 with a window of w keys) and 2.5 times those backward (checked here against each row's
 forward time).
 
-Only bf16 rows of the cuDNN backends, causal or not, deterministic backward off, are kept. Nothing is edited.
+Only bf16 rows of the cuDNN backends and of torch's flash backend (`pyt_flash_attention`: FlashAttention-2), causal or
+not, deterministic backward off, are kept. Nothing is edited.
 """
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ FILES = (
     ("60e572b", "results/gpt_oss/gb200/gpt_oss_20260424_100011.csv", "GB200", None),
     ("60e572b", "results/gpt_oss/gb300/gpt_oss_20260424_100022.csv", "GB300", None),
 )
-CUDNN_BACKENDS = ("pyt_cudnn", "cudnn_fe", "cudnn")
+# cuDNN (torch's SDPA path, the frontend called directly) and torch's flash backend (FlashAttention-2)
+BACKENDS = ("pyt_cudnn", "cudnn_fe", "cudnn", "pyt_flash_attention")
 COLUMNS = ("gpu", "cudnn_version", "backend", "batch", "heads", "kv_heads", "seq_len", "head_dim", "causal", "window",
            "fwd_ms", "bwd_ms", "fwd_tflops", "bwd_tflops", "commit", "date", "path")
 
@@ -102,9 +104,10 @@ def table(clone: Path) -> list[dict]:
         date = _date(clone, commit)
         merged: dict[tuple, dict] = {}
         for r in _rows(_show(clone, commit, path)):
-            if r["backend"] not in CUDNN_BACKENDS or r["dtype"] != "bfloat16" or r["det"] != "False":
+            if r["backend"] not in BACKENDS or r["dtype"] != "bfloat16" or r["det"] != "False":
                 continue
-            key = (r["batch"], r["heads"], r["kv_heads"], r["seq_len"], r["head_dim"], r["causal"], r["window"])
+            key = (r["backend"], r["batch"], r["heads"], r["kv_heads"], r["seq_len"], r["head_dim"], r["causal"],
+                   r["window"])
             m = merged.setdefault(key, dict(gpu=gpu, cudnn_version=version or r["version"], backend=r["backend"],
                                             batch=int(r["batch"]), heads=int(r["heads"]),
                                             kv_heads=int(r["kv_heads"]), seq_len=int(r["seq_len"]),

@@ -48,9 +48,21 @@ SOURCES = {"dgx-b200": ("GB200", 92200), "aws-p6-b200": ("GB200", 92200), "gb200
            "gb300-nvl72": ("GB300", 92200), "b300": ("GB300", 92200)}
 # the earliest frontend-called release per GPU family, whose points start at 512 tokens: the shape below MIN_SEQ
 SHAPE = {"B200": ("GB200", 91700), "GB200": ("GB200", 91700), "GB300": ("GB300", 91700)}
-MIN_SEQ = {"pyt_cudnn": 8192, "cudnn_fe": 512, "cudnn": 2048}
+MIN_SEQ = {"pyt_cudnn": 8192, "pyt_flash_attention": 8192, "cudnn_fe": 512, "cudnn": 2048}
 PEAK_PRESET = {"B200": "dgx-b200", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72", "H200": "dgx-h200"}  # the GPU's peak
-PASSES = (("fwd", "attention_cudnn", 1.0), ("bwd", "attention_bwd_cudnn", 2.5))
+KERNELS = {"cudnn": ("pyt_cudnn", "cudnn_fe", "cudnn"), "flash2": ("pyt_flash_attention",)}  # the rows' backends
+
+
+def passes(kernel: str = "cudnn") -> tuple:
+    """(pass, table name, FLOPs over the forward's) of a kernel's two tables."""
+    return (("fwd", f"attention_{kernel}", 1.0), ("bwd", f"attention_bwd_{kernel}", 2.5))
+
+
+PASSES = passes("cudnn")
+# torch's flash backend (FlashAttention-2, Ampere code on Blackwell): the newest release that publishes it per die
+FLASH_SOURCES = {"dgx-b200": ("GB200", 91700), "aws-p6-b200": ("GB200", 91700), "gb200-nvl72": ("GB200", 91700),
+                 "gb300-nvl72": ("GB300", 91700), "b300": ("GB300", 91700)}
+FLASH_SHAPE = "dgx-h100"  # below MIN_SEQ: the length shape of this preset's FlashAttention-2 tables (published charts)
 _B200 = ("the GB200's table (the same B200 GPU at a higher power limit): its rate as a fraction of the GB200's peak, "
          "taken to hold at this GPU's lower peak [assumption], checked on the B200's own published cuDNN 9.27 forward "
          "kernels (prefill, 64 heads, 2k-16k tokens: validation/cudnn_sdpa_checks.py); the B200's own training release "
@@ -60,12 +72,15 @@ NOTES = {"b300": "the GB300's table (the same Blackwell Ultra GPU; no B300 row i
          "dgx-b200": _B200, "aws-p6-b200": _B200}
 
 
-def rows(gpu: str | None = None, version: int | None = None, *, window: bool = False) -> list[dict]:
-    """The causal rows of validation/data/cudnn_sdpa.csv, optionally of one GPU and cuDNN version: head dim 128 without
-    a window, or (`window`) the windowed ones."""
+def rows(gpu: str | None = None, version: int | None = None, *, window: bool = False,
+         kernel: str = "cudnn") -> list[dict]:
+    """The causal rows of `kernel` (KERNELS) in validation/data/cudnn_sdpa.csv, optionally of one GPU and cuDNN version:
+    head dim 128 without a window, or (`window`) the windowed ones."""
     out = []
     for r in csv.DictReader(open(DATA)):
         if r["causal"] != "True" or (int(r["window"]) > 0) != window or (not window and int(r["head_dim"]) != 128):
+            continue
+        if r["backend"] not in KERNELS[kernel]:
             continue
         if (gpu and r["gpu"] != gpu) or (version and int(r["cudnn_version"]) != version):
             continue
@@ -81,10 +96,10 @@ def peak_flops(gpu: str) -> float:
     return load_hardware(PEAK_PRESET[gpu]).peak_flops("bf16")
 
 
-def efficiencies(gpu: str, version: int, peak: float, sm_count: int) -> dict:
-    """{(pass, seq): efficiency} of one release on one GPU (module docstring)."""
+def efficiencies(gpu: str, version: int, peak: float, sm_count: int, kernel: str = "cudnn") -> dict:
+    """{(pass, seq): efficiency} of one release's `kernel` on one GPU (module docstring)."""
     out = {}
-    for r in rows(gpu, version):
+    for r in rows(gpu, version, kernel=kernel):
         b, h, s, d = r["batch"], r["heads"], r["seq_len"], r["head_dim"]
         occ = float(causal_occupancy(b * h, math.ceil(s / Q_TILE), sm_count, d))
         flops = 4.0 * b * h * s * s * d / 2.0
@@ -93,31 +108,46 @@ def efficiencies(gpu: str, version: int, peak: float, sm_count: int) -> dict:
     return out
 
 
-def _release(gpu: str, version: int) -> dict:
-    rs = rows(gpu, version)
+def _release(gpu: str, version: int, kernel: str = "cudnn") -> dict:
+    rs = rows(gpu, version, kernel=kernel)
     return {"backend": rs[0]["backend"], "date": rs[0]["date"], "commit": rs[0]["commit"], "path": rs[0]["path"],
             "heads": int(rs[0]["heads"]), "batch": int(rs[0]["batch"])}
 
 
-def table(preset: str) -> dict:
-    """{table name: {seq: efficiency}} of a Blackwell preset."""
+def _flash_shape() -> dict:
+    """{(pass, seq): efficiency} of FLASH_SHAPE's FlashAttention-2 tables at their knots: the length shape below the
+    published Blackwell points (only its ratios are used)."""
+    from simulator.spec.hardware import load_hardware
+
+    hw = load_hardware(FLASH_SHAPE)
+    out = {}
+    for p, name, _ in passes("flash2"):
+        x, e = hw.efficiency_curve(name)
+        out.update({(p, int(s)): float(v) for s, v in zip(x, e)})
+    return out
+
+
+def table(preset: str, kernel: str = "cudnn") -> dict:
+    """{table name: {seq: efficiency}} of `kernel` on a Blackwell preset."""
     from simulator.spec.hardware import load_hardware
 
     sms = load_hardware(preset).sm_count
-    gpu, version = SOURCES[preset]
-    own = efficiencies(gpu, version, peak_flops(gpu), sms)
-    low = MIN_SEQ[_release(gpu, version)["backend"]]
-    shape = efficiencies(*SHAPE[gpu], peak_flops(SHAPE[gpu][0]), sms)
+    gpu, version = (SOURCES if kernel == "cudnn" else FLASH_SOURCES)[preset]
+    own = efficiencies(gpu, version, peak_flops(gpu), sms, kernel)
+    low = MIN_SEQ[_release(gpu, version, kernel)["backend"]]
+    shape = efficiencies(*SHAPE[gpu], peak_flops(SHAPE[gpu][0]), sms) if kernel == "cudnn" else _flash_shape()
     out = {}
-    for p, name, _ in PASSES:
+    for p, name, _ in passes(kernel):
         long = {s: e for (q, s), e in own.items() if q == p and s >= low}
-        anchor = min(long)
+        anchor = min(long)  # a knot of both: the published lengths are powers of two from 512, as the shapes' knots
         short = {s: long[anchor] * e / shape[p, anchor] for (q, s), e in shape.items() if q == p and s < anchor}
         out[name] = dict(sorted({**short, **long}.items()))
     return out
 
 
-def source(preset: str) -> str:
+def source(preset: str, kernel: str = "cudnn") -> str:
+    if kernel == "flash2":
+        return _flash_source(preset)
     gpu, version = SOURCES[preset]
     rel, shp = _release(gpu, version), _release(*SHAPE[gpu])
     low = MIN_SEQ[rel["backend"]]
@@ -134,12 +164,28 @@ def source(preset: str) -> str:
             f"{shp['date']}) anchored there; validation/data/cudnn_sdpa.csv, validation/cudnn_sdpa_tables.py")
 
 
-def section(preset: str, name: str) -> str:
-    t = table(preset)[name]
+def _flash_source(preset: str) -> str:
+    gpu, version = FLASH_SOURCES[preset]
+    rel = _release(gpu, version, "flash2")
+    return (f"published kernel benchmark: torch's flash SDPA backend (FlashAttention-2, whose Ampere-generation "
+            f"kernels "
+            f"run on Blackwell without its new tensor-core instructions) in NVIDIA's cuDNN frontend "
+            f"benchmark/sdpa_benchmark_training (NVIDIA/cudnn-frontend {rel['commit']}, {rel['date']}: {rel['path']}) "
+            f"on an NVIDIA {gpu}, bf16, causal, head dim 128, batch {rel['batch']} x {rel['heads']} query heads (8 KV "
+            f"heads), forward and backward timed alone; efficiency = the benchmark's FLOPs (causal-halved forward, "
+            f"2.5x "
+            f"backward) / (time x the {PEAK_PRESET[gpu]} preset's dense bf16 peak); points from "
+            f"{MIN_SEQ[rel['backend']]} tokens (torch's call path: below, the host's time), below them the length "
+            f"shape of {FLASH_SHAPE}'s FlashAttention-2 tables (its published charts) anchored there "
+            f"[derived]; validation/data/cudnn_sdpa.csv, validation/cudnn_sdpa_tables.py")
+
+
+def section(preset: str, name: str, kernel: str = "cudnn") -> str:
+    t = table(preset, kernel)[name]
     return (f"[efficiency.{name}]\nx = [{', '.join(f'{s:g}' for s in t)}]\n"
             f"efficiency = [{', '.join(f'{e:.4f}' for e in t.values())}]\n"
             'x_unit = "sequence length (keys per query), head dim 128, causal"\n'
-            f'source = "{source(preset)}"\n')
+            f'source = "{source(preset, kernel)}"\n')
 
 
 def _pattern(name: str):
@@ -147,15 +193,14 @@ def _pattern(name: str):
 
 
 def render(text: str, preset: str) -> str:
-    """The preset's TOML with its cuDNN sections written: replaced where present, else after
-    [efficiency.attention_bwd]."""
-    for _, name, _ in PASSES:
-        new = section(preset, name)
-        if _pattern(name).search(text):
-            text = _pattern(name).sub(lambda _: new + "\n", text, count=1)
-        else:
-            m = _pattern("attention_bwd").search(text)
-            text = text[:m.end()] + ("\n" if not m.group(0).endswith("\n\n") else "") + new + "\n" + text[m.end():]
+    """The preset's TOML with its cuDNN and FlashAttention-2 sections written, in that order after
+    [efficiency.attention_bwd] (any earlier copies of them removed)."""
+    names = [(k, name) for k in KERNELS for _, name, _ in passes(k)]
+    for _, name in names:
+        text = _pattern(name).sub("", text, count=1)
+    m = _pattern("attention_bwd").search(text)
+    block = "".join(section(preset, name, kernel) + "\n" for kernel, name in names)
+    text = text[:m.end()] + ("" if m.group(0).endswith("\n\n") else "\n") + block + text[m.end():]
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
