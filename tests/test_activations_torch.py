@@ -420,53 +420,32 @@ class _LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
         self.seen.discard(ptr)
 
 
-def test_torch_fp32_cross_entropy_peaks_at_the_kept_logits_plus_the_backward_working_set():
-    # live bytes of F.cross_entropy(logits.float()) forward + backward on bf16 logits: the peak (in
-    # backward) is what the memory model holds for it, logits_bytes + loss_backward_bytes = (4 + 8)·T·V,
-    # and after the forward only the kept 4·T·V are alive
+@pytest.mark.parametrize("ce,upcast,kept_per,work_per", [("torch-fp32", True, 4, 8), ("torch", False, 2, 4)])
+def test_torch_cross_entropy_peaks_at_the_kept_output_plus_the_backward_working_set(ce, upcast, kept_per, work_per):
+    # live bytes of F.cross_entropy forward + backward on bf16 logits: the peak (in backward) is what the memory
+    # model holds for it, logits_bytes + loss_backward_bytes, and after the forward only the kept bytes are alive.
+    # torch-fp32 (logits.float() first): log_softmax's fp32 output kept, 4·T·V, and 8·T·V of fp32 gradients;
+    # torch (the bf16 logits as they are, a training loop's own nn.CrossEntropyLoss): 2·T·V kept, 4·T·V of gradients
     from simulator.memory.head_activations import logits_bytes, loss_backward_bytes
 
     b, s, V = 2, 96, 1000
     model = ModelSpec(name="t", hidden_size=64, num_layers=1, num_heads=4, ffn_hidden_size=176, vocab_size=V, mlp="swiglu",
                       norm="rmsnorm")
-    tr = Training(seq_length=s, global_batch_size=b, cross_entropy="torch-fp32")
+    tr = Training(seq_length=s, global_batch_size=b, cross_entropy=ce)
     logits = torch.randn(b * s, V, dtype=torch.bfloat16, requires_grad=True)
     labels = torch.randint(0, V, (b * s,))
     live = _LiveBytes()
     with live:
-        loss = F.cross_entropy(logits.float(), labels)
+        loss = F.cross_entropy(logits.float() if upcast else logits, labels)
         after_forward = live.live
         loss.backward()
     kw = dict(tp=1, cp=1, micro_batch_size=b)
     kept, work = float(logits_bytes(model, tr, **kw)), float(loss_backward_bytes(model, tr, **kw))
+    assert (kept, work) == (kept_per * b * s * V, work_per * b * s * V)
     assert after_forward == pytest.approx(kept, abs=64)  # + the scalar loss
     assert live.peak == pytest.approx(kept + work, abs=64)
     for other in ("vocab-parallel", "fused"):  # no backward working set modelled for the others
         assert float(loss_backward_bytes(model, Training(seq_length=s, global_batch_size=b, cross_entropy=other), **kw)) == 0
-
-
-def test_torch_cross_entropy_on_bf16_logits_peaks_at_the_kept_output_plus_two_gradients():
-    # F.cross_entropy(logits) on bf16 logits (a training loop's own nn.CrossEntropyLoss): the kept log_softmax output
-    # is bf16 (2·T·V after the forward) and the backward's dense nll gradient and logit gradient add 2 + 2: the
-    # memory model's logits_bytes + loss_backward_bytes for cross_entropy "torch"
-    from simulator.memory.head_activations import logits_bytes, loss_backward_bytes
-
-    b, s, V = 2, 96, 1000
-    model = ModelSpec(name="t", hidden_size=64, num_layers=1, num_heads=4, ffn_hidden_size=176, vocab_size=V, mlp="swiglu",
-                      norm="rmsnorm")
-    tr = Training(seq_length=s, global_batch_size=b, cross_entropy="torch")
-    logits = torch.randn(b * s, V, dtype=torch.bfloat16, requires_grad=True)
-    labels = torch.randint(0, V, (b * s,))
-    live = _LiveBytes()
-    with live:
-        loss = F.cross_entropy(logits, labels)
-        after_forward = live.live
-        loss.backward()
-    kw = dict(tp=1, cp=1, micro_batch_size=b)
-    kept, work = float(logits_bytes(model, tr, **kw)), float(loss_backward_bytes(model, tr, **kw))
-    assert (kept, work) == (2 * b * s * V, 4 * b * s * V)
-    assert after_forward == pytest.approx(kept, abs=64)
-    assert live.peak == pytest.approx(kept + work, abs=64)
 
 
 def test_loss_parallel_under_tp_peaks_four_bytes_per_logit_above_plain_cross_entropy(free_port):
