@@ -75,7 +75,7 @@ def prefill_check() -> list[dict]:
     validation/data/cudnn_prefill.csv): measured and predicted forward seconds, the prediction the cost model's
     attention op on the GPU's preset with the megatron stack. dgx-h200's cuDNN tables hold the lent H100's rate at
     1 x 32 heads and cost/attention.py's occupancy for other grids; dgx-b200's hold the GB200's cuDNN 9.22 rate
-    (cudnn_sdpa_tables.py) and no occupancy (the preset gives no sm_count)."""
+    (cudnn_sdpa_tables.py) and the occupancy of its 148 SMs."""
     from simulator.cost.compute import layer_op_times
     from simulator.spec.hardware import load_hardware
     from simulator.spec.model import ModelSpec
@@ -181,9 +181,9 @@ def doc_section() -> str:
         "heads: with 8 heads the kernel runs at 290 TFLOP/s at 2048 tokens against 490 with 64, and the prediction "
         "follows (0 to +15 % at every head count, the offset between this release and the one the tables were "
         "measured with). On the B200, the GB200's table predicts the B200's own newest forward kernels within 8 % at "
-        "64 heads (the B200's 9.13 table was 12-20 % slow on them); at 32 heads it is 5-28 % fast, because the "
-        "Blackwell presets give no SM count and so no occupancy term (with the 148 SMs that kernel code sizes its "
-        "grids to, not in NVIDIA's datasheets, -5 to -11 %). Head dim 256: the GH100 presets' tables are the head dim "
+        "64 heads (the B200's 9.13 table was 12-20 % slow on them), and within 11 % at 32 heads with the B200's 148 "
+        "SMs (Chips and Cheese's count on a B200; without an SM count, and so without the occupancy term, it was 5-28 % "
+        "fast there). Head dim 256: the GH100 presets' tables are the head dim "
         "128 ones times a 256/128 ratio, until now an older cuDNN chart's (0.94 at 8k, FlashAttention-3 README, fp16), "
         "with which these head dim 256 kernels were predicted 20-28 % slow; the ratio is now these rows' own "
         "(1.04-1.11 over occupancy, validation/h100_attention_tables.py `hd256_ratio`), so the head dim 256 row "

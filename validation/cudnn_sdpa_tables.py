@@ -17,8 +17,8 @@ published for the preset's GPU die (`SOURCES`: the B200 presets read the GB200's
 
 - efficiency(s) = FLOPs / (time · dense bf16 peak of the preset) / occupancy, FLOPs the benchmark's own (forward
   4·b·h·s²·d / 2 causal, backward 2.5 times that: cost/compute.py's convention); occupancy = cost/attention.py
-  `causal_occupancy` of the benchmark's grid on the preset's SMs (1 where the preset gives no sm_count, as on
-  every Blackwell preset);
+  `causal_occupancy` of the benchmark's grid on the preset's SMs (1 where the preset gives no sm_count: every
+  Blackwell preset but the B200's 148);
 - from the shortest length the release's call outlasts the host (`MIN_SEQ` per backend: torch's SDPA path,
   `pyt_cudnn`, spends 0.1-0.3 ms per call whatever its work, so its points count from 8192 tokens; the frontend
   called directly, `cudnn` / `cudnn_fe`, from its shortest published length); below it, the shape of the same
