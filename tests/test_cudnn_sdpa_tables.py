@@ -60,7 +60,7 @@ def test_megatron_reads_cudnn_and_flashattention_stacks_keep_their_kernel(preset
 def test_the_gb200_table_reproduces_its_release_and_predicts_the_b200s_newest_forward_kernels():
     # gb200-nvl72's table holds the GB200's cuDNN 9.22 points (2 x 64 heads, from 2048 tokens: its knots) as a fraction
     # of the GB200's peak; dgx-b200 holds the same fractions of the B200's peak, checked on data not used: the B200's
-    # own cuDNN 9.27 forward kernels (prefill, 64 heads), within 8 % at this change (the B200's older 9.13 table
+    # own cuDNN 9.27 forward kernels (prefill, 64 heads), within 5 % at this change (the B200's older 9.13 table
     # was 12-20 % slow there)
     from simulator.spec.hardware import load_hardware
 

@@ -180,7 +180,7 @@ def doc_section() -> str:
         "dgx-h200's tables were measured at 1 x 32 heads; cost/attention.py's causal occupancy carries them to 8-64 "
         "heads: with 8 heads the kernel runs at 290 TFLOP/s at 2048 tokens against 490 with 64, and the prediction "
         "follows (0 to +15 % at every head count, the offset between this release and the one the tables were "
-        "measured with). On the B200, the GB200's table predicts the B200's own newest forward kernels within 8 % at "
+        "measured with). On the B200, the GB200's table predicts the B200's own newest forward kernels within 5 % at "
         "64 heads (the B200's 9.13 table was 12-20 % slow on them), and within 11 % at 32 heads with the B200's 148 "
         "SMs (Chips and Cheese's count on a B200; without an SM count, and so without the occupancy term, it was 5-28 % "
         "fast there). Head dim 256: the GH100 presets' tables are the head dim "
