@@ -53,3 +53,16 @@ def test_bad_points_are_input_errors():
         fit_efficiency_curve([1, 2], [0.5, 0.0], name="t", x_unit="-", source="s")
     with pytest.raises(InputError, match="x values"):
         fit_efficiency_curve([-1, 2], [0.5, 0.5], name="t", x_unit="-", source="s")
+
+
+@pytest.mark.parametrize("name,ceiling", [("gemm", 1.0), ("attention_bwd", 1.0), ("memory", 2.0), ("nvls", 2.0)])
+def test_fitted_knots_stay_within_what_the_profile_loader_accepts_for_the_table(name, ceiling):
+    # measured points above the table's bound (a CPU calibration whose attention beats its best GEMM, the peak it is
+    # measured against) are clipped to the loader's bound for that table (spec/efficiency.py efficiency_ceiling), so the
+    # written profile loads: gemm and attention at most 1, memory and collective tables at most 2
+    from simulator.spec.efficiency import curve_from_dict
+
+    fit = fit_efficiency_curve([1e6, 1e7, 1e8], [1.5, 2.5, 3.0], name=name, x_unit="x", source="test")
+    assert max(fit.efficiency) == ceiling
+    curve_from_dict({"x": list(fit.x), "efficiency": list(fit.efficiency), "x_unit": "x", "source": "s"},
+                    where="test", name=name)

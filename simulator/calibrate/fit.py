@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..spec.efficiency import efficiency_ceiling
 
 __all__ = ["CurveFit", "default_knots", "hat_basis", "fit_efficiency_curve", "efficiency_at"]
 
@@ -80,7 +81,9 @@ def fit_efficiency_curve(x, efficiency, *, name: str, x_unit: str, source: str, 
     """Weighted least-squares fit of a piecewise-linear-in-log10(x) efficiency curve (module docstring).
 
     `x` > 0 and `efficiency` > 0 are the measured points (repeats allowed). Knot values are clipped
-    to [1e-6, 2], the range the profile loader accepts. Residuals are relative: (fit − measured)/measured.
+    to [1e-6, efficiency_ceiling(name)], the range the profile loader accepts (1 for gemm and attention tables,
+    a share of a dense peak: a CPU run whose attention beats its best GEMM, the peak it is measured against,
+    reads 1). Residuals are relative: (fit − measured)/measured.
     """
     x = np.asarray(x, dtype=float)
     e = np.asarray(efficiency, dtype=float)
@@ -97,7 +100,7 @@ def fit_efficiency_curve(x, efficiency, *, name: str, x_unit: str, source: str, 
         phi = hat_basis(x, kn)
         w = 1.0 / e
         c, *_ = np.linalg.lstsq(phi * w[:, None], np.ones_like(e), rcond=None)  # (phi c - e)/e = phi c w - 1
-    c = np.clip(c, MIN_EFFICIENCY, MAX_EFFICIENCY)
+    c = np.clip(c, MIN_EFFICIENCY, efficiency_ceiling(name))  # the loader's bound for this table (spec/efficiency.py)
     fit = efficiency_at(kn, c, x)
     res = (fit - e) / e
     return CurveFit(name=name, x=tuple(float(v) for v in kn), efficiency=tuple(float(v) for v in c), x_unit=x_unit,

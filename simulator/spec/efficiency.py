@@ -74,3 +74,19 @@ class EfficiencyCurve:
         xs, es = self.arrays()
         xa = np.asarray(x, dtype=float)
         return np.interp(np.log10(np.maximum(xa, 1e-300)), np.log10(xs), es)
+
+
+TABLE_KEYS = ("x", "efficiency", "x_unit", "source")  # the keys of a profile's [efficiency.<name>] table
+
+
+def curve_from_dict(d: dict, *, where: str, name: str = "") -> EfficiencyCurve:
+    """The EfficiencyCurve of a profile's [efficiency.<name>] table `d`; InputError naming `where` for a missing or
+    unknown key or a value `curve_problem` refuses (at most `efficiency_ceiling(name)`)."""
+    from .presets import check_keys
+
+    check_keys(d, where=where, required=TABLE_KEYS)
+    problem = curve_problem(d["x"], d["efficiency"], efficiency_ceiling(name))
+    if problem:
+        raise InputError(f"{where}: {problem}")
+    return EfficiencyCurve(x=tuple(float(v) for v in d["x"]), efficiency=tuple(float(v) for v in d["efficiency"]),
+                           x_unit=str(d["x_unit"]), source=str(d["source"]))

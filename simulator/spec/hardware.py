@@ -42,7 +42,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import InputError
-from .efficiency import EfficiencyCurve, curve_problem, efficiency_ceiling
+from .efficiency import EfficiencyCurve, curve_from_dict
 from .presets import check_keys, read_toml, resolve
 from .rules import NONNEGATIVE, POSITIVE, check_count, check_fraction, check_number
 from .run import GPU_RUN_KEYS, GPU_RUN_OPTIONAL, check_run_value, gpu_run_values
@@ -238,7 +238,6 @@ _PEAK_OPT = DTYPES + ("source",)
 _NODE_REQ = ("gpus_per_node", "nvlink_gb_per_s", "nvls", "nvlink_latency_us", "source")
 _NODE_OPT = ("nvlink_domain_gpus", "nvlink_topology", "nvlink_link_gb_per_s", "nvls_latency_us", "nvls_min_bytes")
 _NET_REQ = ("nics_per_node", "nic_gbit_per_s", "ib_latency_us", "nodes_per_leaf", "leaf_oversubscription", "source")
-_EFF_REQ = ("x", "efficiency", "x_unit", "source")
 _PROV_OPT = ("device", "versions", "date", "protocol", "source", "notes", "host")
 
 
@@ -284,15 +283,6 @@ def _table(d, what: str) -> dict:
     if not isinstance(d, dict):
         raise InputError(f"{what} must be a table, got {d!r}")
     return d
-
-
-def _curve_from_dict(d: dict, *, where: str, name: str = "") -> EfficiencyCurve:
-    check_keys(_table(d, where), where=where, required=_EFF_REQ)
-    problem = curve_problem(d["x"], d["efficiency"], efficiency_ceiling(name))
-    if problem:
-        raise InputError(f"{where}: {problem}")
-    return EfficiencyCurve(x=tuple(float(v) for v in d["x"]), efficiency=tuple(float(v) for v in d["efficiency"]),
-                           x_unit=str(d["x_unit"]), source=str(d["source"]))
 
 
 def _sections(d: dict, where: str) -> dict:
@@ -385,8 +375,8 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
     return HardwareProfile(
         name=str(d["name"]), description=str(d.get("description", "")), gpu=str(g["model"]),
         **_values(sec, where), **host, **run,
-        efficiency={k: _curve_from_dict(v, where=f"{where} [efficiency.{k}]", name=k)
-                    for k, v in sec["efficiency"].items()},
+        efficiency={k: curve_from_dict(_table(v, f"{where} [efficiency.{k}]"), where=f"{where} [efficiency.{k}]",
+                                       name=k) for k, v in sec["efficiency"].items()},
         sources=sources, provenance=dict(prov) if prov is not None else None,
     )
 

@@ -2,7 +2,7 @@
 
 Chunk k is candidate rows [k·size, (k+1)·size). Each chunk is one call of the vectorised kernel
 (`kernel.evaluate_layouts`, every layout field an array); with `out`, each finished chunk is written
-atomically (temp file + os.replace) into `<out>.parts/`, so an interrupted sweep resumes without losing
+atomically into `<out>.parts/` (parts.py), so an interrupted sweep resumes without losing
 or duplicating rows. The kernel works row by row, so a row's numbers do not depend on the chunk it is
 evaluated in (tests/test_sweep.py checks it to the bit). Parallelism beyond this process is Dask's:
 `executor="dask"`, or `workers` > 1, which starts a local Dask cluster of that many processes.
@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import hashlib
 import inspect
-import json
 import os
 import shutil
 from dataclasses import fields
@@ -29,6 +28,7 @@ from ..dedup import distinct_rows
 from ..errors import InputError
 from ..frames import text_column
 from .enumerate import CANDIDATE_COLUMNS, empty_candidates, enumerate_layouts
+from .parts import chunk_path, open_parts, write_atomic_pickle
 from .rank import rank_results
 from .results import TEXT_COLUMNS, check_suffix, with_asynchronous, write_results
 from .space import SweepSpace
@@ -148,55 +148,6 @@ def _fingerprint(model, training, hardware, num_gpus, cands: pd.DataFrame, setti
     return h.hexdigest()
 
 
-def _chunk_path(parts: Path, k: int) -> Path:
-    return parts / f"chunk-{k:06d}.pkl"
-
-
-def _write_atomic_pickle(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    df.to_pickle(tmp)
-    os.replace(tmp, path)
-
-
-def _read_chunk(path: Path) -> pd.DataFrame | None:
-    """A finished chunk of an interrupted sweep, or None when there is none or it cannot be read (a damaged or
-    truncated file): the chunk is then evaluated again, as if it had never been written."""
-    if not path.is_file():
-        return None
-    try:
-        chunk = pd.read_pickle(path)
-    except Exception:  # noqa: BLE001 - any unreadable cache file is recomputed, not trusted
-        return None
-    return chunk if isinstance(chunk, pd.DataFrame) else None
-
-
-def _open_parts(out, fingerprint: str, nchunks: int, meta: dict, resume: bool) -> tuple[Path, dict]:
-    """The parts folder of `out` and the chunks already in it (resume); InputError if it holds
-    another sweep's chunks."""
-    parts = Path(str(out) + ".parts")
-    manifest = parts / "manifest.json"
-    done: dict[int, pd.DataFrame] = {}
-    if parts.exists() and not resume:
-        shutil.rmtree(parts)
-    if parts.exists():
-        try:
-            old = json.loads(manifest.read_text())
-        except (OSError, ValueError):
-            old = {}
-        if old.get("fingerprint") != fingerprint:
-            raise InputError(f"{parts} holds chunks of a different sweep; delete it or run without resume")
-        for k in range(nchunks):
-            chunk = _read_chunk(_chunk_path(parts, k))
-            if chunk is not None:
-                done[k] = chunk
-    else:
-        parts.mkdir(parents=True)
-        tmp = manifest.with_name("manifest.json.tmp")
-        tmp.write_text(json.dumps({"fingerprint": fingerprint, **meta}))
-        os.replace(tmp, manifest)
-    return parts, done
-
-
 # ---- the run ---------------------------------------------------------------------------------------
 def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "local", scheduler=None,
               out: str | os.PathLike | None = None, chunk_size: int = 50_000, resume: bool = True,
@@ -256,7 +207,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     if out is not None:
         fp = _fingerprint(model, training, hardware, N, cands, (chunk_size, bool(time_infeasible),
                                                                space.recompute_layers))
-        parts, results = _open_parts(out, fp, nchunks, {"rows": n, "chunk_size": chunk_size, "chunks": nchunks},
+        parts, results = open_parts(out, fp, nchunks, {"rows": n, "chunk_size": chunk_size, "chunks": nchunks},
                                      resume)
     todo = [k for k in range(nchunks) if k not in results]
     budget = len(todo) if stop_after_chunks is None else stop_after_chunks
@@ -312,7 +263,7 @@ def _run_chunks(chunks: list[int], cands: pd.DataFrame, chunk_size: int, results
     def finish(k, df):
         results[k] = df
         if parts is not None:
-            _write_atomic_pickle(df, _chunk_path(parts, k))
+            write_atomic_pickle(df, chunk_path(parts, k))
         if tick:
             tick(len(df))
 
