@@ -91,10 +91,16 @@ def _rows(text: str) -> list[dict]:
 
 
 def flops(batch, heads, seq, head_dim, causal: bool, window: int = 0) -> float:
-    """The benchmark's forward FLOPs: 4·b·h·d times the scores computed, s²/2 causal, s² not, and with a causal window
-    of w keys the band w·s − w(w − 1)/2 (cost/window.py band_entries)."""
-    scores = window * seq - window * (window - 1) / 2 if window else (seq * seq / 2 if causal else seq * seq)
-    return 4.0 * batch * heads * scores * head_dim
+    """The benchmark's forward FLOPs: 4·b·h·d times the scores computed, s²/2 causal, s² not
+    (microbench.attention_forward_flops), and with a causal window of w keys the band w·s − w(w − 1)/2
+    (cost/window.py band_entries)."""
+    sys.path.insert(0, str(OUT.parent.parent.parent))
+    from simulator.calibrate.microbench import attention_forward_flops
+    from simulator.cost.window import band_entries
+
+    if window:
+        return 4.0 * batch * heads * head_dim * float(band_entries(seq, window))
+    return float(attention_forward_flops(batch, heads, seq, head_dim, causal=causal))
 
 
 def table(clone: Path) -> list[dict]:

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 sys.path.insert(0, str(ROOT))
 from h100_gemm_table import preset_cli, rewrite_presets  # noqa: E402
+from simulator.calibrate.microbench import attention_forward_flops  # noqa: E402
 from simulator.cost.attention import Q_TILE, causal_occupancy  # noqa: E402
 
 DATA = ROOT / "data" / "cudnn_sdpa.csv"
@@ -102,7 +103,7 @@ def efficiencies(gpu: str, version: int, peak: float, sm_count: int, kernel: str
     for r in rows(gpu, version, kernel=kernel):
         b, h, s, d = r["batch"], r["heads"], r["seq_len"], r["head_dim"]
         occ = float(causal_occupancy(b * h, math.ceil(s / Q_TILE), sm_count, d))
-        flops = 4.0 * b * h * s * s * d / 2.0
+        flops = attention_forward_flops(b, h, s, d)
         for p, _, mult in PASSES:
             out[p, int(s)] = flops * mult / (r[f"{p}_ms"] * 1e-3) / peak / occ
     return out

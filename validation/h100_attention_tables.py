@@ -48,6 +48,7 @@ from statistics import median
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
+from simulator.calibrate.microbench import attention_forward_flops  # noqa: E402
 from simulator.cost.attention import Q_TILE, causal_occupancy  # noqa: E402
 from h100_gemm_table import same_die_note  # noqa: E402  (the GH100 SXM presets' note)
 CALIB = (ROOT / "h100" / "calib_points.csv", ROOT / "h100" / "calib_points2.csv")
@@ -65,11 +66,6 @@ SOURCE = ("measured: torch 2.11 scaled_dot_product_attention (cuDNN fused attent
           "kernel_benchmarks.csv); validation/h100_attention_tables.py")
 
 
-def forward_flops(b, h, s, d):
-    """Causal attention forward FLOPs, 4·b·h·s²·d / 2 (formulas.md §2.4; microbench.attention_forward_flops)."""
-    return 4.0 * b * h * s * s * d / 2.0
-
-
 def measured() -> dict:
     """{(pass, head_dim, seq): efficiency}, the faster of the two calibrations."""
     best = {}
@@ -78,7 +74,7 @@ def measured() -> dict:
             if r["measurement"] != "attention" or r["causal"] != "True":
                 continue
             b, h, s, d = (int(float(r[k])) for k in ("batch", "heads", "seq", "head_dim"))
-            fl = forward_flops(b, h, s, d) * (2.5 if r["pass"] == "bwd" else 1.0)
+            fl = attention_forward_flops(b, h, s, d) * (2.5 if r["pass"] == "bwd" else 1.0)
             key = (r["pass"], d, s)
             occ = float(causal_occupancy(b * h, math.ceil(s / Q_TILE), SMS, d))
             best[key] = max(best.get(key, 0.0), fl / float(r["time_s"]) / PEAK / occ)
@@ -105,7 +101,7 @@ def hd256_ratio() -> dict:
         if r["gpu"] != "H200" or h != 32:
             continue
         occ = float(causal_occupancy(b * h, math.ceil(s / Q_TILE), SMS, d))
-        rate[d, s] = forward_flops(b, h, s, d) / float(r["time_ms"]) / occ
+        rate[d, s] = attention_forward_flops(b, h, s, d) / float(r["time_ms"]) / occ
     return {s: rate[256, s] / rate[128, s] for (d, s) in sorted(rate) if d == 256}
 
 
