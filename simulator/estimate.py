@@ -130,7 +130,8 @@ class Estimate:
                            "mfu_formula": "PaLM App. B: model FLOPs per step (no recompute, attention "
                                           f"'{self.training.attention_flops}' convention) / (step_s x GPUs x dense "
                                           f"{self.training.precision} peak)"},
-            "stack": stack_summary(self.training.stack),
+            "stack": stack_summary(self.training.stack, self.model.num_experts / self.layout.ep
+                                   if self.model.is_moe else 0.0),
             "efficiency_sources": efficiency_sources(self.model, self.training, self.hardware),
             "validated_error": validated_error(self.hardware, self.training.stack),
             "not_modelled": not_modelled(self.model, self.training, self.layout),
@@ -138,16 +139,23 @@ class Estimate:
         }
 
 
-def stack_summary(stack) -> dict:
-    """The software stack an estimate assumed (spec/stack.py), for its JSON and table."""
+def stack_summary(stack, experts_local: float = 0.0) -> dict:
+    """The software stack an estimate assumed (spec/stack.py), for its JSON and table; `moe_layer_kernels`: the
+    launches of one MoE layer with `experts_local` experts per rank (cost/launch.py layer_kernels), absent for a
+    dense model."""
+    from .cost.launch import layer_kernels
     return {"name": stack.name, "framework": stack.framework, "attention_kernel": stack.attention_kernel,
             "attention_padding": stack.attention_padding, "cp_ring_merge": stack.cp_ring_merge, "compiled": stack.compiled, "optimizer_impl": stack.optimizer_impl, "grad_buffer": stack.grad_buffer,
             "grad_accumulation": stack.grad_accumulation, "cross_entropy": stack.cross_entropy,
-            "elementwise": stack.elementwise, "kernels_per_layer": list(stack.layer_kernels),
+            "elementwise": stack.elementwise,
+            "kernels_per_layer": [int(float(k)) for k in layer_kernels(stack, weight_gemms=0)[:2]],
             "train_metric_losses": stack.train_metric_losses, "recompute_modules": list(stack.recompute_modules),
             "host_us_per_kernel": stack.host_s_per_kernel * 1e6,
             "decode_host_us_per_kernel": (stack.decode_host_s_per_kernel or stack.host_s_per_kernel) * 1e6,
-            "moe_dispatcher": stack.moe_dispatcher,
+            "moe_dispatcher": stack.moe_dispatcher, "cuda_graphs": list(stack.cuda_graphs),
+            **({"moe_layer_kernels": [int(float(k)) for k in layer_kernels(stack, weight_gemms=0,
+                                                                           experts_local=experts_local)[:2]]}
+               if experts_local else {}),
             "overlaps": [name for name in ("tp_comm_overlap", "moe_shared_expert_overlap", "moe_a2a_overlap",
                                            "moe_delay_wgrad") if getattr(stack, name)]}
 

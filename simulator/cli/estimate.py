@@ -79,7 +79,10 @@ def _stack_line(st: dict) -> str:
                if st.get("train_metric_losses") else "")
             + (f"overlaps {', '.join(st['overlaps'])}, " if st.get("overlaps") else "")
             + ("MoE tokens dispatched by node (flex), " if st.get("moe_dispatcher") == "flex" else "")
-            + f"{kf}/{kb} kernels per layer at {st['host_us_per_kernel']:.1f} us); efficiencies from:")
+            + (f"CUDA graphs {'+'.join(st['cuda_graphs'])}, " if st.get("cuda_graphs") else "")
+            + f"{kf}/{kb} kernels per layer"
+            + (f", {'/'.join(map(str, st['moe_layer_kernels']))} per MoE layer" if st.get("moe_layer_kernels") else "")
+            + f" at {st['host_us_per_kernel']:.1f} us); efficiencies from:")
 
 
 def _short(source: str, width: int = 110) -> str:

@@ -44,7 +44,7 @@ from types import SimpleNamespace
 from . import flops as F
 from .elementwise_ops import (Graph, Lin, Op, accumulate, act_backward, act_forward, add_forward, copies,
                               dropout_backward, dropout_forward, moe_backward, moe_forward, norm_backward,
-                              norm_forward, softmax_backward, softmax_forward)
+                              norm_forward, softmax_backward, softmax_forward, sort_chunks)
 from .gpt_oss_ops import clamped_swiglu_backward, clamped_swiglu_forward, expert_bias_backward, expert_bias_forward
 from .padding_ops import unpad_attention_backward, unpad_attention_forward
 from .rope_ops import rope_backward, rope_forward, rope_tables
@@ -61,10 +61,12 @@ SETTINGS = {  # Stack.elementwise -> the implementation of each block (elementwi
 }
 
 
-def layer_sizes(model, training, *, moe, tp, cp, micro_batch_size, sequence_parallel, etp=None) -> dict:
+def layer_sizes(model, training, *, moe, tp, cp, micro_batch_size, sequence_parallel, etp=None, ep=1) -> dict:
     """The named layer sizes per rank, in elements (T = b·s/c tokens, T_sp = T/t with sequence parallelism):
     scalars or arrays, the values of `layer_graph`'s `Lin` sizes. MoE: the routed token copies on a rank are
-    k·T·u/t (u = `etp`, the experts' tensor-parallel degree, None: t; flops.moe_ops), each f_e/u wide."""
+    k·T·u/t (u = `etp`, the experts' tensor-parallel degree, None: t; flops.moe_ops), each f_e/u wide; `sorted`,
+    the routed copies the all-to-all dispatcher re-sorts by local expert, all of them with more than one local expert
+    (E/ep > 1), none with one."""
     tp, cp, b = (F._f(x) for x in (tp, cp, micro_batch_size))
     s = float(training.seq_length)
     T = b * s / cp
@@ -81,6 +83,7 @@ def layer_sizes(model, training, *, moe, tp, cp, micro_batch_size, sequence_para
         out.update(f=training.moe_load_factor * k * T * model.moe_ffn_hidden_size / tp
                    + T * model.shared_expert_ffn_hidden_size / tp, routed=k * T * regroup * h,
                    scores=T_rep * model.num_experts)
+        out["sorted"] = out["routed"] * (model.num_experts / F._f(ep) > 1.0)
     return out
 
 
@@ -90,7 +93,7 @@ _KEYS = ("T", "pos", "Th", "Tx", "q", "kv", "f", "S", "mask")
 def _dims(model, e, *, moe, sequence_parallel) -> SimpleNamespace:
     """The layer's sizes as `Lin` names (`layer_sizes` gives their values) and its structural facts."""
     keys = (_KEYS + (("rope_q", "rope_k", "lat_q", "lat_kv") if model.is_mla else ())
-            + (("routed", "scores") if moe else ()))
+            + (("routed", "scores", "sorted") if moe else ()))
     d = SimpleNamespace(**{k: Lin({k: 1.0}) for k in keys}, e=float(e), sp=sequence_parallel,
                         rope=model.learned_position_embeddings == 0,
                         rope_dim=model.qk_rope_head_dim if model.is_mla else model.head_dim)
@@ -104,18 +107,20 @@ def layer_graph(model, training, *, moe: bool = False, sequence_parallel: bool =
     is `x`, the output `out`, the incoming gradient `d.out`."""
     return cached_graph(model, setting or training.stack.elementwise, float(training.activation_bytes),
                         bool(training.dropout), bool(training.flash_attention), moe, bool(sequence_parallel),
-                        training.stack.attention_padding)
+                        training.stack.attention_padding, training.stack.moe_dispatcher)
 
 
 @lru_cache(maxsize=256)
-def cached_graph(model, setting, e, dropout, flash, moe, sequence_parallel, padding="none") -> Graph:
+def cached_graph(model, setting, e, dropout, flash, moe, sequence_parallel, padding="none",
+                 dispatcher="alltoall") -> Graph:
     """`layer_graph` from hashable arguments (activation bytes e, training.dropout and flash_attention, the
-    stack's attention_padding), built once per model and setting."""
+    stack's attention_padding and moe_dispatcher), built once per model and setting."""
     s = dict(SETTINGS[setting])
     if model.norm != "rmsnorm" and s["norm"] == "hf":
         s["norm"] = "torch"  # transformers' LayerNorm models call nn.LayerNorm
     d = _dims(model, e, moe=moe, sequence_parallel=sequence_parallel)
-    tr = SimpleNamespace(dropout=dropout, flash_attention=flash, unpad=flash and padding == "unpad")
+    tr = SimpleNamespace(dropout=dropout, flash_attention=flash, unpad=flash and padding == "unpad",
+                         sort_chunks=dispatcher == "alltoall" and s["act"] == "fused")
     g = Graph(e)
     g.t("x", d.Th)
     g.t("d.out", d.Th)
@@ -135,7 +140,7 @@ def _forward(g, m, tr, s, d, moe) -> None:
     if tr.dropout:
         o = dropout_forward(g, "drop1", o)
     h = add_forward(g, "res1", "x", o, "h")
-    f = _ffn_forward(g, m, s, d, norm_forward(g, s["norm"], "n2", h) if n >= 2 else h, moe)
+    f = _ffn_forward(g, m, s, d, norm_forward(g, s["norm"], "n2", h) if n >= 2 else h, moe, tr.sort_chunks)
     if n >= 4:
         f = norm_forward(g, s["norm"], "n4", f)
     if tr.dropout:
@@ -148,7 +153,7 @@ def _backward(g, m, tr, s, d, moe) -> None:
     dy = dropout_backward(g, "drop2", "d.out") if tr.dropout else "d.out"
     if n >= 4:
         dy = norm_backward(g, s["norm"], "n4", dy)
-    df = _ffn_backward(g, m, s, d, dy, moe)
+    df = _ffn_backward(g, m, s, d, dy, moe, tr.sort_chunks)
     if n >= 2:
         df = norm_backward(g, s["norm"], "n2", df)
     accumulate(g, "res2", (df, "d.out"), "d.h")
@@ -283,7 +288,7 @@ def _input_grad(g, s, d, name, grads, gemms) -> str:
     return out
 
 
-def _ffn_forward(g, m, s, d, x, moe) -> str:
+def _ffn_forward(g, m, s, d, x, moe, sort=False) -> str:
     glu = m.glu_matrices == 3
     ins = tuple(g.t(n, d.f) for n in (("up.g", "up.u") if glu else ("up.x",)))
     act = (lambda: clamped_swiglu_forward(g, s["act"], ins)) if m.mlp == "clamped-swiglu" else \
@@ -294,9 +299,13 @@ def _ffn_forward(g, m, s, d, x, moe) -> str:
         return "f"
     g.boundary("forward", "router", (x,), (g.t("moe.logits", d.scores, 4.0),))
     xp = moe_forward(g, d.Tx, d.routed, d.scores)
+    if sort:
+        sort_chunks(g, "forward", "moe.sort", d.sorted)
     g.boundary("forward", "experts_up", (xp, x), ins)
     g.boundary("forward", "experts_down", (act(),), (g.t("moe.out", d.routed),))
     out = expert_bias_forward(g, "moe.out") if _expert_bias(m, s) else "moe.out"
+    if sort:
+        sort_chunks(g, "forward", "moe.restore", d.sorted)
     g.block("forward", "combine", "moe_permute", (out,), (g.t("f", d.Tx),), ffn=True)
     return "f"
 
@@ -308,13 +317,15 @@ def _expert_bias(m, s) -> bool:
     return m.expert_bias and s["act"] == "fused"
 
 
-def _ffn_backward(g, m, s, d, df, moe) -> str:
+def _ffn_backward(g, m, s, d, df, moe, sort=False) -> str:
     glu = m.glu_matrices == 3
     ins = ("up.g", "up.u") if glu else ("up.x",)
     if moe:
         out = "moe.out.b" if _expert_bias(m, s) else "moe.out"
         deo = g.like("d." + out, out)
         g.block("backward", "combine", "moe_permute", (df,), (deo,), ffn=True)
+        if sort:
+            sort_chunks(g, "backward", "moe.restore", d.sorted)
         deo = expert_bias_backward(g, deo, "moe.out") if _expert_bias(m, s) else deo
     da = g.like("d.act.a", "act.a")
     g.boundary("backward", "experts_down" if moe else "mlp_down", (deo if moe else df,), (da,))
@@ -322,6 +333,8 @@ def _ffn_backward(g, m, s, d, df, moe) -> str:
             else act_backward(g, s["act"], glu, da, ins, kind=m.mlp))
     if moe:
         g.boundary("backward", "experts_up", dins, (g.like("d.moe.perm", "moe.perm"),))
+        if sort:
+            sort_chunks(g, "backward", "moe.sort", d.sorted)
         return moe_backward(g, "d.moe.perm")
     return _input_grad(g, s, d, "mlp_up", dins, len(dins) if s["adds"] else 1)  # a GEMM per input gradient
 

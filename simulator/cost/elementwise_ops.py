@@ -363,6 +363,16 @@ def moe_forward(g: Graph, tokens_h, routed_h, scores) -> tuple:
     return xp
 
 
+def sort_chunks(g: Graph, phase: str, name: str, size) -> None:
+    """Megatron-Core's all-to-all dispatcher re-sorts the routed copies it received by local expert after the
+    dispatch and back before the combine (token_dispatcher.py dispatch_postprocess and combine_preprocess,
+    sort_chunks_by_idxs with --moe-permute-fusion: Transformer Engine's moe_sort_chunks_by_index, one map kernel
+    and one copy; the backward sorts the gradients the same way; NVIDIA/Megatron-LM core_v0.14.0-0.16.0): each
+    reads and writes every routed copy (`size`: layer_sizes' `sorted`, none with a single local expert)."""
+    src, dst = g.t(f"{phase}.{name}.in", size), g.t(f"{phase}.{name}.out", size)
+    g.block(phase, name, "moe_sort_chunks", (src,), (dst,), ffn=True)
+
+
 def moe_backward(g: Graph, dxp: str) -> str:
     """Dispatch backward (read the routed gradients, write T·h) and the router's (read, write 4 bytes)."""
     dx = g.like("d.moe.in", "moe.in")

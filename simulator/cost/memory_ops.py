@@ -112,7 +112,8 @@ def memory_ops(model: ModelSpec, training: Training, *, moe: bool = False, tp=1,
       dgate, dup = 5·T·f/t·e; GeLU 2 and 3. MoE: routed tokens ρ·k·T·u/t with f_e/u (u = `etp`, None: t),
       shared experts T with f_sh/t.
     - moe_permute (dispatch and combine): (T + k·T·u/t)·h·e each way per kernel; router_softmax_topk over T'·E
-      fp32 scores (read + write).
+      fp32 scores (read + write); moe_sort_chunks (the megatron stack's all-to-all dispatcher, more than one local
+      expert): 2·k·T·u/t·h·e per kernel, two each way (elementwise_ops.sort_chunks).
     - softmax over the score matrix (no FlashAttention only; the full s/c × s): fwd read S + write P =
       2·e per element, bwd read P, dP + write dS = 3·e; attention dropout (2e + 1) per element each way.
     The eager settings add their own ops and groups (qkv_layout, input_grad_adds, repeat_kv): elementwise.py.
@@ -172,9 +173,9 @@ def memory_op_rows(g: Graph, compiled: bool) -> list[dict]:
 
 
 @lru_cache(maxsize=256)
-def _rows(model, setting, e, dropout, flash, moe, sequence_parallel, compiled, padding) -> tuple:
-    return tuple(memory_op_rows(cached_graph(model, setting, e, dropout, flash, moe, sequence_parallel, padding),
-                                compiled))
+def _rows(model, setting, e, dropout, flash, moe, sequence_parallel, compiled, padding, dispatcher) -> tuple:
+    return tuple(memory_op_rows(cached_graph(model, setting, e, dropout, flash, moe, sequence_parallel, padding,
+                                             dispatcher), compiled))
 
 
 def layer_memory_rows(model, training, *, moe: bool = False, tp=1, cp=1, ep=1, micro_batch_size=1,
@@ -182,9 +183,10 @@ def layer_memory_rows(model, training, *, moe: bool = False, tp=1, cp=1, ep=1, m
     """`memory_op_rows` of the training's stack, its bytes evaluated for the layout (scalars or arrays)."""
     st = training.stack
     rows = _rows(model, st.elementwise, float(training.activation_bytes), bool(training.dropout),
-                 bool(training.flash_attention), moe, bool(sequence_parallel), st.compiled, st.attention_padding)
+                 bool(training.flash_attention), moe, bool(sequence_parallel), st.compiled, st.attention_padding,
+                 st.moe_dispatcher)
     sizes = layer_sizes(model, training, moe=moe, tp=tp, cp=cp, micro_batch_size=micro_batch_size,
-                        sequence_parallel=sequence_parallel, etp=etp)
+                        sequence_parallel=sequence_parallel, etp=etp, ep=ep)
     return [{**r, "forward_bytes": r["forward_bytes"].value(sizes), "backward_bytes": r["backward_bytes"].value(sizes)}
             for r in rows]
 

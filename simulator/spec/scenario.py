@@ -210,9 +210,6 @@ def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
     name = preset if name is None else name
     seconds = seconds_from_us(table, where=f"[stack] of {where}")
     table = {k: v for k, v in table.items() if k not in US_KEYS} | seconds
-    for k in ("kernels_per_layer", "compiled_kernels_per_layer"):
-        if isinstance(table.get(k), list):
-            table[k] = tuple(table[k])
     for key in STACK_FLAG_KEYS:  # --compile, --fsdp-prefetch, ...: the flags win over the [stack] table
         v = overrides.pop(key, None)
         if v is not None:

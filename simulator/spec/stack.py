@@ -61,6 +61,11 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   in its forward and backward, and `host_s_per_kernel`, the host time to issue one: a layer pass can
   not finish before its kernels are issued (cost/launch.py `launch_bound`); `decode_host_s_per_kernel`, the
   same for an eager forward under no_grad (no autograd bookkeeping: eager decode, cost/inference.py);
+- `moe_kernels_per_layer`, `moe_kernels_per_expert`: an MoE layer's launches besides its experts' GEMMs, and the
+  GEMM launches per local expert where the experts run as a host loop of one GEMM each (Transformer Engine's
+  GroupedLinear), so that an MoE layer with many small experts can be launch-bound (cost/launch.py
+  `layer_kernels`); `cuda_graphs`: the parts of a layer replayed as CUDA graphs, one launch each (Megatron-Core
+  --cuda-graph-scope: attn, moe_router, moe_preprocess; "layer": the whole layer);
 - `fsdp_*`: how its FSDP / ZeRO-3 runs (cost/fsdp.py): layers per FSDP unit, units prefetched ahead,
   whether parameters are freed after forward (and so gathered again in backward), the dtype gradients
   are reduced in, and whether they are reduce-scattered every micro-batch or once per step. Two of them
@@ -108,7 +113,7 @@ from .stack_choices import (  # noqa: F401  (re-exported: the choices are part o
     ATTENTION_KERNELS, ATTENTION_PADDING, CP_RING_MERGES, OPTIMIZER_IMPLS, GRAD_BUFFERS, GRAD_ACCUMULATIONS,
     FP8_RECIPES, FP8_SAVED_INPUTS, MOE_DISPATCHERS, MOE_ROUTER_PROBS, MASTER_WEIGHTS, CROSS_ENTROPY, ELEMENTWISE,
     RESHARD, REDUCE,
-    BUFFER_MODELS, REDUCE_DTYPES)
+    REDUCE_DTYPES, check_memory_fields, graph_scopes)
 
 DEFAULT_STACK = "megatron"
 
@@ -138,6 +143,11 @@ class Stack:
     compiled: bool = False
     kernels_per_layer: tuple[int, int] = (0, 0)  # (forward, backward), eager; (0, 0): not launch-bound
     compiled_kernels_per_layer: tuple[int, int] = (0, 0)
+    # an MoE layer's launches besides its experts' GEMMs, and the experts' GEMM launches per local expert (a host loop
+    # of one GEMM per expert, Transformer Engine's GroupedLinear); (0, 0): kernels_per_layer (cost/launch.py)
+    moe_kernels_per_layer: tuple[int, int] = (0, 0)
+    moe_kernels_per_expert: tuple[int, int] = (0, 0)
+    cuda_graphs: tuple[str, ...] = ()  # CUDA_GRAPH_SCOPES a layer replays as CUDA graphs (Megatron --cuda-graph-scope)
     host_s_per_kernel: float = 0.0
     decode_host_s_per_kernel: float = 0.0  # an eager forward under no_grad (decode); 0: host_s_per_kernel
     fsdp_unit_layers: int = 1
@@ -199,7 +209,8 @@ class Stack:
                      "moe_shared_expert_overlap", "moe_a2a_overlap", "moe_delay_wgrad", "activation_input_fp8"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
-        for name in ("kernels_per_layer", "compiled_kernels_per_layer"):
+        for name in ("kernels_per_layer", "compiled_kernels_per_layer", "moe_kernels_per_layer",
+                     "moe_kernels_per_expert"):
             v = getattr(self, name)
             if (not isinstance(v, (tuple, list)) or len(v) != 2
                     or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 10**5 for x in v)):
@@ -216,7 +227,8 @@ class Stack:
             # a smaller bucket made its count overflow (1e-300 printed a step of 1e300 s)
             raise InputError(f"stack {self.name!r}: dp_bucket_mb must be a number of MB in [1e-06, 1e6] (one byte "
                              f"to 1 TB), got {b!r}")
-        self._check_memory_fields()
+        check_memory_fields(self)
+        object.__setattr__(self, "cuda_graphs", graph_scopes(self.cuda_graphs, where=f"stack {self.name!r}"))
         self._check_recompute_modules()
         self._check_moe_overlaps()
         for name, lo in (("fsdp_unit_layers", 1), ("fsdp_prefetch", 0), ("train_metric_losses", 0)):
@@ -258,23 +270,6 @@ class Stack:
             raise InputError(f"stack {self.name!r}: {a2a} with recompute_modules moe: Megatron-Core refuses it "
                              f"('disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm')")
         object.__setattr__(self, "runs", with_a2a_overlap_rules(self.runs, self.moe_a2a_overlap))
-
-    def _check_memory_fields(self):
-        for name in ("zero_buffers", "pipe_buffers"):
-            if getattr(self, name) not in BUFFER_MODELS:
-                raise InputError(f"stack {self.name!r}: {name} must be one of {', '.join(BUFFER_MODELS)}, "
-                                 f"got {getattr(self, name)!r}")
-        for name in ("zero_contiguous_gradients", "zero_overlap_comm"):
-            if not isinstance(getattr(self, name), bool):
-                raise InputError(f"stack {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
-        for name, hi in (("zero_reduce_bucket_size", 1e13), ("zero_allgather_bucket_size", 1e13),
-                         ("cuda_context_mib", 1e6)):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= hi:
-                raise InputError(f"stack {self.name!r}: {name} must be a number in [0, {hi:g}], got {v!r}")
-        for name in ("zero_reduce_bucket_size", "zero_allgather_bucket_size"):
-            if getattr(self, name) < 1:
-                raise InputError(f"stack {self.name!r}: {name} must be at least 1 element, got {getattr(self, name)!r}")
 
     def fsdp_reshards(self, pp):
         """(N,) bool: FSDP frees parameters after forward (and gathers them again in backward) at `pp`."""
@@ -324,9 +319,6 @@ def stack_from_dict(d: dict, *, where: str) -> Stack:
     if not isinstance(src, dict):
         raise InputError(f"[source] in {where} must be a table of key = \"source\" lines")
     kw = {k: v for k, v in d.items() if k != "source" and k not in US_KEYS}
-    for k in ("kernels_per_layer", "compiled_kernels_per_layer"):
-        if k in kw and isinstance(kw[k], list):
-            kw[k] = tuple(kw[k])
     if "runs" in kw:
         kw["runs"] = rules_from_table(kw["runs"], framework=str(d["name"]), where=where)
     kw.update(seconds_from_us({k: d.get(k, 0.0) for k in US_KEYS}, where=where))

@@ -2,6 +2,8 @@
 and where the physics reads it."""
 from __future__ import annotations
 
+from ..errors import InputError
+
 ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "triton-pre-mlir", "xformers", "unfused")
 ATTENTION_PADDING = ("none", "unpad")  # attention_padding: flash-attn bert_padding around each attention call
 CP_RING_MERGES = ("te", "torch")  # cp_ring_merge: whose ring-CP attention (cost/cp_merge.py)
@@ -37,6 +39,9 @@ CROSS_ENTROPY = ("vocab-parallel", "torch-fp32", "torch", "fused", "xentropy", "
 ELEMENTWISE = ("fused", "eager", "hf", "packed")  # which elementwise ops the layer runs (cost/elementwise.py)
 RESHARD = ("yes", "no", "unless-pipelined")  # fsdp_reshard_after_forward
 REDUCE = ("every-microbatch", "once", "once-if-pipelined")  # fsdp_reduce: when gradients are reduce-scattered
+# cuda_graphs: parts of a layer replayed as CUDA graphs (Megatron-Core --cuda-graph-scope with the transformer_engine
+# implementation; "layer": the whole layer, its local per-layer graphs); cost/launch.py GRAPH_SCOPE_KERNELS
+CUDA_GRAPH_SCOPES = ("layer", "attn", "moe_router", "moe_preprocess")
 BUFFER_MODELS = ("none", "deepspeed")  # zero_buffers, pipe_buffers: whose buffers memory/framework.py adds
 REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "grad": None}  # fsdp_reduce_dtype: bytes per element (grad: the gradients')
 
@@ -49,3 +54,40 @@ def fp8_scale_bytes_per_element(recipe: str) -> float:
     of 128 for inputs and gradients, 2D 128x128 for weights, "float32 containers"); delayed and current scaling one
     fp32 scale per tensor, 0."""
     return {"mxfp8": 1.0 / 32.0, "blockwise": 4.0 / 128.0}.get(recipe, 0.0)
+
+
+def graph_scopes(v, *, where: str) -> tuple[str, ...]:
+    """`cuda_graphs` (a TOML list or a comma-separated text; "none": no scope) as a tuple in CUDA_GRAPH_SCOPES
+    order; InputError for an unknown scope, "layer" beside another scope, or moe_preprocess without moe_router
+    (Megatron-Core's rule, transformer_config.py)."""
+    if isinstance(v, str):
+        v = [m.strip() for m in v.split(",") if m.strip() and m.strip() != "none"]
+    if not isinstance(v, (list, tuple)) or not all(isinstance(m, str) for m in v):
+        raise InputError(f"{where}: cuda_graphs must be a list of scopes ({', '.join(CUDA_GRAPH_SCOPES)}), "
+                         f"got {v!r}")
+    bad = [m for m in v if m not in CUDA_GRAPH_SCOPES]
+    why = (f"{bad[0]!r} is not one of {', '.join(CUDA_GRAPH_SCOPES)}" if bad
+           else "'layer' captures the whole layer: name no other scope with it" if "layer" in v and len(set(v)) > 1
+           else "moe_preprocess needs moe_router" if "moe_preprocess" in v and "moe_router" not in v else "")
+    if why:
+        raise InputError(f"{where}: cuda_graphs {why}")
+    return tuple(m for m in CUDA_GRAPH_SCOPES if m in v)
+
+
+def check_memory_fields(st) -> None:
+    """InputError naming the stack for a framework-buffer field (memory/framework.py) out of its range."""
+    for name in ("zero_buffers", "pipe_buffers"):
+        if getattr(st, name) not in BUFFER_MODELS:
+            raise InputError(f"stack {st.name!r}: {name} must be one of {', '.join(BUFFER_MODELS)}, "
+                             f"got {getattr(st, name)!r}")
+    for name in ("zero_contiguous_gradients", "zero_overlap_comm"):
+        if not isinstance(getattr(st, name), bool):
+            raise InputError(f"stack {st.name!r}: {name} must be true or false, got {getattr(st, name)!r}")
+    for name, hi in (("zero_reduce_bucket_size", 1e13), ("zero_allgather_bucket_size", 1e13),
+                     ("cuda_context_mib", 1e6)):
+        v = getattr(st, name)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= hi:
+            raise InputError(f"stack {st.name!r}: {name} must be a number in [0, {hi:g}], got {v!r}")
+    for name in ("zero_reduce_bucket_size", "zero_allgather_bucket_size"):
+        if getattr(st, name) < 1:
+            raise InputError(f"stack {st.name!r}: {name} must be at least 1 element, got {getattr(st, name)!r}")

@@ -139,7 +139,11 @@ _MBRIDGE = dict(  # NVIDIA's Megatron-Bridge performance tables (validation/mbri
                     (r"no gradient-accumulation fusion", "grad_accumulation", "autograd"),
                     (r"dispatcher flex \((?:DeepEP|HybridEP)\)", "moe_dispatcher", "flex"),
                     (r"shared experts overlapped", "moe_shared_expert_overlap", True),
-                    (r"FP8 MXFP8 block scaling", "fp8_recipe", "mxfp8")),
+                    (r"FP8 MXFP8 block scaling", "fp8_recipe", "mxfp8"),
+                    (r"CUDA graphs \(local, per layer\)", "cuda_graphs", "layer"),
+                    (r"CUDA graphs \(TE, scope moe_router, moe_preprocess\)", "cuda_graphs", "moe_router,moe_preprocess"),
+                    (r"CUDA graphs \(TE, scope attn, moe_router, moe_preprocess\)", "cuda_graphs",
+                     "attn,moe_router,moe_preprocess")),
     training_by_notes=((r"token drop: capacity factor 1\.0", "moe_capacity_factor", 1.0),
                        (r"precision-aware optimizer \(bf16 moments", "optimizer_dtype", "bf16")),
     model_presets=((r"^Llama-3-8B$", "llama3-8b"), (r"^Llama-3-70B$", "llama3-70b"),
@@ -159,7 +163,8 @@ _MBRIDGE_STATEMENTS = (
     "the loss: Transformer Engine's parallel cross-entropy (scripts/performance/utils/overrides.py sets "
     "cross_entropy_fusion_impl 'te'; GPTModelProvider cross_entropy_loss_fusion True), which before TE 2.18 keeps "
     "the bf16 logits with their gradient written in place (the stack's cross_entropy te)",
-    "the step: GBS x sequence / (published tokens/s/GPU x GPUs)")
+    "the step: GBS x sequence / (published tokens/s/GPU x GPUs)",
+    "CUDA graphs as the row's notes give them (the stack's cuda_graphs: a graphed part of a layer is one launch)")
 
 SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(source_id="NARAYANAN21", statements=_MEGATRON_GPT_2022_STATEMENTS, **_MEGATRON_GPT_2022),
@@ -352,8 +357,7 @@ SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
         *_MBRIDGE_STATEMENTS,
         "FP8 rows: per-tensor current scaling (FP8-CS) or MXFP8 (32-element blocks, 1-byte scales: the "
         "stack's fp8_recipe mxfp8) as the row's notes say, FP8 weights (fp8_param_gather); the 25.09 and 25.11 "
-        "tables give the MXFP8 number in parentheses (validation/mbridge_blackwell.py)",
-        "CUDA graphs where a recipe sets them (the notes): not modelled, the megatron stack is not launch-bound"))
+        "tables give the MXFP8 number in parentheses (validation/mbridge_blackwell.py)"))
       for gpu, hw in (("B200", "dgx-b200"), ("B300", "b300"), ("GB200", "gb200-nvl72"))),
     SourceRules(
         source_id="TORCHTITAN_A100", family="llama", tie_word_embeddings=False, learned_positions=False,
