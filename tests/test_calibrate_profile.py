@@ -64,3 +64,54 @@ def test_cli_nccl_tests_without_base_is_a_one_line_error(tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["calibrate", "nccl-tests", str(DATA / "sendrecv_perf_8xa100.log"), "--out", str(tmp_path / "x.toml")])
     assert e.value.code == 2
+
+
+def _marked_wrong(tmp_path, sizes):
+    """The A100 all-reduce log with nccl-tests' data check marking the out-of-place result of `sizes` wrong."""
+    lines = (DATA / "all_reduce_perf_8xa100.log").read_text().splitlines()
+    for k, ln in enumerate(lines):
+        toks = ln.split()
+        if toks and toks[0].isdigit() and (sizes is None or int(toks[0]) in sizes):
+            toks[8] = "7"  # out-of-place #wrong
+            lines[k] = "  ".join(toks)
+    p = tmp_path / "all_reduce_perf_marked.log"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_rows_nccl_tests_marked_wrong_are_left_out_of_the_fit_with_a_warning(tmp_path):
+    from simulator.calibrate.nccl_tests import read_nccl_tests
+
+    p = _marked_wrong(tmp_path, {65536})
+    df = read_nccl_tests(p)
+    assert df.loc[(df.size_bytes == 65536) & (df.placement == "out-of-place"), "wrong"].tolist() == [7]
+    r = CliRunner().invoke(cli, ["calibrate", "nccl-tests", str(p), "--base", "dgx-a100-80g", "--out",
+                                 str(tmp_path / "o.toml"), "--residuals", str(tmp_path / "res.csv")])
+    assert r.exit_code == 0, r.output
+    assert "1 result row(s) nccl-tests marked wrong" in r.output and "size 65536" in r.output
+    import pandas as pd
+
+    clean = tmp_path / "clean.csv"
+    CliRunner().invoke(cli, ["calibrate", "nccl-tests", str(DATA / "all_reduce_perf_8xa100.log"), "--base",
+                             "dgx-a100-80g", "--out", str(tmp_path / "c.toml"), "--residuals", str(clean)])
+    assert len(pd.read_csv(tmp_path / "res.csv")) == len(pd.read_csv(clean)) - 1  # the marked row, not fitted
+
+
+def test_a_log_whose_every_row_is_marked_wrong_is_a_one_line_error(tmp_path):
+    from simulator.cli import main
+
+    p = _marked_wrong(tmp_path, None)
+    with pytest.raises(SystemExit) as e:
+        main(["calibrate", "nccl-tests", str(p), "--base", "dgx-a100-80g", "--out", str(tmp_path / "o.toml"),
+              "--placement", "out-of-place"])
+    assert e.value.code == 2
+
+
+def test_an_older_logs_error_column_is_its_max_error_not_a_count():
+    from simulator.calibrate.nccl_tests import parse_nccl_tests
+
+    text = ("# nThread 1 nGpus 8\n# all_gather_perf\n"
+            "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+            "     1048576        262144   float     sum    30.00   34.95   30.58  2e-07    29.00   36.16   31.64  2e-07\n")
+    df = parse_nccl_tests(text, collective="all_gather")
+    assert df["wrong"].isna().all() and (df["max_error"] == 2e-07).all()

@@ -129,6 +129,7 @@ def _parse_block(lines: list[str], *, collective: str | None, source: str) -> li
     t0 = header_cols.index("time")
     meta_cols = header_cols[:t0]
     per = 4  # time, algbw, busbw, wrong/error
+    checked = header_cols[t0 + 3].lstrip("#") == "wrong"  # '#wrong': mismatched elements; older 'error': max error
     placements = ["out-of-place", "in-place"][: (len(header_cols) - t0) // per]
     nranks = len(ranks) if ranks else None
     nodes = len(set(hosts)) if hosts else None
@@ -152,7 +153,8 @@ def _parse_block(lines: list[str], *, collective: str | None, source: str) -> li
                 "redop": base.get("redop", ""), "root": int(base["root"]) if "root" in base else -1,
                 "placement": placement, "time_s": time_s,
                 "algbw_bytes_per_s": num(alg) * 1e9, "busbw_bytes_per_s": num(bus) * 1e9,
-                "wrong": num(wrong), **meta,
+                "wrong": num(wrong) if checked else math.nan, "max_error": math.nan if checked else num(wrong),
+                **meta,
             })
     return out
 
@@ -162,7 +164,8 @@ def parse_nccl_tests(text: str, *, collective: str | None = None, source: str = 
 
     Columns: source, collective, nranks, nodes, gpus_per_node, device, nccl_version, size_bytes,
     count, dtype, redop, root, placement ('out-of-place' | 'in-place'), time_s,
-    algbw_bytes_per_s, busbw_bytes_per_s (as printed, GB/s = 1e9 B/s), wrong, nthread,
+    algbw_bytes_per_s, busbw_bytes_per_s (as printed, GB/s = 1e9 B/s), wrong (the '#wrong' column: elements the
+    data check found mismatched, NaN for N/A or an older log), max_error (an older log's 'error' column), nthread,
     ngpus_per_proc, warmup_iters, iters. The collective comes from the `*_perf` name in the text
     (the command line people paste above the output), else `collective`. InputError if no result
     row is found.

@@ -142,7 +142,7 @@ def nccl_tests_cmd(logs, out, name, base, residuals, all_reduce_algorithm, place
     if base is None:
         raise InputError("nccl-tests needs --base PRESET: the link bandwidths efficiency is measured against")
     out, name = _names(out, name, residuals)
-    df = pd.concat([nt.read_nccl_tests(p) for p in logs], ignore_index=True)
+    df = _checked_rows(pd.concat([nt.read_nccl_tests(p) for p in logs], ignore_index=True), placement)
     base_d = base_profile_dict(base)
     hw = hardware_from_dict(base_d, where=base)
     fits, pts = fit_collective_tables(df, hw, label=f"nccl-tests logs ({', '.join(Path(p).name for p in logs)})",
@@ -162,6 +162,22 @@ def nccl_tests_cmd(logs, out, name, base, residuals, all_reduce_algorithm, place
     if residuals:
         pts.to_csv(residuals, index=False)
     _report(fits, out)
+
+
+def _checked_rows(df, placement: str):
+    """The rows nccl-tests' data check did not mark wrong ('#wrong' > 0: the collective returned mismatched
+    elements, so its time is not a measurement of a correct collective), with one warning line naming what was left
+    out of the `placement` fitted; InputError when none of its rows is left."""
+    df = df[df["placement"] == placement]
+    bad = df["wrong"] > 0
+    if bad.any():
+        where = ", ".join(sorted({f"{r.source} size {int(r.size_bytes)}" for r in df[bad].itertuples()})[:3])
+        click.echo(f"warning: {int(bad.sum())} result row(s) nccl-tests marked wrong (#wrong > 0) left out of the "
+                   f"fit: {where}{', ...' if bad.sum() > 3 else ''}", err=True)
+    if bad.all():
+        raise InputError(f"every {placement} nccl-tests result row is marked wrong (#wrong > 0): no correct "
+                         f"collective to fit")
+    return df[~bad].reset_index(drop=True)
 
 
 def _fit_raw(df, hw, logs, algo, placement):

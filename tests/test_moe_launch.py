@@ -1,0 +1,139 @@
+"""An MoE layer's launches (cost/launch.py layer_kernels), its CUDA-graph scopes, and the all-to-all dispatcher's
+chunk sorts (cost/elementwise_ops.py sort_chunks) against what torch runs for Megatron-Core's algorithm on CPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.cost import compute as C
+from simulator.cost.memory_ops import memory_ops
+from simulator.errors import InputError
+from simulator.spec.model import ModelSpec
+from simulator.spec.stack import load_stack
+from simulator.spec.training import Training
+from tests.test_compute import flat_profile
+
+# a small MoE whose layer passes are host-bound at a host time per launch of 1 ms on the flat profile
+MOE = ModelSpec(name="tiny-moe", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4, ffn_hidden_size=128,
+                vocab_size=100, num_experts=16, experts_per_token=2, moe_ffn_hidden_size=32)
+H = 1e-3
+F, B, W = (C.BASIS_KEYS.index(k) for k in ("forward_s", "backward_s", "weight_s"))
+MOE_COL = C.BASIS.index("moe_layer")
+
+
+def _basis(stack, ep=1, model=MOE):
+    tr = Training(seq_length=16, global_batch_size=1, stack=stack)
+    return C.layer_basis_times_by_mode(model, tr, flat_profile(), ep=ep, modes=("none",))["none"]
+
+
+def test_an_moe_layer_launches_the_stacks_moe_block_and_a_gemm_loop_per_local_expert():
+    st = load_stack("megatron", host_s_per_kernel=H)
+    (m_f, m_b), (p_f, p_b) = st.moe_kernels_per_layer, st.moe_kernels_per_expert
+    for ep in (1, 2, 4, 16):
+        t = _basis(st, ep=ep)
+        g = MOE.num_experts / ep  # local experts
+        assert t[F, MOE_COL] == pytest.approx((m_f + g * p_f) * H)
+        assert t[B, MOE_COL] + t[W, MOE_COL] == pytest.approx((m_b + g * p_b) * H)
+    arrays = C.layer_basis_times_by_mode(MOE, Training(seq_length=16, global_batch_size=1, stack=st), flat_profile(),
+                                         ep=np.array([1, 4, 16]), modes=("none",))["none"]
+    np.testing.assert_allclose(arrays[F, :, MOE_COL], [_basis(st, ep=e)[F, MOE_COL] for e in (1, 4, 16)])
+
+
+def test_a_stack_without_moe_counts_launches_its_dense_layers_count_for_moe_layers():
+    st = load_stack("megatron", host_s_per_kernel=H, moe_kernels_per_layer=(0, 0))
+    kf, kb = st.kernels_per_layer
+    t = _basis(st, ep=1)
+    assert t[F, MOE_COL] == pytest.approx(kf * H)
+    assert t[B, MOE_COL] + t[W, MOE_COL] == pytest.approx(kb * H)
+
+
+@pytest.mark.parametrize("graphs", ["layer", "attn", "moe_router", "moe_router,moe_preprocess",
+                                    "attn,moe_router,moe_preprocess"])
+def test_cuda_graphs_replace_the_launches_they_capture(graphs):
+    eager = _basis(load_stack("megatron", host_s_per_kernel=H), ep=1)
+    graphed = _basis(load_stack("megatron", host_s_per_kernel=H, cuda_graphs=graphs), ep=1)
+    assert graphed[F, MOE_COL] < eager[F, MOE_COL]
+    assert graphed[B, MOE_COL] + graphed[W, MOE_COL] < eager[B, MOE_COL] + eager[W, MOE_COL]
+    if graphs == "layer":  # one graph each way: the layer runs at its GPU time
+        free = _basis(load_stack("megatron", host_s_per_kernel=0.0), ep=1)
+        assert graphed[F, MOE_COL] == pytest.approx(max(free[F, MOE_COL], H))
+    if graphs == "moe_router,moe_preprocess":  # one graph for both parts: fewer launches than the router's alone
+        router = _basis(load_stack("megatron", host_s_per_kernel=H, cuda_graphs="moe_router"), ep=1)
+        assert graphed[F, MOE_COL] < router[F, MOE_COL]
+
+
+@pytest.mark.parametrize("value, needle", [
+    ("moe_preprocess", "moe_preprocess needs moe_router"),
+    ("layer,attn", "'layer' captures the whole layer"),
+    ("mlp", "'mlp' is not one of"),
+    (3, "cuda_graphs must be a list of scopes"),
+])
+def test_bad_cuda_graphs_are_one_line_errors(value, needle):
+    with pytest.raises(InputError, match=needle):
+        load_stack("megatron", cuda_graphs=value)
+
+
+def test_bad_cuda_graphs_in_a_scenario_exit_2_naming_the_file(tmp_path, capsys):
+    from tests.test_stack import _cli
+
+    sc = tmp_path / "s.toml"
+    sc.write_text('[model]\npreset = "qwen3-30b-a3b"\n[hardware]\npreset = "dgx-h100"\nnum_gpus = 8\n'
+                  '[stack]\npreset = "megatron"\ncuda_graphs = ["moe_preprocess"]\n'
+                  '[training]\nseq_length = 4096\nglobal_batch_size = 64\n[layout]\ndp = 8\nep = 8\n')
+    code, out, err = _cli(["estimate", str(sc)], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error:")
+    assert "cuda_graphs moe_preprocess needs moe_router" in err and str(sc) in err
+
+
+def test_megatron_bridge_rows_take_their_cuda_graphs_from_the_notes():
+    from simulator.validate.mapping import map_run
+    from simulator.validate.predict import read_runs
+
+    df = read_runs("validation/mbridge_blackwell.csv")
+    got = {}
+    for _, r in df.iterrows():
+        st = map_run(r.to_dict()).training.stack
+        got[r.run_id] = st.cuda_graphs
+    assert got["mbridge_b200_26_04_01_qwen3_30b_a3b_mxfp8"] == ("attn", "moe_router", "moe_preprocess")
+    assert got["mbridge_b200_26_02_qwen3_30b_a3b_mxfp8"] == ("moe_router", "moe_preprocess")
+    assert got["mbridge_b200_25_09_qwen3_30b_a3b_fp8-cs"] == ("layer",)
+    assert got["mbridge_b200_26_04_01_qwen3_235b_a22b_mxfp8"] == ()
+
+
+# ---- the dispatcher's chunk sorts against torch ----------------------------------------------------------------
+def _sort_rows(model, ep, dispatcher="alltoall", mbs=2, seq=32):
+    tr = Training(seq_length=seq, global_batch_size=mbs, stack=load_stack("megatron", moe_dispatcher=dispatcher))
+    return [o for o in memory_ops(model, tr, moe=True, ep=ep, micro_batch_size=mbs) if "sort" in o.name]
+
+
+def test_the_chunk_sorts_move_every_routed_copy_as_megatrons_algorithm_does_in_torch():
+    """Megatron-Core's sort_chunks_by_idxs without the fused kernel (moe_utils.py): split the received tokens into
+    chunks by (source rank, local expert), concatenate them in local-expert order. Run in torch on CPU under the
+    recording dispatch mode, forward and backward: every routed copy is read and written once per sort."""
+    torch = pytest.importorskip("torch")
+    from tests.test_elementwise_ops import Recorder, totals
+
+    ep, mbs, seq = 4, 2, 32
+    g = MOE.num_experts // ep
+    routed = MOE.experts_per_token * mbs * seq  # copies on the rank (force-balanced routing: the same number back)
+    sizes = [routed // (ep * g)] * (ep * g)  # chunk per (source rank, local expert)
+    order = [r * g + e for e in range(g) for r in range(ep)]  # by local expert, then source rank
+    x = torch.randn(routed, MOE.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    with Recorder() as fwd:
+        chunks = torch.split(x, sizes)
+        y = torch.cat([chunks[i] for i in order])
+    dy = torch.ones_like(y)
+    with Recorder() as bwd:
+        y.backward(dy)
+    measured_f, _ = totals(fwd.ops)
+    measured_b, _ = totals(bwd.ops)
+    rows = _sort_rows(MOE, ep, mbs=mbs, seq=seq)
+    assert len(rows) == 1
+    # two sorts each way (after the dispatch, before the combine)
+    assert rows[0].forward_bytes == pytest.approx(2 * measured_f, rel=0.01)
+    assert rows[0].backward_bytes == pytest.approx(2 * measured_b, rel=0.01)
+
+
+def test_no_chunk_sort_with_one_local_expert_or_the_flex_dispatcher():
+    assert sum(o.forward_bytes for o in _sort_rows(MOE, ep=MOE.num_experts)) == 0.0
+    assert _sort_rows(MOE, ep=4, dispatcher="flex") == []
