@@ -137,3 +137,21 @@ def test_the_chunk_sorts_move_every_routed_copy_as_megatrons_algorithm_does_in_t
 def test_no_chunk_sort_with_one_local_expert_or_the_flex_dispatcher():
     assert sum(o.forward_bytes for o in _sort_rows(MOE, ep=MOE.num_experts)) == 0.0
     assert _sort_rows(MOE, ep=4, dispatcher="flex") == []
+
+
+def test_the_cuda_graphs_flag_sets_the_stacks_scopes_and_names_itself_in_errors(capsys):
+    import json
+
+    from tests.test_stack import _cli
+
+    base = ["estimate", "--model", "qwen3-30b-a3b", "--hardware", "dgx-b200", "--gpus", "8", "--ep", "8", "--seq",
+            "4096", "--global-batch", "512", "--format", "json"]
+    code, out, err = _cli(base, capsys)
+    eager = json.loads(out)
+    code, out, err = _cli(base + ["--cuda-graphs", "attn,moe_router,moe_preprocess"], capsys)
+    assert code == 0, err
+    graphed = json.loads(out)
+    assert graphed["stack"]["cuda_graphs"] == ["attn", "moe_router", "moe_preprocess"]
+    assert sum(graphed["stack"]["moe_layer_kernels"]) < sum(eager["stack"]["moe_layer_kernels"])
+    code, out, err = _cli(base + ["--cuda-graphs", "bogus"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--cuda-graphs 'bogus' is not one of" in err

@@ -87,6 +87,10 @@ _FLAGS = [
     ("--moe-dispatcher", "moe_dispatcher", click.Choice(list(MOE_DISPATCHERS)),
      "alltoall: one all-to-all, a copy of each token per expert; flex: DeepEP / HybridEP (Megatron "
      "--moe-token-dispatcher-type flex), each token once per destination node, then NVLink (default: the stack's)"),
+    ("--cuda-graphs", "cuda_graphs", str,
+     "parts of each layer replayed as CUDA graphs, one launch each: comma-separated attn, moe_router, moe_preprocess "
+     "(Megatron --cuda-graph-impl transformer_engine --cuda-graph-scope), layer (the whole layer), or none "
+     "(default: the stack's)"),
     ("--dp-mode", "dp_mode", click.Choice(list(DP_MODES)),
      "ddp: DistributedDataParallel, one process per GPU, gradients all-reduced in buckets during backward; "
      "dataparallel: single-process torch DataParallel, inputs scattered and outputs/gradients gathered "

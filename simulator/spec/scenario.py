@@ -31,7 +31,7 @@ STACK_FIELDS = tuple(f.name for f in fields(Stack) if f.name not in ("name", "so
 STACK_FLAG_KEYS = ("compiled", "tp_comm_overlap", "moe_shared_expert_overlap", "moe_a2a_overlap", "moe_delay_wgrad",
                    "fsdp_unit_layers", "fsdp_prefetch", "fsdp_reshard_after_forward", "fsdp_reduce",
                    "fsdp_reduce_dtype", "dp_bucket_mb", "grad_buffer", "grad_accumulation", "recompute_modules",
-                   "moe_dispatcher")
+                   "moe_dispatcher", "cuda_graphs")
 LAYOUT_KEYS = tuple(f.name for f in fields(Layout) if f.name != "num_gpus")
 
 
