@@ -24,7 +24,8 @@ flash path) gathers q, k, v into rows and pads the output back, with the backwar
 (padding_ops.py).
 
 Residual adds and dropout are one kernel each in every stack; the MoE router, dispatch and combine keep one
-kernel each (not yet per stack); RoPE runs only on models without a learned position table.
+kernel each (not yet per stack), and the fused setting's all-to-all dispatcher re-sorts the routed copies by local
+expert around the experts (Megatron-Core's chunk sorts); RoPE runs only on models without a learned position table.
 
 The one rule (`region_bytes`): a kernel reads every tensor its ops read that they do not write, and writes
 every tensor they write that something outside it reads (or nothing reads). Applied per aten op (eager

@@ -29,7 +29,7 @@ def padding_sync_s(stack, flash_attention: bool) -> float:
 
 # Megatron-Core's --cuda-graph-scope with Transformer Engine graphs: the megatron stack's (forward, backward) launches
 # that one graph replaces (code reading of NVIDIA/Megatron-LM core_v0.16.0, transformer_layer.py
-# _te_cuda_graph_capture, moe_utils.py maybe_skip_or_early_return_by_cudagraph; docs/compute.md 'MoE layer launches'):
+# _te_cuda_graph_capture, moe_utils.py maybe_skip_or_early_return_by_cudagraph; docs/compute.md 'MoE layers in Megatron-Core'):
 # attn: the attention block of kernels_per_layer (norm and QKV GEMM, RoPE, attention, projection, bias-dropout-add;
 # backward their dgrad and wgrad GEMMs, attention, RoPE, norm, add); moe_router: the pre-MLP norm and the router
 # (gating GEMM, fused top-k, aux-loss scores, token counts, aux loss, its logging); moe_preprocess,
@@ -48,8 +48,8 @@ def layer_kernels(stack, *, weight_gemms: int, experts_local=0.0):
     (its weight GEMMs, the experts' ones once per expert). Each expert GEMM stands for the host work Transformer
     Engine does per expert and GEMM (its Python loop over the experts' weights and quantizers, the cuBLASLt
     descriptors and heuristic, the FP8 split's quantize launch): one dispatched op's worth, no more; the per-split
-    quantize kernels of FP8 current scaling are launched from C++ and not counted apart (docs/compute.md 'MoE layer
-    launches'). Graphs (`cuda_graphs`) replace the launches of each captured part by one (`GRAPH_SCOPE_KERNELS`;
+    quantize kernels of FP8 current scaling are launched from C++ and not counted apart (docs/compute.md 'MoE layers
+    in Megatron-Core'). Graphs (`cuda_graphs`) replace the launches of each captured part by one (`GRAPH_SCOPE_KERNELS`;
     moe_preprocess shares the moe_router graph); "layer": the whole layer is one graph each way. G may be an array
     (one per layout)."""
     g = np.asarray(experts_local, dtype=float)
@@ -69,7 +69,7 @@ def layer_kernels(stack, *, weight_gemms: int, experts_local=0.0):
         if scope == "attn" or np.any(g > 0):  # the router scopes exist in MoE layers only
             k_f, k_b = k_f - f + one, k_b - b + one
             k_w = k_w - {"attn": 2, "moe_router": 1}.get(scope, 0)  # its wgrad GEMMs inside the graph
-    return k_f + 0.0 * g, k_b + 0.0 * g, np.maximum(k_w, 0.0)
+    return np.maximum(k_f + 0.0 * g, 0.0), np.maximum(k_b + 0.0 * g, 0.0), np.maximum(k_w, 0.0)
 
 
 def launch_bound(table: np.ndarray, stack, recompute: str, kernels, *, rows: tuple[int, int, int, int],
