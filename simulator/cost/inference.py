@@ -116,10 +116,12 @@ def compute_efficiency(hardware, table: str = "gemm") -> float:
     return float(np.max(hardware.efficiency_curve(table)[1]))
 
 
-def roofline_s(read_bytes, flops, hardware, *, peak_flops_per_s: float, efficiency: float, kernels=1.0):
+def roofline_s(read_bytes, flops, hardware, *, peak_flops_per_s: float, efficiency: float, kernels=1.0,
+               table: str = "memory"):
     """max(bytes / (B_HBM · η_mem(bytes per kernel)), FLOPs / (peak · η_c)) and its two terms
-    (scaling-book roofline chapter; compute.py applies the same rule to training ops)."""
-    t_mem = _memory_time(read_bytes, kernels, hardware)
+    (scaling-book roofline chapter; compute.py applies the same rule to training ops); η_mem is the profile's
+    `table` where it has it, else its memory table (memory_ops._memory_time)."""
+    t_mem = _memory_time(read_bytes, kernels, hardware, table)
     t_math = np.asarray(flops, dtype=float) / (peak_flops_per_s * efficiency)
     return np.maximum(t_mem, t_math), t_mem, t_math
 
@@ -182,14 +184,15 @@ def decode_layer(model: ModelSpec, training: Training, hardware, *, moe: bool, t
 def decode_attention(model: ModelSpec, training: Training, hardware, *, tp=1, batch=1, context=1) -> DecodeCost:
     """One layer's decode attention for `batch` sequences at `context` tokens on one rank: one kernel that reads
     the layer's KV cache at c (memory/kv_cache.py) plus Q and writes O, FLOPs `decode_attention_flops`, timed as a
-    roofline (`roofline_s`; η_mem at the bytes of the one kernel)."""
+    roofline (`roofline_s`; η_mem at the bytes of the one kernel, from the profile's decode attention table where it
+    has one: validation/decode_attention_tables.py, fitted to published decode kernels)."""
     e = float(training.activation_bytes)
     kv = kv_cache_bytes(model, layers=[1.0], batch=batch, context=context, tp=tp, dtype_bytes=e)[..., 0]
     d_qk, d_v = _attention_dims(model)
     qo = e * np.asarray(batch, dtype=float) * model.num_heads / np.asarray(tp, dtype=float) * (d_qk + d_v)
     fl = decode_attention_flops(model, batch=batch, context=context, tp=tp)
     t, t_mem, t_math = roofline_s(kv + qo, fl, hardware, peak_flops_per_s=_peak(hardware, training.math_dtype),
-                                  efficiency=compute_efficiency(hardware))
+                                  efficiency=compute_efficiency(hardware), table="memory_decode_attention")
     return DecodeCost(kv_bytes=kv, activation_bytes=qo, flops=fl, memory_s=t_mem, compute_s=t_math, time_s=t)
 
 

@@ -36,7 +36,8 @@ from .elementwise_ops import Graph, Lin, norm_backward, norm_forward, softmax_fo
 __all__ = ["MemoryOp", "memory_ops", "memory_op_rows", "layer_memory_rows", "norm_ops", "fp8_cast_op"]
 
 
-KERNEL_TABLES = ("memory", "memory_strided", "memory_reduction", "memory_indexed")  # a kernel's class -> its table
+# a kernel's class -> its table (memory_decode_attention: cost/inference.py decode_attention's KV-cache stream)
+KERNEL_TABLES = ("memory", "memory_strided", "memory_reduction", "memory_indexed", "memory_decode_attention")
 
 
 def kernel_table(unit) -> str:

@@ -24,6 +24,8 @@ beyond its ends. Names used by the cost model:
 |                 |                                | (optional: `memory`)                               |
 | memory_indexed  | bytes moved by one kernel      | the same for indexed writes: index_put_            |
 |                 |                                | (optional: `memory`)                               |
+| memory_decode_attention | bytes moved by one kernel | the same for decode attention's KV-cache stream |
+|                 |                                | (optional: `memory`)                               |
 | optimizer       | bytes moved by one kernel      | optimizer step achieved / HBM peak (optional)      |
 | nvlink_ring     | collective buffer bytes        | ring busbw / `nvlink_bytes_per_s`                  |
 | nvls            | all-reduce buffer bytes        | NVLS algbw / `nvlink_bytes_per_s`                  |
@@ -59,7 +61,7 @@ REQUIRED_EFFICIENCY = ("gemm", "attention", "memory", "nvlink_ring", "network")
 # `attention_bw` is the typo it looks like), each also per head dim as `<table>_hd<d>` (cost/attention.py).
 # Any other name is a typo and is refused.
 EFFICIENCY_TABLES = ("gemm", "gemm_fp8", "attention", "attention_bwd", "memory", "memory_strided", "memory_reduction",
-                     "memory_indexed", "optimizer", "nvlink_ring", "nvls", "nvlink_p2p", "network")
+                     "memory_indexed", "memory_decode_attention", "optimizer", "nvlink_ring", "nvls", "nvlink_p2p", "network")
 _EFFICIENCY_PATTERN = (r"nccl_[a-z0-9]+(_[a-z0-9]+)*_(intra|inter)"
                        r"|attention(_bwd)?_hd[0-9]+|attention_(?!bw)[a-z0-9][a-z0-9-]*(_hd[0-9]+)?"
                        r"|attention_bwd_[a-z0-9][a-z0-9-]*(_hd[0-9]+)?")
