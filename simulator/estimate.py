@@ -189,7 +189,10 @@ def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
         return {}
     from .cost.attention import attention_table_names, attention_tables
 
-    kernel = training.stack.attention_kernel if training.flash_attention else "unfused"
+    from .cost.attention import release_kernel
+
+    kernel = (release_kernel(hardware, training.stack.attention_kernel, training.stack.cudnn_version)
+              if training.flash_attention else "unfused")
     d = model.qk_head_dim
     fused = training.stack.optimizer_impl == "fused" or training.optimizer not in ("adam", "adamw")
     opt = "optimizer" if fused and hardware.has_efficiency("optimizer") else "memory"  # (cost/optimizer.py)

@@ -196,3 +196,35 @@ def test_transcribed_llama1b_rows_are_the_published_files():
         [0.424, 0.850, 0.500]
     assert [round(t["B200", k, "1"], 3) for k in ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION")] == \
         [0.285, 0.716, 0.374]
+
+
+def test_a_job_reads_the_newest_published_cudnn_release_up_to_its_own():
+    # cost/attention.py release_kernel: a stack's cudnn_version picks the newest table the profile holds by release,
+    # not newer in major.minor, the oldest before them all, the default without a version or release tables; and the
+    # versioned tables are each release's own published rates (a slower release gives a slower step)
+    from simulator.cost.attention import release_kernel
+    from simulator.estimate import estimate
+    from simulator.spec.hardware import load_hardware
+    from simulator.spec.layout import Layout
+    from simulator.spec.load import load_model
+    from simulator.spec.stack import load_stack
+    from simulator.spec.training import Training
+
+    hw = load_hardware("dgx-b200")
+    assert [release_kernel(hw, "cudnn", v) for v in ("", "9.11.0", "9.13.1", "9.18.0", "9.20.0", "9.5", "10.1")] == \
+        ["cudnn", "cudnn-9-10", "cudnn-9-13", "cudnn-9-18", "cudnn-9-19", "cudnn-9-10", "cudnn-9-22"]
+    assert release_kernel(load_hardware("dgx-h100"), "cudnn", "9.13") == "cudnn"  # no release tables there
+    assert release_kernel(hw, "flash3", "9.13") == "flash3"
+    assert T.releases("dgx-b200") == [("B200", 91002), ("B200", 91300), ("GB200", 91700), ("GB200", 91801),
+                                      ("GB200", 91901), ("GB200", 92200)]
+    assert T.check() == []  # the presets hold every release's pair as generated
+    for name in ("attention_cudnn", "attention_bwd_cudnn"):  # the newest release's pair is the default table
+        for a, b in zip(hw.efficiency_curve(f"{name}-9-22"), hw.efficiency_curve(name)):
+            assert list(a) == list(b)
+    model, lay = load_model("llama3-8b"), Layout(num_gpus=8, tp=1, pp=1, dp=8, micro_batch_size=2)
+    step = {v: estimate(model, Training(seq_length=8192, global_batch_size=128, precision="fp8",
+                                        stack=load_stack("megatron", cudnn_version=v)), lay, hw).step_s
+            for v in ("9.13", "9.22")}
+    assert step["9.13"] > step["9.22"] * 1.02  # 2025's kernels are slower than 2026's
+    with pytest.raises(Exception, match="cudnn_version must be a release"):
+        load_stack("megatron", cudnn_version="v9")

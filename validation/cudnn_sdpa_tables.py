@@ -47,6 +47,10 @@ DATA = ROOT / "data" / "cudnn_sdpa.csv"
 # that GPU's die (B200 and GB200 share one, B300 and GB300 another)
 SOURCES = {"dgx-b200": ("GB200", 92200), "aws-p6-b200": ("GB200", 92200), "gb200-nvl72": ("GB200", 92200),
            "gb300-nvl72": ("GB300", 92200), "b300": ("GB300", 92200)}
+# the GPUs of one die, whose releases each of its presets also holds by version (`release_name`): a job's container
+# names its cuDNN, and the stack's cudnn_version picks the newest release published up to it (cost/attention.py)
+DIES = {"dgx-b200": ("B200", "GB200"), "aws-p6-b200": ("B200", "GB200"), "gb200-nvl72": ("GB200", "B200"),
+        "gb300-nvl72": ("GB300",), "b300": ("GB300",)}
 # the earliest frontend-called release per GPU family, whose points start at 512 tokens: the shape below MIN_SEQ
 SHAPE = {"B200": ("GB200", 91700), "GB200": ("GB200", 91700), "GB300": ("GB300", 91700)}
 MIN_SEQ = {"pyt_cudnn": 8192, "pyt_flash_attention": 8192, "cudnn_fe": 512, "cudnn": 2048}
@@ -128,12 +132,27 @@ def _flash_shape() -> dict:
     return out
 
 
-def table(preset: str, kernel: str = "cudnn") -> dict:
-    """{table name: {seq: efficiency}} of `kernel` on a Blackwell preset."""
+def releases(preset: str) -> list[tuple[str, int]]:
+    """(GPU, cuDNN version) of every cuDNN training release published for the preset's die (DIES), one per version
+    (the preset's own GPU's where two publish one), oldest first."""
+    seen = {}
+    for gpu in reversed(DIES[preset]):  # the first GPU of the die (the preset's own) last: it wins a shared version
+        seen.update({int(r["cudnn_version"]): gpu for r in rows(gpu)})
+    return [(gpu, v) for v, gpu in sorted(seen.items())]
+
+
+def release_name(name: str, version: int) -> str:
+    """The table of one release: `attention_cudnn-9-13` for `attention_cudnn` and cuDNN 9.13."""
+    return f"{name}-{version // 10000}-{version // 100 % 100}"
+
+
+def table(preset: str, kernel: str = "cudnn", release: tuple[str, int] | None = None) -> dict:
+    """{table name: {seq: efficiency}} of `kernel` on a Blackwell preset (`release`: that (GPU, version) instead of
+    the preset's default, SOURCES)."""
     from simulator.spec.hardware import load_hardware
 
     sms = load_hardware(preset).sm_count
-    gpu, version = (SOURCES if kernel == "cudnn" else FLASH_SOURCES)[preset]
+    gpu, version = release or (SOURCES if kernel == "cudnn" else FLASH_SOURCES)[preset]
     own = efficiencies(gpu, version, peak_flops(gpu), sms, kernel)
     low = MIN_SEQ[_release(gpu, version, kernel)["backend"]]
     shape = efficiencies(*SHAPE[gpu], peak_flops(SHAPE[gpu][0]), sms) if kernel == "cudnn" else _flash_shape()
@@ -146,14 +165,15 @@ def table(preset: str, kernel: str = "cudnn") -> dict:
     return out
 
 
-def source(preset: str, kernel: str = "cudnn") -> str:
+def source(preset: str, kernel: str = "cudnn", release: tuple[str, int] | None = None) -> str:
     if kernel == "flash2":
         return _flash_source(preset)
-    gpu, version = SOURCES[preset]
+    gpu, version = release or SOURCES[preset]
     rel, shp = _release(gpu, version), _release(*SHAPE[gpu])
     low = MIN_SEQ[rel["backend"]]
     v = f"{version // 10000}.{version // 100 % 100}"
-    return (f"{NOTES.get(preset, '')}published kernel benchmark: NVIDIA cuDNN frontend "
+    note = NOTES.get(preset, "") if gpu == SOURCES[preset][0] else _other_gpu(preset, gpu)
+    return (f"{note}published kernel benchmark: NVIDIA cuDNN frontend "
             "benchmark/sdpa_benchmark_training "
             f"(NVIDIA/cudnn-frontend {rel['commit']}, {rel['date']}: {rel['path']}), cuDNN {v} fused attention on an "
             f"NVIDIA {gpu}, backend {rel['backend']}, bf16, causal, head dim 128, batch {rel['batch']} x "
@@ -163,6 +183,13 @@ def source(preset: str, kernel: str = "cudnn") -> str:
             f"causal_occupancy of that grid; points from {low} tokens, below them the shape of cuDNN "
             f"{SHAPE[gpu][1] // 10000}.{SHAPE[gpu][1] // 100 % 100} on the {SHAPE[gpu][0]} ({shp['commit']}, "
             f"{shp['date']}) anchored there; validation/data/cudnn_sdpa.csv, validation/cudnn_sdpa_tables.py")
+
+
+def _other_gpu(preset: str, gpu: str) -> str:
+    """The assumption of a release table measured on another GPU of the preset's die ('' for its own)."""
+    own = DIES[preset][0]
+    return "" if gpu == own else (f"the {gpu}'s release (the same die as the {own}): its rate as a fraction of the "
+                                  f"{gpu}'s peak, taken to hold at this GPU's peak [assumption]; ")
 
 
 def _flash_source(preset: str) -> str:
@@ -181,12 +208,13 @@ def _flash_source(preset: str) -> str:
             f"[derived]; validation/data/cudnn_sdpa.csv, validation/cudnn_sdpa_tables.py")
 
 
-def section(preset: str, name: str, kernel: str = "cudnn") -> str:
-    t = table(preset, kernel)[name]
-    return (f"[efficiency.{name}]\nx = [{', '.join(f'{s:g}' for s in t)}]\n"
+def section(preset: str, name: str, kernel: str = "cudnn", release: tuple[str, int] | None = None) -> str:
+    t = table(preset, kernel, release)[name]
+    return (f"[efficiency.{release_name(name, release[1]) if release else name}]\n"
+            f"x = [{', '.join(f'{s:g}' for s in t)}]\n"
             f"efficiency = [{', '.join(f'{e:.4f}' for e in t.values())}]\n"
             'x_unit = "sequence length (keys per query), head dim 128, causal"\n'
-            f'source = "{source(preset, kernel)}"\n')
+            f'source = "{source(preset, kernel, release)}"\n')
 
 
 def _pattern(name: str):
@@ -195,12 +223,14 @@ def _pattern(name: str):
 
 def render(text: str, preset: str) -> str:
     """The preset's TOML with its cuDNN and FlashAttention-2 sections written, in that order after
-    [efficiency.attention_bwd] (any earlier copies of them removed)."""
+    [efficiency.attention_bwd], then a cuDNN pair per published release of its die (any earlier copies removed)."""
     names = [(k, name) for k in KERNELS for _, name, _ in passes(k)]
-    for _, name in names:
+    versioned = [(rel, name) for rel in releases(preset) for _, name, _ in PASSES]
+    for name in [n for _, n in names] + [release_name(n, rel[1]) for rel, n in versioned]:
         text = _pattern(name).sub("", text, count=1)
     m = _pattern("attention_bwd").search(text)
     block = "".join(section(preset, name, kernel) + "\n" for kernel, name in names)
+    block += "".join(section(preset, name, "cudnn", rel) + "\n" for rel, name in versioned)
     text = text[:m.end()] + ("" if m.group(0).endswith("\n\n") else "\n") + block + text[m.end():]
     return re.sub(r"\n{3,}", "\n\n", text)
 

@@ -100,6 +100,24 @@ def _list_occupancy(rows: int, T: int, sms: int) -> float:
 KERNEL_PARENT = {"triton-pre-mlir": "triton"}
 
 
+def release_kernel(hardware, kernel: str, version: str = "") -> str:
+    """The kernel name whose tables a job on cuDNN release `version` reads: `<kernel>-<major>-<minor>` for the newest
+    release of `kernel` the profile holds by release (`attention_<kernel>-9-13`, ...) not newer than `version` in
+    major and minor (a patch release runs its minor release's kernels), the oldest it holds when `version` predates
+    them all (the nearest), and `kernel` itself (the profile's default table) without a version or release tables.
+    cuDNN's attention kernels change with its releases (validation/cudnn_sdpa_tables.py: 14-29 % between 9.13 and
+    9.17-9.22 on the GB300 at 8k tokens), so a job's container decides which published release describes it."""
+    if not version:
+        return kernel
+    want = tuple(int(x) for x in version.split(".")[:2])
+    held = sorted((int(m.group(1)), int(m.group(2))) for m in
+                  (re.fullmatch(rf"attention_{re.escape(kernel)}-(\d+)-(\d+)", n) for n in hardware.efficiency) if m)
+    if not held:
+        return kernel
+    best = max((r for r in held if r <= want), default=held[0])
+    return f"{kernel}-{best[0]}-{best[1]}"
+
+
 def attention_tables(hardware, kernel: str) -> tuple[str, str]:
     """(forward, backward) base efficiency tables (head dim BASE_HEAD_DIM) of attention kernel `kernel`
     (spec/stack.py) on `hardware`: `attention_<kernel>` / `attention_bwd_<kernel>` where the profile has

@@ -46,8 +46,8 @@ from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
-from .attention import (Q_TILE, attention_efficiency, flash_occupancy, in_kernel_dropout_factor, unfused_core_times,
-                        window_occupancy)
+from .attention import (Q_TILE, attention_efficiency, flash_occupancy, in_kernel_dropout_factor, release_kernel,
+                        unfused_core_times, window_occupancy)
 from .alignment import fallback_time_s, op_misaligned
 from .window import layer_kinds, mean_fraction, window_kernel
 from .launch import launch_bound, layer_kernels, padding_sync_s
@@ -220,7 +220,8 @@ def _attention_times(ops, model, training, hardware, *, tp, cp, micro_batch_size
     t_f = t_b = 0.0
     for share, phi, windowed in kinds:  # full and windowed layers, each at its kernel's rate
         xk, factor, band = window_kernel(x, model.sliding_window, Q_TILE) if windowed else (x, 1.0, False)
-        eff_f, eff_b = attention_efficiency(hardware, training.stack.attention_kernel, model.qk_head_dim, xk)
+        kernel = release_kernel(hardware, training.stack.attention_kernel, training.stack.cudnn_version)
+        eff_f, eff_b = attention_efficiency(hardware, kernel, model.qk_head_dim, xk)
         o = np.where(band, window_occupancy(b, model.num_heads, s, tp=tp_, cp=cp_, ring=cp_algorithm == "ring",
                                             sm_count=hardware.sm_count), occ) if windowed else occ
         per_layer = phi / mean_phi  # this kind's FLOPs over the mean layer's

@@ -11,6 +11,9 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   gathered into [tokens, heads, d] before the varlen kernel and the output scattered back after it, each
   `unpad_input` call synchronising the host twice: llm-foundry's `attn_impl: flash`; cost/elementwise.py
   copies, cost/launch.py `padding_sync_s`);
+- `cudnn_version`: the cuDNN release the job runs (its container's), whose cuDNN attention tables the profile may
+  hold by release (`attention_cudnn-9-13`: the newest published up to it is read; cost/attention.py
+  `release_kernel`); "" reads the profile's default table;
 - `cp_ring_merge`: whose ring context-parallel attention runs, and so the merge and copies beside its kernels
   (cost/cp_merge.py): "te" (Transformer Engine's fused corrections: Megatron-Core) or "torch" (torch's
   context_parallel, eager fp32 merges: torchtitan, accelerate);
@@ -100,6 +103,7 @@ Presets are TOML files in `stacks/` (every number with its source in the file's 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 
@@ -127,6 +131,9 @@ class Stack:
     framework: str
     attention_kernel: str = "cudnn"
     attention_padding: str = "none"  # ATTENTION_PADDING (cost/elementwise.py, cost/launch.py)
+    # the cuDNN release the job runs ("9.13", "9.20.0"): its attention tables where the profile has them by release
+    # (cost/attention.py release_kernel); "": the profile's default, the newest release published for its GPU
+    cudnn_version: str = ""
     cp_ring_merge: str = "te"  # CP_RING_MERGES (cost/cp_merge.py)
     cross_entropy: str = "vocab-parallel"
     optimizer_impl: str = "fused"
@@ -228,6 +235,9 @@ class Stack:
             raise InputError(f"stack {self.name!r}: dp_bucket_mb must be a number of MB in [1e-06, 1e6] (one byte "
                              f"to 1 TB), got {b!r}")
         check_memory_fields(self)
+        if not isinstance(self.cudnn_version, str) or not re.fullmatch(r"(\d+\.\d+(\.\d+)?)?", self.cudnn_version):
+            raise InputError(f"stack {self.name!r}: cudnn_version must be a release like \"9.13\" or \"9.20.0\" (\"\": "
+                             f"the profile's default), got {self.cudnn_version!r}")
         object.__setattr__(self, "cuda_graphs", graph_scopes(self.cuda_graphs, where=f"stack {self.name!r}"))
         self._check_recompute_modules()
         self._check_moe_overlaps()

@@ -140,6 +140,9 @@ _MBRIDGE = dict(  # NVIDIA's Megatron-Bridge performance tables (validation/mbri
                     (r"dispatcher flex \((?:DeepEP|HybridEP)\)", "moe_dispatcher", "flex"),
                     (r"shared experts overlapped", "moe_shared_expert_overlap", True),
                     (r"FP8 MXFP8 block scaling", "fp8_recipe", "mxfp8"),
+                    (r"^NeMo 25\.09\b", "cudnn_version", "9.11.0"), (r"^NeMo 25\.11\b", "cudnn_version", "9.13.1"),
+                    (r"^NeMo 26\.02\b", "cudnn_version", "9.18.0"), (r"^NeMo 26\.04\b", "cudnn_version", "9.20.0"),
+                    (r"^NeMo 26\.06\b", "cudnn_version", "9.21.1"),
                     (r"CUDA graphs \(local, per layer\)", "cuda_graphs", "layer"),
                     (r"CUDA graphs \(TE, scope moe_router, moe_preprocess\)", "cuda_graphs", "moe_router,moe_preprocess"),
                     (r"CUDA graphs \(TE, scope attn, moe_router, moe_preprocess\)", "cuda_graphs",
@@ -164,7 +167,11 @@ _MBRIDGE_STATEMENTS = (
     "cross_entropy_fusion_impl 'te'; GPTModelProvider cross_entropy_loss_fusion True), which before TE 2.18 keeps "
     "the bf16 logits with their gradient written in place (the stack's cross_entropy te)",
     "the step: GBS x sequence / (published tokens/s/GPU x GPUs)",
-    "CUDA graphs as the row's notes give them (the stack's cuda_graphs: a graphed part of a layer is one launch)")
+    "CUDA graphs as the row's notes give them (the stack's cuda_graphs: a graphed part of a layer is one launch)",
+    "cuDNN as the row's container ran it (the stack's cudnn_version; docs/releases/software-versions.md of "
+    "NVIDIA-NeMo/Megatron-Bridge at 067f987: NeMo 25.09 9.11.0, 25.11 9.13.1, 26.02 9.18.0, 26.04 9.20.0, 26.06 "
+    "9.21.1; a patch container as its release, not stated there): the Blackwell presets' cuDNN attention table of "
+    "the newest release published up to it")
 
 SOURCE_RULES: dict[str, SourceRules] = {r.source_id: r for r in (
     SourceRules(source_id="NARAYANAN21", statements=_MEGATRON_GPT_2022_STATEMENTS, **_MEGATRON_GPT_2022),
