@@ -116,6 +116,8 @@ def plan_runs(scenario, spec: RunSpec, *, gpu_counts, hardware_names, space=None
     are replaced by each candidate's; `hardware_fn(profile)` adjusts each loaded preset (the CLI's
     --gpu-speed-cv)."""
     _check(gpu_counts, hardware_names, objective, max_days, max_usd)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise InputError(f"workers must be an integer >= 1, got {workers!r}")  # (sweep/run.py's rule)
     hardware_fn = hardware_fn or (lambda hw: hw)
     hardware_fn(scenario.hardware)  # (a bad adjustment fails before any sweep)
     with _scheduler(executor, scheduler, workers) as sched:

@@ -145,15 +145,22 @@ def _parse_block(lines: list[str], *, collective: str | None, source: str) -> li
             if not (math.isnan(time_s) or time_s <= MAX_TIME_S) or not math.isfinite(size):
                 raise InputError(f"{source}: the result row {line.strip()!r} holds a size or time no collective "
                                  f"takes (time at most {MAX_TIME_S:g} s)")
+            root, n_wrong = (num(base["root"]) if "root" in base else -1.0), num(wrong)
+            if not (root.is_integer() and root >= -1):  # NaN and inf are not integers
+                raise InputError(f"{source}: the root {base['root']!r} of the result row {line.strip()!r} is not a "
+                                 f"rank (a whole number, -1 for none)")
+            if checked and not (math.isnan(n_wrong) or (n_wrong >= 0 and n_wrong.is_integer())):
+                raise InputError(f"{source}: the #wrong count {wrong!r} of the result row {line.strip()!r} is not a "
+                                 f"count of elements (a whole number >= 0, or N/A)")
             out.append({
                 "source": source, "collective": collective, "nranks": nranks, "nodes": nodes,
                 "gpus_per_node": (nranks // nodes) if (nranks and nodes and nranks % nodes == 0) else None,
                 "device": devices[0] if devices else "", "nccl_version": nccl_version,
                 "size_bytes": size, "count": num(base.get("count", "nan")), "dtype": base.get("type", ""),
-                "redop": base.get("redop", ""), "root": int(base["root"]) if "root" in base else -1,
+                "redop": base.get("redop", ""), "root": int(root),
                 "placement": placement, "time_s": time_s,
                 "algbw_bytes_per_s": num(alg) * 1e9, "busbw_bytes_per_s": num(bus) * 1e9,
-                "wrong": num(wrong) if checked else math.nan, "max_error": math.nan if checked else num(wrong),
+                "wrong": n_wrong if checked else math.nan, "max_error": math.nan if checked else n_wrong,
                 **meta,
             })
     return out
@@ -246,6 +253,11 @@ def latency_s(collective: str, hardware, nranks, nodes) -> float:
             "sendrecv": a_net, "broadcast": a_net}.get(collective, (k - 1) * a + (N - 1) * a_net)
 
 
+# A collective cannot run much faster than the links it crosses: rings and point-to-point reach 0.65-0.91 of them in
+# the logs here, NVLS all-reduce (switch-side reduction) stays below 1; above this the log is not of the fabric
+MAX_LINK_EFFICIENCY = 1.5
+
+
 def efficiency_points(df, hardware, *, placement: str = "out-of-place", all_reduce_algorithm: str = "ring",
                       subtract_latency: bool = True, min_bandwidth_time_fraction: float = 0.05):
     """Efficiency of every parsed row against `hardware` (module docstring table).
@@ -295,6 +307,12 @@ def efficiency_points(df, hardware, *, placement: str = "out-of-place", all_redu
     d["efficiency"] = eff
     d["latency_s"] = lat
     d["latency_bound"] = lbound
+    fast = d[(d["efficiency"] > MAX_LINK_EFFICIENCY) & ~d["latency_bound"]]
+    if len(fast):
+        r = fast.iloc[0]
+        raise InputError(f"{r['source']}: {r['collective']} of {int(r['size_bytes'])} bytes on {int(r['nranks'])} "
+                         f"ranks ran at {r['efficiency']:.2f}x the --base profile's {r['table']} bandwidth, faster "
+                         f"than its links: the log is of another fabric, or its sizes or times are wrong")
     d["x_bytes"] = d["size_bytes"].astype(float)
     d["group_span"] = np.where(d["nodes"] > 1, "inter-node", "intra-node")
     return d[d["efficiency"] > 0]

@@ -145,6 +145,7 @@ def nccl_tests_cmd(logs, out, name, base, residuals, all_reduce_algorithm, place
     df = _checked_rows(pd.concat([nt.read_nccl_tests(p) for p in logs], ignore_index=True), placement)
     base_d = base_profile_dict(base)
     hw = hardware_from_dict(base_d, where=base)
+    _warn_other_gpu(df, hw, base)
     fits, pts = fit_collective_tables(df, hw, label=f"nccl-tests logs ({', '.join(Path(p).name for p in logs)})",
                                       all_reduce_algorithm=all_reduce_algorithm, placement=placement) \
         if not no_latency_correction else _fit_raw(df, hw, logs, all_reduce_algorithm, placement)
@@ -164,13 +165,26 @@ def nccl_tests_cmd(logs, out, name, base, residuals, all_reduce_algorithm, place
     _report(fits, out)
 
 
+_GPU_NAME = re.compile(r"\b(GB\d{3}|[ABHL]\d{2,3}|MI\d{3}X?)\b")
+
+
+def _warn_other_gpu(df, hw, base: str) -> None:
+    """One warning line when the logs name a GPU (nccl-tests' '# Using devices' block) that is not --base's: the
+    fitted tables are then a share of another fabric's link bandwidth."""
+    base_gpu = set(_GPU_NAME.findall(hw.gpu))
+    logged = {m for d in df["device"] if d for m in _GPU_NAME.findall(str(d))}
+    if base_gpu and logged and not logged & base_gpu:
+        click.echo(f"warning: the logs ran on {', '.join(sorted(logged))}, --base {base} is a "
+                   f"{', '.join(sorted(base_gpu))}: its tables will hold that fabric's share of {base}'s links", err=True)
+
+
 def _checked_rows(df, placement: str):
     """The rows nccl-tests' data check did not mark wrong ('#wrong' > 0: the collective returned mismatched
     elements, so its time is not a measurement of a correct collective), with one warning line naming what was left
     out of the `placement` fitted; InputError when none of its rows is left."""
     df = df[df["placement"] == placement]
     bad = df["wrong"] > 0
-    if bad.any():
+    if bad.any() and not bad.all():  # (all of them: the error alone, one line)
         where = ", ".join(sorted({f"{r.source} size {int(r.size_bytes)}" for r in df[bad].itertuples()})[:3])
         click.echo(f"warning: {int(bad.sum())} result row(s) nccl-tests marked wrong (#wrong > 0) left out of the "
                    f"fit: {where}{', ...' if bad.sum() > 3 else ''}", err=True)

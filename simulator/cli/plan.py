@@ -13,8 +13,8 @@ from .run_options import run_options, run_spec
 
 
 def _int_list(flag: str, text: str) -> list[int]:
-    try:
-        out = [int(x) for x in str(text).split(",") if x.strip()]
+    try:  # (an empty item is no count: int('') fails)
+        out = [int(x) for x in str(text).split(",")]
     except ValueError:
         out = []
     if not out or any(n < 1 for n in out):
@@ -23,8 +23,8 @@ def _int_list(flag: str, text: str) -> list[int]:
 
 
 def _names(flag: str, text: str) -> list[str]:
-    out = [x.strip() for x in str(text).split(",") if x.strip()]
-    if not out:
+    out = [x.strip() for x in str(text).split(",")]
+    if not all(out):
         raise InputError(f"{flag} must be comma-separated hardware presets like dgx-h100,b300, got {text!r}")
     return out
 
@@ -88,10 +88,10 @@ def plan(gpu_counts, hardware_presets, objective, max_days, max_usd, executor, w
     spec = run_spec(getattr(sc, "run", {}) or {}, run_keys)
     if spec is None:
         raise InputError("parasim plan needs --tokens (or [run] tokens in the scenario)")
-    names = _names("--hardware-presets", hardware_presets) if hardware_presets else [sc.hardware.name]
+    names = _names("--hardware-presets", hardware_presets) if hardware_presets is not None else [sc.hardware.name]
     if top < 0:
         raise InputError(f"--top must be >= 0, got {top}")
-    with flag_names({"max_days": "--max-days", "max_usd": "--max-usd"}):
+    with flag_names({"max_days": "--max-days", "max_usd": "--max-usd", "workers": "--workers"}):
         df = plan_runs(sc, spec, gpu_counts=counts, hardware_names=names, objective=objective, max_days=max_days,
                        max_usd=max_usd, executor=executor, workers=workers,
                        hardware_fn=lambda hw: with_gpu_speed_cv(hw, gpu_speed_cv))

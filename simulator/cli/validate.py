@@ -54,7 +54,7 @@ def _fraction(flag: str, v):
     return v
 
 
-def accounting_line(acc: dict, reasons: str = "below") -> str:
+def accounting_line(acc: dict, reasons: str = "reasons below") -> str:
     """Where every row went, each row counted once: e.g. `315 rows: 309 compared on step time, 4 measured
     out of memory (1 predicted not to fit), 2 skipped (reasons below)`."""
     parts = [f"{acc['step']} compared on step time"]
@@ -65,7 +65,7 @@ def accounting_line(acc: dict, reasons: str = "below") -> str:
     if acc["nothing"]:
         parts.append(f"{acc['nothing']} with no measured figure to compare")
     if acc["skipped"]:
-        parts.append(f"{acc['skipped']} skipped (reasons {reasons})")
+        parts.append(f"{acc['skipped']} skipped ({reasons})")
     return f"{acc['rows']} row{'s' if acc['rows'] != 1 else ''}: " + ", ".join(parts)
 
 
@@ -137,10 +137,9 @@ def validate(runs, hardware, sources, plot, out, max_error, max_median_error, fm
     res, skipped = predict_runs(df, hardware=hardware)
     acc = accounting(res, skipped)
     echo = (lambda text: click.echo(text, err=fmt == "csv"))
-    if acc["step"] + acc["memory_only"] == 0:
-        for _, r in skipped.iterrows():
-            click.echo(f"skipped {r.run_id}: {r.reason}", err=True)
-        raise InputError(f"no run of {runs} could be compared ({accounting_line(acc, 'above')})")
+    if acc["step"] + acc["memory_only"] == 0:  # one line: the first row's reason stands for them
+        first = f"the first: {skipped.iloc[0].run_id}: {skipped.iloc[0].reason}" if len(skipped) else ""
+        raise InputError(f"no run of {runs} could be compared ({accounting_line(acc, first)})")
     if out:
         res.to_csv(out, index=False)
     click.echo(res.to_csv(index=False) if fmt == "csv" else format_results(res).to_string(index=False),

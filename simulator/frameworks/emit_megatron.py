@@ -179,6 +179,10 @@ def _training_flags(sc, layout, notes: list[str]) -> list:
                      (st.activation_input_fp8, "--activation-func-fp8-input-store")):
         if on:
             f.append((flag, None))
+    if "layer" in st.cuda_graphs:  # (Megatron-Core's per-layer graphs: NVIDIA/Megatron-LM d98e8a6 arguments.py)
+        f.append(("--cuda-graph-impl", "local"))
+    elif st.cuda_graphs:
+        f += [("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-modules", " ".join(st.cuda_graphs))]
     f += _bucket_flags(layout, tr)
     return f
 

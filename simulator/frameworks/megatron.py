@@ -280,6 +280,30 @@ def _optimizer(f: Fields, rep: Report) -> dict:
     return out
 
 
+GRAPH_MODULES = ("attn", "moe_router", "moe_preprocess")  # the Stack's cuda_graphs scopes Megatron-Core names so
+
+
+def _cuda_graphs(f: Fields, rep: Report) -> list[str] | None:
+    """The stack's cuda_graphs from `--cuda-graph-impl` and `--cuda-graph-modules` (`--cuda-graph-scope` before
+    it, NeMo's cuda_graph_scope): transformer_engine graphs the named modules, local and full_iteration every layer
+    whole ("layer"; full_iteration also the rest of the step, not modelled apart); None without graphs."""
+    impl = f.text("cuda_graph_impl", "none", choices=("none", "local", "transformer_engine", "full_iteration"))
+    raw = f.raw("cuda_graph_modules") if f.has("cuda_graph_modules") else f.raw("cuda_graph_scope")
+    items = raw if isinstance(raw, list) else str(raw or "").replace(",", " ").split()
+    if impl == "none":
+        return None
+    if impl in ("local", "full_iteration"):
+        if impl == "full_iteration":
+            rep.assume(f"{f.name('cuda_graph_impl')} full_iteration: every layer one graph launch each way (the "
+                       "rest of the step's launches are not modelled)")
+        return ["layer"]
+    kept = [m for m in items if m in GRAPH_MODULES]
+    if len(kept) < len(items):
+        rep.cannot(f"CUDA graphs of {', '.join(m for m in items if m not in GRAPH_MODULES)}: parasim counts the "
+                   f"launches of {', '.join(GRAPH_MODULES)} graphs only")
+    return kept
+
+
 def _stack(f: Fields, dp: int, training: dict, rep: Report) -> dict:
     st = {"preset": "megatron"}
     if f.flag("tp_comm_overlap"):
@@ -301,6 +325,9 @@ def _stack(f: Fields, dp: int, training: dict, rep: Report) -> dict:
         st["moe_dispatcher"] = "flex"
         rep.assume(f"{f.name('moe_token_dispatcher_type')} flex ({backend}): each token sent once per destination "
                    f"node, then forwarded over NVLink (cost/ep_dispatch.py)")
+    graphs = _cuda_graphs(f, rep)
+    if graphs is not None:
+        st["cuda_graphs"] = graphs
     modules = f.raw("recompute_modules")  # (a list on the command line and in YAML; a comma text also passes)
     if modules is not None:
         items = modules if isinstance(modules, list) else str(modules).replace(",", " ").split()

@@ -242,8 +242,8 @@ def _moe_kw(cfg: Keys, mt: str, kw: dict, ffn: int, where: str) -> None:
         kw.update(num_experts=_int(cfg, "num_experts", where, positive=True),
                   experts_per_token=_int(cfg, "num_experts_per_tok", where), moe_ffn_hidden_size=ffn,
                   expert_bias=mt == "gpt_oss")
-    elif mt in ("qwen2_moe", "qwen3_moe") and _int(cfg, "num_experts", where):
-        kw.update(num_experts=_int(cfg, "num_experts", where),
+    elif mt in ("qwen2_moe", "qwen3_moe"):  # (transformers' sparse block needs a routed expert: 0 is no model)
+        kw.update(num_experts=_int(cfg, "num_experts", where, positive=True),
                   experts_per_token=_int(cfg, "num_experts_per_tok", where),
                   moe_ffn_hidden_size=_int(cfg, "moe_intermediate_size", where),
                   moe_layer_freq=_int(cfg, "decoder_sparse_step", where, 1, positive=True),

@@ -210,17 +210,15 @@ def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
     name = preset if name is None else name
     seconds = seconds_from_us(table, where=f"[stack] of {where}")
     table = {k: v for k, v in table.items() if k not in US_KEYS} | seconds
-    for key in STACK_FLAG_KEYS:  # --compile, --fsdp-prefetch, ...: the flags win over the [stack] table
-        v = overrides.pop(key, None)
-        if v is not None:
-            table[key] = v
+    flags = {key: overrides.pop(key) for key in STACK_FLAG_KEYS if overrides.get(key) is not None}
     bad = sorted(set(table) - set(STACK_FIELDS))
     if bad:
         raise InputError(f"unknown key {bad[0]!r} in [stack] of {where}")
-    try:
-        return load_stack(name, **table)
-    except InputError as exc:  # a [stack] value the stack's checks refused: name the file it came from
-        raise _naming_file(exc, table, "stack", where, anywhere=True) from None
+    try:  # --compile, --fsdp-prefetch, ...: the flags win over the [stack] table
+        return load_stack(name, **(table | flags))
+    except InputError as exc:  # a [stack] value the stack's checks refused: name the file it came from (a flag's
+        # value is named by its flag)
+        raise _naming_file(exc, [k for k in table if k not in flags], "stack", where, anywhere=True) from None
 
 
 def _naming_file(exc: InputError, keys, section: str, where: str, *, anywhere: bool = False) -> InputError:
@@ -260,6 +258,9 @@ def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training:
     if not (has_layout or require_layout):
         return None
     lay = _default_layer_split(model, lay, training.stack.runs.pipeline_split)
+    if lay.get("etp") is not None and not model.is_moe:  # (even equal to tp: the user set it for nothing)
+        problem = f"etp({lay['etp']}) applies to routed experts; {model.name or 'this model'} is dense (no experts)"
+        raise _naming_file(InputError(problem), doc.get("layout") or {}, "layout", where)
     if "etp" not in lay and model.is_moe and training.stack.whole_experts_with_ep and lay.get("ep", 1) > 1:
         lay = {**lay, "etp": 1}  # the stack keeps experts whole under expert parallelism (torchtitan)
     try:

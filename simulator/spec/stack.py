@@ -325,6 +325,9 @@ def stack_from_dict(d: dict, *, where: str) -> Stack:
     """A Stack from a preset's table (`host_us_per_kernel`, `decode_host_us_per_kernel` in microseconds, `[source]`
     per key)."""
     check_keys(d, where=where, required=("name", "framework"), optional=tuple(_KEYS | {"source"}))
+    for key in ("name", "framework"):
+        if not isinstance(d[key], str) or not d[key].strip():
+            raise InputError(f"{key} in {where} must be a non-empty text, got {d[key]!r}")
     src = d.get("source", {})
     if not isinstance(src, dict):
         raise InputError(f"[source] in {where} must be a table of key = \"source\" lines")
@@ -347,8 +350,9 @@ def seconds_from_us(table: dict, *, where: str) -> dict:
     for key, name in US_KEYS.items():
         if key in table:
             us = table[key]
-            if not isinstance(us, (int, float)) or isinstance(us, bool):
-                raise InputError(f"{key} in {where} must be a number of microseconds, got {us!r}")
+            if not isinstance(us, (int, float)) or isinstance(us, bool) or not 0.0 <= us < 1e4:  # (an int of
+                # 400 digits is no float: the range test comes first)
+                raise InputError(f"{key} in {where} must be a number of microseconds in [0, 10000), got {us!r}")
             out[name] = float(us) * 1e-6
     return out
 

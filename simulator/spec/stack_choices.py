@@ -57,14 +57,19 @@ def fp8_scale_bytes_per_element(recipe: str) -> float:
 
 
 def graph_scopes(v, *, where: str) -> tuple[str, ...]:
-    """`cuda_graphs` (a TOML list or a comma-separated text; "none": no scope) as a tuple in CUDA_GRAPH_SCOPES
-    order; InputError for an unknown scope, "layer" beside another scope, or moe_preprocess without moe_router
-    (Megatron-Core's rule, transformer_config.py)."""
+    """`cuda_graphs` (a TOML list or a comma-separated text; "none" alone or an empty list: no scope) as a tuple in
+    CUDA_GRAPH_SCOPES order; InputError for an empty item, an unknown scope, "none" or "layer" beside another
+    scope, or moe_preprocess without moe_router (Megatron-Core's rule, transformer_config.py)."""
+    given = v
     if isinstance(v, str):
-        v = [m.strip() for m in v.split(",") if m.strip() and m.strip() != "none"]
+        v = [m.strip() for m in v.split(",")]
     if not isinstance(v, (list, tuple)) or not all(isinstance(m, str) for m in v):
-        raise InputError(f"{where}: cuda_graphs must be a list of scopes ({', '.join(CUDA_GRAPH_SCOPES)}), "
-                         f"got {v!r}")
+        raise InputError(f"{where}: cuda_graphs must be a list of scopes ({', '.join(CUDA_GRAPH_SCOPES)}) or none, "
+                         f"got {given!r}")
+    if "" in v or ("none" in v and len(v) > 1):
+        raise InputError(f"{where}: cuda_graphs must name scopes ({', '.join(CUDA_GRAPH_SCOPES)}) separated by "
+                         f"commas, or be none alone, got {given!r}")
+    v = [m for m in v if m != "none"]
     bad = [m for m in v if m not in CUDA_GRAPH_SCOPES]
     why = (f"{bad[0]!r} is not one of {', '.join(CUDA_GRAPH_SCOPES)}" if bad
            else "'layer' captures the whole layer: name no other scope with it" if "layer" in v and len(set(v)) > 1

@@ -135,7 +135,10 @@ def _normalise_values(name: str, v):
     if isinstance(v, str):
         if v.strip().lower() == AUTO:
             return AUTO
-        v = [x for x in v.split(",") if x.strip()]
+        v = v.split(",")
+        if not all(x.strip() for x in v):  # '1,,2': an empty item names no value
+            raise InputError(f"sweep {name} must be 'auto' or comma-separated values like 1,2,4, got "
+                             f"{','.join(v)!r}")
     if isinstance(v, (int, bool, np.integer)):
         v = [v]
     if not isinstance(v, (list, tuple)) or not v:

@@ -244,6 +244,8 @@ def map_run(row: Mapping, *, hardware: str | None = None) -> MappedRun:
         name = _text(row.get("model"))
         rules = _row_rules(source_id, name, notes)
         tp = _int(row.get("tp"), "tp")
+        if tp < 1:  # (before the vocabulary's padding to a multiple of 128·tp reads it)
+            raise InputError(f"tp must be > 0, got {tp}")
         model = _row_model(row, name, seq, tp, rules, notes)
         training = _row_training(row, seq, rules, notes)
         layout = _row_layout(row, model.num_layers, tp, notes, training.stack.runs.pipeline_split)
