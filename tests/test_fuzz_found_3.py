@@ -141,3 +141,13 @@ def test_emit_megatron_writes_the_cuda_graphs_and_import_reads_them_back(tmp_pat
         main(["import", "megatron", str(script), "--hardware", "dgx-b200", "--model", "qwen3-30b-a3b"])
     assert exc.value.code in (0, None)
     assert 'cuda_graphs = ["attn", "moe_router"]' in capsys.readouterr().out
+
+
+def test_an_moe_config_whose_experts_are_in_no_layer_is_one_line(tmp_path, capsys):
+    """decoder_sparse_step 1000 over 48 layers left no MoE layer, and --ep 8 was accepted for nothing."""
+    cfg = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
+           "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768,
+           "num_experts": 128, "num_experts_per_tok": 8, "decoder_sparse_step": 1000, "vocab_size": 151936}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    one_line_error(["estimate", "--model", str(tmp_path), "--hardware", "dgx-h100", "--gpus", "8", "--seq", "4096",
+                    "--global-batch", "64", "--ep", "8"], capsys, "num_experts(128) in no layer")

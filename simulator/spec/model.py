@@ -130,6 +130,10 @@ class ModelSpec:
                                  f"in 0..n_group, its groups holding at least num_experts_per_tok({k})")
             if self.first_k_dense > self.num_layers:
                 raise InputError(f"first_k_dense_replace({self.first_k_dense}) > num_hidden_layers({self.num_layers})")
+            if not self.moe_layer_mask.any():  # (experts in no layer: an expert-parallel layout would mean nothing)
+                raise InputError(f"num_experts({self.num_experts}) in no layer: decoder_sparse_step / moe_layer_freq "
+                                 f"({self.moe_layer_freq}), first_k_dense_replace ({self.first_k_dense}) and "
+                                 f"mlp_only_layers leave none of the {self.num_layers} layers an MoE layer")
         if self.sliding_layers and not self.sliding_window:
             raise InputError("sliding-window layers (layer_types 'sliding_attention') need sliding_window > 0")
         if any(not 0 <= i < self.num_layers for i in self.sliding_layers):
