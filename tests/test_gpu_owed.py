@@ -255,3 +255,16 @@ def test_graphed_dry_run(tmp_path):
     assert all(4 <= int(r["calls"]) <= 400 and float(r["graph_s"]) > 0 and float(r["queued_s"]) > 0 for r in got)
     flops = [float(r["flops"]) for r in got if r["what"] == "gemm"]
     assert flops == sorted(flops) and max(flops) <= 2e10
+
+
+def test_moe_layer_script_dry_run_writes_every_op(tmp_path):
+    # validation/gpu_moe_layer.py on the CPU with tiny shapes: every op of the expert block is timed and written
+    import csv
+
+    import gpu_moe_layer
+
+    assert gpu_moe_layer.main(["--out", str(tmp_path), "--device", "cpu", "--tiny"]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "moe_layer.csv")))
+    assert {r["op"] for r in rows} >= {"router", "permute", "chunk_sort", "experts_loop"}
+    loop = [r for r in rows if r["op"] == "experts_loop"]
+    assert all(float(r["flops"]) == 2.0 * int(r["tokens"]) * 8 * 64 * 3 * 32 for r in loop)  # tiny: h 64, f_e 32

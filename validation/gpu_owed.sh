@@ -41,7 +41,8 @@ owed() { stage "$1" "$2" python3 validation/gpu_owed.py --out "$OUT" --stages "$
 # attention GEMMs and linears off the 16-byte alignment: docs/accuracy.md, BLOOM_PREQUEL; attention dropout inside
 # the fused kernels: DGXC_H100_GPT3), then what the second
 # lease left open (validation/h100_owed2/README.md), then the earlier
-# stages again on the new machine. Sized to one 10-minute call (about 665 s of limits: the last stages may be cut).
+# stages again on the new machine. Sized to one 10-minute call (about 815 s of limits: the last stages may be cut; the MoE expert block, the largest open question, first).
+stage moe_layer 150 python3 validation/gpu_moe_layer.py --out "$OUT" --budget-s 120  # the MoE rows' GPU-side gap
 stage power_mix 150 python3 validation/gpu_power_step.py --out "$OUT/power_mix.csv" --sustain-s 3 --idle-s 1 \
   --workloads mix,accumulate
 stage unaligned 60 python3 validation/gpu_unaligned_gemm.py --out "$OUT/unaligned_gemm.csv"  # cost/alignment.py

@@ -29,7 +29,8 @@ def padding_sync_s(stack, flash_attention: bool) -> float:
 
 # Megatron-Core's --cuda-graph-scope with Transformer Engine graphs: the megatron stack's (forward, backward) launches
 # that one graph replaces (code reading of NVIDIA/Megatron-LM core_v0.16.0, transformer_layer.py
-# _te_cuda_graph_capture, moe_utils.py maybe_skip_or_early_return_by_cudagraph; docs/compute.md 'MoE layers in Megatron-Core'):
+# _te_cuda_graph_capture, moe_utils.py maybe_skip_or_early_return_by_cudagraph; docs/compute.md 'MoE layers in
+# Megatron-Core'):
 # attn: the attention block of kernels_per_layer (norm and QKV GEMM, RoPE, attention, projection, bias-dropout-add;
 # backward their dgrad and wgrad GEMMs, attention, RoPE, norm, add); moe_router: the pre-MLP norm and the router
 # (gating GEMM, fused top-k, aux-loss scores, token counts, aux loss, its logging); moe_preprocess,
@@ -81,7 +82,8 @@ def launch_bound(table: np.ndarray, stack, recompute: str, kernels, *, rows: tup
     cannot finish a pass before its last kernel is issued (the CPU-bound vs GPU-bound bound of an eager framework).
     Of the backward's kernels, k_w are weight-gradient ones, which split-backward schedules run as W; the rest are
     the input-gradient pass B:
-        F' = max(F, k_f·h),  B' = max(B, (k_b − k_w)·h),  W' = max(W, k_w·h),  R' = max(R, k_f·h) (full and op recompute),
+        F' = max(F, k_f·h),  B' = max(B, (k_b − k_w)·h),  W' = max(W, k_w·h),
+        R' = max(R, k_f·h) (full and op recompute),
     for the dense and the MoE layer columns that hold work (the embedding and head are one-off kernels).
     A GPU-bound layer is unchanged, and a faster W or B never lengthens the other. `sync_s`: host time the
     layer's forward exposes at host synchronisations (`padding_sync_s`), added to F (and R: the recomputed
