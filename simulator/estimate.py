@@ -144,6 +144,7 @@ def stack_summary(stack, experts_local: float = 0.0) -> dict:
     launches of one MoE layer with `experts_local` experts per rank (cost/launch.py layer_kernels), absent for a
     dense model."""
     from .cost.launch import layer_kernels
+
     return {"name": stack.name, "framework": stack.framework, "attention_kernel": stack.attention_kernel,
             "attention_padding": stack.attention_padding, "cp_ring_merge": stack.cp_ring_merge, "compiled": stack.compiled, "optimizer_impl": stack.optimizer_impl, "grad_buffer": stack.grad_buffer,
             "grad_accumulation": stack.grad_accumulation, "cross_entropy": stack.cross_entropy,
@@ -187,9 +188,7 @@ def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
     reductions: memory_ops.kernel_table) where the profile has their tables, the optimizer step."""
     if hardware is None or not hasattr(hardware, "efficiency"):
         return {}
-    from .cost.attention import attention_table_names, attention_tables
-
-    from .cost.attention import release_kernel
+    from .cost.attention import attention_table_names, attention_tables, release_kernel
 
     kernel = (release_kernel(hardware, training.stack.attention_kernel, training.stack.cudnn_version)
               if training.flash_attention else "unfused")
