@@ -94,19 +94,19 @@ def test_gpt_oss_windowed_kernels_on_blackwell_are_predicted_too_fast_by_the_win
 def test_decode_attention_streams_published_cudnn_decode_kernels_from_1gb():
     # NVIDIA's cuDNN 9.27 decode kernels (H200, B200, GB200, GB300; 64 query / 8 KV heads, head dim 128) against
     # cost/inference.py decode_attention on each preset's memory table, which no decode kernel was fitted to (what a
-    # preset without a decode attention table predicts): from 1 GB per kernel within 10.4 % (median 4.8 %); below
+    # preset without a decode attention table predicts): from 1 GB per kernel within 10.4 % (median 4.6 %); below
     # 100 MB 19-40 % too fast, docs/inference.md
     import cudnn_decode_check as D
 
     c = D.check(memory_only=True)
-    assert len(c) == 64
+    assert len(c) == 79  # 16 kernels each of the H200, B200, GB200, GB300, 15 of the A100 PCIe
     for r in c:
         b = r["batch"] * r["context"] * 2 * 2 * 8 * 128 + 2 * 2 * r["batch"] * 64 * 128  # K, V, Q and O in bf16
         assert r["bytes"] == pytest.approx(b)
     big = [r["predicted_s"] / r["measured_s"] - 1 for r in c if r["bytes"] >= 1e9]
     small = [r["predicted_s"] / r["measured_s"] - 1 for r in c if r["bytes"] < 1e8]
     assert max(map(abs, big)) < 0.12 and sorted(map(abs, big))[len(big) // 2] < 0.06, big
-    assert all(-0.45 < e < -0.15 for e in small), small
+    assert all(-0.55 < e < -0.15 for e in small), small  # (the A100 PCIe's to -51 %, the others' to -40 %)
     assert "\n".join(D.lines()) in (ROOT / "docs" / "inference.md").read_text()
 
 
@@ -119,12 +119,13 @@ def test_decode_attention_tables_predict_held_out_published_kernels():
     import decode_attention_tables as T
 
     held = T.held_out()
-    assert len(held) == 32
-    for gpu in ("H200", "B200", "GB200", "GB300"):
+    assert len(held) == 39
+    for gpu, (med, top) in {"H200": (0.03, 0.08), "B200": (0.03, 0.08), "GB200": (0.03, 0.08), "GB300": (0.03, 0.08),
+                            "A100 PCIe": (0.06, 0.15)}.items():  # (the A100: 4.0 % and 13.2 %, its batch-1 128k kernel)
         e = sorted(abs(r["predicted_s"] / r["measured_s"] - 1) for r in held if r["gpu"] == gpu)
-        assert e[len(e) // 2] < 0.03 and e[-1] < 0.08, (gpu, e)
+        assert e[len(e) // 2] < med and e[-1] < top, (gpu, e)
     assert T.check() == []
-    shipped = D.check()
+    shipped = [r for r in D.check() if r["gpu"] != "A100 PCIe"]  # (the A100 SXM presets read the PCIe card's share)
     assert max(abs(r["predicted_s"] / r["measured_s"] - 1) for r in shipped) < 0.06
     from simulator.spec.hardware import load_hardware
 

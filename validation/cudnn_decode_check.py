@@ -8,7 +8,8 @@ fitted to torch's add and SiLU, read and write; on Blackwell a published streami
 kernel classes). NVIDIA's cuDNN frontend publishes the decode attention kernel's own time
 (benchmark/attention_inference decode_sweep, cuDNN 9.27, bf16 paged KV cache of 16-token pages, one query token,
 Llama 3.1 70B's 64 query heads over 8 KV heads, head dim 128; `validation/data/cudnn_decode.csv`, transcribed, each
-row checked against the rate the source prints) on an H200, B200, GB200 and GB300: data no table was fitted to.
+row checked against the rate the source prints) on an H200, B200, GB200, GB300 and an A100 80GB PCIe: data no memory
+table was fitted to.
 The H200's memory table was measured on the lent H200; the Blackwell ones are transfers (docs/compute.md
 'Memory-bound kernels on GPUs not measured here'), which this checks (`memory_only`: the generic table every preset
 without a decode table uses). Since the presets of these GPUs hold a decode attention table fitted to these kernels
@@ -24,7 +25,10 @@ from statistics import median
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 DATA = ROOT / "data" / "cudnn_decode.csv"
-PRESET = {"H200": "dgx-h200", "B200": "dgx-b200", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
+# the GPU of the published rows -> the preset compared with them (the A100 rows ran on an 80 GB PCIe card, 1.94 TB/s:
+# dgx-a100-80g is the SXM part, 2.04 TB/s, so its predictions there run ahead by up to that ratio)
+PRESET = {"H200": "dgx-h200", "B200": "dgx-b200", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72",
+          "A100 PCIe": "dgx-a100-80g"}
 
 
 def rows() -> list[dict]:

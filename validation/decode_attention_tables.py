@@ -8,10 +8,11 @@ parasim times one layer's decode attention as one kernel streaming the layer's K
 `decode_attention`). On the generic memory table (torch's add and SiLU, or a transfer of them) the published cuDNN
 decode kernels below 100 MB ran 19-40 % slower than predicted: a decode kernel at batch 1 spends ~6 µs whatever it
 reads (a split-KV pass and its reduction over paged blocks), twice the elementwise kernels' fixed cost. This fits
-the kernel's own curve, efficiency(bytes) = bytes / (time · the preset's HBM peak), one knot per decade of bytes
-(calibrate/fit.py `fit_efficiency_curve`, weighted least squares on relative error), to each GPU's 16 published
-kernels (validation/data/cudnn_decode.csv: cuDNN 9.27, bf16 paged KV cache, one query token, 64 query heads over 8
-KV heads, head dim 128, batch 1-128, context 2k-128k), and writes it into the presets of that GPU (`SOURCES`).
+the kernel's own curve, efficiency(bytes) = bytes / (time · the GPU's HBM peak), one knot per decade of bytes
+(calibrate/fit.py `fit_efficiency_curve`, weighted least squares on relative error), to each GPU's published kernels
+(validation/data/cudnn_decode.csv: cuDNN 9.27, bf16 paged KV cache, one query token, 64 query heads over 8 KV heads,
+head dim 128, batch 1-128, context 2k-128k; 16 each on an H200, B200, GB200 and GB300, 15 on an A100 80GB PCIe), and
+writes it into the presets of that GPU (`SOURCES`; the A100 SXM presets take the PCIe card's share of its peak).
 
 Held out (`held_out`): the same fit on the 2k- and 32k-token kernels predicts the 8k- and 128k-token ones. Presets
 of other GPUs (the H100's among them: no decode kernel of theirs is published) keep the memory table.
@@ -31,11 +32,16 @@ from cudnn_decode_check import rows, shape  # noqa: E402
 from h100_gemm_table import preset_cli, rewrite_presets  # noqa: E402
 
 NAME = "memory_decode_attention"
-# preset -> the GPU whose published kernels it holds (the B300 is the GB300's die, the P6 a B200 node)
+# preset -> the GPU whose published kernels it holds (the B300 is the GB300's die, the P6 a B200 node; the A100 SXM
+# presets the 80 GB PCIe card's kernels)
 SOURCES = {"dgx-h200": "H200", "dgx-b200": "B200", "aws-p6-b200": "B200", "gb200-nvl72": "GB200",
-           "gb300-nvl72": "GB300", "b300": "GB300"}
+           "gb300-nvl72": "GB300", "b300": "GB300", "dgx-a100-80g": "A100 PCIe", "jean-zay-a100": "A100 PCIe"}
+# the HBM peak of a published GPU no preset describes: the curve is its kernels' share of their own GPU's peak, taken to
+# hold on the presets' part [assumption] (NVIDIA A100 datasheet: 80 GB PCIe 1,935 GB/s, SXM 2,039 GB/s)
+OWN_PEAK = {"A100 PCIe": 1.935e12}
+NOTES = {"A100 PCIe": "the A100 80GB PCIe card's kernels as a share of its 1,935 GB/s, taken to hold on the SXM "
+                      "part's 2,039 GB/s [assumption]; "}
 FIT_CONTEXTS, HELD_CONTEXTS = (2048, 32768), (8192, 131072)
-COMMIT = "b1214d5c153e1ccc302015e2203eb9e4210f7c96"
 
 
 def points(gpu: str, contexts=None) -> list[tuple[float, float, dict]]:
@@ -59,17 +65,25 @@ def fit(gpu: str, contexts=None):
     """The CurveFit of the GPU's kernels (all of them, or those at `contexts` tokens), as a share of the HBM peak of
     the GPU's presets."""
     from simulator.calibrate.fit import fit_efficiency_curve
-    from simulator.spec.hardware import load_hardware
 
-    peak = load_hardware(next(p for p, g in SOURCES.items() if g == gpu)).hbm_bytes_per_s
+    peak = _peak(gpu)
     pts = points(gpu, contexts)
     return fit_efficiency_curve([b for b, _, _ in pts], [b / (t * peak) for b, t, _ in pts], name=NAME,
                                 x_unit="bytes moved by one kernel", source=source(gpu), per_decade=1.0)
 
 
+def _peak(gpu: str) -> float:
+    """The HBM peak the GPU's kernels are a share of: its own (OWN_PEAK), else its presets'."""
+    from simulator.spec.hardware import load_hardware
+
+    return OWN_PEAK.get(gpu) or load_hardware(next(p for p, g in SOURCES.items() if g == gpu)).hbm_bytes_per_s
+
+
 def source(gpu: str) -> str:
-    return (f"fitted to NVIDIA's published cuDNN 9.27 decode attention kernels on a {gpu} (NVIDIA/cudnn-frontend "
-            f"{COMMIT[:9]} benchmark/attention_inference decode_sweep: bf16 paged KV cache, 64 query / 8 KV heads, "
+    commit = next(r["commit"] for r in rows() if r["gpu"] == gpu)
+    return (f"{NOTES.get(gpu, '')}fitted to NVIDIA's published cuDNN 9.27 decode attention kernels on an NVIDIA {gpu} "
+            f"(NVIDIA/cudnn-frontend {commit[:9]} benchmark/attention_inference decode_sweep: bf16 paged KV cache, 64 "
+            f"query / 8 KV heads, "
             f"head dim 128, batch 1-128, context 2k-128k), bytes / (time x HBM peak), one knot per decade; "
             f"validation/decode_attention_tables.py")
 
@@ -79,12 +93,11 @@ def held_out() -> list[dict]:
     import numpy as np
 
     from simulator.calibrate.fit import efficiency_at
-    from simulator.spec.hardware import load_hardware
 
     out = []
     for gpu in dict.fromkeys(SOURCES.values()):
         f = fit(gpu, FIT_CONTEXTS)
-        peak = load_hardware(next(p for p, g in SOURCES.items() if g == gpu)).hbm_bytes_per_s
+        peak = _peak(gpu)
         for b, t, r in points(gpu, HELD_CONTEXTS):
             eff = float(efficiency_at(np.array(f.x), np.array(f.efficiency), np.array([b]))[0])
             out.append({"gpu": gpu, "batch": int(r["batch"]), "context": int(r["kv_len"]), "bytes": b,
