@@ -83,9 +83,8 @@ def source(gpu: str) -> str:
     commit = next(r["commit"] for r in rows() if r["gpu"] == gpu)
     return (f"{NOTES.get(gpu, '')}fitted to NVIDIA's published cuDNN 9.27 decode attention kernels on an NVIDIA {gpu} "
             f"(NVIDIA/cudnn-frontend {commit[:9]} benchmark/attention_inference decode_sweep: bf16 paged KV cache, 64 "
-            f"query / 8 KV heads, "
-            f"head dim 128, batch 1-128, context 2k-128k), bytes / (time x HBM peak), one knot per decade; "
-            f"validation/decode_attention_tables.py")
+            "query / 8 KV heads, head dim 128, batch 1-128, context 2k-128k), bytes / (time x HBM peak), one knot per "
+            "decade; validation/decode_attention_tables.py")
 
 
 def held_out() -> list[dict]:
