@@ -155,3 +155,28 @@ def test_the_cuda_graphs_flag_sets_the_stacks_scopes_and_names_itself_in_errors(
     assert sum(graphed["stack"]["moe_layer_kernels"]) < sum(eager["stack"]["moe_layer_kernels"])
     code, out, err = _cli(base + ["--cuda-graphs", "bogus"], capsys)
     assert code == 2 and err.count("\n") == 1 and "--cuda-graphs 'bogus' is not one of" in err
+
+
+def test_the_hf_stacks_moe_layer_counts_are_transformers_layer_counted_on_cpu():
+    """validation/count_moe_kernels.py: transformers' Qwen3MoeDecoderLayer under torch.profiler on CPU. The recorded
+    table is what a recount gives, its grouped_mm counts grow with the experts only by the CPU fallback's mm loop, and
+    the hf and fsdp stacks carry the GPU's count derived from it (88/151, no per-expert launches)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import csv
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "validation"))
+    import count_moe_kernels as M
+
+    recorded = list(csv.DictReader(open(M.OUT)))
+    fresh = M.rows()
+    for a, b in zip(recorded, fresh):
+        assert (int(a["forward_kernels"]), int(a["backward_kernels"])) == (b["forward_kernels"], b["backward_kernels"])
+    counts = M.gpu_counts(recorded)
+    for name in ("hf", "fsdp"):
+        st = load_stack(name)
+        assert (*st.moe_kernels_per_layer, *st.moe_kernels_per_expert) == counts["grouped_mm"]
+    assert counts["eager"][2:] == (10, 24)  # transformers' own loop: 10 forward, 24 backward launches per expert

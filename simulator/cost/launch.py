@@ -41,9 +41,9 @@ GRAPH_SCOPE_KERNELS = {"attn": (6, 8), "moe_router": (8, 9), "moe_preprocess": (
 def layer_kernels(stack, *, weight_gemms: int, experts_local=0.0):
     """(k_f, k_b, k_w): the launches of one layer's forward and backward and the backward's weight-gradient ones.
 
-    A dense layer (experts_local 0) launches the stack's kernels_per_layer, of which `weight_gemms` (its weight
-    GEMMs, one wgrad each) are weight gradients. An MoE layer whose stack counts its launches
-    (`moe_kernels_per_layer` m > 0) launches those plus, for each of its G local experts, the GEMMs of the experts'
+    A dense layer (experts_local 0) launches the stack's kernels_per_layer (compiled_kernels_per_layer when compiled),
+    of which `weight_gemms` (its weight GEMMs, one wgrad each) are weight gradients. An eager MoE layer whose stack
+    counts its launches (`moe_kernels_per_layer` m > 0) launches those plus, for each of its G local experts, the GEMMs of the experts'
     host loop (`moe_kernels_per_expert` p):
         k_f = m_f + G·p_f,   k_b = m_b + G·p_b,   k_w = weight_gemms + (G − 1)·p_f
     (its weight GEMMs, the experts' ones once per expert). Each expert GEMM stands for the host work Transformer
@@ -57,7 +57,7 @@ def layer_kernels(stack, *, weight_gemms: int, experts_local=0.0):
     k_f, k_b = (float(x) for x in stack.layer_kernels)
     k_w = float(weight_gemms) + 0.0 * g
     m_f, m_b = stack.moe_kernels_per_layer
-    if np.any(g > 0) and (m_f or m_b):
+    if np.any(g > 0) and (m_f or m_b) and not stack.compiled:  # (compiled: the stack's compiled count stands)
         p_f, p_b = stack.moe_kernels_per_expert
         k_f, k_b = m_f + g * p_f, m_b + g * p_b
         k_w = weight_gemms + np.maximum(g - 1.0, 0.0) * p_f
