@@ -130,8 +130,7 @@ class Estimate:
                            "mfu_formula": "PaLM App. B: model FLOPs per step (no recompute, attention "
                                           f"'{self.training.attention_flops}' convention) / (step_s x GPUs x dense "
                                           f"{self.training.precision} peak)"},
-            "stack": stack_summary(self.training.stack, self.model.num_experts / self.layout.ep
-                                   if self.model.is_moe else 0.0),
+            "stack": stack_summary(self.training.stack, float(self.model.local_experts(self.layout.ep))),
             "efficiency_sources": efficiency_sources(self.model, self.training, self.hardware),
             "validated_error": validated_error(self.hardware, self.training.stack),
             "not_modelled": not_modelled(self.model, self.training, self.layout),

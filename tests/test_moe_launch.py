@@ -73,16 +73,13 @@ def test_bad_cuda_graphs_are_one_line_errors(value, needle):
         load_stack("megatron", cuda_graphs=value)
 
 
-def test_bad_cuda_graphs_in_a_scenario_exit_2_naming_the_file(tmp_path, capsys):
-    from tests.test_stack import _cli
+@pytest.mark.parametrize("line,needle", [('cuda_graphs = ["moe_preprocess"]', "cuda_graphs moe_preprocess needs moe_router"),
+                                         ('cudnn_version = "v9"', "cudnn_version must be a release")])
+def test_bad_cuda_graphs_or_cudnn_version_in_a_scenario_exit_2_naming_the_file(line, needle, tmp_path, capsys):
+    from tests.test_fuzz_found import one_line_error, scenario
 
-    sc = tmp_path / "s.toml"
-    sc.write_text('[model]\npreset = "qwen3-30b-a3b"\n[hardware]\npreset = "dgx-h100"\nnum_gpus = 8\n'
-                  '[stack]\npreset = "megatron"\ncuda_graphs = ["moe_preprocess"]\n'
-                  '[training]\nseq_length = 4096\nglobal_batch_size = 64\n[layout]\ndp = 8\nep = 8\n')
-    code, out, err = _cli(["estimate", str(sc)], capsys)
-    assert code == 2 and err.count("\n") == 1 and err.startswith("error:")
-    assert "cuda_graphs moe_preprocess needs moe_router" in err and str(sc) in err
+    p = scenario(tmp_path, "stack", line)
+    one_line_error(["estimate", p], capsys, needle, p)
 
 
 def test_megatron_bridge_rows_take_their_cuda_graphs_from_the_notes():

@@ -353,10 +353,9 @@ def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, se
     g_ops, g_w = per_mode[modes[0]][0][1], per_mode[modes[0]][0][2]  # the GEMMs: one wgrad kernel per weight GEMM
     weight_gemms = [sum(1 for o, w in zip(g_ops, g_w) if np.any(w[..., c] > 0) and np.any(F._f(o.wgrad_flops) > 0))
                     for c in (BASIS.index("dense_layer"), BASIS.index("moe_layer"))]
-    kernels = [layer_kernels(training.stack, weight_gemms=weight_gemms[0]),
+    kernels = [layer_kernels(training.stack, weight_gemms=weight_gemms[0]),  # the MoE column's per layout: (K,)
                layer_kernels(training.stack, weight_gemms=weight_gemms[1],
-                             experts_local=model.num_experts / (np.ravel(ep) if np.ndim(ep) else float(ep))
-                             if model.is_moe else 0.0)]  # per layout: (K,), as the table's columns
+                             experts_local=model.local_experts(np.ravel(ep) if np.ndim(ep) else float(ep)))]
     rows = tuple(BASIS_KEYS.index(k) for k in ("forward_s", "backward_s", "weight_s", "recompute_s"))
     cols = (BASIS.index("dense_layer"), BASIS.index("moe_layer"))
     sync_s = padding_sync_s(training.stack, training.flash_attention)

@@ -234,7 +234,7 @@ def moe_ops(model: ModelSpec, *, seq_length, tp=1, cp=1, ep=1, micro_batch_size=
     T_rep = T / tp if sequence_parallel else T
     ops = [_gemm("router", T_rep, E + (1 if model.shared_expert_gate else 0), h, fp8=False)]
     u = tp if etp is None else _f(etp)
-    local_experts = E / ep
+    local_experts = model.local_experts(ep)
     m = k * T * (u / tp) * ep / E * rho
     f_e = model.moe_ffn_hidden_size
     ops += [_gemm("expert_up", m, (model.glu_matrices - 1) * f_e / u, h, local_experts),

@@ -43,8 +43,8 @@ def layer_kernels(stack, *, weight_gemms: int, experts_local=0.0):
 
     A dense layer (experts_local 0) launches the stack's kernels_per_layer (compiled_kernels_per_layer when compiled),
     of which `weight_gemms` (its weight GEMMs, one wgrad each) are weight gradients. An eager MoE layer whose stack
-    counts its launches (`moe_kernels_per_layer` m > 0) launches those plus, for each of its G local experts, the GEMMs of the experts'
-    host loop (`moe_kernels_per_expert` p):
+    counts its launches (`moe_kernels_per_layer` m > 0) launches those plus, for each of its G local experts, the
+    GEMMs of the experts' host loop (`moe_kernels_per_expert` p):
         k_f = m_f + G·p_f,   k_b = m_b + G·p_b,   k_w = weight_gemms + (G − 1)·p_f
     (its weight GEMMs, the experts' ones once per expert). Each expert GEMM stands for the host work Transformer
     Engine does per expert and GEMM (its Python loop over the experts' weights and quantizers, the cuBLASLt

@@ -153,6 +153,11 @@ class ModelSpec:
                              f"(2**53); check its sizes")
 
     # ---- derived sizes -------------------------------------------------------------------------
+    def local_experts(self, ep):
+        """Routed experts per rank of an expert-parallel group of `ep` (scalar or array): E / ep; 0 for a dense
+        model. The one rule of how many experts a rank holds (flops.moe_ops, the launch count, the chunk sorts)."""
+        return self.num_experts / np.asarray(ep, dtype=float) if self.is_moe else 0.0 * np.asarray(ep, dtype=float)
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0

@@ -103,7 +103,6 @@ Presets are TOML files in `stacks/` (every number with its source in the file's 
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 
@@ -117,7 +116,7 @@ from .stack_choices import (  # noqa: F401  (re-exported: the choices are part o
     ATTENTION_KERNELS, ATTENTION_PADDING, CP_RING_MERGES, OPTIMIZER_IMPLS, GRAD_BUFFERS, GRAD_ACCUMULATIONS,
     FP8_RECIPES, FP8_SAVED_INPUTS, MOE_DISPATCHERS, MOE_ROUTER_PROBS, MASTER_WEIGHTS, CROSS_ENTROPY, ELEMENTWISE,
     RESHARD, REDUCE,
-    REDUCE_DTYPES, check_memory_fields, graph_scopes)
+    REDUCE_DTYPES, check_memory_fields, check_release, graph_scopes)
 
 DEFAULT_STACK = "megatron"
 
@@ -235,9 +234,7 @@ class Stack:
             raise InputError(f"stack {self.name!r}: dp_bucket_mb must be a number of MB in [1e-06, 1e6] (one byte "
                              f"to 1 TB), got {b!r}")
         check_memory_fields(self)
-        if not isinstance(self.cudnn_version, str) or not re.fullmatch(r"(\d+\.\d+(\.\d+)?)?", self.cudnn_version):
-            raise InputError(f"stack {self.name!r}: cudnn_version must be a release like \"9.13\" or \"9.20.0\" (\"\": "
-                             f"the profile's default), got {self.cudnn_version!r}")
+        check_release(self.cudnn_version, where=f"stack {self.name!r}")
         object.__setattr__(self, "cuda_graphs", graph_scopes(self.cuda_graphs, where=f"stack {self.name!r}"))
         self._check_recompute_modules()
         self._check_moe_overlaps()

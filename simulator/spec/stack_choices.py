@@ -2,6 +2,8 @@
 and where the physics reads it."""
 from __future__ import annotations
 
+import re
+
 from ..errors import InputError
 
 ATTENTION_KERNELS = ("flash3", "flash2", "flash1", "cudnn", "triton", "triton-pre-mlir", "xformers", "unfused")
@@ -96,3 +98,10 @@ def check_memory_fields(st) -> None:
     for name in ("zero_reduce_bucket_size", "zero_allgather_bucket_size"):
         if getattr(st, name) < 1:
             raise InputError(f"stack {st.name!r}: {name} must be at least 1 element, got {getattr(st, name)!r}")
+
+
+def check_release(v, *, where: str) -> None:
+    """InputError unless `cudnn_version` is a release like "9.13" or "9.20.0", or "" (the profile's default)."""
+    if not isinstance(v, str) or not re.fullmatch(r"(\d+\.\d+(\.\d+)?)?", v):
+        raise InputError(f"{where}: cudnn_version must be a release like \"9.13\" or \"9.20.0\" (\"\": the profile's "
+                         f"default), got {v!r}")
