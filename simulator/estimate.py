@@ -156,6 +156,8 @@ def stack_summary(stack, experts_local: float = 0.0) -> dict:
             **({"moe_layer_kernels": [int(float(k)) for k in layer_kernels(stack, weight_gemms=0,
                                                                            experts_local=experts_local)[:2]]}
                if experts_local else {}),
+            **({"moe_host_us_per_kernel": stack.moe_host_s_per_kernel * 1e6}
+               if experts_local and stack.moe_host_s_per_kernel and any(stack.moe_kernels_per_layer) else {}),
             "overlaps": [name for name in ("tp_comm_overlap", "moe_shared_expert_overlap", "moe_a2a_overlap",
                                            "moe_delay_wgrad") if getattr(stack, name)]}
 
@@ -216,12 +218,13 @@ def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
 
 def host_bound_s(model: ModelSpec, training: Training, layout: Layout, hardware, options: EstimateOptions,
                  step_s: float) -> float:
-    """How much of `step_s` the host's issue of kernels adds: step_s less the same step with the stack's host time
-    per kernel at 0 (its layer passes at their GPU time: cost/launch.py `launch_bound`). What the prediction owes
-    to the host's speed, which differs between machines of one kind (docs/stacks.md); 0 for a GPU-bound step."""
-    if training.stack.host_s_per_kernel <= 0.0:
+    """How much of `step_s` the host's issue of kernels adds: step_s less the same step with the stack's host times
+    per kernel (plain and MoE-layer) at 0 (its layer passes at their GPU time: cost/launch.py `launch_bound`). What
+    the prediction owes to the host's speed, which differs between machines of one kind (docs/stacks.md); 0 for a
+    GPU-bound step."""
+    if training.stack.host_s_per_kernel <= 0.0 and training.stack.moe_host_s_per_kernel <= 0.0:
         return 0.0
-    free = replace(training, stack=replace(training.stack, host_s_per_kernel=0.0))
+    free = replace(training, stack=replace(training.stack, host_s_per_kernel=0.0, moe_host_s_per_kernel=0.0))
     row = evaluate(model, free, hardware, LayoutBatch.of_layout(layout), options=options).rows.iloc[0]
     return max(0.0, step_s - float(row["step_s"]))
 

@@ -2,6 +2,8 @@
 chunk sorts (cost/elementwise_ops.py sort_chunks) against what torch runs for Megatron-Core's algorithm on CPU."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -27,20 +29,26 @@ def _basis(stack, ep=1, model=MOE):
 
 
 def test_an_moe_layer_launches_the_stacks_moe_block_and_a_gemm_loop_per_local_expert():
-    st = load_stack("megatron", host_s_per_kernel=H)
+    """Its own launches at the stack's MoE host time, its experts' GEMM loop at the plain one (launch.layer_host_s)."""
+    hm = 3 * H
+    st = load_stack("megatron", host_s_per_kernel=H, moe_host_s_per_kernel=hm)
     (m_f, m_b), (p_f, p_b) = st.moe_kernels_per_layer, st.moe_kernels_per_expert
     for ep in (1, 2, 4, 16):
         t = _basis(st, ep=ep)
         g = MOE.num_experts / ep  # local experts
-        assert t[F, MOE_COL] == pytest.approx((m_f + g * p_f) * H)
-        assert t[B, MOE_COL] + t[W, MOE_COL] == pytest.approx((m_b + g * p_b) * H)
+        assert t[F, MOE_COL] == pytest.approx(m_f * hm + g * p_f * H)
+        assert t[B, MOE_COL] + t[W, MOE_COL] == pytest.approx(m_b * hm + g * p_b * H)
     arrays = C.layer_basis_times_by_mode(MOE, Training(seq_length=16, global_batch_size=1, stack=st), flat_profile(),
                                          ep=np.array([1, 4, 16]), modes=("none",))["none"]
     np.testing.assert_allclose(arrays[F, :, MOE_COL], [_basis(st, ep=e)[F, MOE_COL] for e in (1, 4, 16)])
+    plain = _basis(load_stack("megatron", host_s_per_kernel=H, moe_host_s_per_kernel=0.0), ep=4)
+    assert plain[F, MOE_COL] == pytest.approx((m_f + 4 * p_f) * H)  # no MoE host time: every launch at h
+    dense = _basis(st, model=replace(MOE, num_experts=0, experts_per_token=0, moe_ffn_hidden_size=None))
+    assert dense[F, C.BASIS.index("dense_layer")] == pytest.approx(st.kernels_per_layer[0] * H)  # dense: at h
 
 
 def test_a_stack_without_moe_counts_launches_its_dense_layers_count_for_moe_layers():
-    st = load_stack("megatron", host_s_per_kernel=H, moe_kernels_per_layer=(0, 0))
+    st = load_stack("megatron", host_s_per_kernel=H, moe_kernels_per_layer=(0, 0))  # (its MoE host time: unused)
     kf, kb = st.kernels_per_layer
     t = _basis(st, ep=1)
     assert t[F, MOE_COL] == pytest.approx(kf * H)
@@ -50,15 +58,16 @@ def test_a_stack_without_moe_counts_launches_its_dense_layers_count_for_moe_laye
 @pytest.mark.parametrize("graphs", ["layer", "attn", "moe_router", "moe_router,moe_preprocess",
                                     "attn,moe_router,moe_preprocess"])
 def test_cuda_graphs_replace_the_launches_they_capture(graphs):
-    eager = _basis(load_stack("megatron", host_s_per_kernel=H), ep=1)
-    graphed = _basis(load_stack("megatron", host_s_per_kernel=H, cuda_graphs=graphs), ep=1)
+    eager = _basis(load_stack("megatron", host_s_per_kernel=H, moe_host_s_per_kernel=H), ep=1)
+    graphed = _basis(load_stack("megatron", host_s_per_kernel=H, moe_host_s_per_kernel=H, cuda_graphs=graphs), ep=1)
     assert graphed[F, MOE_COL] < eager[F, MOE_COL]
     assert graphed[B, MOE_COL] + graphed[W, MOE_COL] < eager[B, MOE_COL] + eager[W, MOE_COL]
     if graphs == "layer":  # one graph each way: the layer runs at its GPU time
-        free = _basis(load_stack("megatron", host_s_per_kernel=0.0), ep=1)
+        free = _basis(load_stack("megatron", host_s_per_kernel=0.0, moe_host_s_per_kernel=0.0), ep=1)
         assert graphed[F, MOE_COL] == pytest.approx(max(free[F, MOE_COL], H))
     if graphs == "moe_router,moe_preprocess":  # one graph for both parts: fewer launches than the router's alone
-        router = _basis(load_stack("megatron", host_s_per_kernel=H, cuda_graphs="moe_router"), ep=1)
+        router = _basis(load_stack("megatron", host_s_per_kernel=H, moe_host_s_per_kernel=H, cuda_graphs="moe_router"),
+                        ep=1)
         assert graphed[F, MOE_COL] < router[F, MOE_COL]
 
 
@@ -177,3 +186,34 @@ def test_the_hf_stacks_moe_layer_counts_are_transformers_layer_counted_on_cpu():
         st = load_stack(name)
         assert (*st.moe_kernels_per_layer, *st.moe_kernels_per_expert) == counts["grouped_mm"]
     assert counts["eager"][2:] == (10, 24)  # transformers' own loop: 10 forward, 24 backward launches per expert
+
+
+def test_megatrons_moe_host_time_is_its_measured_ratio_to_a_plain_layer():
+    """validation/moe_host_cpu.py (validation/cpu/moe_host.csv): Megatron-Core's MoE block, run on CPU, issues a kernel
+    in about three times a plain torch layer's host time, transformers' MoE layer in about a plain layer's; the megatron
+    stack carries the recorded ratio times its host time per kernel (the hf stack, none)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "validation"))
+    import moe_host_cpu as M
+
+    rows = M.read()
+    ratios = [M.fit([r for r in rows if r["code"] == c])["ratio_to_plain"]
+              for c in sorted({r["code"] for r in rows if r["code"].startswith("megatron-core")})]
+    assert len(ratios) == 3 and min(ratios) > 2.0
+    hf = [r for r in rows if r["code"].startswith("transformers")]
+    for r in hf:  # the same protocol tells the codes apart
+        us = (float(r["forward_s"]) + float(r["backward_s"])) / (int(r["forward_kernels"]) + int(r["backward_kernels"]))
+        assert us * 1e6 / float(r["plain_us_per_kernel"]) < 0.75 * min(ratios)
+    st = load_stack("megatron")
+    assert st.moe_host_s_per_kernel * 1e6 == pytest.approx(M.megatron_ratio(rows) * st.host_s_per_kernel * 1e6,
+                                                            abs=0.05)
+    assert load_stack("hf").moe_host_s_per_kernel == 0.0
+
+
+def test_the_moe_host_time_is_a_stack_key_in_microseconds_and_bad_values_are_one_line(tmp_path, capsys):
+    from tests.test_fuzz_found import one_line_error, scenario
+
+    p = scenario(tmp_path, "stack", "moe_host_us_per_kernel = -3")
+    one_line_error(["estimate", p], capsys, "moe_host_us_per_kernel", p)

@@ -35,8 +35,10 @@ def _table(d: dict) -> str:
     ]
     if t.get("host_bound_s"):  # (part of the compute line: layer passes at the host's pace, not the GPU's)
         lines.insert(-1, f"    host-bound      {t['host_bound_s']:10.4f} s  {pct(t['host_bound_s'])}  (the host issues "
-                         f"kernels slower than the GPU runs them, at {d['stack']['host_us_per_kernel']:.1f} us per op: "
-                         "a property of your host and torch, docs/stacks.md)")
+                         f"kernels slower than the GPU runs them, at {d['stack']['host_us_per_kernel']:.1f} us per op"
+                         + (f", {d['stack']['moe_host_us_per_kernel']:.1f} us per MoE-layer op"
+                            if d["stack"].get("moe_host_us_per_kernel") else "")
+                         + ": a property of your host and torch, docs/stacks.md)")
     if t.get("gpu_speed_cv"):  # (the compute line's own time, at the slowest GPU's pace)
         lines.insert(-1, f"    at the slowest of {lay['num_gpus']} GPUs: x{t['slowest_gpu_factor']:.4f} "
                          f"(per-GPU speed spread {100 * t['gpu_speed_cv']:.1f} %, cost/variability.py)")
@@ -82,7 +84,9 @@ def _stack_line(st: dict) -> str:
             + (f"CUDA graphs {'+'.join(st['cuda_graphs'])}, " if st.get("cuda_graphs") else "")
             + f"{kf}/{kb} kernels per layer"
             + (f", {'/'.join(map(str, st['moe_layer_kernels']))} per MoE layer" if st.get("moe_layer_kernels") else "")
-            + f" at {st['host_us_per_kernel']:.1f} us); efficiencies from:")
+            + f" at {st['host_us_per_kernel']:.1f} us"
+            + (f", the MoE layer's own at {st['moe_host_us_per_kernel']:.1f} us" if st.get("moe_host_us_per_kernel")
+               else "") + "); efficiencies from:")
 
 
 def _short(source: str, width: int = 110) -> str:

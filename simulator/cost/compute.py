@@ -50,7 +50,7 @@ from .attention import (Q_TILE, attention_efficiency, flash_occupancy, in_kernel
                         unfused_core_times, window_occupancy)
 from .alignment import fallback_time_s, op_misaligned
 from .window import layer_kinds, mean_fraction, window_kernel
-from .launch import launch_bound, layer_kernels, padding_sync_s
+from .launch import launch_bound, layer_host_s, padding_sync_s
 from .memory_ops import _memory_time
 from .stage_ops import stage_op_groups
 
@@ -353,11 +353,11 @@ def _basis(model, training, hardware, *, tp, cp, ep, micro_batch_size, modes, se
     g_ops, g_w = per_mode[modes[0]][0][1], per_mode[modes[0]][0][2]  # the GEMMs: one wgrad kernel per weight GEMM
     weight_gemms = [sum(1 for o, w in zip(g_ops, g_w) if np.any(w[..., c] > 0) and np.any(F._f(o.wgrad_flops) > 0))
                     for c in (BASIS.index("dense_layer"), BASIS.index("moe_layer"))]
-    kernels = [layer_kernels(training.stack, weight_gemms=weight_gemms[0]),  # the MoE column's per layout: (K,)
-               layer_kernels(training.stack, weight_gemms=weight_gemms[1],
-                             experts_local=model.local_experts(np.ravel(ep) if np.ndim(ep) else float(ep)))]
+    host_s = [layer_host_s(training.stack, weight_gemms=weight_gemms[0]),  # the MoE column's per layout: (K,)
+              layer_host_s(training.stack, weight_gemms=weight_gemms[1],
+                           experts_local=model.local_experts(np.ravel(ep) if np.ndim(ep) else float(ep)))]
     rows = tuple(BASIS_KEYS.index(k) for k in ("forward_s", "backward_s", "weight_s", "recompute_s"))
     cols = (BASIS.index("dense_layer"), BASIS.index("moe_layer"))
     sync_s = padding_sync_s(training.stack, training.flash_attention)
-    return {r: launch_bound(np.asarray(a, dtype=float), training.stack, r, kernels, rows=rows, layer_cols=cols,
+    return {r: launch_bound(np.asarray(a, dtype=float), r, host_s, rows=rows, layer_cols=cols,
                             sync_s=sync_s) for r, a in acc.items()}

@@ -38,6 +38,31 @@ def padding_sync_s(stack, flash_attention: bool) -> float:
 GRAPH_SCOPE_KERNELS = {"attn": (6, 8), "moe_router": (8, 9), "moe_preprocess": (11, 1)}
 
 
+def _launches(stack, *, weight_gemms: int, experts_local=0.0):
+    """((f_l, f_e), (b_l, b_e), (w_l, w_e)): one layer's forward, backward and weight-gradient launches, split into
+    the layer's own (l) and its experts' GEMM loop (e; 0 for a dense layer). `layer_kernels` gives the rule."""
+    g = np.asarray(experts_local, dtype=float)
+    zero = 0.0 * g
+    k_f, k_b = (float(x) for x in stack.layer_kernels)
+    f, b, w = [k_f + zero, zero], [k_b + zero, zero], [float(weight_gemms) + zero, zero]
+    m_f, m_b = stack.moe_kernels_per_layer
+    if np.any(g > 0) and (m_f or m_b) and not stack.compiled:  # (compiled: the stack's compiled count stands)
+        p_f, p_b = stack.moe_kernels_per_expert
+        f, b = [m_f + zero, g * p_f], [m_b + zero, g * p_b]
+        w = [float(weight_gemms) - p_f + zero, g * p_f]  # (weight_gemms holds the experts' p_f once)
+    graphs = stack.cuda_graphs
+    if "layer" in graphs:
+        return (1.0 + zero, zero), (1.0 + zero, zero), (zero, zero)
+    for scope in graphs:
+        gf, gb = GRAPH_SCOPE_KERNELS[scope]
+        one = 0 if scope == "moe_preprocess" else 1
+        if scope == "attn" or np.any(g > 0):  # the router scopes exist in MoE layers only
+            f[0], b[0] = f[0] - gf + one, b[0] - gb + one
+            w[0] = w[0] - {"attn": 2, "moe_router": 1}.get(scope, 0)  # its wgrad GEMMs inside the graph
+    clip = lambda pair: tuple(np.maximum(x + zero, 0.0) for x in pair)  # noqa: E731
+    return clip(f), clip(b), clip(w)
+
+
 def layer_kernels(stack, *, weight_gemms: int, experts_local=0.0):
     """(k_f, k_b, k_w): the launches of one layer's forward and backward and the backward's weight-gradient ones.
 
@@ -53,54 +78,51 @@ def layer_kernels(stack, *, weight_gemms: int, experts_local=0.0):
     in Megatron-Core'). Graphs (`cuda_graphs`) replace the launches of each captured part by one (`GRAPH_SCOPE_KERNELS`;
     moe_preprocess shares the moe_router graph); "layer": the whole layer is one graph each way. G may be an array
     (one per layout)."""
+    return tuple(sum(pair) for pair in _launches(stack, weight_gemms=weight_gemms, experts_local=experts_local))
+
+
+def layer_host_s(stack, *, weight_gemms: int, experts_local=0.0):
+    """(t_f, t_b, t_w): the host time to issue one layer's forward, backward and weight-gradient launches
+    (`layer_kernels`), h = `Stack.host_s_per_kernel` each, but for an MoE layer's own launches (all but its
+    experts' GEMM loop), which take the stack's `moe_host_s_per_kernel` h_moe where it has one:
+        t = k_layer · h_moe + k_experts · h
+    h_moe is measured for Megatron-Core's MoE code: its router, dispatcher and combine issue a kernel in about three
+    times a plain torch layer's host time on the same CPU (validation/moe_host_cpu.py, docs/compute.md 'MoE layers in
+    Megatron-Core'); a dense layer's launches, and every launch of a stack without h_moe, take h."""
+    h = stack.host_s_per_kernel
     g = np.asarray(experts_local, dtype=float)
-    k_f, k_b = (float(x) for x in stack.layer_kernels)
-    k_w = float(weight_gemms) + 0.0 * g
-    m_f, m_b = stack.moe_kernels_per_layer
-    if np.any(g > 0) and (m_f or m_b) and not stack.compiled:  # (compiled: the stack's compiled count stands)
-        p_f, p_b = stack.moe_kernels_per_expert
-        k_f, k_b = m_f + g * p_f, m_b + g * p_b
-        k_w = weight_gemms + np.maximum(g - 1.0, 0.0) * p_f
-    graphs = stack.cuda_graphs
-    if "layer" in graphs:
-        return 1.0 + 0.0 * g, 1.0 + 0.0 * g, 0.0 * g
-    for scope in graphs:
-        f, b = GRAPH_SCOPE_KERNELS[scope]
-        one = 0 if scope == "moe_preprocess" else 1
-        if scope == "attn" or np.any(g > 0):  # the router scopes exist in MoE layers only
-            k_f, k_b = k_f - f + one, k_b - b + one
-            k_w = k_w - {"attn": 2, "moe_router": 1}.get(scope, 0)  # its wgrad GEMMs inside the graph
-    return np.maximum(k_f + 0.0 * g, 0.0), np.maximum(k_b + 0.0 * g, 0.0), np.maximum(k_w, 0.0)
+    moe = bool(np.any(g > 0)) and any(stack.moe_kernels_per_layer) and stack.moe_host_s_per_kernel > 0.0
+    h_layer = np.where(g > 0, stack.moe_host_s_per_kernel, h) if moe else h
+    return tuple(k_l * h_layer + k_e * h
+                 for k_l, k_e in _launches(stack, weight_gemms=weight_gemms, experts_local=experts_local))
 
 
-def launch_bound(table: np.ndarray, stack, recompute: str, kernels, *, rows: tuple[int, int, int, int],
+def launch_bound(table: np.ndarray, recompute: str, host_s, *, rows: tuple[int, int, int, int],
                  layer_cols: tuple[int, int], sync_s: float = 0.0) -> np.ndarray:
     """A basis table with each layer pass no shorter than the host takes to issue its kernels.
 
-    The host issues a layer's k_f forward and k_b backward kernels one after another, h seconds each
-    (`layer_kernels` per column of `layer_cols`: the dense and the MoE layer; `Stack.host_s_per_kernel`); the GPU
-    cannot finish a pass before its last kernel is issued (the CPU-bound vs GPU-bound bound of an eager framework).
-    Of the backward's kernels, k_w are weight-gradient ones, which split-backward schedules run as W; the rest are
-    the input-gradient pass B:
-        F' = max(F, k_f·h),  B' = max(B, (k_b − k_w)·h),  W' = max(W, k_w·h),
-        R' = max(R, k_f·h) (full and op recompute),
+    The host issues a layer's forward and backward kernels one after another, t_f and t_b seconds in all
+    (`layer_host_s` per column of `layer_cols`: the dense and the MoE layer); the GPU cannot finish a pass before its
+    last kernel is issued (the CPU-bound vs GPU-bound bound of an eager framework). Of the backward's, t_w is the
+    weight-gradient kernels', which split-backward schedules run as W; the rest is the input-gradient pass B:
+        F' = max(F, t_f),  B' = max(B, t_b − t_w),  W' = max(W, t_w),
+        R' = max(R, t_f) (full and op recompute),
     for the dense and the MoE layer columns that hold work (the embedding and head are one-off kernels).
     A GPU-bound layer is unchanged, and a faster W or B never lengthens the other. `sync_s`: host time the
     layer's forward exposes at host synchronisations (`padding_sync_s`), added to F (and R: the recomputed
     forward synchronises again). `rows`: the table's F, B, W and recompute-time rows (compute.py's basis)."""
-    h = stack.host_s_per_kernel
-    if h <= 0.0 and sync_s <= 0.0:
+    if not any(np.any(np.asarray(t) > 0.0) for col in host_s for t in col) and sync_s <= 0.0:
         return table
     out = table.copy()
     f, b, w, rc = rows
-    for col, (kf, kb, k_w) in zip(layer_cols, kernels):
+    for col, (t_f, t_b, t_w) in zip(layer_cols, host_s):
         lay = out[..., col]
         present = lay[f] > 0.0  # (a dense model's MoE column is empty)
-        k_w = np.minimum(k_w, kb)
-        lay[b] = np.where(present, np.maximum(lay[b], (kb - k_w) * h), lay[b])
-        lay[w] = np.where(present, np.maximum(lay[w], k_w * h), lay[w])
-        lay[f] = np.where(present, np.maximum(lay[f], kf * h) + sync_s, lay[f])
+        t_w = np.minimum(t_w, t_b)
+        lay[b] = np.where(present, np.maximum(lay[b], t_b - t_w), lay[b])
+        lay[w] = np.where(present, np.maximum(lay[w], t_w), lay[w])
+        lay[f] = np.where(present, np.maximum(lay[f], t_f) + sync_s, lay[f])
         if recompute in ("full", "op"):  # the block's forward is issued again ('op': cached ops still dispatch)
-            lay[rc] = np.where(lay[rc] > 0.0, np.maximum(lay[rc], kf * h) + sync_s, lay[rc])
+            lay[rc] = np.where(lay[rc] > 0.0, np.maximum(lay[rc], t_f) + sync_s, lay[rc])
         out[..., col] = lay
     return out

@@ -68,7 +68,9 @@ attention kernels 2-3x apart on one GPU). A `Stack` says what parasim's physics 
   GEMM launches per local expert where the experts run as a host loop of one GEMM each (Transformer Engine's
   GroupedLinear), so that an MoE layer with many small experts can be launch-bound (cost/launch.py
   `layer_kernels`); `cuda_graphs`: the parts of a layer replayed as CUDA graphs, one launch each (Megatron-Core
-  --cuda-graph-scope: attn, moe_router, moe_preprocess; "layer": the whole layer);
+  --cuda-graph-scope: attn, moe_router, moe_preprocess; "layer": the whole layer); `moe_host_s_per_kernel`, the host
+  time of an MoE layer's own launches where its framework's MoE code is heavier to issue than a plain layer
+  (Megatron-Core's, measured: cost/launch.py `layer_host_s`);
 - `fsdp_*`: how its FSDP / ZeRO-3 runs (cost/fsdp.py): layers per FSDP unit, units prefetched ahead,
   whether parameters are freed after forward (and so gathered again in backward), the dtype gradients
   are reduced in, and whether they are reduce-scattered every micro-batch or once per step. Two of them
@@ -116,7 +118,7 @@ from .stack_choices import (  # noqa: F401  (re-exported: the choices are part o
     ATTENTION_KERNELS, ATTENTION_PADDING, CP_RING_MERGES, OPTIMIZER_IMPLS, GRAD_BUFFERS, GRAD_ACCUMULATIONS,
     FP8_RECIPES, FP8_SAVED_INPUTS, MOE_DISPATCHERS, MOE_ROUTER_PROBS, MASTER_WEIGHTS, CROSS_ENTROPY, ELEMENTWISE,
     RESHARD, REDUCE,
-    REDUCE_DTYPES, check_memory_fields, check_release, graph_scopes)
+    REDUCE_DTYPES, check_memory_fields, check_moe_overlaps, check_release, graph_scopes)
 
 DEFAULT_STACK = "megatron"
 
@@ -155,6 +157,7 @@ class Stack:
     moe_kernels_per_expert: tuple[int, int] = (0, 0)
     cuda_graphs: tuple[str, ...] = ()  # CUDA_GRAPH_SCOPES a layer replays as CUDA graphs (Megatron --cuda-graph-scope)
     host_s_per_kernel: float = 0.0
+    moe_host_s_per_kernel: float = 0.0  # an MoE layer's own launches (all but its experts' loop); 0: host_s_per_kernel
     decode_host_s_per_kernel: float = 0.0  # an eager forward under no_grad (decode); 0: host_s_per_kernel
     fsdp_unit_layers: int = 1
     fsdp_prefetch: int = 1
@@ -223,8 +226,8 @@ class Stack:
                 raise InputError(f"stack {self.name!r}: {name} must be [forward, backward] kernel counts "
                                  f"(integers 0..100000), got {v!r}")
             object.__setattr__(self, name, tuple(v))
-        for key, h in (("host_us_per_kernel", self.host_s_per_kernel),
-                       ("decode_host_us_per_kernel", self.decode_host_s_per_kernel)):
+        for key, name in US_KEYS.items():
+            h = getattr(self, name)
             if not isinstance(h, (int, float)) or isinstance(h, bool) or not 0.0 <= h < 1e-2:
                 raise InputError(f"stack {self.name!r}: {key} must be in [0, 10000) microseconds, "
                                  f"got {h * 1e6 if isinstance(h, (int, float)) else h!r}")
@@ -237,7 +240,8 @@ class Stack:
         check_release(self.cudnn_version, where=f"stack {self.name!r}")
         object.__setattr__(self, "cuda_graphs", graph_scopes(self.cuda_graphs, where=f"stack {self.name!r}"))
         self._check_recompute_modules()
-        self._check_moe_overlaps()
+        check_moe_overlaps(self)
+        object.__setattr__(self, "runs", with_a2a_overlap_rules(self.runs, self.moe_a2a_overlap))
         for name, lo in (("fsdp_unit_layers", 1), ("fsdp_prefetch", 0), ("train_metric_losses", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= 1024:
@@ -262,21 +266,6 @@ class Stack:
             raise InputError(f"stack {self.name!r}: recompute_modules {refused[0]!r}: its framework's selective "
                              f"recompute takes {', '.join(takes)} only ([runs] selective_modules)")
         object.__setattr__(self, "recompute_modules", tuple(m for m in RECOMPUTE_MODULES if m in v))
-
-    def _check_moe_overlaps(self):
-        """Megatron-Core's asserts on the MoE overlaps that read no layout (transformer_config.py, d98e8a6); the
-        layout's join the [runs] rules (framework.with_a2a_overlap_rules)."""
-        a2a = "moe_a2a_overlap (Megatron-Core --overlap-moe-expert-parallel-comm)"
-        if self.moe_delay_wgrad and not self.moe_a2a_overlap:
-            raise InputError(f"stack {self.name!r}: moe_delay_wgrad needs {a2a} ('overlap_moe_expert_parallel_comm "
-                             f"must be enabled when enabling delay_wgrad_compute')")
-        if self.moe_a2a_overlap and self.moe_shared_expert_overlap:
-            raise InputError(f"stack {self.name!r}: {a2a} with moe_shared_expert_overlap: Megatron-Core refuses it "
-                             f"('disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm')")
-        if self.moe_a2a_overlap and "moe" in self.recompute_modules:
-            raise InputError(f"stack {self.name!r}: {a2a} with recompute_modules moe: Megatron-Core refuses it "
-                             f"('disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm')")
-        object.__setattr__(self, "runs", with_a2a_overlap_rules(self.runs, self.moe_a2a_overlap))
 
     def fsdp_reshards(self, pp):
         """(N,) bool: FSDP frees parameters after forward (and gathers them again in backward) at `pp`."""
@@ -314,7 +303,8 @@ class Stack:
         return self.attention_kernel != "unfused"
 
 
-US_KEYS = {"host_us_per_kernel": "host_s_per_kernel", "decode_host_us_per_kernel": "decode_host_s_per_kernel"}
+US_KEYS = {"host_us_per_kernel": "host_s_per_kernel", "moe_host_us_per_kernel": "moe_host_s_per_kernel",
+           "decode_host_us_per_kernel": "decode_host_s_per_kernel"}
 _KEYS = {f.name for f in fields(Stack)} - set(US_KEYS.values()) - {"source"} | set(US_KEYS)
 
 

@@ -105,3 +105,18 @@ def check_release(v, *, where: str) -> None:
     if not isinstance(v, str) or not re.fullmatch(r"(\d+\.\d+(\.\d+)?)?", v):
         raise InputError(f"{where}: cudnn_version must be a release like \"9.13\" or \"9.20.0\" (\"\": the profile's "
                          f"default), got {v!r}")
+
+
+def check_moe_overlaps(st) -> None:
+    """Megatron-Core's asserts on the MoE overlaps that read no layout (transformer_config.py, d98e8a6); the layout's
+    join the [runs] rules (framework.with_a2a_overlap_rules)."""
+    a2a = "moe_a2a_overlap (Megatron-Core --overlap-moe-expert-parallel-comm)"
+    if st.moe_delay_wgrad and not st.moe_a2a_overlap:
+        raise InputError(f"stack {st.name!r}: moe_delay_wgrad needs {a2a} ('overlap_moe_expert_parallel_comm "
+                         f"must be enabled when enabling delay_wgrad_compute')")
+    if st.moe_a2a_overlap and st.moe_shared_expert_overlap:
+        raise InputError(f"stack {st.name!r}: {a2a} with moe_shared_expert_overlap: Megatron-Core refuses it "
+                         f"('disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm')")
+    if st.moe_a2a_overlap and "moe" in st.recompute_modules:
+        raise InputError(f"stack {st.name!r}: {a2a} with recompute_modules moe: Megatron-Core refuses it "
+                         f"('disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm')")
