@@ -87,8 +87,8 @@ def layer_host_s(stack, *, weight_gemms: int, experts_local=0.0):
     experts' GEMM loop), which take the stack's `moe_host_s_per_kernel` h_moe where it has one:
         t = k_layer · h_moe + k_experts · h
     h_moe is measured for Megatron-Core's MoE code: its router, dispatcher and combine issue a kernel in about three
-    times a plain torch layer's host time on the same CPU (validation/moe_host_cpu.py, docs/compute.md 'MoE layers in
-    Megatron-Core'); a dense layer's launches, and every launch of a stack without h_moe, take h."""
+    times a plain torch layer's host time on the same CPU (validation/moe_host_cpu.py, docs/compute.md 'The MoE
+    code's host time per launch'); a dense layer's launches, and every launch of a stack without h_moe, take h."""
     h = stack.host_s_per_kernel
     g = np.asarray(experts_local, dtype=float)
     moe = bool(np.any(g > 0)) and any(stack.moe_kernels_per_layer) and stack.moe_host_s_per_kernel > 0.0
