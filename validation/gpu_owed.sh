@@ -43,6 +43,13 @@ owed() { stage "$1" "$2" python3 validation/gpu_owed.py --out "$OUT" --stages "$
 # lease left open (validation/h100_owed2/README.md), then the earlier
 # stages again on the new machine. Sized to one 10-minute call (about 815 s of limits: the last stages may be cut; the MoE expert block, the largest open question, first).
 stage moe_layer 150 python3 validation/gpu_moe_layer.py --out "$OUT" --budget-s 120  # the MoE rows' GPU-side gap
+# Megatron-Core's MoE block issued by a GPU host (the check of the megatron stack's moe_host_us_per_kernel, measured
+# on CPU: validation/moe_host_cpu.py); runs where MEGATRON names a Megatron-LM tree carried to the device (e.g.
+# `git archive core_v0.15.0 megatron/core` of NVIDIA/Megatron-LM unpacked into an ignored folder, given to `carry`)
+if [ -n "${MEGATRON:-}" ]; then
+  stage moe_host 90 python3 validation/moe_host_cpu.py --device cuda --ep 1 --reps 30 --megatron "$MEGATRON" \
+    --out "$OUT/moe_host_gpu.csv"
+fi
 stage power_mix 150 python3 validation/gpu_power_step.py --out "$OUT/power_mix.csv" --sustain-s 3 --idle-s 1 \
   --workloads mix,accumulate
 stage unaligned 60 python3 validation/gpu_unaligned_gemm.py --out "$OUT/unaligned_gemm.csv"  # cost/alignment.py

@@ -28,6 +28,12 @@ For contrast, transformers' Qwen3MoeDecoderLayer (validation/count_moe_kernels.p
 counted the same way in one process (rows `code` = transformers ...): plain torch code, whose host time per kernel is
 a plain layer's, as the hf and fsdp stacks take it.
 
+`--device cuda --ep 1` runs the same layer on a GPU (NCCL, no stand-ins, one process per GPU) and times what its
+host takes to issue the forward and backward (the GPU idles at these sizes; the collectives are not left out, an NCCL
+call returning once enqueued): the GPU host's time per kernel of this code, the direct check of the CPU-derived rate
+(carry the Megatron-LM tree to the device, e.g. as an ignored folder; the plain layer's GPU-host time per op is the
+stacks' 14.8 us, validation/gpu_layers_report.py). Compare it with `--device cpu --ep 1` on the same tree.
+
 The fused paths a GPU run takes (--moe-router-fusion, --moe-permute-fusion, TE's GroupedLinear) need Transformer
 Engine and a GPU and are not timed: their kernel counts are the stack's (read from the code), charged at the rate
 measured on the unfused code.
@@ -47,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "validation"))
 
 LOCAL_EXPERTS = (2, 4, 8, 16)
-FIELDS = ["code", "local_experts", "forward_s", "backward_s", "forward_kernels", "backward_kernels",
+FIELDS = ["code", "device", "local_experts", "forward_s", "backward_s", "forward_kernels", "backward_kernels",
           "forward_collectives", "backward_collectives", "reps", "plain_us_per_kernel", "torch", "python", "cpu"]
 _COMM = {"s": 0.0, "n": 0}
 
@@ -127,10 +133,12 @@ def _gpu_path_copies(moe_utils, token_dispatcher) -> None:
         moe_utils.te_general_gemm = None
 
 
-def _worker(rank: int, world: int, port: int, megatron: str, local: int, reps: int, out) -> None:
+def _worker(rank: int, world: int, port: int, megatron: str, local: int, reps: int, out, device: str = "cpu") -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     sys.path.insert(0, megatron)
-    install_cpu_standins()
+    cpu = device == "cpu"
+    if cpu:
+        install_cpu_standins()
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -140,14 +148,19 @@ def _worker(rank: int, world: int, port: int, megatron: str, local: int, reps: i
 
     torch.set_num_threads(1)
     torch.manual_seed(rank)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if not cpu:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("gloo" if cpu else "nccl", rank=rank, world_size=world)
     from megatron.core import package_info, parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.moe import moe_utils, token_dispatcher
     from megatron.core.transformer.moe.moe_layer import MoELayer
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    _gpu_path_copies(moe_utils, token_dispatcher)
+    if cpu:
+        _gpu_path_copies(moe_utils, token_dispatcher)
+    elif not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
     parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=world)
     E = local * world
     cfg = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, num_moe_experts=E, moe_router_topk=2,
@@ -156,11 +169,14 @@ def _worker(rank: int, world: int, port: int, megatron: str, local: int, reps: i
                             activation_func=F.silu, moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-3,
                             expert_model_parallel_size=world, moe_router_dtype="fp32", params_dtype=torch.float32)
     layer = MoELayer(cfg, get_gpt_layer_local_spec(num_experts=E, moe_grouped_gemm=False).submodules.mlp.submodules)
-    x = torch.randn(64, 1, 64, requires_grad=True)
+    layer = layer.to(device)
+    x = torch.randn(64, 1, 64, device=device, requires_grad=True)
+    sync = (lambda: None) if cpu else torch.cuda.synchronize
     for _ in range(10):
         layer(x)[0].sum().backward()
     fw, bw, cf, cb = [], [], [], []
     for _ in range(reps):
+        sync()
         dist.barrier()
         c0, n0 = _COMM["s"], _COMM["n"]
         t0 = time.perf_counter()
@@ -171,10 +187,12 @@ def _worker(rank: int, world: int, port: int, megatron: str, local: int, reps: i
         t2 = time.perf_counter()
         loss.backward()
         t3 = time.perf_counter()
-        fw.append(t1 - t0 - (c1 - c0))
-        bw.append(t3 - t2 - (_COMM["s"] - c1))
+        waited = (c1 - c0, _COMM["s"] - c1) if cpu else (0.0, 0.0)  # (an NCCL call returns once enqueued)
+        fw.append(t1 - t0 - waited[0])
+        bw.append(t3 - t2 - waited[1])
         cf.append(n1 - n0)
         cb.append(_COMM["n"] - n1)
+    sync()
     dist.barrier()
     with profile(activities=[ProfilerActivity.CPU]) as pf:
         y = layer(x)[0]
@@ -182,7 +200,7 @@ def _worker(rank: int, world: int, port: int, megatron: str, local: int, reps: i
     with profile(activities=[ProfilerActivity.CPU]) as pb:
         loss.backward()
     if rank == 0:
-        out.put({"code": f"megatron-core {package_info.__version__}", "local_experts": local,
+        out.put({"code": f"megatron-core {package_info.__version__}", "device": device, "local_experts": local,
                  "forward_s": statistics.median(fw), "backward_s": statistics.median(bw),
                  "forward_kernels": len(leaf_kernels(pf)), "backward_kernels": len(leaf_kernels(pb)),
                  "forward_collectives": statistics.median(cf), "backward_collectives": statistics.median(cb),
@@ -261,7 +279,8 @@ def hf_rows(plain: float, reps: int) -> list[dict]:
         run = cm._layer(torch, "grouped_mm", e, 64, 16)
         f, b = ck.count(torch, run, 64, 16)
         fw, bw = fwd_bwd_s(torch, run, torch.randn(1, 16, 64, dtype=torch.bfloat16, requires_grad=True), reps)
-        out.append({"code": f"transformers {transformers.__version__} Qwen3MoeDecoderLayer", "local_experts": e,
+        out.append({"code": f"transformers {transformers.__version__} Qwen3MoeDecoderLayer", "device": "cpu",
+                    "local_experts": e,
                     "forward_s": fw, "backward_s": bw,
                     "forward_kernels": len(f), "backward_kernels": len(b), "forward_collectives": 0,
                     "backward_collectives": 0, "reps": reps, "plain_us_per_kernel": round(plain, 3),
@@ -279,6 +298,9 @@ def main(argv=None) -> int:
     ap.add_argument("--megatron", required=True, action="append", help="a Megatron-LM source tree (megatron/core)")
     ap.add_argument("--out", default=str(ROOT / "validation" / "cpu" / "moe_host.csv"))
     ap.add_argument("--reps", type=int, default=60)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: the same layer on GPUs (NCCL), timed as the host issues it")
+    ap.add_argument("--ep", type=int, default=2, help="expert-parallel processes (one GPU each with --device cuda)")
     a = ap.parse_args(argv)
     import torch.multiprocessing as mp
 
@@ -289,12 +311,13 @@ def main(argv=None) -> int:
         for g in LOCAL_EXPERTS:
             q = mp.get_context("spawn").SimpleQueue()
             port += 1
-            mp.spawn(_worker, args=(2, port, str(Path(tree).resolve()), g, a.reps, q), nprocs=2, join=True)
+            mp.spawn(_worker, args=(a.ep, port, str(Path(tree).resolve()), g, a.reps, q, a.device), nprocs=a.ep,
+                     join=True)
             rows.append(q.get() | {"plain_us_per_kernel": round(plain, 3)})
             r = rows[-1]
-            print(f"{r['code']} G={g}: forward {r['forward_s'] * 1e3:.3f} ms / {r['forward_kernels']} kernels, "
-                  f"backward {r['backward_s'] * 1e3:.3f} ms / {r['backward_kernels']} kernels", flush=True)
-    rows += hf_rows(plain, a.reps)
+            print(f"{r['code']} ({a.device}) G={g}: forward {r['forward_s'] * 1e3:.3f} ms / {r['forward_kernels']} "
+                  f"kernels, backward {r['backward_s'] * 1e3:.3f} ms / {r['backward_kernels']} kernels", flush=True)
+    rows += hf_rows(plain, a.reps) if a.device == "cpu" else []
     for r in rows:
         r.update(python=platform.python_version(), cpu=platform.processor() or platform.machine())
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
@@ -315,7 +338,8 @@ def main(argv=None) -> int:
                 us = (r["forward_s"] + r["backward_s"]) / (r["forward_kernels"] + r["backward_kernels"]) * 1e6
                 print(f"{code} ({r['local_experts']} experts): {us:.2f} us per kernel, {us / plain:.2f}x the plain "
                       f"layer's")
-    print(f"Megatron-Core's MoE block over the plain layer, median over the trees: {megatron_ratio(rows):.2f}")
+    if a.device == "cpu":
+        print(f"Megatron-Core's MoE block over the plain layer, median over the trees: {megatron_ratio(rows):.2f}")
     return 0
 
 

@@ -33,6 +33,8 @@ def _names(out, name, residuals=None):
     """(profile path, profile name); InputError for a path that cannot be written (checked before measuring)."""
     if name is None:
         name = Path(out).stem if out else "measured"
+    if not str(name).strip():
+        raise InputError(f"--name must be a non-empty text (the profile's name), got {name!r}")
     if out is None:
         out = str(Path("hardware_profiles") / "measured" / f"{name}.toml")
     check_output("--out", out, (".toml",), makes_folders=True)  # write_profile makes the folders
@@ -62,6 +64,9 @@ def _report(fits, out, notes=()):
 def _run(kinds, *, device, dtype, base, name, out, grid, world_size, residuals):
     _check_device(device, world_size)
     out, name = _names(out, name, residuals)
+    if base is not None:  # a mistyped --base is an error before minutes of measuring, not after
+        from ..spec.hardware import load_hardware
+        load_hardware(base)
     _need_torch()
     from ..calibrate.profile_writer import write_profile
     from ..calibrate.run import run_calibration

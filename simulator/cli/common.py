@@ -12,6 +12,7 @@ from ..spec.scenario import load_scenario
 from ..spec.stack import GRAD_ACCUMULATIONS, GRAD_BUFFERS, MOE_DISPATCHERS, REDUCE, REDUCE_DTYPES, RESHARD
 from ..spec.training import CROSS_ENTROPY, OPTIMIZERS, PRECISIONS, STATE_DTYPES
 from .flagnames import flag_names, given_flags
+from .lists import comma_ints
 
 # (flag, destination keyword of load_scenario, click type, help)
 CROSS_ENTROPY_FLAG = (
@@ -192,14 +193,6 @@ SCENARIO_KEYS += [dest for _, dest, _ in STACK_SWITCHES]
 SCENARIO_KEYS += [dest for dest, _ in PIPELINE_SPLIT_FLAGS]
 
 
-def _int_list(flag: str, text: str) -> tuple[int, ...]:
-    """'7,8,8,7' -> (7, 8, 8, 7); InputError naming the flag and the text otherwise."""
-    try:
-        return tuple(int(x) for x in str(text).split(","))
-    except ValueError:
-        raise InputError(f"{flag} must be comma-separated whole numbers like 7,8,8,7, got {text!r}") from None
-
-
 def scenario_from_options(kwargs: dict, *, require_layout: bool = True):
     """Pop the scenario argument and flags from a command's kwargs and load the Scenario (an error about
     a flag's value names the flag: `flag_names`). A training layout the stack's framework cannot run is an
@@ -208,7 +201,8 @@ def scenario_from_options(kwargs: dict, *, require_layout: bool = True):
     allow = kwargs.pop("allow_unsupported", True)
     over = {k: kwargs.pop(k) for k in SCENARIO_KEYS if k in kwargs}
     if over.get("layers_per_stage") is not None:
-        over["layers_per_stage"] = _int_list("--layers-per-stage", over["layers_per_stage"])
+        over["layers_per_stage"] = tuple(comma_ints("--layers-per-stage", over["layers_per_stage"],
+                                                       example="7,8,8,7"))
     with flag_names(given_flags(_FLAGS, over)):
         sc = load_scenario(path, require_layout=require_layout, **over)
     ctx = click.get_current_context(silent=True)
@@ -260,3 +254,12 @@ def stage_time_s(flag: str, value) -> float:
     if value is None or not math.isfinite(value) or not 0 <= value <= MAX_STAGE_TIME_S:
         raise InputError(f"--{flag} must be a number of seconds from 0 to {MAX_STAGE_TIME_S:g}, got {value!r}")
     return float(value)
+
+
+def stage_times_s(**times) -> None:
+    """Every stage time checked (`stage_time_s`), and some work in a micro-batch: with forward, backward and weight
+    all 0 the replay's makespan is 0 and its bubble 0/0."""
+    for flag, v in times.items():
+        stage_time_s(flag, v)
+    if sum(times.get(k) or 0.0 for k in ("forward", "backward", "weight")) <= 0.0:
+        raise InputError("--forward, --backward and --weight are all 0: a micro-batch must take some time")

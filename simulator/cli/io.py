@@ -28,6 +28,13 @@ def _import_options(fn):
     return wrapper
 
 
+def _counts(**flags) -> None:
+    """A count flag given as 0 or less is an error naming it (not taken as 'not given')."""
+    for name, v in flags.items():
+        if v is not None and v < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+
+
 def _read(path: str) -> str:
     from ..spec.presets import read_text
 
@@ -90,6 +97,7 @@ def import_megatron(args, out, hardware, gpus, model, vocab_size):
     from ..frameworks.megatron import megatron_import
     from ..frameworks.megatron_args import read_command_line, read_nemo_yaml, world_size
 
+    _counts(gpus=gpus, vocab_size=vocab_size)
     if len(args) == 1 and not args[0].startswith("--"):
         source, text = args[0], _read(args[0])
     else:
@@ -123,6 +131,7 @@ def import_torchtitan(job_toml, out, hardware, gpus, model):
     from ..spec.presets import read_toml
 
     f = toml_fields(read_toml(job_toml), job_toml)
+    _counts(gpus=gpus)
     doc, rep = torchtitan_import(f, gpus=gpus, hardware=hardware or DEFAULT_HARDWARE, model=model, source=job_toml)
     _finish(doc, rep, source=job_toml, out=out, hardware_given=hardware is not None, command="import torchtitan")
 
@@ -147,6 +156,7 @@ def import_deepspeed(ds_config, out, hardware, gpus, model, hf_config, seq, micr
     from ..spec.hf import load_hf_config
     from ..spec.load import load_model
 
+    _counts(gpus=gpus, seq=seq, micro_batch=micro_batch, global_batch=global_batch)
     if (hf_config is None) == (model is None):
         raise InputError("give the model with --hf-config config.json or --model PRESET (one of them)")
     spec = load_hf_config(hf_config) if hf_config else load_model(model)

@@ -9,24 +9,8 @@ import click
 from ..errors import InputError
 from .common import GPU_SPEED_CV_HELP, scenario_from_options, scenario_options, with_gpu_speed_cv
 from .flagnames import flag_names
+from .lists import MAX_GPUS, comma_ints, comma_names
 from .run_options import run_options, run_spec
-
-
-def _int_list(flag: str, text: str) -> list[int]:
-    try:  # (an empty item is no count: int('') fails)
-        out = [int(x) for x in str(text).split(",")]
-    except ValueError:
-        out = []
-    if not out or any(n < 1 for n in out):
-        raise InputError(f"{flag} must be comma-separated GPU counts like 64,128,256, got {text!r}")
-    return out
-
-
-def _names(flag: str, text: str) -> list[str]:
-    out = [x.strip() for x in str(text).split(",")]
-    if not all(out):
-        raise InputError(f"{flag} must be comma-separated hardware presets like dgx-h100,b300, got {text!r}")
-    return out
 
 
 def _layout(r: dict) -> str:
@@ -81,14 +65,17 @@ def plan(gpu_counts, hardware_presets, objective, max_days, max_usd, executor, w
     run_keys = {k: kwargs.pop(k) for k in list(kwargs) if k in ("tokens", "usd_per_gpu_hour", "checkpoint_interval_h",
                                                                  "mtbf_gpu_h", "restart_min",
                                                                  "checkpoint_write_gb_per_s", "board_power_w")}
-    counts = tuple(dict.fromkeys(_int_list("--gpu-counts", gpu_counts)))  # each count planned once
-    if kwargs.get("num_gpus") is None and kwargs.get("scenario") is None:
-        kwargs["num_gpus"] = counts[0]  # flags alone need one; each candidate sets its own
+    counts = tuple(dict.fromkeys(comma_ints("--gpu-counts", gpu_counts, most=MAX_GPUS, example="64,128,256")))
+    names = (comma_names("--hardware-presets", hardware_presets, example="dgx-h100,b300")
+             if hardware_presets is not None else None)
+    if kwargs.get("scenario") is None:  # flags alone need one of each; every candidate sets its own
+        kwargs["num_gpus"] = counts[0] if kwargs.get("num_gpus") is None else kwargs["num_gpus"]
+        kwargs["hardware"] = names[0] if kwargs.get("hardware") is None and names else kwargs.get("hardware")
     sc = scenario_from_options(kwargs, require_layout=False)
     spec = run_spec(getattr(sc, "run", {}) or {}, run_keys)
     if spec is None:
         raise InputError("parasim plan needs --tokens (or [run] tokens in the scenario)")
-    names = _names("--hardware-presets", hardware_presets) if hardware_presets is not None else [sc.hardware.name]
+    names = names or [sc.hardware.name]
     if top < 0:
         raise InputError(f"--top must be >= 0, got {top}")
     with flag_names({"max_days": "--max-days", "max_usd": "--max-usd", "workers": "--workers"}):

@@ -5,16 +5,7 @@ import click
 
 from ..errors import InputError
 from . import check_output
-
-
-def _ints(name: str, text: str) -> list[int]:
-    try:
-        vals = [int(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        raise InputError(f"--{name} must be a comma list of integers, got {text!r}") from None
-    if not vals or min(vals) < 1:
-        raise InputError(f"--{name} must list integers >= 1, got {text!r}")
-    return vals
+from .lists import comma_ints, comma_names
 
 
 def _out_option(fn):
@@ -118,10 +109,9 @@ def _bubble_times(fn):
 
 
 def _check_times(**kw):
-    from .common import stage_time_s
+    from .common import stage_times_s
 
-    for k, v in kw.items():
-        stage_time_s(k, v)
+    stage_times_s(**kw)
 
 
 @plot.command("bubble")
@@ -145,13 +135,14 @@ def plot_bubble(pp, microbatches, schedules, vpp, forward, backward, weight, p2p
         raise InputError(f"--pp must be >= 1, got {pp}")
     from ..schedules import SCHEDULE_NAMES
 
-    names = [s.strip().lower() for s in schedules.split(",") if s.strip()]
+    names = [s.lower() for s in comma_names("--schedules", schedules, example="1f1b,gpipe")]
     unknown = [n for n in names if n not in SCHEDULE_NAMES]
-    if unknown or not names:
+    if unknown:
         raise InputError(f"--schedules must name schedules among {', '.join(SCHEDULE_NAMES)}, got {schedules!r}")
     if vpp < 1:
         raise InputError(f"--vpp must be >= 1, got {vpp}")
-    t = bubble_vs_microbatches(names, pp=pp, microbatches=_ints("microbatches", microbatches), vpp=vpp,
+    counts = comma_ints("--microbatches", microbatches, example="4,8,16")
+    t = bubble_vs_microbatches(names, pp=pp, microbatches=counts, vpp=vpp,
                                forward_s=forward, backward_s=backward, weight_s=weight, p2p_s=p2p)
     missing = sorted(set(names) - set(t["schedule"]))
     if len(missing) == len(set(names)):

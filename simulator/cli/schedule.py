@@ -6,7 +6,7 @@ import click
 from ..errors import InputError
 from ..schedules import SCHEDULE_NAMES
 from . import check_output
-from .common import stage_time_s
+from .common import stage_times_s
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -80,8 +80,7 @@ def schedule_cmd(name, pp, microbatches, vpp, forward, backward, weight, p2p, fm
     """
     from ..report.bubble import replay_rank_share
 
-    for label, v in (("forward", forward), ("backward", backward), ("weight", weight), ("p2p", p2p)):
-        stage_time_s(label, v)
+    stage_times_s(forward=forward, backward=backward, weight=weight, p2p=p2p)
     _check_files(plot, trace, pp)
     sch, tl = replay_rank_share(str(name).strip().lower(), pp=pp, microbatches=microbatches, vpp=vpp,
                                 forward_s=forward, backward_s=backward, weight_s=weight, p2p_s=p2p)

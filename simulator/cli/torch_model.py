@@ -8,18 +8,9 @@ import click
 
 from ..errors import InputError
 from ..spec.training import OPTIMIZERS
+from .lists import MAX_GPUS, comma_ints, comma_names
 
 MODES = ("ddp", "fsdp", "pipeline")
-
-
-def _ints(flag: str, text: str) -> list[int]:
-    try:
-        out = [int(x) for x in str(text).replace(" ", "").split(",") if x != ""]
-    except ValueError:
-        raise InputError(f"{flag} must be comma-separated integers, got {text!r}") from None
-    if not out or any(x < 1 for x in out):
-        raise InputError(f"{flag} must be comma-separated integers >= 1, got {text!r}")
-    return out
 
 
 def _model_dict(trace, trace_note: str) -> dict:
@@ -36,6 +27,8 @@ def _pipeline_rows(tracer, hw, tt, gpus, pp, microbatches, batch):
 
     if pp is None or microbatches is None:
         raise InputError("--mode pipeline needs --pp and --microbatches (--batch is the micro-batch size)")
+    if pp < 1:
+        raise InputError(f"--pp must be >= 1, got {pp}")
     rows = []
     for g in gpus:
         if g % pp:
@@ -113,8 +106,8 @@ def torch_model_cmd(model, input_shape, batch, global_batch, hardware, gpus, mod
     from ..torchmodel import Tracer, TorchTraining, build_module, require_torch, scaling_rows
 
     require_torch()
-    shape = _ints("--input", input_shape)
-    counts = _ints("--gpus", gpus)
+    shape = comma_ints("--input", input_shape, example="3,224,224")
+    counts = comma_ints("--gpus", gpus, most=MAX_GPUS, example="1,2,4,8")
     if (batch is None) == (global_batch is None):
         raise InputError("give one of --batch (per GPU) or --global-batch")
     for flag, v in (("--batch", batch), ("--global-batch", global_batch)):
@@ -123,7 +116,7 @@ def torch_model_cmd(model, input_shape, batch, global_batch, hardware, gpus, mod
     hw = load_hardware(hardware)
     tt = TorchTraining(compute_dtype=compute_dtype, param_dtype=param_dtype, optimizer=optimizer, bucket_mb=bucket_mb,
                        fsdp_prefetch=fsdp_prefetch)
-    names = [x for x in layers.split(",") if x] if layers else None
+    names = comma_names("--layers", layers, example="layer1,layer2") if layers else None
     tracer = Tracer(build_module(model), shape, layers=names, device=device, input_dtype=input_dtype,
                     name=model.rpartition(":")[2])
     if mode == "pipeline":

@@ -62,6 +62,10 @@ def read_ds_config(text: str, where: str) -> Fields:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON in {where}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError:  # (an integer longer than Python's int conversion takes)
+        raise InputError(f"{where}: a number in it is too long to read (over 4300 digits)") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise InputError(f"{where}: a DeepSpeed config must hold a JSON object")
     return json_fields(doc, where)

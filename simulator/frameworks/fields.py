@@ -23,10 +23,11 @@ _FALSE = ("false", "0", "no", "off")
 class Fields:
     """Flat keys of one configuration file: key -> (name as written, raw value)."""
 
-    def __init__(self, items: dict[str, tuple[str, object]], where: str):
+    def __init__(self, items: dict[str, tuple[str, object]], where: str, *, typed: bool = False):
         self.items = dict(items)
         self.where = where
         self.read: set[str] = set()
+        self.typed = typed  # a typed file (TOML): a number or switch written as text is a slip, not a value
 
     def has(self, key: str) -> bool:
         return key in self.items
@@ -65,6 +66,8 @@ class Fields:
         v = self._scalar(key, default)
         if v is None:
             return None
+        if self.typed and isinstance(v, str):
+            raise self.error(key, f"must be a whole number, got {v!r}")
         try:
             x = float(v) if isinstance(v, str) else v
             ok = not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x == int(x)
@@ -80,6 +83,8 @@ class Fields:
         v = self._scalar(key, default)
         if v is None:
             return None
+        if self.typed and isinstance(v, str):
+            raise self.error(key, f"must be a number >= {least:g}, got {v!r}")
         try:
             x = float(v) if not isinstance(v, bool) else None
         except (TypeError, ValueError):
@@ -108,7 +113,7 @@ class Fields:
         if isinstance(v, list) and not v:
             return True
         v = v[0] if isinstance(v, list) and len(v) == 1 else v
-        if isinstance(v, str) and v.lower() in _TRUE + _FALSE:
+        if isinstance(v, str) and v.lower() in _TRUE + _FALSE and not self.typed:
             return v.lower() in _TRUE
         raise self.error(key, f"must be true or false, got {v!r}")
 

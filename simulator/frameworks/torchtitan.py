@@ -29,6 +29,8 @@ SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved",
              "dualpipev": "dualpipev"}
 NEAREST = {"loopedbfs": "interleaved", "interleavedzerobubble": "interleaved"}
 MULTI_STAGE = ("interleaved", "zb-v", "dualpipev")
+SECTIONS = {"model", "training", "parallelism", "activation_checkpoint", "compile", "optimizer", "float8", "quantize",
+            "mx"}  # the job config's tables this importer reads
 RESHARD = {"default": None, "always": "yes", "never": "no"}
 IGNORED = ("job.", "profiling.", "metrics.", "lr_scheduler.", "checkpoint.", "comm.", "validation.", "debug.",
            "experimental.", "fault_tolerance.", "memory_estimation.", "training.dataset", "training.dataset_path",
@@ -43,7 +45,11 @@ IGNORED = ("job.", "profiling.", "metrics.", "lr_scheduler.", "checkpoint.", "co
 
 
 def toml_fields(doc: dict, where: str) -> Fields:
-    """`doc` flattened to "section.key" keys, shown as "[section] key"."""
+    """`doc` flattened to "section.key" keys, shown as "[section] key"; a section torchtitan reads that is not a table
+    is an error (its keys would otherwise fall back to defaults in silence)."""
+    for section in sorted(SECTIONS & set(doc)):
+        if not isinstance(doc[section], dict):
+            raise InputError(f"{where}: {section} must be a table [{section}], got {doc[section]!r}")
     items = {}
 
     def walk(tree: dict, path: list[str]) -> None:
@@ -54,7 +60,7 @@ def toml_fields(doc: dict, where: str) -> Fields:
                 shown = f"[{'.'.join(path)}] {k}" if path else k
                 items[".".join(path + [k])] = (shown, v)
     walk(doc, [])
-    return Fields(items, where)
+    return Fields(items, where, typed=True)
 
 
 def torchtitan_import(f: Fields, *, gpus: int | None, hardware: str, model: str | None,

@@ -46,7 +46,7 @@ import numpy as np
 from ..errors import InputError
 from .efficiency import EfficiencyCurve, curve_from_dict
 from .presets import check_keys, read_toml, resolve
-from .rules import NONNEGATIVE, POSITIVE, check_count, check_fraction, check_number
+from .rules import HARDWARE_RANGES, NONNEGATIVE, POSITIVE, check_count, check_fraction, check_number, check_text
 from .run import GPU_RUN_KEYS, GPU_RUN_OPTIONAL, check_run_value, gpu_run_values
 
 __all__ = ["EfficiencyCurve", "HardwareProfile", "load_hardware", "hardware_from_dict",
@@ -308,10 +308,11 @@ def _values(sec: dict, where: str) -> dict:
     n = sec["node"]
     n = {"nvlink_link_gb_per_s": n["nvlink_gb_per_s"], "nvls_latency_us": 0.0, "nvls_min_bytes": 0.0, **n}  # defaults
     tables = {**sec, "node": n}
-    out = {attr: check_number(tables[s][key], f"{where} {s}.{key}", rule, factor)
+    out = {attr: check_number(tables[s][key], f"{where} {s}.{key}", rule, factor, bounds=HARDWARE_RANGES[key])
            for attr, s, key, factor, rule in _NUMBERS}
     if "hbm_usable_mib" in sec["gpu"]:  # what CUDA sees, preferred for the fit verdict
-        out["hbm_bytes"] = check_number(sec["gpu"]["hbm_usable_mib"], f"{where} gpu.hbm_usable_mib", factor=2**20)
+        out["hbm_bytes"] = check_number(sec["gpu"]["hbm_usable_mib"], f"{where} gpu.hbm_usable_mib", factor=2**20,
+                                        bounds=HARDWARE_RANGES["hbm_usable_mib"])
     if "sm_count" in sec["gpu"]:
         out["sm_count"] = _count(sec["gpu"]["sm_count"], "sm_count", f"{where} gpu.sm_count")
     if "blas_workspace_mib" in sec["gpu"]:
@@ -319,7 +320,7 @@ def _values(sec: dict, where: str) -> dict:
             raise InputError(f"{where} [gpu]: blas_workspace_mib needs blas_workspace_source "
                              "(where the size comes from)")
         out["blas_workspace_bytes"] = check_number(sec["gpu"]["blas_workspace_mib"], f"{where} gpu.blas_workspace_mib",
-                                                   factor=2**20)
+                                                   factor=2**20, bounds=HARDWARE_RANGES["blas_workspace_mib"])
     out["compute_slowdown_under_comm"] = check_fraction(sec["gpu"].get("compute_slowdown_under_comm",
                                                                        CONTENTION_DEFAULT),
                                                         f"{where} gpu.compute_slowdown_under_comm")
@@ -327,7 +328,8 @@ def _values(sec: dict, where: str) -> dict:
     n.setdefault("nvlink_domain_gpus", n["gpus_per_node"])
     for attr, s in _COUNTS:
         out[attr] = _count(tables[s][attr], attr, f"{where} {s}.{attr}")
-    out["peak_flops_per_s"] = {k: check_number(v, f"{where} gpu.peak_tflops.{k}", factor=1e12)
+    out["peak_flops_per_s"] = {k: check_number(v, f"{where} gpu.peak_tflops.{k}", factor=1e12,
+                                               bounds=HARDWARE_RANGES["peak_tflops"])
                                for k, v in sec["peak"].items() if k != "source"}
     out["nvls"] = n["nvls"]
     if not isinstance(out["nvls"], bool):
@@ -349,7 +351,7 @@ def _host_values(h, where: str) -> dict:
         return {}
     keys = tuple(key for _, key, _, _ in HOST_DEFAULTS)
     check_keys(_table(h, f"{where} [host]"), where=f"{where} [host]", required=("source",), optional=keys)
-    out = {attr: check_number(h[key], f"{where} host.{key}", POSITIVE, factor)
+    out = {attr: check_number(h[key], f"{where} host.{key}", POSITIVE, factor, bounds=HARDWARE_RANGES[key])
            for attr, key, factor, _ in HOST_DEFAULTS if key in h}
     return {**out, "source": str(h["source"])}
 
@@ -363,6 +365,7 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
     """
     sec = _sections(_table(d, where), where)
     g, n, w = sec["gpu"], sec["node"], sec["network"]
+    check_text(d["name"], f"{where} name"), check_text(d.get("description", ""), f"{where} description", empty=True)
     sources = {"gpu": str(g["source"]), "node": str(n["source"]), "network": str(w["source"])}
     if "source" in sec["peak"]:
         sources["peak_tflops"] = str(sec["peak"]["source"])

@@ -58,6 +58,10 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
         cfg = json.loads(text, object_pairs_hook=_unique_keys(path))
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON in {path}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except InputError:  # (a key given twice: _unique_keys)
+        raise
+    except ValueError:  # (an integer longer than Python's int conversion takes)
+        raise InputError(f"{path}: a number in it is too long to read (over 4300 digits)") from None
     except RecursionError:  # json recurses once per nesting level
         raise InputError(f"{path}: JSON nested too deeply (a config.json holds flat keys)") from None
     if not isinstance(cfg, dict):
@@ -134,7 +138,11 @@ def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where
         kw["ffn_hidden_size"] = _ffn_hidden_size(mt, kw, ffn, where, given=keys.get("intermediate_size") is not None)
     kw["config_dropout"] = config_dropout(keys, where)
     _int(keys, "max_position_embeddings", where, 1, positive=True)  # GPT-2 reads it; a count for every model
-    spec = ModelSpec(name=str(cfg.get("name", name)), source=str(cfg.get("source", "")), **kw)
+    try:
+        spec = ModelSpec(name=str(cfg.get("name", name)), source=str(cfg.get("source", "")), **kw)
+    except InputError as exc:  # (the model's own rules, e.g. heads and KV heads: named with the file or table)
+        msg = str(exc)
+        raise InputError(msg if str(where) in msg else f"{where}: {msg}") from None
     check_unread(keys, cfg.get("model_type"), spec, where)
     return spec
 

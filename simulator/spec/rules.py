@@ -125,6 +125,24 @@ def shard_degrees(*, dp, cp, ep, shard_group_size: int | None = None, tp=1, etp=
 
 
 POSITIVE, NONNEGATIVE = "a finite number > 0", "a finite number >= 0"
+# The range of each hardware-profile number as written (its TOML key: (lowest, highest)): far beyond any real GPU,
+# node or network both ways, yet close enough that a step time or a memory total formed from them stays a number
+# a person can read (issue 24's fuzzing: peak_tflops 1e-300 printed a 305-digit step time, blas_workspace_mib 1e300
+# a negative GiB). Checked by `check_number`'s `bounds`.
+HARDWARE_RANGES = {
+    "hbm_gb": (0.1, 1e5), "hbm_usable_mib": (100.0, 1e8), "hbm_gb_per_s": (1.0, 1e6), "blas_workspace_mib": (0.0, 1e5),
+    "peak_tflops": (1e-3, 1e6), "nvlink_gb_per_s": (0.1, 1e6), "nvlink_link_gb_per_s": (0.1, 1e6),
+    "nvlink_latency_us": (0.0, 1e6), "nvls_latency_us": (0.0, 1e6), "nvls_min_bytes": (0.0, 1e15),
+    "nic_gbit_per_s": (0.1, 1e7), "ib_latency_us": (0.0, 1e6), "leaf_oversubscription": (1e-3, 1e3),
+    "pcie_gb_per_s": (0.01, 1e6), "host_mem_gb_per_s": (0.01, 1e6), "host_mem_gb": (0.1, 1e8)}
+
+
+def check_text(value, what: str, *, empty: bool = False) -> str:
+    """`value` if it is a text (non-empty unless `empty`), else InputError naming `what` and the value as written: a
+    name or description of a file's table (a number there is a typing slip, not a name)."""
+    if not isinstance(value, str) or not (empty or value.strip()):
+        raise InputError(f"{what} must be a{'' if empty else ' non-empty'} text, got {value!r}")
+    return value
 
 
 def check_fraction(value, what: str, *, below_one: bool = False) -> float:
@@ -136,12 +154,15 @@ def check_fraction(value, what: str, *, below_one: bool = False) -> float:
     return float(value)
 
 
-def check_number(value, what: str, rule: str = POSITIVE, factor: float = 1.0) -> float:
-    """`value` times `factor` (its unit in SI) if `value` meets `rule` (POSITIVE or NONNEGATIVE) and the
-    product is finite, else InputError naming `what` and the value as written."""
+def check_number(value, what: str, rule: str = POSITIVE, factor: float = 1.0, bounds=None) -> float:
+    """`value` times `factor` (its unit in SI) if `value` meets `rule` (POSITIVE or NONNEGATIVE), lies in `bounds`
+    ((lowest, highest) as written: HARDWARE_RANGES) and the product is finite, else InputError naming `what` and the
+    value as written."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not is_finite_number(value) \
             or not (value > 0 if rule == POSITIVE else value >= 0):
         raise InputError(f"{what} must be {rule}, got {value!r}")
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise InputError(f"{what} must be in [{bounds[0]:g}, {bounds[1]:g}], got {value!r}")
     if not math.isfinite(v := float(value) * factor):
         raise InputError(f"{what} is too large, got {value!r}")
     return v

@@ -55,7 +55,7 @@ RESTART_SOURCE = ("[assumption] 10 min; consistent with Llama 3's >90 % effectiv
 # and 1e5 W (a thousand times today's rates and boards), so cost and energy stay finite. A checkpoint interval:
 # from one second (1/3600 h) to 1e6 h, so the checkpoint count stays finite.
 LIMITS = {"tokens": 1e18, "usd_per_gpu_hour": 1e4, "board_power_w": 1e5, "checkpoint_interval_h": 1e6}
-MINIMA = {"checkpoint_interval_h": 1 / 3600}
+MINIMA = {"checkpoint_interval_h": 1 / 3600, "tokens": 1.0}  # (a run trains at least one token)
 
 
 def check_run_value(value, what: str, key: str, written: str | None = None) -> float:

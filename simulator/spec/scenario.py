@@ -18,7 +18,7 @@ from .layout import Layout
 from .load import load_model
 from .model import ModelSpec
 from .presets import check_keys, read_toml, resolve
-from .rules import check_count
+from .rules import check_count, check_text
 from .run import run_table
 from .stack import US_KEYS, Stack, load_stack, seconds_from_us
 from .training import Training
@@ -85,6 +85,8 @@ def _model_of_table(table: dict, base: Path | None, where: str) -> ModelSpec:
         if base is not None and not p.is_absolute():
             p = base / p
         return load_hf_config(p, name=table.get("name"))
+    if "name" in table:
+        check_text(table["name"], f"name in {where}")
     return model_from_hf(table, name=str(table.get("name", "inline")), strict=True, where=where)
 
 
@@ -118,6 +120,9 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
     require_layout = overrides.pop("require_layout", True)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     doc, base, where = _read_scenario_file(path)
+    for key in ("name", "description"):
+        if key in doc:
+            check_text(doc[key], f"{key} in {where}", empty=key == "description")
     model = _scenario_model(doc, base, where, overrides)
     hardware, num_gpus = _scenario_hardware(doc, base, where, overrides)
     stack = _scenario_stack(doc, where, overrides)
@@ -186,7 +191,11 @@ def _training_and_layout_tables(doc: dict, where: str, overrides: dict) -> tuple
     lay = dict(doc.get("layout", {}))
     check_keys(lay, where=f"[layout] of {where}", optional=LAYOUT_KEYS)
     if "micro_batch_size" in tr:
-        lay.setdefault("micro_batch_size", tr.pop("micro_batch_size"))
+        mbs = tr.pop("micro_batch_size")
+        if "micro_batch_size" in lay and lay["micro_batch_size"] != mbs:
+            raise InputError(f"micro_batch_size in {where} is {mbs!r} in [training] and {lay['micro_batch_size']!r} "
+                             f"in [layout]: give it once")
+        lay.setdefault("micro_batch_size", mbs)
     for k in list(overrides):
         if k in TRAINING_KEYS:
             tr[k] = overrides.pop(k)
@@ -200,9 +209,9 @@ def _training_and_layout_tables(doc: dict, where: str, overrides: dict) -> tuple
 def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
     """The software stack: `--stack NAME` (taken out of `overrides`), else [stack] preset = "NAME" (default
     DEFAULT_STACK), with the [stack] table's other keys and `--compile` (overrides' `compiled`) on top."""
-    table = dict(doc.get("stack", {}))
     if "stack" in doc and not isinstance(doc["stack"], dict):
-        raise InputError(f"stack in {where} must be a table [stack] (preset = \"megatron\", ...)")
+        raise InputError(f"stack in {where} must be a table [stack] (preset = \"megatron\", ...), got {doc['stack']!r}")
+    table = dict(doc.get("stack", {}))
     name, preset = overrides.pop("stack", None), table.pop("preset", None)
     for key, v in (("stack", name), (f"preset in [stack] of {where}", preset)):
         if v is not None and (not isinstance(v, str) or not v.strip()):  # not the default stack in silence

@@ -252,8 +252,8 @@ class Stack:
         empty list or one the framework's selective recompute does not take ([runs] selective_modules)."""
         v = self.recompute_modules
         if isinstance(v, str):
-            v = [m.strip() for m in v.split(",") if m.strip()]
-        if not isinstance(v, (list, tuple)) or not v or not all(isinstance(m, str) for m in v):
+            v = [m.strip() for m in v.split(",")]
+        if not isinstance(v, (list, tuple)) or not v or not all(isinstance(m, str) and m for m in v):
             raise InputError(f"stack {self.name!r}: recompute_modules must be a non-empty list of module names "
                              f"({', '.join(RECOMPUTE_MODULES)}), got {self.recompute_modules!r}")
         bad = [m for m in v if m not in RECOMPUTE_MODULES]

@@ -126,14 +126,23 @@ def expert_tp_problem(model: ModelSpec, layout: Layout) -> str:
 
 
 def moe_settings_problem(model: ModelSpec, training: Training) -> str:
-    """Why `training`'s MoE routing settings cannot apply to `model` ('' when they can): a capacity factor or a
-    routing imbalance describes routed experts, and a dense model has none (a number for it would be nonsense)."""
+    """Why `training`'s MoE settings cannot apply to `model` ('' when they can): a capacity factor, a routing
+    imbalance, the router's CUDA graphs, the flex dispatcher and the MoE overlaps describe routed experts, and a dense
+    model has none (a number for it would be nonsense)."""
     if model.is_moe:
         return ""
     for key, value, default in (("moe_capacity_factor", training.moe_capacity_factor, 0.0),
                                 ("moe_imbalance", training.moe_imbalance, 1.0)):
         if value != default:
             return f"{key} {value:g} applies to routed experts; {model.name or 'this model'} is dense (no experts)"
+    st = training.stack
+    for key, on in (("cuda_graphs " + "+".join(g for g in st.cuda_graphs if g.startswith("moe")),
+                     any(g.startswith("moe") for g in st.cuda_graphs)),
+                    ("moe_dispatcher flex", st.moe_dispatcher == "flex"),
+                    ("moe_shared_expert_overlap", st.moe_shared_expert_overlap),
+                    ("moe_a2a_overlap", st.moe_a2a_overlap)):
+        if on:
+            return f"{key} applies to routed experts; {model.name or 'this model'} is dense (no experts)"
     return ""
 
 
@@ -151,7 +160,16 @@ def training_problem(model: ModelSpec, training: Training) -> str:
     """The first reason `training` (its MoE settings, its stack's recompute modules and activation store) cannot
     apply to `model`, '' when it can: the one list of these checks that scenarios, sweeps and `validate` run."""
     return (moe_settings_problem(model, training) or recompute_modules_problem(model, training)
-            or activation_store_problem(model, training))
+            or activation_store_problem(model, training) or positions_problem(model, training))
+
+
+def positions_problem(model: ModelSpec, training: Training) -> str:
+    """Why the sequence cannot run on `model` ('' when it can): a learned position table (GPT-2's wpe) has one row
+    per position, so a longer sequence has no embedding (RoPE models extrapolate and are not refused)."""
+    if 0 < model.learned_position_embeddings < training.seq_length:
+        return (f"seq_length {training.seq_length} is longer than {model.name or 'the model'}'s learned position "
+                f"table ({model.learned_position_embeddings} positions, max_position_embeddings)")
+    return ""
 
 
 def recompute_modules_problem(model: ModelSpec, training: Training) -> str:
@@ -210,6 +228,9 @@ def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
     msg = str(msg)
     if msg:
         raise InputError(msg)
+    for key, v in (("recompute_layers", layout.recompute_layers), ("recompute_group", layout.recompute_group)):
+        if v > model.num_layers:
+            raise InputError(f"{key} {v} is more than the model's {model.num_layers} layers")
     if layout.layers_per_stage is not None and sum(layout.layers_per_stage) != model.num_layers:
         raise InputError(f"layers_per_stage sums to {sum(layout.layers_per_stage)} != "
                          f"num_hidden_layers({model.num_layers})")
