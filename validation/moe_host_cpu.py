@@ -28,6 +28,12 @@ For contrast, transformers' Qwen3MoeDecoderLayer (validation/count_moe_kernels.p
 counted the same way in one process (rows `code` = transformers ...): plain torch code, whose host time per kernel is
 a plain layer's, as the hf and fsdp stacks take it.
 
+`--busy-peer` runs a busy loop in another process throughout (rows `peer` = busy): on a machine of two cores it shows
+how much a loaded CPU slows each code, the check that the EP 2 rows' rate (two processes load both cores) is the
+EP > 1 path's code and not the load (validation/cpu/moe_host_busy_peer.csv: the block and the plain layer slow
+alike). The stack takes the EP 2 rows; EP 1 (one process) skips the dispatcher's split sizes, count all-gather and
+all-to-all bookkeeping.
+
 `--device cuda --ep 1` runs the same layer on a GPU (NCCL, no stand-ins, one process per GPU) and times what its
 host takes to issue the forward and backward (the GPU idles at these sizes; the collectives are not left out, an NCCL
 call returning once enqueued): the GPU host's time per kernel of this code, the direct check of the CPU-derived rate
@@ -42,9 +48,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,8 +61,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "validation"))
 
 LOCAL_EXPERTS = (2, 4, 8, 16)
-FIELDS = ["code", "device", "local_experts", "forward_s", "backward_s", "forward_kernels", "backward_kernels",
-          "forward_collectives", "backward_collectives", "reps", "plain_us_per_kernel", "torch", "python", "cpu"]
+FIELDS = ["code", "device", "ep", "round", "local_experts", "forward_s", "backward_s", "forward_kernels",
+          "backward_kernels", "forward_collectives", "backward_collectives", "reps", "plain_us_per_kernel", "torch",
+          "python", "cpu", "peer"]
 _COMM = {"s": 0.0, "n": 0}
 
 
@@ -199,12 +208,14 @@ def _worker(rank: int, world: int, port: int, megatron: str, local: int, reps: i
     loss = y.sum()
     with profile(activities=[ProfilerActivity.CPU]) as pb:
         loss.backward()
+    dist.barrier()
+    plain = plain_us_per_kernel(reps)  # timed in every process at once: the CPU as loaded as for the block's steps
     if rank == 0:
         out.put({"code": f"megatron-core {package_info.__version__}", "device": device, "local_experts": local,
                  "forward_s": statistics.median(fw), "backward_s": statistics.median(bw),
                  "forward_kernels": len(leaf_kernels(pf)), "backward_kernels": len(leaf_kernels(pb)),
                  "forward_collectives": statistics.median(cf), "backward_collectives": statistics.median(cb),
-                 "reps": reps, "torch": torch.__version__})
+                 "reps": reps, "plain_us_per_kernel": round(plain, 3), "torch": torch.__version__})
     dist.barrier()
     dist.destroy_process_group()
 
@@ -259,10 +270,21 @@ def fit(rows) -> dict:
     return out
 
 
-def megatron_ratio(rows) -> float:
-    """The median over the Megatron-Core trees of their MoE block's host time per kernel over the plain layer's."""
-    codes = sorted({r["code"] for r in rows if r["code"].startswith("megatron-core")})
-    return statistics.median(fit([r for r in rows if r["code"] == c])["ratio_to_plain"] for c in codes)
+def groups(rows, *, ep=None, device="cpu") -> dict:
+    """{(code, ep, round): rows} of the Megatron-Core rows (of one expert-parallel size where `ep` is given)."""
+    out: dict = {}
+    for r in rows:
+        if (r["code"].startswith("megatron-core") and r["device"] == device and (ep is None or int(r["ep"]) == ep)
+                and r.get("peer", "idle") == "idle"):
+            out.setdefault((r["code"], int(r["ep"]), int(r["round"])), []).append(r)
+    return out
+
+
+def megatron_ratio(rows, ep: int = 2) -> float:
+    """The median over the Megatron-Core trees and rounds of their MoE block's host time per kernel over the plain
+    layer's, at expert parallelism `ep` (2: the dispatcher's EP > 1 path, which MoE runs take: what the stack
+    carries)."""
+    return statistics.median(fit(g)["ratio_to_plain"] for g in groups(rows, ep=ep).values())
 
 
 def hf_rows(plain: float, reps: int) -> list[dict]:
@@ -280,7 +302,7 @@ def hf_rows(plain: float, reps: int) -> list[dict]:
         f, b = ck.count(torch, run, 64, 16)
         fw, bw = fwd_bwd_s(torch, run, torch.randn(1, 16, 64, dtype=torch.bfloat16, requires_grad=True), reps)
         out.append({"code": f"transformers {transformers.__version__} Qwen3MoeDecoderLayer", "device": "cpu",
-                    "local_experts": e,
+                    "ep": 1, "round": 0, "local_experts": e,
                     "forward_s": fw, "backward_s": bw,
                     "forward_kernels": len(f), "backward_kernels": len(b), "forward_collectives": 0,
                     "backward_collectives": 0, "reps": reps, "plain_us_per_kernel": round(plain, 3),
@@ -300,24 +322,31 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cuda: the same layer on GPUs (NCCL), timed as the host issues it")
-    ap.add_argument("--ep", type=int, default=2, help="expert-parallel processes (one GPU each with --device cuda)")
+    ap.add_argument("--ep", type=int, action="append", help="expert-parallel processes, repeatable (default 1 and 2; "
+                    "one GPU each with --device cuda)")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat every measurement (rows keep their round)")
+    ap.add_argument("--busy-peer", action="store_true",
+                    help="a busy loop on another process throughout: how much a loaded CPU slows each code")
     a = ap.parse_args(argv)
     import torch.multiprocessing as mp
 
-    plain = plain_us_per_kernel(a.reps)
     rows = []
     port = 29650
-    for tree in a.megatron:
-        for g in LOCAL_EXPERTS:
-            q = mp.get_context("spawn").SimpleQueue()
-            port += 1
-            mp.spawn(_worker, args=(a.ep, port, str(Path(tree).resolve()), g, a.reps, q, a.device), nprocs=a.ep,
-                     join=True)
-            rows.append(q.get() | {"plain_us_per_kernel": round(plain, 3)})
-            r = rows[-1]
-            print(f"{r['code']} ({a.device}) G={g}: forward {r['forward_s'] * 1e3:.3f} ms / {r['forward_kernels']} "
-                  f"kernels, backward {r['backward_s'] * 1e3:.3f} ms / {r['backward_kernels']} kernels", flush=True)
-    rows += hf_rows(plain, a.reps) if a.device == "cpu" else []
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if a.busy_peer else None
+    for rnd, ep, tree, g in itertools.product(range(a.rounds), a.ep or [1, 2], a.megatron, LOCAL_EXPERTS):
+        q = mp.get_context("spawn").SimpleQueue()
+        port += 1
+        mp.spawn(_worker, args=(ep, port, str(Path(tree).resolve()), g, a.reps, q, a.device), nprocs=ep, join=True)
+        rows.append(q.get() | {"ep": ep, "round": rnd})
+        r = rows[-1]
+        print(f"{r['code']} ({a.device}, EP {ep}, round {rnd}) G={g}: forward {r['forward_s'] * 1e3:.3f} ms / "
+              f"{r['forward_kernels']} kernels, backward {r['backward_s'] * 1e3:.3f} ms / {r['backward_kernels']} "
+              f"kernels", flush=True)
+    rows += hf_rows(plain_us_per_kernel(a.reps), a.reps) if a.device == "cpu" else []
+    if busy is not None:
+        busy.kill()
+    for r in rows:
+        r["peer"] = "busy" if busy is not None else "idle"
     for r in rows:
         r.update(python=platform.python_version(), cpu=platform.processor() or platform.machine())
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
@@ -325,21 +354,22 @@ def main(argv=None) -> int:
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
-    for code in dict.fromkeys(r["code"] for r in rows):
-        mine = [r for r in rows if r["code"] == code]
-        if code.startswith("megatron-core"):
-            f = fit(mine)
-            print(f"{code}: the MoE block besides the experts: forward {f['forward_s'][0] * 1e3:.3f} ms / "
-                  f"{f['forward_kernels'][0]:.1f} kernels, backward {f['backward_s'][0] * 1e3:.3f} ms / "
-                  f"{f['backward_kernels'][0]:.1f} kernels: {f['block_us_per_kernel']:.2f} us per kernel, "
-                  f"{f['ratio_to_plain']:.2f}x the plain layer's {plain:.2f} us")
-        else:
-            for r in mine:
-                us = (r["forward_s"] + r["backward_s"]) / (r["forward_kernels"] + r["backward_kernels"]) * 1e6
-                print(f"{code} ({r['local_experts']} experts): {us:.2f} us per kernel, {us / plain:.2f}x the plain "
-                      f"layer's")
-    if a.device == "cpu":
-        print(f"Megatron-Core's MoE block over the plain layer, median over the trees: {megatron_ratio(rows):.2f}")
+    for (code, ep, rnd), mine in groups(rows, device=a.device).items():
+        f = fit(mine)
+        print(f"{code} EP {ep} round {rnd}: the MoE block besides the experts: forward "
+              f"{f['forward_s'][0] * 1e3:.3f} ms / "
+              f"{f['forward_kernels'][0]:.1f} kernels, backward {f['backward_s'][0] * 1e3:.3f} ms / "
+              f"{f['backward_kernels'][0]:.1f} kernels: {f['block_us_per_kernel']:.2f} us per kernel, "
+              f"{f['ratio_to_plain']:.2f}x the plain layer's {f['block_us_per_kernel'] / f['ratio_to_plain']:.2f} us "
+              f"in the same processes")
+    for r in rows:
+        if not r["code"].startswith("megatron-core"):
+            us = (r["forward_s"] + r["backward_s"]) / (r["forward_kernels"] + r["backward_kernels"]) * 1e6
+            print(f"{r['code']} ({r['local_experts']} experts): {us:.2f} us per kernel, "
+                  f"{us / float(r['plain_us_per_kernel']):.2f}x the plain layer's")
+    for ep in sorted(set(a.ep or [1, 2])) if a.device == "cpu" else ():
+        print(f"Megatron-Core's MoE block over the plain layer, EP {ep}, median over the trees and rounds: "
+              f"{megatron_ratio(rows, ep):.2f}")
     return 0
 
 

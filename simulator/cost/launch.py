@@ -86,7 +86,7 @@ def layer_host_s(stack, *, weight_gemms: int, experts_local=0.0):
     (`layer_kernels`), h = `Stack.host_s_per_kernel` each, but for an MoE layer's own launches (all but its
     experts' GEMM loop), which take the stack's `moe_host_s_per_kernel` h_moe where it has one:
         t = k_layer · h_moe + k_experts · h
-    h_moe is measured for Megatron-Core's MoE code: its router, dispatcher and combine issue a kernel in about three
+    h_moe is measured for Megatron-Core's MoE code: its router, dispatcher and combine issue a kernel in about 2.6
     times a plain torch layer's host time on the same CPU (validation/moe_host_cpu.py, docs/compute.md 'The MoE
     code's host time per launch'); a dense layer's launches, and every launch of a stack without h_moe, take h."""
     h = stack.host_s_per_kernel
