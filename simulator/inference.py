@@ -66,6 +66,10 @@ class InferenceSetup:
     def for_scenario(cls, training: Training, layout: Layout, *, batch=None, prompt_tokens=None, output_tokens=None,
                      eager_decode: bool = False) -> "InferenceSetup":
         """The setup with the scenario's defaults for what is None (module docstring)."""
+        limit = BOUNDS["global_batch_size"][0]
+        if batch is not None and isinstance(batch, int) and batch * layout.dp > limit:  # (the replicas' total)
+            raise InputError(f"batch {batch} x dp {layout.dp} replicas = {batch * layout.dp} sequences must be <= "
+                             f"{limit} (2**31)")
         return cls(batch=max(training.global_batch_size // layout.dp, 1) if batch is None else batch,
                    prompt_tokens=training.seq_length if prompt_tokens is None else prompt_tokens,
                    output_tokens=DEFAULT_OUTPUT_TOKENS if output_tokens is None else output_tokens,

@@ -203,3 +203,23 @@ def test_calibrate_refuses_an_empty_profile_name(tmp_path, capsys):
     log = ROOT / "tests" / "data" / "nccl" / "all_reduce_perf_8xa100.log"
     one_line_error(["calibrate", "nccl-tests", str(log), "--base", "dgx-a100-80g", "--name", " ", "--out",
                     str(tmp_path / "o.toml")], capsys, "--name must be a non-empty text")
+
+
+def test_a_validate_row_with_a_negative_count_names_its_column(tmp_path, capsys):
+    """seq_len = -1024 was reported as 'model learned_position_embeddings must be >= 0' (an internal field)."""
+    lines = (ROOT / "validation" / "published_runs.csv").read_text().splitlines()
+    row = next(ln for ln in lines if ln.startswith("zb_t4_1.5B_ZB-2p_m24,"))
+    assert ",1024," in row
+    p = tmp_path / "runs.csv"
+    p.write_text(lines[0] + "\n" + row.replace(",1024,", ",-1024,", 1) + "\n")
+    one_line_error(["validate", str(p)], capsys, "seq_len must be >= 1, got")
+
+
+def test_an_inference_batch_beyond_the_bound_names_the_flag(capsys):
+    """--batch 2**31 was reported as 'global_batch_size ... got 17179869184', the replicas' total."""
+    one_line_error(["estimate", *LLAMA, "--inference", "--batch", str(2 ** 31)], capsys, "--batch 2147483648 x dp 8")
+
+
+def test_a_stack_framework_that_is_no_text_names_the_scenario(tmp_path, capsys):
+    p = scenario(tmp_path, "stack", "framework = 3")
+    one_line_error(["estimate", p], capsys, "framework must be a non-empty text", p)

@@ -200,6 +200,8 @@ class Stack:
                                                               where=f"stack {self.name!r}"))
         if not isinstance(self.runs, FrameworkRules):
             raise InputError(f"stack {self.name!r}: runs must be a [runs] table, got {self.runs!r}")
+        if not isinstance(self.framework, str) or not self.framework.strip():
+            raise InputError(f"stack {self.name!r}: framework must be a non-empty text, got {self.framework!r}")
         for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("attention_padding", ATTENTION_PADDING),
                               ("cp_ring_merge", CP_RING_MERGES), ("cross_entropy", CROSS_ENTROPY),
                               ("optimizer_impl", OPTIMIZER_IMPLS), ("grad_buffer", GRAD_BUFFERS),
