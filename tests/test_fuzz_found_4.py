@@ -4,6 +4,7 @@ empty item, a count of 0 taken as 'not given', or an error naming no file. Each 
 naming where the value came from; two valid inputs that were refused now run."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,28 @@ def test_an_inference_batch_beyond_the_bound_names_the_flag(capsys):
 def test_a_stack_framework_that_is_no_text_names_the_scenario(tmp_path, capsys):
     p = scenario(tmp_path, "stack", "framework = 3")
     one_line_error(["estimate", p], capsys, "framework must be a non-empty text", p)
+
+
+def test_a_deepseek_config_without_a_latent_rank_and_a_deepspeed_section_as_a_list_are_one_line(tmp_path, capsys):
+    """kv_lora_rank 0 was accepted (MLA with no latent); zero_optimization = [1] was 'not understood', exit 0."""
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
+           "intermediate_size": 2048, "vocab_size": 1000, "q_lora_rank": 256, "kv_lora_rank": 0,
+           "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64}
+    c = tmp_path / "config.json"
+    c.write_text(json.dumps(cfg))
+    one_line_error(["estimate", "--model", str(c), *LLAMA[2:]], capsys, "kv_lora_rank", str(c))
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_batch_size": 16, "zero_optimization": [1]}')
+    one_line_error(["import", "deepspeed", str(ds), "--model", "llama3-8b", "--gpus", "8"], capsys,
+                   "zero_optimization must be a JSON object", str(ds))
+
+
+def test_nccl_tests_rows_without_a_time_are_left_out_with_a_warning(tmp_path, capsys):
+    """A result row whose time is N/A was dropped from the fit without a word."""
+    from test_fuzz_found_3 import _calibrate, _log
+
+    with pytest.raises(SystemExit) as exc:
+        main(_calibrate(_log(tmp_path, 5, "N/A", sizes={1048576}), tmp_path))
+    err = capsys.readouterr().err
+    assert exc.value.code in (0, None), err
+    assert "warning: 1 result row(s) without a time" in err and "size 1048576" in err

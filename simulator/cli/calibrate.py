@@ -196,6 +196,11 @@ def _checked_rows(df, placement: str):
     if bad.all():
         raise InputError(f"every {placement} nccl-tests result row is marked wrong (#wrong > 0): no correct "
                          f"collective to fit")
+    untimed = ~bad & ~((df["time_s"] > 0) & (df["size_bytes"] > 0))  # (NaN compares False: N/A times)
+    if untimed.any():
+        where = ", ".join(sorted({f"{r.source} size {int(r.size_bytes)}" for r in df[untimed].itertuples()})[:3])
+        click.echo(f"warning: {int(untimed.sum())} result row(s) without a time or size above 0 (N/A, 0) left out of "
+                   f"the fit: {where}{', ...' if untimed.sum() > 3 else ''}", err=True)
     return df[~bad].reset_index(drop=True)
 
 

@@ -68,6 +68,9 @@ def read_ds_config(text: str, where: str) -> Fields:
         raise InputError(f"{where}: JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise InputError(f"{where}: a DeepSpeed config must hold a JSON object")
+    for section in ("zero_optimization", "bf16", "fp16", "activation_checkpointing", "optimizer"):
+        if section in doc and not isinstance(doc[section], dict):
+            raise InputError(f"{where}: {section} must be a JSON object, got {doc[section]!r}")
     return json_fields(doc, where)
 
 

@@ -235,9 +235,11 @@ def _architecture_kw(cfg: Keys, mt: str, kw: dict, where: str) -> None:
         kw.update(mlp="squared-relu", norm="layernorm", qkv_bias=ab, out_bias=ab,
                   mlp_bias=_bool(cfg, "mlp_bias", where, False))
     elif mt in ("deepseek_v2", "deepseek_v3"):
-        kw.update(q_lora_rank=_int(cfg, "q_lora_rank", where, 0), kv_lora_rank=_int(cfg, "kv_lora_rank", where),
+        kw.update(q_lora_rank=_int(cfg, "q_lora_rank", where, 0),  # (DeepSeek's MLA: a rank of 0 is no latent)
+                  kv_lora_rank=_int(cfg, "kv_lora_rank", where, positive=True),
                   qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where),
-                  qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where), v_head_dim=_int(cfg, "v_head_dim", where))
+                  qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where, positive=True),
+                  v_head_dim=_int(cfg, "v_head_dim", where, positive=True))
         h, nh = kw["hidden_size"], kw["num_heads"]
         kw["head_dim"] = None if h % nh == 0 else kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
 
