@@ -365,7 +365,8 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
     """
     sec = _sections(_table(d, where), where)
     g, n, w = sec["gpu"], sec["node"], sec["network"]
-    check_text(d["name"], f"{where} name"), check_text(d.get("description", ""), f"{where} description", empty=True)
+    check_text(d["name"], f"{where} name")
+    check_text(d.get("description", ""), f"{where} description", empty=True)
     sources = {"gpu": str(g["source"]), "node": str(n["source"]), "network": str(w["source"])}
     if "source" in sec["peak"]:
         sources["peak_tflops"] = str(sec["peak"]["source"])

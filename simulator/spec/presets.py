@@ -101,11 +101,6 @@ def read_text(path: Path | str) -> str:
         raise InputError(f"{path} is {what}; save it as UTF-8") from None
 
 
-def _int_digits() -> int:
-    import sys
-    return sys.get_int_max_str_digits() or 4300
-
-
 def read_toml(path: Path | str) -> dict:
     """Parse a TOML file (`read_text`); a syntax error becomes one InputError line naming the file and line,
     a document nested deeper than MAX_DEPTH one naming the file and the key."""
@@ -116,7 +111,7 @@ def read_toml(path: Path | str) -> dict:
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"malformed TOML in {path}: {exc}") from None
     except ValueError:  # (an integer literal longer than Python's int conversion takes: 4300 digits)
-        raise InputError(f"TOML in {path} holds a number too long to read (over {_int_digits()} digits)") from None
+        raise InputError(f"{path}: a number in it is too long to read (over 4300 digits)") from None
     except RecursionError:  # tomllib recurses once per nesting level
         doc, deep = None, ""
     else:
