@@ -7,9 +7,9 @@ not a dependency of parasim and is only read here.
 
 What runs: Megatron-Core's own `MoELayer` (TopKRouter with the global aux loss, the all-to-all token dispatcher,
 the local spec's SequentialMLP experts) on two CPU processes joined by gloo (expert parallelism 2, so the
-dispatcher takes its EP > 1 path: split sizes, the count all-gather, the all-to-alls, the chunk sorts), tiny
-(hidden 64, 64 tokens), forward and backward timed without the profiler (median of `--reps` after 10 warm-up
-steps), for G = 2, 4, 8, 16 local experts. A CPU-only torch cannot create CUDA streams and events, so no-op
+dispatcher takes its EP > 1 path: split sizes, the count all-gather, the all-to-alls, the chunk sorts) and on one
+(`--ep`, default both), tiny (hidden 64, 64 tokens), forward and backward timed without the profiler (median of
+`--reps` after 10 warm-up steps), for G = 2, 4, 8, 16 local experts, `--rounds` times. A CPU-only torch cannot create CUDA streams and events, so no-op
 stand-ins replace them (`install_cpu_standins`), Transformer Engine's router GEMM is absent (its torch fallback
 runs, as Megatron-Core does without TE) and the device-to-host copies of the split sizes take their GPU path (a
 copy to the CPU and `.numpy()`). The time a process spends inside a collective (waiting for its peer through gloo)
@@ -19,10 +19,10 @@ What is counted: the leaf aten ops that do work (count_layer_kernels.leaf_kernel
 and backward, per G. Both the time and the count grow linearly with G (the experts' loop); the intercepts
 a (time) and c (kernels) of the fits over G are the block besides the experts' loop: router, dispatcher and
 combine. Their ratio a / c is the host time per kernel of that code; divided by the host time per kernel of
-validation/train_step.py's plain layer on the same CPU in the same run (count_layer_kernels, the layer whose
+validation/train_step.py's plain layer timed in the same processes right after (count_layer_kernels' layer, whose
 GPU-host time per op the stacks carry: 14.8 us), it is how much heavier Megatron-Core's MoE code is to issue
-than a plain layer, per kernel: the megatron stack's `moe_host_us_per_kernel` is that ratio times its
-`host_us_per_kernel` (spec/stack.py; cost/launch.py), with the ratio the median over the trees measured.
+than a plain layer, per kernel: the megatron stack's `moe_host_us_per_kernel` is that ratio at EP 2 times its
+`host_us_per_kernel` (spec/stack.py; cost/launch.py), the median over the trees and rounds (`megatron_ratio`).
 
 For contrast, transformers' Qwen3MoeDecoderLayer (validation/count_moe_kernels.py, grouped_mm experts) is timed and
 counted the same way in one process (rows `code` = transformers ...): plain torch code, whose host time per kernel is
