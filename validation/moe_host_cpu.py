@@ -12,8 +12,8 @@ dispatcher takes its EP > 1 path: split sizes, the count all-gather, the all-to-
 `--reps` after 10 warm-up steps), for G = 2, 4, 8, 16 local experts, `--rounds` times. A CPU-only torch cannot
 create CUDA streams and events, so no-op stand-ins replace them (`install_cpu_standins`), Transformer Engine's
 router GEMM is absent (its torch fallback runs, as Megatron-Core does without TE) and the device-to-host copies of
-the split sizes take their GPU path (a copy to the CPU and `.numpy()`). The time a process spends inside a collective (waiting for its peer through gloo)
-is left out: on a GPU an NCCL call returns once enqueued.
+the split sizes take their GPU path (a copy to the CPU and `.numpy()`). The time a process spends inside a
+collective (waiting for its peer through gloo) is left out: on a GPU an NCCL call returns once enqueued.
 
 What is counted: the leaf aten ops that do work (count_layer_kernels.leaf_kernels: one GPU kernel each), forward
 and backward, per G. Both the time and the count grow linearly with G (the experts' loop); the intercepts
