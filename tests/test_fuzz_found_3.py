@@ -88,7 +88,7 @@ def test_validate_with_every_row_refused_is_one_line(tmp_path, capsys):
         r[i] = "0"
     p = tmp_path / "runs.csv"
     csv.writer(open(p, "w", newline="")).writerows(rows[:3])
-    one_line_error(["validate", str(p)], capsys, "no run of", "the first:", "tp must be >= 1, got")
+    one_line_error(["validate", str(p)], capsys, "no run of", "the first:", "tp must be > 0")
 
 
 @pytest.mark.parametrize("value,needle", [("", "none alone"), (",,", "none alone"), ("none,attn", "none alone"),

@@ -44,12 +44,12 @@ def test_import_counts_given_as_zero_are_errors_not_defaults(capsys):
     """--gpus 0 was a ZeroDivisionError traceback (torchtitan) or 'not given' (megatron); --seq 0 and --vocab-size 0
     were taken as not given and silently replaced by defaults."""
     one_line_error(["import", "torchtitan", str(CONFIGS / "torchtitan_llama3_8b.toml"), "--gpus", "0"], capsys,
-                   "--gpus must be >= 1, got 0")
+                   "--gpus must be > 0, got 0")
     one_line_error(["import", "megatron", "--gpus", "8", "--vocab-size", "0", "--", "--num-layers", "2"], capsys,
-                   "--vocab-size must be >= 1, got 0")
+                   "--vocab-size must be > 0, got 0")
     one_line_error(["import", "deepspeed", str(CONFIGS / "ds_zero3.json"), "--hf-config",
                     str(CONFIGS / "llama3_8b_config.json"), "--gpus", "16", "--seq", "0"], capsys,
-                   "--seq must be >= 1, got 0")
+                   "--seq must be > 0, got 0")
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -213,7 +213,7 @@ def test_a_validate_row_with_a_negative_count_names_its_column(tmp_path, capsys)
     assert ",1024," in row
     p = tmp_path / "runs.csv"
     p.write_text(lines[0] + "\n" + row.replace(",1024,", ",-1024,", 1) + "\n")
-    one_line_error(["validate", str(p)], capsys, "seq_len must be >= 1, got")
+    one_line_error(["validate", str(p)], capsys, "seq_len must be > 0, got -1024")
 
 
 def test_an_inference_batch_beyond_the_bound_names_the_flag(capsys):

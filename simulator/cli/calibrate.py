@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ..spec.rules import check_text
 from . import check_output
 
 _KINDS = ("gemm", "attention", "memory", "optimizer", "collectives")
@@ -33,8 +34,7 @@ def _names(out, name, residuals=None):
     """(profile path, profile name); InputError for a path that cannot be written (checked before measuring)."""
     if name is None:
         name = Path(out).stem if out else "measured"
-    if not str(name).strip():
-        raise InputError(f"--name must be a non-empty text (the profile's name), got {name!r}")
+    check_text(name, "--name")
     if out is None:
         out = str(Path("hardware_profiles") / "measured" / f"{name}.toml")
     check_output("--out", out, (".toml",), makes_folders=True)  # write_profile makes the folders

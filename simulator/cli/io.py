@@ -28,11 +28,21 @@ def _import_options(fn):
     return wrapper
 
 
+_BOUNDED = {"gpus": "num_gpus", "seq": "seq_length", "micro_batch": "micro_batch_size",
+            "global_batch": "global_batch_size"}  # the flag's count in spec/rules.py BOUNDS
+
+
 def _counts(**flags) -> None:
-    """A count flag given as 0 or less is an error naming it (not taken as 'not given')."""
+    """A count flag given as 0 or less is an error naming it (not taken as 'not given'), as is one past its bound."""
+    from ..errors import check_positive
+    from ..spec.rules import check_count
+
     for name, v in flags.items():
-        if v is not None and v < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+        flag = f"--{name.replace('_', '-')}"
+        if v is not None and name in _BOUNDED:
+            check_count(_BOUNDED[name], v, label=flag)
+        elif v is not None:
+            check_positive(flag, v, integer=True)
 
 
 def _read(path: str) -> str:

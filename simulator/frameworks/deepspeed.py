@@ -23,9 +23,9 @@ come from the command's --seq / --recompute or are assumed, and said so.
 """
 from __future__ import annotations
 
-import json
 
 from ..errors import InputError
+from ..spec.presets import parse_json
 from .fields import Fields, Report, prefixed
 
 Z = "zero_optimization."
@@ -58,14 +58,7 @@ def json_fields(doc: dict, where: str) -> Fields:
 
 
 def read_ds_config(text: str, where: str) -> Fields:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON in {where}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except ValueError:  # (an integer longer than Python's int conversion takes)
-        raise InputError(f"{where}: a number in it is too long to read (over 4300 digits)") from None
-    except RecursionError:
-        raise InputError(f"{where}: JSON nested too deeply") from None
+    doc = parse_json(text, where)
     if not isinstance(doc, dict):
         raise InputError(f"{where}: a DeepSpeed config must hold a JSON object")
     for section in ("zero_optimization", "bf16", "fp16", "activation_checkpointing", "optimizer"):

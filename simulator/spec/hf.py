@@ -11,13 +11,12 @@ InputError; the largest dropout probability becomes ModelSpec.config_dropout).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import InputError
 from .hf_keys import CANONICAL, DROPOUT_KEYS, Keys, canonical_keys, check_unread, config_dropout, show
 from .model import MAX_FIELD, ModelSpec
-from .presets import read_text
+from .presets import parse_json, read_text
 
 # Keys parasim understands in an inline [model] table (HF names) or a config.json.
 HF_KEYS = {
@@ -54,16 +53,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """Read a Hugging Face config.json file into a ModelSpec (malformed JSON: InputError with line)."""
     path = Path(path)
     text = read_text(path)  # one wording of every file problem (spec/presets.py)
-    try:
-        cfg = json.loads(text, object_pairs_hook=_unique_keys(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON in {path}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except InputError:  # (a key given twice: _unique_keys)
-        raise
-    except ValueError:  # (an integer longer than Python's int conversion takes)
-        raise InputError(f"{path}: a number in it is too long to read (over 4300 digits)") from None
-    except RecursionError:  # json recurses once per nesting level
-        raise InputError(f"{path}: JSON nested too deeply (a config.json holds flat keys)") from None
+    cfg = parse_json(text, path, hook=_unique_keys(path))  # (a key given twice: _unique_keys)
     if not isinstance(cfg, dict):
         raise InputError(f"{path}: a config.json must hold a JSON object")
     return model_from_hf(cfg, name=name or path.parent.name or path.stem, strict=False, where=str(path))

@@ -101,6 +101,27 @@ def read_text(path: Path | str) -> str:
         raise InputError(f"{path} is {what}; save it as UTF-8") from None
 
 
+TOO_LONG = "{where}: a number in it is too long to read (over 4300 digits)"
+
+
+def parse_json(text: str, where, *, hook=None):
+    """`text` parsed as JSON (`hook`: json's object_pairs_hook); a syntax error, a number longer than Python's int
+    conversion takes (4300 digits) or too deep a nesting is one InputError line naming `where` (an InputError the
+    hook raises passes through)."""
+    import json
+
+    try:
+        return json.loads(text, object_pairs_hook=hook)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON in {where}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except InputError:
+        raise
+    except ValueError:
+        raise InputError(TOO_LONG.format(where=where)) from None
+    except RecursionError:  # json recurses once per nesting level
+        raise InputError(f"{where}: JSON nested too deeply") from None
+
+
 def read_toml(path: Path | str) -> dict:
     """Parse a TOML file (`read_text`); a syntax error becomes one InputError line naming the file and line,
     a document nested deeper than MAX_DEPTH one naming the file and the key."""
@@ -111,7 +132,7 @@ def read_toml(path: Path | str) -> dict:
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"malformed TOML in {path}: {exc}") from None
     except ValueError:  # (an integer literal longer than Python's int conversion takes: 4300 digits)
-        raise InputError(f"{path}: a number in it is too long to read (over 4300 digits)") from None
+        raise InputError(TOO_LONG.format(where=path)) from None
     except RecursionError:  # tomllib recurses once per nesting level
         doc, deep = None, ""
     else:

@@ -113,7 +113,7 @@ import numpy as np
 from ..errors import InputError
 from .framework import FrameworkRules, rules_from_table, summary, with_a2a_overlap_rules
 from .presets import check_keys, preset_names, read_toml, resolve
-from .rules import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
+from .rules import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES, check_text
 from .stack_choices import (  # noqa: F401  (re-exported: the choices are part of this module's interface)
     ATTENTION_KERNELS, ATTENTION_PADDING, CP_RING_MERGES, OPTIMIZER_IMPLS, GRAD_BUFFERS, GRAD_ACCUMULATIONS,
     FP8_RECIPES, FP8_SAVED_INPUTS, MOE_DISPATCHERS, MOE_ROUTER_PROBS, MASTER_WEIGHTS, CROSS_ENTROPY, ELEMENTWISE,
@@ -200,8 +200,7 @@ class Stack:
                                                               where=f"stack {self.name!r}"))
         if not isinstance(self.runs, FrameworkRules):
             raise InputError(f"stack {self.name!r}: runs must be a [runs] table, got {self.runs!r}")
-        if not isinstance(self.framework, str) or not self.framework.strip():
-            raise InputError(f"stack {self.name!r}: framework must be a non-empty text, got {self.framework!r}")
+        check_text(self.framework, f"stack {self.name!r}: framework")
         for name, allowed in (("attention_kernel", ATTENTION_KERNELS), ("attention_padding", ATTENTION_PADDING),
                               ("cp_ring_merge", CP_RING_MERGES), ("cross_entropy", CROSS_ENTROPY),
                               ("optimizer_impl", OPTIMIZER_IMPLS), ("grad_buffer", GRAD_BUFFERS),
@@ -314,9 +313,7 @@ def stack_from_dict(d: dict, *, where: str) -> Stack:
     """A Stack from a preset's table (`host_us_per_kernel`, `decode_host_us_per_kernel` in microseconds, `[source]`
     per key)."""
     check_keys(d, where=where, required=("name", "framework"), optional=tuple(_KEYS | {"source"}))
-    for key in ("name", "framework"):
-        if not isinstance(d[key], str) or not d[key].strip():
-            raise InputError(f"{key} in {where} must be a non-empty text, got {d[key]!r}")
+    check_text(d["name"], f"name in {where}")  # (framework: Stack's own check, named with the file below)
     src = d.get("source", {})
     if not isinstance(src, dict):
         raise InputError(f"[source] in {where} must be a table of key = \"source\" lines")

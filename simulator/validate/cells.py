@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import InputError
+from ..errors import InputError, check_positive
 
 
 def _blank(v) -> bool:
@@ -25,9 +25,7 @@ def _int(v, what: str) -> int:
         raise InputError(f"{what} is not a number: {v!r}") from None
     if not f.is_integer():
         raise InputError(f"{what} is not an integer: {v!r}")
-    if f < 1:  # (every integer column is a count or a size: a sequence of -2048 tokens is a typing slip)
-        raise InputError(f"{what} must be >= 1, got {v!r}")
-    return int(f)
+    return check_positive(what, int(f), integer=True)  # (every integer column is a count or a size)
 
 
 def _text(v) -> str:
