@@ -181,9 +181,9 @@ def not_modelled(model: ModelSpec, training: Training, layout) -> list[str]:
 
 
 def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
-    """{role: {table, source}} of the efficiency tables this estimate read: GEMMs, attention forward and
-    backward (the stack's kernel at the model's QK head dim: `table` says which tables and how they were
-    combined, `source` is the head-dim table's; without FlashAttention the `attention_unfused` tables,
+    """{role: {table, source}} of the efficiency tables this estimate read: GEMMs (the FP8 table under fp8
+    training: cost/compute.py gemm_table), attention forward and backward (the stack's kernel at the model's
+    QK head dim: `table` says which tables and how they were combined, `source` is the head-dim table's; without FlashAttention the `attention_unfused` tables,
     cost/attention.py unfused_core_times, or the GEMM table where the profile has none), memory-bound
     kernels, and those of the other kernel classes the layer's op list uses (strided or broadcast operands, row
     reductions: memory_ops.kernel_table) where the profile has their tables, the optimizer step."""
@@ -199,7 +199,10 @@ def efficiency_sources(model: ModelSpec, training: Training, hardware) -> dict:
     from .cost.memory_ops import KERNEL_TABLES, memory_ops
 
     used = {o.table for o in memory_ops(model, training)} | {"memory"}  # the layer's kernel classes (memory_ops.py)
-    roles = {"gemm": "gemm", "attention": None, "attention_bwd": None,
+    from .cost.compute import gemm_table
+
+    gemm = gemm_table(training, hardware, training.precision == "fp8")
+    roles = {"gemm": gemm, "attention": None, "attention_bwd": None,
              **{t: t for t in KERNEL_TABLES if t in used}, "optimizer": opt}
     out = {role: {"table": t, "source": hardware.efficiency[t].source} for role, t in roles.items()
            if t and hardware.has_efficiency(t)}

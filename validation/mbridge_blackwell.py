@@ -204,7 +204,11 @@ def paragraph(results, pct) -> str:
         "them. "
         f"Median error by model: {by_model}. The Blackwell presets' GEMM tables are OpenXLA's sm_100 kernels "
         "times the sustained-to-burst factor measured on a GB200 held at its power limit (Azure's cuBLASLt runs "
-        "after 10,000 warm-up iterations; the same harness reads the lent H100's back-to-back table within 7 %), "
+        "after 10,000 warm-up iterations; the same harness reads the lent H100's back-to-back table within 7 %; "
+        "Transformer Engine's published B300 kernel times of one Llama-like layer's twelve GEMMs lie between the "
+        "b300 preset's burst and power-limited tables, 0.85-0.92 and 1.02-1.10 of them, validation/mxfp8_gemm.py), "
+        "an MXFP8 GEMM that table times the block-scaled kernels' rate measured there (0.951 of per-tensor FP8 "
+        f"kernels, the stack's fp8_recipe mxfp8: {_mxfp8_pairs(d)}), "
         "their cuDNN attention tables (the megatron stack's kernel, Transformer Engine's fused attention) NVIDIA's "
         "published cuDNN SDPA training benchmarks on the same GPU die, of the newest release up to the one the row's "
         "container ran (Megatron-Bridge's versions page: NeMo 25.09 cuDNN 9.11.0, 25.11 9.13.1, 26.02 9.18.0, 26.04 "
@@ -223,6 +227,18 @@ def paragraph(results, pct) -> str:
         "add the under-prediction their H100 rows "
         "show (Qwen3-30B-A3B, DeepSeek-V3 and GPT-OSS -22 to -24 % in MBRIDGE_H100). "
         f"{_unfit_sentence(unfit)}")
+
+
+def _mxfp8_pairs(d) -> str:
+    """MXFP8 step over FP8-CS step of the rows that differ only in the recipe, measured and predicted."""
+    step = d.set_index("run_id")
+    pairs = [(cs, cs.replace("fp8-cs", "mxfp8")) for cs in step.index if cs.endswith("fp8-cs")]
+    got = [(mx.replace("mbridge_", "").replace("_mxfp8", ""),
+            step.measured_step_s[mx] / step.measured_step_s[cs], step.predicted_step_s[mx] / step.predicted_step_s[cs])
+           for cs, mx in pairs if mx in step.index]
+    return ("MXFP8 over FP8-CS step, measured / predicted: "
+            + ", ".join(f"{name} {m:.3f} / {p:.3f}" for name, m, p in got)
+            + "; 0.979-0.990 predicted with the per-tensor table")
 
 
 def _unfit_sentence(unfit) -> str:

@@ -54,7 +54,7 @@ from .launch import launch_bound, layer_host_s, padding_sync_s
 from .memory_ops import _memory_time
 from .stage_ops import stage_op_groups
 
-__all__ = ["OpTime", "BASIS", "BASIS_KEYS", "gemm_dtype", "mfu_peak_flops", "layer_op_times",
+__all__ = ["OpTime", "BASIS", "BASIS_KEYS", "gemm_dtype", "gemm_table", "mfu_peak_flops", "layer_op_times",
            "layer_basis_times_by_mode"]
 
 
@@ -62,6 +62,18 @@ __all__ = ["OpTime", "BASIS", "BASIS_KEYS", "gemm_dtype", "mfu_peak_flops", "lay
 def gemm_dtype(training: Training) -> str:
     """Dtype whose dense peak the transformer-layer GEMMs run at: the training precision (fp8 → fp8)."""
     return training.precision
+
+
+def gemm_table(training: Training, hardware, fp8: bool) -> str:
+    """The efficiency table a weight GEMM reads: bf16/fp16 GEMMs `gemm`; FP8 GEMMs `gemm_fp8` (per-tensor
+    scaled kernels), and with the stack's fp8_recipe "mxfp8" `gemm_mxfp8` (the block-scaled kernels, which
+    read a 1-byte scale per 32 elements of each operand inside the kernel and run slower than per-tensor
+    FP8 on Blackwell: validation/mxfp8_gemm.py), each falling back to the one before where the profile lacks it."""
+    if not fp8:
+        return "gemm"
+    if training.stack.fp8_recipe == "mxfp8" and hardware.has_efficiency("gemm_mxfp8"):
+        return "gemm_mxfp8"
+    return "gemm_fp8" if hardware.has_efficiency("gemm_fp8") else "gemm"
 
 
 def _peak(hardware, dtype: str) -> float:
@@ -132,8 +144,8 @@ def _gemm_times(ops, training: Training, hardware, roofline: bool) -> np.ndarray
     Bytes per call: forward and dgrad read two operands and write one, e_in·(m·k + k·n) + e_out·m·n;
     wgrad reads the two activations and accumulates into the gradient buffer (read + write at
     grad_bytes, Megatron gradient-accumulation fusion): e_in·(m·k + m·n) + 2·g·k·n.
-    FP8 (precision fp8 and op.fp8): FP8 peak, 1-byte operands, η from `[efficiency.gemm_fp8]` when the
-    profile has that table, else `[efficiency.gemm]` (as a fraction of the FP8 peak).
+    FP8 (precision fp8 and op.fp8): FP8 peak, 1-byte operands, η from the table `gemm_table` names
+    (`gemm_fp8`, `gemm_mxfp8` for the mxfp8 recipe, else `gemm` as a fraction of the FP8 peak).
     """
     m, n, k, calls, fl = (_stack([getattr(o, a) for o in ops]) for a in ("m", "n", "k", "calls", "forward_flops"))
     pad = (len(ops),) + (1,) * (m.ndim - 1)
@@ -141,8 +153,8 @@ def _gemm_times(ops, training: Training, hardware, roofline: bool) -> np.ndarray
     peak = np.where(fp8, _peak(hardware, "fp8") if fp8.any() else 0.0, _peak(hardware, training.math_dtype))
     x = np.maximum(fl / calls, 1.0)
     eff = hardware.interp_efficiency("gemm", x)
-    if fp8.any() and hardware.has_efficiency("gemm_fp8"):
-        eff = np.where(fp8, hardware.interp_efficiency("gemm_fp8", x), eff)
+    if fp8.any() and gemm_table(training, hardware, True) != "gemm":
+        eff = np.where(fp8, hardware.interp_efficiency(gemm_table(training, hardware, True), x), eff)
     e = float(training.activation_bytes)
     e_in = np.where(fp8, 1.0, e)
     t_math = fl / (peak * eff)

@@ -42,7 +42,7 @@ from ..memory.kv_cache import kv_cache_bytes
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from . import flops as F
-from .compute import _peak
+from .compute import _peak, gemm_table
 from .memory_ops import _memory_time, memory_ops
 
 __all__ = ["DecodeCost", "experts_touched_fraction", "decode_attention_flops", "decode_attention", "compute_efficiency",
@@ -138,7 +138,7 @@ def _gemm_cost(ops, training: Training, hardware, *, touched) -> DecodeCost:
         share = touched if op.name.startswith("expert_") else 1.0
         wb = share * op.calls * op.k * op.n * w
         ab = e * op.calls * op.m * (op.k + op.n)
-        table = "gemm_fp8" if fp8 and hardware.has_efficiency("gemm_fp8") else "gemm"
+        table = gemm_table(training, hardware, fp8)
         t, t_mem, t_math = roofline_s(wb + ab, op.forward_flops, hardware,
                                       efficiency=compute_efficiency(hardware, table),
                                       peak_flops_per_s=_peak(hardware, "fp8" if fp8 else base))

@@ -15,6 +15,7 @@ beyond its ends. Names used by the cost model:
 |-----------------|--------------------------------|---------------------------------------------------|
 | gemm            | FLOPs of one GEMM              | achieved / dense peak                              |
 | gemm_fp8        | FLOPs of one FP8 GEMM          | achieved / FP8 dense peak (optional)               |
+| gemm_mxfp8      | FLOPs of one MXFP8 GEMM        | the same, block-scaled kernels (optional: gemm_fp8)|
 | attention       | sequence length (tokens)       | FlashAttention forward achieved / dense peak       |
 | attention_bwd   | sequence length (tokens)       | FlashAttention backward achieved / dense peak      |
 | memory          | bytes moved by one kernel      | achieved / HBM peak bandwidth                      |
@@ -60,8 +61,9 @@ REQUIRED_EFFICIENCY = ("gemm", "attention", "memory", "nvlink_ring", "network")
 # `attention_bwd_<kernel>` (spec/stack.py names the kernels; a kernel name does not start with `bw`, so
 # `attention_bw` is the typo it looks like), each also per head dim as `<table>_hd<d>` (cost/attention.py).
 # Any other name is a typo and is refused.
-EFFICIENCY_TABLES = ("gemm", "gemm_fp8", "attention", "attention_bwd", "memory", "memory_strided", "memory_reduction",
-                     "memory_indexed", "memory_decode_attention", "optimizer", "nvlink_ring", "nvls", "nvlink_p2p", "network")
+EFFICIENCY_TABLES = ("gemm", "gemm_fp8", "gemm_mxfp8", "attention", "attention_bwd", "memory", "memory_strided",
+                     "memory_reduction", "memory_indexed", "memory_decode_attention", "optimizer", "nvlink_ring", "nvls",
+                     "nvlink_p2p", "network")
 _EFFICIENCY_PATTERN = (r"nccl_[a-z0-9]+(_[a-z0-9]+)*_(intra|inter)"
                        r"|attention(_bwd)?_hd[0-9]+|attention_(?!bw)[a-z0-9][a-z0-9-]*(_hd[0-9]+)?"
                        r"|attention_bwd_[a-z0-9][a-z0-9-]*(_hd[0-9]+)?")
