@@ -89,8 +89,8 @@ def rows(gpu: str | None = None, version: int | None = None, *, window: bool = F
             continue
         if (gpu and r["gpu"] != gpu) or (version and int(r["cudnn_version"]) != version):
             continue
-        out.append({k: (r[k] if k in ("gpu", "backend", "commit", "date", "path") else float(r[k])) for k in r
-                    if k != "causal"})
+        text = ("gpu", "backend", "commit", "date", "path", "deterministic")
+        out.append({k: (r[k] if k in text else float(r[k])) for k in r if k != "causal"})
     return out
 
 

@@ -257,14 +257,14 @@ def _assumed(preset: str, name: str) -> str:
     return f"assumed: as {other} [efficiency.{name}] ({why}): "
 
 
-_CUDNN = re.compile(r"\[efficiency\.attention(?:_bwd)?_cudnn(?:_hd\d+)?\]\n(?:[^\[\n][^\n]*\n)*\n?")
 _GENERIC_BWD = re.compile(r"\[efficiency\.attention_bwd\]\n(?:[^\[\n][^\n]*\n)*\n?")
 
 
 def preset_text(text: str, preset: str) -> str:
     """A preset's TOML with its cuDNN attention sections replaced by `sections(preset)`, placed after the generic
     `[efficiency.attention_bwd]` section (where dgx-h100 has them)."""
-    text = _CUDNN.sub("", text)
+    for name in tables():  # its own sections only (mla_attention_tables.py writes the `_hd192` ones)
+        text = re.sub(rf"\[efficiency\.{re.escape(name)}\]\n(?:[^\[\n][^\n]*\n)*\n?", "", text, count=1)
     m = _GENERIC_BWD.search(text)
     return text[:m.end()] + sections(preset) + "\n" + text[m.end():]
 
