@@ -104,6 +104,32 @@ def comparison_lines() -> list[str]:
     return out
 
 
+def quantize_lines(preset: str = "b300", gpu: str = MEASURED_ON) -> list[str]:
+    """Markdown: the quantization the tutorial's autocast mode adds (autocast less pre-quantized time, per pass)
+    against the memory-bound time parasim gives its bytes on `preset` (cost/memory_ops.py `_memory_time`, one kernel
+    per tensor). Read of the benchmark (te.Linear forward under te.autocast, bf16 input without grad, weight with
+    grad, no is_first_microbatch): every call quantizes its input row- and column-wise (the wgrad copy is saved:
+    e + 2 bytes per element, 2/32 more for MXFP8 scales) and its weight row-wise (e + 1, 1/32 more); current
+    scaling reads each tensor once more for its amax (+ e) -- memory_ops.fp8_cast_op's counts for the input."""
+    sys.path.insert(0, str(ROOT.parent))
+    import numpy as np
+    from simulator.cost.memory_ops import _memory_time
+    from simulator.spec.hardware import load_hardware
+
+    hw, e = load_hardware(preset), 2.0
+    out = ["| recipe | pass | measured ms (autocast - pre-quantized) | predicted ms | predicted / measured |",
+           "|---|---|---|---|---|"]
+    for recipe in ("FP8Current", "MXFP8"):
+        scale, amax = (1 / 32, 0.0) if recipe == "MXFP8" else (0.0, e)
+        auto, pre = pass_ms(gpu, "autocast", recipe), pass_ms(gpu, "prequantized", recipe)
+        for p, shapes in layer_gemms().items():
+            t = sum(float(_memory_time(np.array([m * k * (e + 2 + 2 * scale + amax)]), 1.0, hw)[0])
+                    + float(_memory_time(np.array([k * n * (e + 1 + scale + amax)]), 1.0, hw)[0]) for m, k, n in shapes)
+            ms = auto[p] - pre[p]
+            out.append(f"| {recipe} | {p} | {ms:.3f} | {1e3 * t:.3f} | {1e3 * t / ms:.2f} |")
+    return out
+
+
 def source() -> str:
     fp8, mx = (sum(pass_ms(MEASURED_ON, "prequantized", p).values()) for p in ("FP8Current", "MXFP8"))
     return ("derived from measured kernels, published: this preset's [efficiency.gemm_fp8] (per-tensor FP8 kernels) "
@@ -161,7 +187,7 @@ def main(argv=None) -> int:
         for p in PRESETS:
             print(("wrote " if write(p) else "unchanged ") + f"{p} [efficiency.gemm_mxfp8]")
         return 0
-    print("\n".join(comparison_lines()))
+    print("\n".join(comparison_lines() + [""] + quantize_lines()))
     for preset in PRESETS:
         print(f"\n# {preset}\n" + section(preset))
     return 0
