@@ -153,8 +153,9 @@ def _gemm_times(ops, training: Training, hardware, roofline: bool) -> np.ndarray
     peak = np.where(fp8, _peak(hardware, "fp8") if fp8.any() else 0.0, _peak(hardware, training.math_dtype))
     x = np.maximum(fl / calls, 1.0)
     eff = hardware.interp_efficiency("gemm", x)
-    if fp8.any() and gemm_table(training, hardware, True) != "gemm":
-        eff = np.where(fp8, hardware.interp_efficiency(gemm_table(training, hardware, True), x), eff)
+    table = gemm_table(training, hardware, bool(fp8.any()))
+    if table != "gemm":
+        eff = np.where(fp8, hardware.interp_efficiency(table, x), eff)
     e = float(training.activation_bytes)
     e_in = np.where(fp8, 1.0, e)
     t_math = fl / (peak * eff)
