@@ -90,7 +90,8 @@ def test_the_gh100_presets_hold_the_measured_cudnn_tables_the_script_prints():
     want = tables()
     for preset in GH100_SXM:
         hw = load_hardware(preset)
-        assert set(want) == {n for n in hw.efficiency if re.fullmatch(r"attention(_bwd)?_cudnn(_hd\d+)?", n)}
+        held = {n for n in hw.efficiency if re.fullmatch(r"attention(_bwd)?_cudnn(_hd\d+)?", n)}
+        assert set(want) == held - {"attention_cudnn_hd192", "attention_bwd_cudnn_hd192"}  # mla_attention_tables.py
         for name, vals in want.items():
             x, e = hw.efficiency_curve(name)
             assert list(x) == list(vals) and list(e) == pytest.approx(list(vals.values()), abs=5e-5), name
