@@ -173,7 +173,7 @@ def scenario_options(fn):
     @click.option("--flash-attention/--no-flash-attention", "flash_attention", default=None,
                   help="FlashAttention (no a·s² tensors stored)")
     @click.option("--offload-optimizer/--no-offload-optimizer", "offload_optimizer", default=None,
-                  help="ZeRO-Offload: optimizer states in host memory")
+                  help="ZeRO-Offload: optimizer states in host memory (needs --zero 1, 2 or 3)")
     @stack_switches
     @click.option("--allow-unsupported", "allow_unsupported", is_flag=True, default=False,
                   help="evaluate a layout the stack's framework cannot run (default: exit 2 naming the rule; "
@@ -188,7 +188,10 @@ def scenario_options(fn):
     return wrapper
 
 
-SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + ["sequence_parallel", "flash_attention", "offload_optimizer"]
+# the on/off flags of scenario_options: (flag, destination keyword)
+SWITCH_FLAGS = (("--sequence-parallel", "sequence_parallel"), ("--flash-attention", "flash_attention"),
+                ("--offload-optimizer", "offload_optimizer"))
+SCENARIO_KEYS = [dest for _, dest, _, _ in _FLAGS] + [dest for _, dest in SWITCH_FLAGS]
 SCENARIO_KEYS += [dest for _, dest, _ in STACK_SWITCHES]
 SCENARIO_KEYS += [dest for dest, _ in PIPELINE_SPLIT_FLAGS]
 
@@ -203,8 +206,12 @@ def scenario_from_options(kwargs: dict, *, require_layout: bool = True):
     if over.get("layers_per_stage") is not None:
         over["layers_per_stage"] = tuple(comma_ints("--layers-per-stage", over["layers_per_stage"],
                                                        example="7,8,8,7"))
-    with flag_names(given_flags(_FLAGS, over)):
+    with flag_names(given_flags(_FLAGS + list(SWITCH_FLAGS), over)):
         sc = load_scenario(path, require_layout=require_layout, **over)
+    if sc.sweep:  # the file's [sweep] table, checked as `sweep` checks it (its keys are no flags here)
+        from ..sweep.space import SweepSpace
+
+        SweepSpace.from_table(sc.sweep, where=f"[sweep] of {path}")
     ctx = click.get_current_context(silent=True)
     if not allow and sc.layout is not None and not (ctx is not None and ctx.params.get("inference")):
         check_supported(sc)

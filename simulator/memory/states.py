@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.training import Training
 from ..spec.placement import StagePlacement, params_per_rank, stage_param_split  # noqa: F401 (re-exported)
 from ..spec.rules import shard_degrees
+from ..spec.validate import offload_problem
 from ..units import DTYPE_BYTES
 
 
@@ -86,9 +88,10 @@ def model_state_bytes(model: ModelSpec, training: Training, placement: StagePlac
     if inference:
         return {"params": P * (dense + expert), "grads": zeros, "optimizer": zeros, "host": zeros,
                 "gather": zeros, "optimizer_step": zeros, "grad_buckets": zeros, "params_count": dense + expert}
-    if training.offload_params and np.any(np.asarray(zero) != 3):
-        from ..errors import InputError
-        raise InputError(f"offload_params needs zero = 3, got zero({np.asarray(zero).ravel()[0]})")
+    if training.offload_params or training.offload_optimizer:  # (a sweep's stages: spec.validate.zero_stages)
+        problem = next(filter(None, (offload_problem(training, int(z)) for z in np.unique(zero))), "")
+        if problem:
+            raise InputError(problem)
     d, d_e = shard_degrees(dp=dp, cp=cp, ep=ep, shard_group_size=shard_group_size, tp=tp, etp=etp)
     kw = dict(zero=zero, param_bytes=P, grad_bytes=G, optimizer_bytes=K,
               offload_optimizer=training.offload_optimizer, offload_params=training.offload_params)

@@ -73,6 +73,16 @@ def check_count(name: str, value, *, label: str | None = None) -> int:
     return n
 
 
+def check_written_integer(value, what: str) -> None:
+    """InputError naming `what` and the value as written unless a number read from a file for an integer key is
+    written as an integer, or a list of them (8, not 8.0: TOML reads 8.0 as a float; a count, a degree or a stage is
+    written as an integer, as a hardware profile's counts are). Only the form: the ranges are the readers' checks."""
+    items = value if isinstance(value, list) else [value]
+    if any(isinstance(v, float) for v in items):
+        what_is = "a list of integers" if isinstance(value, list) else "an integer"
+        raise InputError(f"{what} must be {what_is}, written without a decimal point, got {value!r}")
+
+
 def check_choice(name: str, value, allowed) -> None:
     """InputError (`choice_error`) unless `value` is one of `allowed`."""
     if isinstance(value, bool) or value not in allowed:

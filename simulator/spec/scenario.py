@@ -18,7 +18,7 @@ from .layout import Layout
 from .load import load_model
 from .model import ModelSpec
 from .presets import check_keys, read_toml, resolve
-from .rules import check_count, check_text
+from .rules import check_count, check_text, check_written_integer
 from .run import run_table
 from .stack import US_KEYS, Stack, load_stack, seconds_from_us
 from .training import Training
@@ -33,6 +33,9 @@ STACK_FLAG_KEYS = ("compiled", "tp_comm_overlap", "moe_shared_expert_overlap", "
                    "fsdp_reduce_dtype", "dp_bucket_mb", "grad_buffer", "grad_accumulation", "recompute_modules",
                    "moe_dispatcher", "cuda_graphs")
 LAYOUT_KEYS = tuple(f.name for f in fields(Layout) if f.name != "num_gpus")
+# the keys whose values are integers (a Layout or Training field typed int; layers_per_stage a list of them): a file
+# writes them as integers, 8 and not 8.0 (`rules.check_written_integer`), as a hardware profile writes its counts
+INTEGER_KEYS = tuple(f.name for f in fields(Layout) + fields(Training) if f.type.startswith(("int", "tuple[int")))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +123,8 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
     require_layout = overrides.pop("require_layout", True)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     doc, base, where = _read_scenario_file(path)
+    written = {sec: {k: v for k, v in doc.get(sec, {}).items() if k in INTEGER_KEYS and k not in overrides}
+               for sec in ("hardware", "training", "layout")}  # the file's integer keys (a flag's value wins)
     for key in ("name", "description"):
         if key in doc:
             check_text(doc[key], f"{key} in {where}", empty=key == "description")
@@ -131,7 +136,9 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
     training = _scenario_training(tr, where, model, stack, file_keys=file_keys)
     sweep = dict(doc.get("sweep", {}))
     run = run_table(doc["run"], where) if "run" in doc else {}
-    layout = _scenario_layout(doc, lay, num_gpus, model, training, where, require_layout)
+    layout = _scenario_layout(doc, lay, num_gpus, model, training, where, require_layout, file_keys=file_keys)
+    for section, table in written.items():  # (after the checks of their values, which name their ranges)
+        _integers_as_written(table, section, where)
     return Scenario(name=str(doc.get("name", Path(str(path)).stem if path else model.name)), model=model,
                     hardware=hardware, training=training, layout=layout, num_gpus=int(num_gpus),
                     micro_batch_size=int(lay.get("micro_batch_size", 1)), sweep=sweep, run=run)
@@ -206,6 +213,16 @@ def _training_and_layout_tables(doc: dict, where: str, overrides: dict) -> tuple
     return tr, lay
 
 
+def _integers_as_written(table: dict, section: str, where: str) -> None:
+    """InputError naming the key, its value and the file for a key of `table` (the file's [section]) whose value is
+    not written as an integer (`rules.check_written_integer`)."""
+    for key, value in table.items():
+        try:
+            check_written_integer(value, key)
+        except InputError as exc:
+            raise _naming_file(exc, [key], section, where) from None
+
+
 def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
     """The software stack: `--stack NAME` (taken out of `overrides`), else [stack] preset = "NAME" (default
     DEFAULT_STACK), with the [stack] table's other keys and `--compile` (overrides' `compiled`) on top."""
@@ -261,8 +278,9 @@ def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack, fil
 
 
 def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training: Training, where: str,
-                     require_layout: bool) -> Layout | None:
-    """The validated Layout, or None when the scenario gives no layout fields and none is required."""
+                     require_layout: bool, file_keys=()) -> Layout | None:
+    """The validated Layout, or None when the scenario gives no layout fields and none is required. A rule broken by a
+    value of the file's [training] table (`file_keys`: offload_optimizer with zero 0) names the file."""
     has_layout = bool(doc.get("layout")) or any(k in lay for k in ("tp", "pp", "dp", "cp", "ep"))
     if not (has_layout or require_layout):
         return None
@@ -279,7 +297,10 @@ def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training:
     except InputError as exc:  # a value the checks refused that came from the file's [layout]: name the file
         raise _naming_file(exc, doc.get("layout") or {}, "layout", where) from None
     layout = _accounted_split(model, layout)
-    validate(model, training, layout)
+    try:
+        validate(model, training, layout)
+    except InputError as exc:
+        raise _naming_file(exc, file_keys, "training", where) from None
     return layout
 
 

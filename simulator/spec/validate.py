@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..schedules import family
 from .layout import Layout, expert_tp_needs_sp
 from .model import ModelSpec
-from .rules import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE
+from .rules import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE, ZERO_STAGES
 from .training import Training
 
 
@@ -196,6 +196,30 @@ def recompute_modules_problem(model: ModelSpec, training: Training) -> str:
     return ""
 
 
+def offload_problem(training: Training, zero: int) -> str:
+    """Why `training`'s offloads cannot run at ZeRO stage `zero` ('' when they can): ZeRO-Offload moves the
+    data-parallel shard of the optimizer states and fp32 gradients to the host (Ren et al. 2021, §4.1; docs/memory.md),
+    so it needs a sharded optimizer, zero >= 1 (DeepSpeed's offload_optimizer runs with ZeRO stages 1-3; Megatron-LM's
+    --optimizer-cpu-offload with --use-distributed-optimizer; FSDP's CPU offload with FSDP); parameter offload
+    (ZeRO-Infinity) moves the parameters' shard, which only ZeRO-3 has. The one rule for scenarios (`validate`), the
+    memory model (memory/states.py) and the sweep's stages (`zero_stages`)."""
+    if training.offload_params and zero != 3:
+        return f"offload_params needs zero = 3, got zero({zero})"
+    if training.offload_optimizer and zero == 0:
+        return (f"offload_optimizer needs zero >= 1 (ZeRO-Offload moves the optimizer's shard to the host: DeepSpeed "
+                f"stages 1-3, Megatron-LM's distributed optimizer), got zero({zero})")
+    return ""
+
+
+def zero_stages(training: Training, asked=None) -> tuple[int, ...]:
+    """The ZeRO stages a sweep tries: every stage `training`'s offloads run with (asked=None), or the stages asked
+    for, InputError (`offload_problem`) if one of them cannot run."""
+    problems = [(z, offload_problem(training, z)) for z in (ZERO_STAGES if asked is None else asked)]
+    if asked is not None and any(p for _, p in problems):
+        raise InputError(next(p for _, p in problems if p))
+    return tuple(z for z, p in problems if not p)
+
+
 def recompute_modes(model: ModelSpec, asked=None) -> tuple[str, ...]:
     """The recompute modes a sweep tries: every mode `model` can run (asked=None), or the modes asked for,
     InputError (`recompute_problem`) if one of them cannot run."""
@@ -221,6 +245,8 @@ def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
         raise InputError(expert_tp_problem(model, layout))
     if recompute_problem(model, layout.recompute):
         raise InputError(recompute_problem(model, layout.recompute))
+    if offload_problem(training, layout.zero):
+        raise InputError(offload_problem(training, layout.zero))
     msg = layout_violations(model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp,
                             ep=layout.ep, vpp=layout.vpp, micro_batch_size=layout.micro_batch_size,
                             sequence_parallel=layout.sequence_parallel, schedule=layout.schedule,

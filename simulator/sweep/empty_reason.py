@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..schedules import family
+from ..spec.validate import offload_problem, zero_stages
 from .enumerate import (_cp_values, _ep_values, _mb_values, _NoHardware, _numeric_candidates, _pick,
                         _pp_values, _schedule_choices, _tp_values, _uneven, _valid_masks, divisors,
                         enumerate_layouts, layer_split)
@@ -89,7 +90,7 @@ def _rule_reason(model, training, N: int, space: SweepSpace, hardware) -> str:
     out = []
     for sched in dict(choices):
         if any(valid[sched, sp].any() for sp in sps):  # the layout rules keep some rows: a sweep rule does not
-            why = _sweep_rule(model, sched, base, valid, sps, space, training.stack.runs.pipeline_split)
+            why = _sweep_rule(model, training, sched, base, valid, sps, space)
             out.append(f"{sched}: {why}")
             continue
         vpp = next(v for s, v in choices if s == sched)  # the rules fail at every vpp: the first one's reasons
@@ -106,8 +107,9 @@ def _rule_reason(model, training, N: int, space: SweepSpace, hardware) -> str:
     return "every candidate is ruled out: " + "; ".join(out[:4]) + ("; ..." if len(out) > 4 else "")
 
 
-def _sweep_rule(model, sched: str, base: dict, valid: dict, sps, space: SweepSpace, rule: str) -> str:
+def _sweep_rule(model, training, sched: str, base: dict, valid: dict, sps, space: SweepSpace) -> str:
     """The sweep's own rule (`_blocks`) that removes the rows the layout rules leave for `sched`."""
+    rule = training.stack.runs.pipeline_split
     tp, pp = base["tp"], base["pp"]
     keep = np.zeros(len(tp), dtype=bool)
     for sp in sps:
@@ -131,4 +133,10 @@ def _sweep_rule(model, sched: str, base: dict, valid: dict, sps, space: SweepSpa
         return f"needs pp > 1, pp is {_vals(pp[keep])}"
     if family(sched).even_pp and not (keep & (pp % 2 == 0)).any():
         return f"needs an even pp, pp is {_vals(pp[keep])}"
+    zeros, alone = zero_stages(training, None if space.zero == AUTO else space.zero), zero_stages(training)[0]
+    shards = base["dp"] * base["cp"]
+    if alone not in zeros and not (keep & (shards > 1)).any():
+        why = f": {offload_problem(training, 0)}" if alone else ""
+        return (f"zero {','.join(map(str, zeros))} needs dp × cp > 1, dp × cp is {_vals(shards[keep])}: with nothing "
+                f"to shard only zero {alone} runs{why}")
     return "no candidate left"

@@ -29,7 +29,7 @@ from ..frames import text_column
 from ..spec.layout import expert_grid_fits, expert_tp_needs_sp
 from ..spec.placement import default_split, megatron_split
 from ..errors import InputError
-from ..spec.validate import layout_valid_mask, recompute_modes, training_problem
+from ..spec.validate import layout_valid_mask, recompute_modes, training_problem, zero_stages
 from .space import AUTO, DEFAULT_SCHEDULES, SweepSpace
 
 # columns of a candidate table, in order (layout fields + derived num_microbatches)
@@ -177,7 +177,7 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     if hardware is None:
         hardware = _NoHardware(num_gpus)
     base = _numeric_candidates(model, training, hardware, num_gpus, space)
-    zeros = (0, 1, 2, 3) if space.zero == AUTO else space.zero
+    zeros = zero_stages(training, None if space.zero == AUTO else space.zero)  # (those the offloads run with)
     recs = recompute_modes(model, None if space.recompute == AUTO else space.recompute)
     sps = (False, True) if space.sequence_parallel == AUTO else space.sequence_parallel
     choices = _schedule_choices(model, space)
@@ -185,7 +185,7 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
         choices = [("1f1b", 1)] + choices  # pp = 1 rows (no pipeline) carry 1f1b; see _blocks
     split = layer_split(model, space, training.stack.runs.pipeline_split)
     valid, col = _valid_masks(model, training, base, choices, sps, space)
-    blocks = _blocks(base, choices, sps, valid, col, split, zeros, recs, space)
+    blocks = _blocks(base, choices, sps, valid, col, split, zeros, recs, space, alone=zero_stages(training)[0])
     if not blocks:
         return empty_candidates()
     return _candidate_frame(base, blocks, split, training)
@@ -244,11 +244,13 @@ def _valid_masks(model, training, base: dict, choices, sps, space: SweepSpace) -
     return valid, col
 
 
-def _blocks(base: dict, choices, sps, valid: dict, col: dict, split, zeros, recs, space: SweepSpace) -> list[tuple]:
+def _blocks(base: dict, choices, sps, valid: dict, col: dict, split, zeros, recs, space: SweepSpace, *,
+            alone: int = 0) -> list[tuple]:
     """(schedule, vpp, sp, zero, recompute, base rows) blocks in sweep order, each the base rows that
     combination keeps: the divisibility rules, then the sweep's own (sp needs tp > 1; pp = 1 rows carry
-    1f1b only unless the user asked for 1f1b; other schedules need pp > 1, some an even pp; ZeRO > 0
-    needs dp·cp > 1)."""
+    1f1b only unless the user asked for 1f1b; other schedules need pp > 1, some an even pp; a ZeRO stage other
+    than `alone`, the lowest the training's offloads run with (0 without offload), needs dp·cp > 1: with nothing
+    to shard every stage equals that one)."""
     tp, cp, pp, dp = base["tp"], base["cp"], base["pp"], base["dp"]
     pps = np.unique(pp)
     user_has_1f1b = space.schedule == AUTO or "1f1b" in space.schedule
@@ -275,7 +277,7 @@ def _blocks(base: dict, choices, sps, valid: dict, col: dict, split, zeros, recs
             shard = (dp[idx] * cp[idx]) > 1
             for r in recs:  # zero innermost: the kernel takes it as an array, so these blocks share a call
                 for z in zeros:
-                    zidx = idx if z == 0 else idx[shard]
+                    zidx = idx if z == alone else idx[shard]
                     if not len(zidx):
                         continue
                     blocks.append((sched, vpp, sp, z, r, zidx))

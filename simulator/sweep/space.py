@@ -13,7 +13,8 @@ It comes from a scenario's `[sweep]` table and/or CLI flags (unknown keys reject
 | etp               | tp; for MoE with ep > 1 also 1 (whole experts), where etp·ep divides tp·cp·dp    |
 | vpp               | interleaved only: every vpp >= 2 with num_layers % (pp·vpp) == 0             |
 | micro_batch_size  | divisors of global_batch_size in [min_micro_batch_size, max_micro_batch_size] (1..8) |
-| zero              | 0, 1, 2, 3 (zero > 0 only where dp·cp > 1: with nothing to shard it equals 0) |
+| zero              | 0, 1, 2, 3 less those the offloads cannot run with (spec.validate.zero_stages); a stage  |
+|                   | above the lowest only where dp·cp > 1 (with nothing to shard it equals the lowest) |
 | recompute         | none, selective, full                                                        |
 | sequence_parallel | false, true (true only with tp > 1: it is a no-op without TP)               |
 | schedule          | 1f1b, interleaved; pp = 1 rows always carry 1f1b (there is no pipeline)       |
@@ -114,7 +115,9 @@ class SweepSpace:
 
     @classmethod
     def from_table(cls, table: dict | None, *, where: str = "[sweep]") -> "SweepSpace":
-        """Build from a scenario's `[sweep]` table; unknown keys raise InputError naming the closest."""
+        """Build from a scenario's `[sweep]` table; unknown keys raise InputError naming the closest, a value the
+        checks refuse an InputError naming `where` (the one check of a [sweep] table: `sweep`, and every command
+        that reads a scenario, cli/common.py scenario_from_options)."""
         table = dict(table or {})
         known = [f.name for f in fields(cls)]
         for k in table:
@@ -124,7 +127,10 @@ class SweepSpace:
                 close = difflib.get_close_matches(k, known, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
                 raise InputError(f"unknown key {k!r} in {where}{hint}")
-        return cls(**table)
+        try:
+            return cls(**table)
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
 
     def replace(self, **changes) -> "SweepSpace":
         """A copy with some fields changed; None values are ignored (convenient for CLI flags)."""
