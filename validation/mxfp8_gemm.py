@@ -38,10 +38,10 @@ import sys
 from pathlib import Path
 
 import xla_gemm
+from h100_gemm_table import preset_cli, rewrite_presets
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "te_gemm_profiling.csv"
-PROFILES = ROOT.parent / "hardware_profiles"
 PRESETS = ("dgx-b200", "aws-p6-b200", "gb200-nvl72", "b300", "gb300-nvl72")  # Blackwell: block-scaled FP8
 MEASURED_ON = "B300"
 TOKENS, HIDDEN, MLP = 31 * 512, 4096, 16384
@@ -151,46 +151,31 @@ def section(preset: str) -> str:
             f'source = "{source()}"\n')
 
 
-def write(preset: str) -> bool:
-    """Replace (or put after [efficiency.gemm_fp8]) `preset`'s [efficiency.gemm_mxfp8]; True if the file changed."""
-    path = PROFILES / f"{preset}.toml"
-    text = path.read_text()
+def render(text: str, preset: str) -> str:
+    """The preset's TOML with its [efficiency.gemm_mxfp8] written (in place, else after [efficiency.gemm_fp8])."""
     own = xla_gemm._section_re("gemm_mxfp8").search(text)
     if own:
-        new = text[:own.start()] + section(preset) + text[own.end():]
-    else:
-        m = xla_gemm._section_re("gemm_fp8").search(text)
-        new = text[:m.end()] + "\n" + section(preset) + text[m.end():]
-    if new != text:
-        path.write_text(new)
-    return new != text
+        return text[:own.start()] + section(preset) + text[own.end():]
+    m = xla_gemm._section_re("gemm_fp8").search(text)
+    return text[:m.end()] + "\n" + section(preset) + text[m.end():]
+
+
+def write() -> list[str]:
+    return rewrite_presets(render, PRESETS, write=True)
 
 
 def check() -> list[str]:
-    bad = []
-    for preset in PRESETS:
-        m = xla_gemm._section_re("gemm_mxfp8").search((PROFILES / f"{preset}.toml").read_text())
-        if m is None or m.group(0) != section(preset):
-            bad.append(preset)
-    return bad
+    return rewrite_presets(render, PRESETS, write=False)
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--check" in argv:
-        bad = check()
-        if bad:
-            print("stale [efficiency.gemm_mxfp8] (run python validation/mxfp8_gemm.py --write): " + ", ".join(bad))
-            return 1
-        return 0
-    if "--write" in argv:
-        for p in PRESETS:
-            print(("wrote " if write(p) else "unchanged ") + f"{p} [efficiency.gemm_mxfp8]")
-        return 0
+def report(_argv) -> None:
     print("\n".join(comparison_lines() + [""] + quantize_lines()))
     for preset in PRESETS:
         print(f"\n# {preset}\n" + section(preset))
-    return 0
+
+
+def main(argv=None) -> int:
+    return preset_cli(argv, "[efficiency.gemm_mxfp8] sections", write, check, report)
 
 
 if __name__ == "__main__":
