@@ -44,6 +44,7 @@ def test_accuracy_doc_regenerates_identically():
     mk = _load("make_accuracy")
     text, groups = mk.build()
     assert (ROOT / "docs" / "accuracy.md").read_text() == text
+    assert (ROOT / "README.md").read_text() == mk.readme_text(text)  # its copy of the step-time table
     _check_validated_error("validation/make_accuracy.py", groups)
     # one group per (hardware, stack, source): LLMFOUNDRY ran FSDP on both A100 sizes
     assert {(g["hardware"], g["stack"]) for g in groups if g["source"] == "LLMFOUNDRY"} == \

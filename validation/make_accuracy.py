@@ -35,6 +35,8 @@ RUNS = (ROOT / "validation" / "published_runs.csv", ROOT / "validation" / "korth
         ROOT / "validation" / "mbridge_h100.csv",  # Megatron-Bridge's H100 tables (validation/mbridge_h100.py)
         ROOT / "validation" / "mbridge_blackwell.csv")  # their Blackwell tables (validation/mbridge_blackwell.py)
 DOC = ROOT / "docs" / "accuracy.md"
+README = ROOT / "README.md"  # its step-time summary table, between these markers
+README_BEGIN, README_END = "<!-- accuracy: begin", "<!-- accuracy: end -->"
 SCRIPT = "validation/make_accuracy.py"
 
 
@@ -484,9 +486,21 @@ def generate(runs=RUNS) -> str:
     return build(runs)[0]
 
 
-def write_or_check(argv, *, doc: Path, build, script: str) -> int:
+def readme_text(doc_text: str, readme: Path = README) -> str:
+    """The README with the doc's step-time table between its accuracy markers (one copy of the numbers)."""
+    lines = doc_text.splitlines()
+    first = lines.index("### Step time") + 2
+    table = lines[first:lines.index("", first)]
+    text = readme.read_text()
+    begin, end = text.index(README_BEGIN), text.index(README_END)
+    start = text.index("\n", begin) + 1
+    return text[:start] + "\n".join(table) + "\n" + text[end:]
+
+
+def write_or_check(argv, *, doc: Path, build, script: str, extra=()) -> int:
     """The generators' command line: write `doc` and the script's groups of the validated-error data file
-    (simulator/spec/validated.py) from build(), or with --check exit 1 if either differs."""
+    (simulator/spec/validated.py) from build(), and each (path, text from the doc's text) of `extra`, or with --check
+    exit 1 if one of them differs."""
     from simulator.validate import validated_error as ve
 
     data = ve.DATA
@@ -494,7 +508,7 @@ def write_or_check(argv, *, doc: Path, build, script: str) -> int:
     ap.add_argument("--check", action="store_true", help="compare with the committed files instead of writing them")
     a = ap.parse_args(argv)
     text, groups = build()
-    outputs = ((doc, text), (data, ve.merged_text(script, groups, data)))
+    outputs = ((doc, text), (data, ve.merged_text(script, groups, data)), *((p, fn(text)) for p, fn in extra))
     if a.check:
         stale = [str(p.relative_to(ROOT)) for p, t in outputs if not (p.exists() and p.read_text() == t)]
         print(f"{', '.join(stale)} differ: run python {script}" if stale else
@@ -508,7 +522,7 @@ def write_or_check(argv, *, doc: Path, build, script: str) -> int:
 
 
 def main(argv=None) -> int:
-    return write_or_check(argv, doc=DOC, build=build, script=SCRIPT)
+    return write_or_check(argv, doc=DOC, build=build, script=SCRIPT, extra=((README, readme_text),))
 
 
 if __name__ == "__main__":
