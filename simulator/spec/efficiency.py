@@ -20,6 +20,10 @@ def is_finite_number(v) -> bool:
 
 
 COMPUTE_TABLES = ("gemm", "attention")  # tables whose efficiency is a share of a dense peak FLOP/s: at most 1
+# The smallest efficiency a table may hold: 50x below the lowest any shipped profile or calibration holds (5e-4, a
+# 10 kB memory-bound kernel on a Blackwell preset), yet high enough that a time divided by it stays readable
+# (round-5 fuzzing: 1e-300 printed a 300-digit step time).
+EFFICIENCY_FLOOR = 1e-5
 
 
 def efficiency_ceiling(name: str) -> float:
@@ -32,7 +36,7 @@ def efficiency_ceiling(name: str) -> float:
 def curve_problem(x, efficiency, ceiling: float = 2.0) -> str:
     """What is wrong with an efficiency table's `x` and `efficiency` lists as written ('' if nothing): the
     one statement of its rules (equally long, non-empty; x finite, > 0, strictly increasing; efficiency in
-    (0, ceiling], `efficiency_ceiling`), naming the first bad element."""
+    [EFFICIENCY_FLOOR, ceiling], `efficiency_ceiling`), naming the first bad element."""
     for key, vals in (("x", x), ("efficiency", efficiency)):
         if not isinstance(vals, (list, tuple)):
             return f"{key} must be a list of numbers, got {vals!r}"
@@ -46,8 +50,8 @@ def curve_problem(x, efficiency, ceiling: float = 2.0) -> str:
         if i and v <= x[i - 1]:
             return f"x values must increase strictly, got x[{i}] = {v!r} after x[{i - 1}] = {x[i - 1]!r}"
     for i, v in enumerate(efficiency):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v <= ceiling:
-            return f"efficiency[{i}] must lie in (0, {ceiling:g}], got {v!r}"
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not EFFICIENCY_FLOOR <= v <= ceiling:
+            return f"efficiency[{i}] must lie in [{EFFICIENCY_FLOOR:g}, {ceiling:g}], got {v!r}"
     return ""
 
 
@@ -83,10 +87,12 @@ def curve_from_dict(d: dict, *, where: str, name: str = "") -> EfficiencyCurve:
     """The EfficiencyCurve of a profile's [efficiency.<name>] table `d`; InputError naming `where` for a missing or
     unknown key or a value `curve_problem` refuses (at most `efficiency_ceiling(name)`)."""
     from .presets import check_keys
+    from .rules import check_text
 
     check_keys(d, where=where, required=TABLE_KEYS)
     problem = curve_problem(d["x"], d["efficiency"], efficiency_ceiling(name))
     if problem:
         raise InputError(f"{where}: {problem}")
     return EfficiencyCurve(x=tuple(float(v) for v in d["x"]), efficiency=tuple(float(v) for v in d["efficiency"]),
-                           x_unit=str(d["x_unit"]), source=str(d["source"]))
+                           x_unit=check_text(d["x_unit"], f"{where} x_unit"),
+                           source=check_text(d["source"], f"{where} source"))

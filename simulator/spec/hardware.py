@@ -49,6 +49,7 @@ from .efficiency import EfficiencyCurve, curve_from_dict
 from .presets import check_keys, read_toml, resolve
 from .rules import HARDWARE_RANGES, NONNEGATIVE, POSITIVE, check_count, check_fraction, check_number, check_text
 from .run import GPU_RUN_KEYS, GPU_RUN_OPTIONAL, check_run_value, gpu_run_values
+from .stack_choices import ATTENTION_KERNELS
 
 __all__ = ["EfficiencyCurve", "HardwareProfile", "load_hardware", "hardware_from_dict",
            "efficiency_curve", "interp_efficiency", "DTYPES", "NVLINK_TOPOLOGIES"]
@@ -58,15 +59,14 @@ NVLINK_TOPOLOGIES = ("switch", "mesh")
 REQUIRED_EFFICIENCY = ("gemm", "attention", "memory", "nvlink_ring", "network")
 # Every efficiency table a profile may hold (the table above), besides those of `_EFFICIENCY_PATTERN`:
 # calibration's `nccl_<collective>_<intra|inter>` and a software stack's `attention_<kernel>` /
-# `attention_bwd_<kernel>` (spec/stack.py names the kernels; a kernel name does not start with `bw`, so
-# `attention_bw` is the typo it looks like), each also per head dim as `<table>_hd<d>` (cost/attention.py).
-# Any other name is a typo and is refused.
+# `attention_bwd_<kernel>` (a kernel spec/stack_choices.py names, cuDNN's also by release, `cudnn-9-13`), each also
+# per head dim (> 0) as `<table>_hd<d>` (cost/attention.py). Any other name is a typo and is refused.
 EFFICIENCY_TABLES = ("gemm", "gemm_fp8", "gemm_mxfp8", "attention", "attention_bwd", "memory", "memory_strided",
-                     "memory_reduction", "memory_indexed", "memory_decode_attention", "optimizer", "nvlink_ring", "nvls",
-                     "nvlink_p2p", "network")
+                     "memory_reduction", "memory_indexed", "memory_decode_attention", "optimizer", "nvlink_ring",
+                     "nvls", "nvlink_p2p", "network")
 _EFFICIENCY_PATTERN = (r"nccl_[a-z0-9]+(_[a-z0-9]+)*_(intra|inter)"
-                       r"|attention(_bwd)?_hd[0-9]+|attention_(?!bw)[a-z0-9][a-z0-9-]*(_hd[0-9]+)?"
-                       r"|attention_bwd_[a-z0-9][a-z0-9-]*(_hd[0-9]+)?")
+                       r"|attention(_bwd)?(_(%s)(-[0-9]+-[0-9]+)?)?(_hd[1-9][0-9]*)?"
+                       % "|".join(re.escape(k) for k in ATTENTION_KERNELS))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -381,7 +381,8 @@ def hardware_from_dict(d: dict, *, where: str) -> HardwareProfile:
     if "blas_workspace_source" in g:
         sources["blas_workspace"] = str(g["blas_workspace_source"])
     return HardwareProfile(
-        name=str(d["name"]), description=str(d.get("description", "")), gpu=str(g["model"]),
+        name=str(d["name"]), description=str(d.get("description", "")),
+        gpu=check_text(g["model"], f"{where} gpu.model"),
         **_values(sec, where), **host, **run,
         efficiency={k: curve_from_dict(_table(v, f"{where} [efficiency.{k}]"), where=f"{where} [efficiency.{k}]",
                                        name=k) for k, v in sec["efficiency"].items()},

@@ -138,12 +138,13 @@ POSITIVE, NONNEGATIVE = "a finite number > 0", "a finite number >= 0"
 # The range of each hardware-profile number as written (its TOML key: (lowest, highest)): far beyond any real GPU,
 # node or network both ways, yet close enough that a step time or a memory total formed from them stays a number
 # a person can read (issue 24's fuzzing: peak_tflops 1e-300 printed a 305-digit step time, blas_workspace_mib 1e300
-# a negative GiB). Checked by `check_number`'s `bounds`.
+# a negative GiB). Checked by `check_number`'s `bounds`. leaf_oversubscription is a ratio of a leaf's downlinks to
+# its uplinks: 1 is full bisection, and below 1 the spine would carry more than the NICs can send.
 HARDWARE_RANGES = {
     "hbm_gb": (0.1, 1e5), "hbm_usable_mib": (100.0, 1e8), "hbm_gb_per_s": (1.0, 1e6), "blas_workspace_mib": (0.0, 1e5),
     "peak_tflops": (1e-3, 1e6), "nvlink_gb_per_s": (0.1, 1e6), "nvlink_link_gb_per_s": (0.1, 1e6),
     "nvlink_latency_us": (0.0, 1e6), "nvls_latency_us": (0.0, 1e6), "nvls_min_bytes": (0.0, 1e15),
-    "nic_gbit_per_s": (0.1, 1e7), "ib_latency_us": (0.0, 1e6), "leaf_oversubscription": (1e-3, 1e3),
+    "nic_gbit_per_s": (0.1, 1e7), "ib_latency_us": (0.0, 1e6), "leaf_oversubscription": (1.0, 1e3),
     "pcie_gb_per_s": (0.01, 1e6), "host_mem_gb_per_s": (0.01, 1e6), "host_mem_gb": (0.1, 1e8)}
 
 

@@ -22,7 +22,7 @@ from .rules import check_count, check_text, check_written_integer
 from .run import run_table
 from .stack import US_KEYS, Stack, load_stack, seconds_from_us
 from .training import Training
-from .validate import training_problem, validate
+from .validate import precision_problem, training_problem, validate
 
 SECTIONS = ("model", "hardware", "training", "layout", "sweep", "stack", "run", "name", "description")
 TRAINING_KEYS = tuple(f.name for f in fields(Training) if f.name != "stack")  # the stack: [stack] / --stack
@@ -134,6 +134,9 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
     file_keys = tuple(k for k in doc.get("training", {}) if k not in overrides)  # (a flag's value wins)
     tr, lay = _training_and_layout_tables(doc, where, overrides)
     training = _scenario_training(tr, where, model, stack, file_keys=file_keys)
+    if problem := precision_problem(training, hardware):  # (the GPU's: a [training] or a [stack] value of the file)
+        exc = _naming_file(InputError(problem), file_keys, "training", where)
+        raise _naming_file(exc, tuple(doc.get("stack", {})), "stack", where)
     sweep = dict(doc.get("sweep", {}))
     run = run_table(doc["run"], where) if "run" in doc else {}
     layout = _scenario_layout(doc, lay, num_gpus, model, training, where, require_layout, file_keys=file_keys)

@@ -211,6 +211,23 @@ def offload_problem(training: Training, zero: int) -> str:
     return ""
 
 
+def precision_problem(training: Training, hardware) -> str:
+    """Why `hardware` cannot run `training`'s GEMM precision ('' when it can): FP8 training needs FP8 tensor cores,
+    a dense fp8 peak in the profile (Hopper, Blackwell, MI300X and later; not the A100); the mxfp8 recipe needs
+    block-scaled FP8 kernels, whose rate the profile holds as [efficiency.gemm_mxfp8] (the Blackwell presets:
+    validation/mxfp8_gemm.py; Hopper has no block-scaled FP8 instructions, Transformer Engine runs MXFP8 on
+    Blackwell only). The one check for every command that reads a scenario (spec/scenario.py load_scenario)."""
+    if training.precision != "fp8":
+        return ""
+    if "fp8" not in hardware.peak_flops_per_s:
+        return (f"precision 'fp8' needs FP8 tensor cores: hardware {hardware.name!r} has no fp8 peak "
+                f"(has: {', '.join(hardware.peak_flops_per_s)})")
+    if training.stack.fp8_recipe == "mxfp8" and not hardware.has_efficiency("gemm_mxfp8"):
+        return (f"fp8_recipe 'mxfp8' needs block-scaled FP8 kernels: hardware {hardware.name!r} has no "
+                "[efficiency.gemm_mxfp8] (the Blackwell presets have one; Hopper has no block-scaled FP8)")
+    return ""
+
+
 def zero_stages(training: Training, asked=None) -> tuple[int, ...]:
     """The ZeRO stages a sweep tries: every stage `training`'s offloads run with (asked=None), or the stages asked
     for, InputError (`offload_problem`) if one of them cannot run."""
