@@ -131,8 +131,9 @@ def test_a_sweep_with_recompute_layers_gives_the_estimates_rows():
     est = _est("full", 5)
     assert row["step_s"] == pytest.approx(est.step_s, rel=1e-9)
     assert row["peak_bytes"] == pytest.approx(est.memory.worst.peak_bytes, rel=1e-9)
-    with pytest.raises(InputError, match="recompute_layers must be an integer >= 0"):
-        SweepSpace(recompute_layers=-1)
+    for bad in (-1, 0):  # (0 is no count of layers: leave the key out for every layer)
+        with pytest.raises(InputError, match="recompute_layers must be > 0"):
+            SweepSpace(recompute_layers=bad)
 
 
 @pytest.mark.parametrize("value", ['"four"', "-3", "2.5"])

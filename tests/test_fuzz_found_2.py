@@ -82,7 +82,7 @@ def test_a_gemm_efficiency_above_the_peak_is_refused(tmp_path, capsys):
     p = tmp_path / "hw.toml"
     p.write_text("\n".join(lines) + "\n")
     one_line_error(["estimate", "--model", "llama3-8b", "--gpus", "8", "--seq", "4096", "--global-batch", "64",
-                    "--hardware", str(p)], capsys, "[efficiency.gemm]", "[1e-05, 1]", "2.0")
+                    "--hardware", str(p)], capsys, "[efficiency.gemm]", "[1e-09, 1]", "2.0")
 
 
 @pytest.mark.parametrize("flag,value,needle", [("--output-tokens", "0", "> 0"), ("--output-tokens", "-1", "> 0"),

@@ -46,6 +46,25 @@ def check_output(flag: str, path, suffixes: tuple[str, ...] = (), *, makes_folde
             break
     if not makes_folders and not p.parent.exists():
         raise InputError(f"{flag} {str(path)!r}: directory {str(p.parent)!r} does not exist")
+    if p.parent.exists():
+        _check_writable(flag, p)
+
+
+def _check_writable(flag: str, p) -> None:
+    """InputError naming `flag` and the path unless `p` can be opened for writing: an existing regular file is
+    opened to append (nothing written), a new one created and removed again (a read-only or a virtual folder such
+    as /proc refuses it; a FIFO or a device is never opened)."""
+    import os
+
+    if p.exists() and not p.is_file():
+        raise InputError(f"{flag} {str(p)!r} is not a regular file")
+    existed = p.exists()
+    try:
+        os.close(os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError as exc:
+        raise InputError(f"{flag} {str(p)!r}: cannot write there ({exc.strerror or type(exc).__name__})") from None
+    if not existed:
+        os.unlink(p)
 
 
 def _register():

@@ -196,10 +196,11 @@ SCENARIO_KEYS += [dest for _, dest, _ in STACK_SWITCHES]
 SCENARIO_KEYS += [dest for dest, _ in PIPELINE_SPLIT_FLAGS]
 
 
-def scenario_from_options(kwargs: dict, *, require_layout: bool = True):
+def scenario_from_options(kwargs: dict, *, require_layout: bool = True, batch_per_replica: int | None = None):
     """Pop the scenario argument and flags from a command's kwargs and load the Scenario (an error about
     a flag's value names the flag: `flag_names`). A training layout the stack's framework cannot run is an
-    InputError naming the rule (`check_supported`) unless --allow-unsupported."""
+    InputError naming the rule (`check_supported`) unless --allow-unsupported. `batch_per_replica` (estimate
+    --inference --batch) gives the global batch neither the file nor --global-batch gives (load_scenario)."""
     path = kwargs.pop("scenario", None)
     allow = kwargs.pop("allow_unsupported", True)
     over = {k: kwargs.pop(k) for k in SCENARIO_KEYS if k in kwargs}
@@ -207,7 +208,7 @@ def scenario_from_options(kwargs: dict, *, require_layout: bool = True):
         over["layers_per_stage"] = tuple(comma_ints("--layers-per-stage", over["layers_per_stage"],
                                                        example="7,8,8,7"))
     with flag_names(given_flags(_FLAGS + list(SWITCH_FLAGS), over)):
-        sc = load_scenario(path, require_layout=require_layout, **over)
+        sc = load_scenario(path, require_layout=require_layout, batch_per_replica=batch_per_replica, **over)
     if sc.sweep:  # the file's [sweep] table, checked as `sweep` checks it (its keys are no flags here)
         from ..sweep.space import SweepSpace
 

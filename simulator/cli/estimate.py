@@ -146,9 +146,9 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, gpu_speed_cv, grad_overla
     \b
     --inference: prefill and decode of one model replica (docs/inference.md): time to first token, time
     per output token, output tokens/s per GPU and the largest batch the KV cache allows. --batch is the
-    sequences one replica serves (default: --global-batch / dp), --micro-batch the sequences per prefill
-    pass; the prompt defaults to --seq. JSON: the training estimate as without it plus an "inference"
-    object; the table shows the inference breakdown only.
+    sequences one replica serves (default: --global-batch / dp; without --global-batch the training batch is
+    --batch x dp), --micro-batch the sequences per prefill pass; the prompt defaults to --seq. JSON: the
+    training estimate as without it plus an "inference" object; the table shows the inference breakdown only.
     """
     from ..estimate import EstimateOptions, estimate_scenario
     from ..run_plan import plan_for_estimate
@@ -157,7 +157,7 @@ def estimate(fmt, pipeline, tp_overlap, comm_slowdown, gpu_speed_cv, grad_overla
 
     run_flags = {k: kwargs.pop(k) for k in RUN_KEYS}
     check_step_outputs(trace, plot)
-    sc = scenario_from_options(kwargs)
+    sc = scenario_from_options(kwargs, batch_per_replica=batch if inference else None)
     if trace or plot:
         check_traceable(sc, pipeline, inference)
     spec = run_spec(sc.run, run_flags)

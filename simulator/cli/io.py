@@ -227,7 +227,7 @@ def layout_from_row(row, sc, space):
     split = str(row.get("layers_per_stage", "") or "")
     accounted = {k: bool(getattr(space, k, False)) for k in ("account_for_embedding_in_pipeline_split",
                                                              "account_for_loss_in_pipeline_split")}
-    blocks = int(getattr(space, "recompute_layers", 0)) if kw.get("recompute") == "full" else 0
+    blocks = int(getattr(space, "recompute_layers", None) or 0) if kw.get("recompute") == "full" else 0
     return Layout(num_gpus=sc.num_gpus, **kw, **accounted, recompute_layers=blocks,
                   layers_per_stage=tuple(int(x) for x in split.split(",")) if split else None)
 

@@ -61,6 +61,7 @@ def plan(gpu_counts, hardware_presets, objective, max_days, max_usd, executor, w
           --gpu-counts 64,128,256 --objective days
     """
     from ..plan import plan_runs
+    from ..spec.presets import resolve_named
 
     run_keys = {k: kwargs.pop(k) for k in list(kwargs) if k in ("tokens", "usd_per_gpu_hour", "checkpoint_interval_h",
                                                                  "mtbf_gpu_h", "restart_min",
@@ -68,6 +69,8 @@ def plan(gpu_counts, hardware_presets, objective, max_days, max_usd, executor, w
     counts = tuple(dict.fromkeys(comma_ints("--gpu-counts", gpu_counts, most=MAX_GPUS, example="64,128,256")))
     names = (comma_names("--hardware-presets", hardware_presets, example="dgx-h100,b300")
              if hardware_presets is not None else None)
+    for name in names or ():  # an unknown preset names the flag, before any sweep
+        resolve_named("hardware_profiles", name, "--hardware-presets")
     if kwargs.get("scenario") is None:  # flags alone need one of each; every candidate sets its own
         kwargs["num_gpus"] = counts[0] if kwargs.get("num_gpus") is None else kwargs["num_gpus"]
         kwargs["hardware"] = names[0] if kwargs.get("hardware") is None and names else kwargs.get("hardware")

@@ -69,10 +69,12 @@ def _options(fn):
 
 
 def chart_paths(plot: str) -> dict[str, Path]:
-    """`--plot FILE`: FILE gets the MFU heatmap; FILE's stem + -pareto / -memory the other charts."""
+    """`--plot FILE`: FILE gets the MFU heatmap; FILE's stem + -pareto / -memory the other charts. FILE is checked
+    as every output path is (`check_output`: suffix, folder, writable) before the sweep runs."""
+    from . import check_output
+
+    check_output("--plot", plot, (".png", ".svg"))
     p = Path(plot)
-    if p.suffix.lower() not in (".png", ".svg"):
-        raise InputError(f"--plot must end in .png or .svg, got {plot!r}")
     return {"mfu": p, "pareto": p.with_name(f"{p.stem}-pareto{p.suffix}"),
             "memory": p.with_name(f"{p.stem}-memory{p.suffix}")}
 
@@ -248,7 +250,7 @@ def sweep(scenario, top, out, plot, fmt, executor, workers, scheduler, chunk_siz
                     relations={dest: flag for flag, dest, _ in _INT_FLAGS}):
         space = space.replace(**changes)
     if plot:
-        chart_paths(plot)  # check the suffix before the work
+        chart_paths(plot)  # check the path before the work
     if out:
         from . import check_output
 

@@ -54,7 +54,7 @@ def json_fields(doc: dict, where: str) -> Fields:
             else:
                 items[".".join(path + [k])] = (".".join(path + [k]), v)
     walk(doc, [])
-    return Fields(items, where)
+    return Fields(items, where, typed=True)  # JSON: "256" or "yes" is text, not a number or a switch
 
 
 def read_ds_config(text: str, where: str) -> Fields:

@@ -4,7 +4,11 @@ Every importer (Megatron-LM / NeMo, torchtitan, DeepSpeed) flattens its input in
 (Megatron's argparse `dest`, torchtitan's `section.key`, DeepSpeed's `zero_optimization.stage`) mapped
 to the name the user wrote (`--tensor-model-parallel-size`, `[parallelism] tensor_parallel_degree`) and
 the raw value. The translators read keys through `int`, `float`, `text`, `flag`; a value that does not
-parse is an InputError naming the file and the key as written (one line, exit 2 in the CLI). What was
+parse is an InputError naming the file and the key as written (one line, exit 2 in the CLI): a command line's
+text as argparse's type=int / float reads it (`--num-layers 1e3` is no integer), a typed file's (TOML, JSON)
+number or switch written as text is a slip, and a TOML integer is written without a decimal point (JSON's 5e8
+passes: DeepSpeed's integer fields take it). A value a translator does not know for a key it reads is
+reported as not understood (`Report.unknown_value`), as an unread key is. What was
 never read is what the importer did not use: `Fields.unread` lists it, and `Report` sorts it into
 "ignored" (known to change neither memory nor step time) and "not understood", so nothing is silently
 dropped.
@@ -23,11 +27,13 @@ _FALSE = ("false", "0", "no", "off")
 class Fields:
     """Flat keys of one configuration file: key -> (name as written, raw value)."""
 
-    def __init__(self, items: dict[str, tuple[str, object]], where: str, *, typed: bool = False):
+    def __init__(self, items: dict[str, tuple[str, object]], where: str, *, typed: bool = False,
+                 whole_floats: bool = True):
         self.items = dict(items)
         self.where = where
         self.read: set[str] = set()
-        self.typed = typed  # a typed file (TOML): a number or switch written as text is a slip, not a value
+        self.typed = typed  # a typed file (TOML, JSON): a number or switch written as text is a slip, not a value
+        self.whole_floats = whole_floats  # an integer may be written as a whole float (JSON's 5e8; not TOML's 2.0)
 
     def has(self, key: str) -> bool:
         return key in self.items
@@ -62,14 +68,17 @@ class Fields:
         return v
 
     def int(self, key: str, default=None, *, least: int = 1):
-        """A whole number >= `least` (a string of digits or an integer-valued float such as 5e8 passes)."""
+        """A whole number >= `least`: an integer, a text of one as argparse's type=int reads it (not 1e3), or, where
+        `whole_floats`, an integer-valued float such as JSON's 5e8."""
         v = self._scalar(key, default)
         if v is None:
             return None
         if self.typed and isinstance(v, str):
             raise self.error(key, f"must be a whole number, got {v!r}")
+        if isinstance(v, float) and not self.whole_floats:
+            raise self.error(key, f"must be an integer, written without a decimal point, got {v!r}")
         try:
-            x = float(v) if isinstance(v, str) else v
+            x = int(v.strip()) if isinstance(v, str) else v
             ok = not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x == int(x)
         except (ValueError, OverflowError):
             ok = False
@@ -136,6 +145,11 @@ class Report:
 
     def cannot(self, text: str) -> None:
         self.not_modelled.append(text)
+
+    def unknown_value(self, f: Fields, key: str, value, known) -> None:
+        """A value parasim does not know for a key it reads (the framework's own choices are `known`): not
+        understood, and said so, as an unread key is."""
+        self.not_understood.append(f"{f.name(key)} {value!r}: not one of {', '.join(known)}")
 
     def leftovers(self, f: Fields, ignored) -> None:
         """Sort the keys `f` never read into ignored (`ignored(key)` true) and not understood."""

@@ -31,6 +31,7 @@ from .megatron_model import megatron_model
 
 SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 FP8_RECIPES = {"delayed": "delayed", "tensorwise": "current", "mxfp8": "mxfp8", "blockwise": "blockwise"}
+ATTENTION_BACKENDS = ("flash", "fused", "unfused", "local", "auto")  # Megatron-Core's AttnBackend
 CP_COMM = {"p2p": "ring", "a2a": "ulysses"}
 # arguments (dests, and prefixes ending in _ or .) that change neither memory nor step time
 IGNORED = (
@@ -342,6 +343,8 @@ def _stack(f: Fields, dp: int, training: dict, rep: Report) -> dict:
             rep.cannot(f"{f.name('fp8_recipe')} {recipe}: parasim models delayed, tensorwise (current), mxfp8 "
                        "and blockwise")
     backend, legacy_flash = f.text("attention_backend", "auto"), f.flag("use_flash_attn")
+    if backend not in ATTENTION_BACKENDS:  # (Megatron's argparse refuses it: the default kernel is kept)
+        rep.unknown_value(f, "attention_backend", backend, ATTENTION_BACKENDS)
     if backend == "flash" or (legacy_flash and backend == "auto"):
         st["attention_kernel"] = "flash2"
         rep.assume("attention backend flash: FlashAttention-2's efficiency tables")

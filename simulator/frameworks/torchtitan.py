@@ -28,6 +28,7 @@ from .torchtitan_flavors import flavor_model
 SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved", "zbvzerobubble": "zb-v",
              "dualpipev": "dualpipev"}
 NEAREST = {"loopedbfs": "interleaved", "interleavedzerobubble": "interleaved"}
+CONVERTERS = ("float8", "mx")  # [model] converters parasim reads (or a registry name ending so: quantize.linear.mx)
 MULTI_STAGE = ("interleaved", "zb-v", "dualpipev")
 SECTIONS = {"model", "training", "parallelism", "activation_checkpoint", "compile", "optimizer", "float8", "quantize",
             "mx"}  # the job config's tables this importer reads
@@ -60,7 +61,7 @@ def toml_fields(doc: dict, where: str) -> Fields:
                 shown = f"[{'.'.join(path)}] {k}" if path else k
                 items[".".join(path + [k])] = (shown, v)
     walk(doc, [])
-    return Fields(items, where, typed=True)
+    return Fields(items, where, typed=True, whole_floats=False)  # (TOML: 2.0 is no degree, as in a scenario)
 
 
 def torchtitan_import(f: Fields, *, gpus: int | None, hardware: str, model: str | None,
@@ -159,9 +160,12 @@ def _training(f: Fields, deg: dict, rep: Report) -> tuple[dict, int]:
     tr = {"seq_length": f.int(t + "seq_len", 2048), "global_batch_size": gbs}
     param = f.text(t + "mixed_precision_param", "bfloat16", choices=("bfloat16", "float32"))
     tr["precision"] = "bf16" if param == "bfloat16" else "fp32"
-    conv = [str(c) for c in (f.raw("model.converters") or [])]
-    conv = [c for x in conv for c in x.split(",")]
-    if any(c.endswith("float8") or c.endswith("mx") for c in conv):
+    conv = f.raw("model.converters") or []
+    conv = [c.strip() for x in ([conv] if isinstance(conv, str) else conv) for c in str(x).split(",")]
+    for c in conv:
+        if not c.endswith(CONVERTERS):  # (torchtitan refuses a name its registry lacks)
+            rep.unknown_value(f, "model.converters", c, CONVERTERS)
+    if any(c.endswith(CONVERTERS) for c in conv):
         tr["precision"] = "fp8"
     if f.text(t + "dtype", "float32", choices=("bfloat16", "float32")) == "bfloat16":
         tr.update(master_weights=False, optimizer_dtype="bf16", grad_dtype="bf16")

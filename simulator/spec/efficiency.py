@@ -20,10 +20,11 @@ def is_finite_number(v) -> bool:
 
 
 COMPUTE_TABLES = ("gemm", "attention")  # tables whose efficiency is a share of a dense peak FLOP/s: at most 1
-# The smallest efficiency a table may hold: 50x below the lowest any shipped profile or calibration holds (5e-4, a
-# 10 kB memory-bound kernel on a Blackwell preset), yet high enough that a time divided by it stays readable
-# (round-5 fuzzing: 1e-300 printed a 300-digit step time).
-EFFICIENCY_FLOOR = 1e-5
+# The smallest efficiency a table may hold: a calibration's smallest points are latency-bound (a one-byte collective
+# across nodes, ~20 us against a NIC's 50 GB/s, is 1e-6 of its rate; a one-byte memory-bound kernel 1e-7 of HBM's),
+# and below 1e-9 nothing real lands, yet a time divided by it stays a readable number (round-5 fuzzing: 1e-300
+# printed a 300-digit step time).
+EFFICIENCY_FLOOR = 1e-9
 
 
 def efficiency_ceiling(name: str) -> float:

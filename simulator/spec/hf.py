@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from .hf_keys import CANONICAL, DROPOUT_KEYS, Keys, canonical_keys, check_unread, config_dropout, show
+from .hf_values import check_hf_values
 from .model import MAX_FIELD, ModelSpec
 from .presets import parse_json, read_text
 
@@ -61,8 +62,8 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
 
 def _int(cfg: Keys, key: str, where: str, default=None, *, positive: bool = False):
     """The integer at `key` (`default` when absent or null; InputError naming the key as written when
-    it is missing without a default, not a whole number, negative (or 0 when `positive`), or above
-    ModelSpec's MAX_FIELD)."""
+    it is missing without a default, not an integer (8.0 is none: transformers 5's config classes refuse a float for
+    an integer field), negative (or 0 when `positive`), or above ModelSpec's MAX_FIELD)."""
     v = cfg.get(key)
     name = cfg.name(key)
     if v is None:
@@ -75,6 +76,8 @@ def _int(cfg: Keys, key: str, where: str, default=None, *, positive: bool = Fals
         raise InputError(f"{name} in {where} must be {'> 0' if positive else '>= 0'}, got {v!r}")
     if v > MAX_FIELD:
         raise InputError(f"{name} in {where} must be <= {MAX_FIELD} (2**24), got {v!r}")
+    if isinstance(v, float):
+        raise InputError(f"{name} in {where} must be an integer, written without a decimal point, got {v!r}")
     return int(v)
 
 
@@ -112,6 +115,7 @@ def model_from_hf(cfg: dict, *, name: str = "custom", strict: bool = True, where
     """
     if strict:
         _check_known_keys(cfg, where)
+    check_hf_values(cfg, where)
     mt = _model_type(cfg, where)
     keys = canonical_keys(cfg, mt, where)
     if mt == "gpt2":

@@ -58,6 +58,15 @@ def resolve(kind: str, name_or_path: str) -> Path:
     raise InputError(f"unknown {label} preset {name_or_path!r}{hint}")
 
 
+def resolve_named(kind: str, name_or_path: str, label: str) -> Path:
+    """`resolve`, its InputError (an unknown preset, a missing file) naming `label` first: the flag or the file's
+    key the name was given with (`--stack: unknown stack preset 'foo'; ...`)."""
+    try:
+        return resolve(kind, name_or_path)
+    except InputError as exc:
+        raise InputError(f"{label}: {exc}") from None
+
+
 def file_problem(path: Path, *, shown: str | None = None) -> str:
     """Why `path` cannot be read as a text file, as one message naming it (`shown`, default the path), or
     '' when it can: the one wording of each file error. Only a regular file passes, so a FIFO or a device

@@ -17,7 +17,7 @@ from .hf import load_hf_config, model_from_hf
 from .layout import Layout
 from .load import load_model
 from .model import ModelSpec
-from .presets import check_keys, read_toml, resolve
+from .presets import check_keys, read_toml, resolve, resolve_named
 from .rules import check_count, check_text, check_written_integer
 from .run import run_table
 from .stack import US_KEYS, Stack, load_stack, seconds_from_us
@@ -107,6 +107,8 @@ def _load_hardware(table: dict, base: Path | None, where: str):
             raise InputError(f"{where}: the hardware preset or path must be a non-empty name, got {ref!r}")
         if "path" in table and base is not None and not Path(ref).is_absolute():
             ref = str(base / ref)
+        key = "preset" if "preset" in table else "path"  # (an unknown preset names the flag or the file's key)
+        resolve_named("hardware_profiles", ref, where if where.startswith("--") else f"{key} in {where}")
         return load_hardware(ref)
     if not table:
         raise InputError(f"missing key 'preset' in {where}")
@@ -118,9 +120,11 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
 
     Overrides use the flag names' long forms: model, hardware, num_gpus, seq_length, global_batch_size,
     micro_batch_size, any Training field, any Layout field. None values are ignored. A scenario with no
-    layout fields at all and `require_layout=False` returns layout=None (sweep spaces).
+    layout fields at all and `require_layout=False` returns layout=None (sweep spaces). `batch_per_replica` (estimate
+    --inference --batch B) gives global_batch_size B x dp when neither the file nor a flag gives one.
     """
     require_layout = overrides.pop("require_layout", True)
+    per_replica = overrides.pop("batch_per_replica", None)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     doc, base, where = _read_scenario_file(path)
     written = {sec: {k: v for k, v in doc.get(sec, {}).items() if k in INTEGER_KEYS and k not in overrides}
@@ -130,16 +134,20 @@ def load_scenario(path: str | None = None, **overrides) -> Scenario:
             check_text(doc[key], f"{key} in {where}", empty=key == "description")
     model = _scenario_model(doc, base, where, overrides)
     hardware, num_gpus = _scenario_hardware(doc, base, where, overrides)
+    stack_table = doc["stack"] if isinstance(doc.get("stack"), dict) else {}  # (_scenario_stack: else no table)
+    stack_keys = tuple(k for k in stack_table if k not in overrides)  # (a flag's value wins)
     stack = _scenario_stack(doc, where, overrides)
-    file_keys = tuple(k for k in doc.get("training", {}) if k not in overrides)  # (a flag's value wins)
+    file_keys = tuple(k for k in doc.get("training", {}) if k not in overrides)
     tr, lay = _training_and_layout_tables(doc, where, overrides)
-    training = _scenario_training(tr, where, model, stack, file_keys=file_keys)
+    if per_replica is not None and "global_batch_size" not in tr:
+        tr["global_batch_size"] = per_replica * _replicas(num_gpus, lay)
+    training = _scenario_training(tr, where, model, stack, file_keys=(file_keys, stack_keys))
     if problem := precision_problem(training, hardware):  # (the GPU's: a [training] or a [stack] value of the file)
-        exc = _naming_file(InputError(problem), file_keys, "training", where)
-        raise _naming_file(exc, tuple(doc.get("stack", {})), "stack", where)
+        raise _naming_sections(InputError(problem), (file_keys, stack_keys), where)
     sweep = dict(doc.get("sweep", {}))
     run = run_table(doc["run"], where) if "run" in doc else {}
-    layout = _scenario_layout(doc, lay, num_gpus, model, training, where, require_layout, file_keys=file_keys)
+    layout = _scenario_layout(doc, lay, num_gpus, model, training, where, require_layout,
+                              file_keys=(file_keys, stack_keys))
     for section, table in written.items():  # (after the checks of their values, which name their ranges)
         _integers_as_written(table, section, where)
     return Scenario(name=str(doc.get("name", Path(str(path)).stem if path else model.name)), model=model,
@@ -232,17 +240,19 @@ def _scenario_stack(doc: dict, where: str, overrides: dict) -> Stack:
     if "stack" in doc and not isinstance(doc["stack"], dict):
         raise InputError(f"stack in {where} must be a table [stack] (preset = \"megatron\", ...), got {doc['stack']!r}")
     table = dict(doc.get("stack", {}))
-    name, preset = overrides.pop("stack", None), table.pop("preset", None)
-    for key, v in (("stack", name), (f"preset in [stack] of {where}", preset)):
+    flag, preset = overrides.pop("stack", None), table.pop("preset", None)
+    for key, v in (("stack", flag), (f"preset in [stack] of {where}", preset)):
         if v is not None and (not isinstance(v, str) or not v.strip()):  # not the default stack in silence
             raise InputError(f"{key} must be a stack preset name or a stack TOML path, got {v!r}")
-    name = preset if name is None else name
+    name = preset if flag is None else flag
     seconds = seconds_from_us(table, where=f"[stack] of {where}")
     table = {k: v for k, v in table.items() if k not in US_KEYS} | seconds
     flags = {key: overrides.pop(key) for key in STACK_FLAG_KEYS if overrides.get(key) is not None}
     bad = sorted(set(table) - set(STACK_FIELDS))
     if bad:
         raise InputError(f"unknown key {bad[0]!r} in [stack] of {where}")
+    if name is not None:  # an unknown preset or a missing file names the flag or the file's key
+        resolve_named("stacks", name, "--stack" if flag is not None else f"preset in [stack] of {where}")
     try:  # --compile, --fsdp-prefetch, ...: the flags win over the [stack] table
         return load_stack(name, **(table | flags))
     except InputError as exc:  # a [stack] value the stack's checks refused: name the file it came from (a flag's
@@ -259,13 +269,26 @@ def _naming_file(exc: InputError, keys, section: str, where: str, *, anywhere: b
     return InputError(f"{msg} (in [{section}] of {where})") if named and where not in msg else exc
 
 
-def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack, file_keys=()) -> Training:
+def _naming_sections(exc: InputError, file_keys, where: str) -> InputError:
+    """`_naming_file` for a rule between the model, the training, the hardware and the layout: `file_keys` = (the
+    keys of the file's [training], those of its [stack]); the section whose key the message begins with is named."""
+    training_keys, stack_keys = file_keys
+    named = _naming_file(exc, training_keys, "training", where)
+    return named if named is not exc else _naming_file(exc, stack_keys, "stack", where)
+
+
+GIVEN_BY = {"seq_length": "--seq", "global_batch_size": "--global-batch"}
+
+
+def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack, file_keys=((), ())) -> Training:
     """Training from its table; seq_length and global_batch_size are required. `dropout` left out
     follows the model's config: on when its config.json sets a dropout probability > 0. A value the checks
-    refuse that came from the file's [training] table (`file_keys`) names the file, as a [stack] value does."""
+    refuse that came from the file's [training] or [stack] table (`file_keys`: `_naming_sections`) names the file,
+    as a [stack] value the stack's own checks refuse does."""
     for key in ("seq_length", "global_batch_size"):
         if key not in tr:
-            raise InputError(f"missing key {key!r} in [training] of {where} (or give the flag)")
+            raise InputError(f"missing {GIVEN_BY[key]} (or {key} in a scenario file's [training])" if where == "flags"
+                             else f"missing key {key!r} in [training] of {where} (or give {GIVEN_BY[key]})")
     if "dropout" not in tr and model.config_dropout > 0:
         tr = {**tr, "dropout": True}
     try:
@@ -277,13 +300,14 @@ def _scenario_training(tr: dict, where: str, model: ModelSpec, stack: Stack, fil
     except TypeError as exc:
         raise InputError(f"[training] of {where}: {exc}") from None
     except InputError as exc:
-        raise _naming_file(exc, file_keys, "training", where) from None
+        raise _naming_sections(exc, file_keys, where) from None
 
 
 def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training: Training, where: str,
-                     require_layout: bool, file_keys=()) -> Layout | None:
+                     require_layout: bool, file_keys=((), ())) -> Layout | None:
     """The validated Layout, or None when the scenario gives no layout fields and none is required. A rule broken by a
-    value of the file's [training] table (`file_keys`: offload_optimizer with zero 0) names the file."""
+    value of the file's [training] or [stack] table (`file_keys`: offload_optimizer with zero 0) names the file. A
+    recompute_layers given is a count of layers, > 0 (its default 0, every layer, is not written)."""
     has_layout = bool(doc.get("layout")) or any(k in lay for k in ("tp", "pp", "dp", "cp", "ep"))
     if not (has_layout or require_layout):
         return None
@@ -294,6 +318,8 @@ def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training:
     if "etp" not in lay and model.is_moe and training.stack.whole_experts_with_ep and lay.get("ep", 1) > 1:
         lay = {**lay, "etp": 1}  # the stack keeps experts whole under expert parallelism (torchtitan)
     try:
+        if "recompute_layers" in lay:
+            check_count("recompute_layers", lay["recompute_layers"])
         layout = Layout(num_gpus=num_gpus, **lay)
     except TypeError as exc:
         raise InputError(f"[layout] of {where}: {exc}") from None
@@ -303,8 +329,16 @@ def _scenario_layout(doc: dict, lay: dict, num_gpus, model: ModelSpec, training:
     try:
         validate(model, training, layout)
     except InputError as exc:
-        raise _naming_file(exc, file_keys, "training", where) from None
+        raise _naming_sections(exc, file_keys, where) from None
     return layout
+
+
+def _replicas(num_gpus, lay: dict) -> int:
+    """The data-parallel replicas of the layout table `lay` (1 when it is no layout: its checks say why later)."""
+    try:
+        return Layout(num_gpus=num_gpus, **lay).dp
+    except (InputError, TypeError):
+        return 1
 
 
 def _accounted_split(model: ModelSpec, layout: Layout) -> Layout:

@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..schedules import family
 from .layout import Layout, expert_tp_needs_sp
 from .model import ModelSpec
+from .model_fit import fsdp_unit_problem, moe_factor_problem, moe_load_problem
 from .rules import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE, ZERO_STAGES
 from .training import Training
 
@@ -127,8 +128,8 @@ def expert_tp_problem(model: ModelSpec, layout: Layout) -> str:
 
 def moe_settings_problem(model: ModelSpec, training: Training) -> str:
     """Why `training`'s MoE settings cannot apply to `model` ('' when they can): a capacity factor, a routing
-    imbalance, the router's CUDA graphs, the flex dispatcher and the MoE overlaps describe routed experts, and a dense
-    model has none (a number for it would be nonsense)."""
+    imbalance, the router's CUDA graphs, the flex dispatcher, the MoE overlaps and the dispatch's FP8 payload describe
+    routed experts, and a dense model has none (a number for it would be nonsense)."""
     if model.is_moe:
         return ""
     for key, value, default in (("moe_capacity_factor", training.moe_capacity_factor, 0.0),
@@ -140,7 +141,7 @@ def moe_settings_problem(model: ModelSpec, training: Training) -> str:
                      any(g.startswith("moe") for g in st.cuda_graphs)),
                     ("moe_dispatcher flex", st.moe_dispatcher == "flex"),
                     ("moe_shared_expert_overlap", st.moe_shared_expert_overlap),
-                    ("moe_a2a_overlap", st.moe_a2a_overlap)):
+                    ("moe_a2a_overlap", st.moe_a2a_overlap), ("ep_dispatch_fp8", st.ep_dispatch_fp8)):
         if on:
             return f"{key} applies to routed experts; {model.name or 'this model'} is dense (no experts)"
     return ""
@@ -160,7 +161,8 @@ def training_problem(model: ModelSpec, training: Training) -> str:
     """The first reason `training` (its MoE settings, its stack's recompute modules and activation store) cannot
     apply to `model`, '' when it can: the one list of these checks that scenarios, sweeps and `validate` run."""
     return (moe_settings_problem(model, training) or recompute_modules_problem(model, training)
-            or activation_store_problem(model, training) or positions_problem(model, training))
+            or activation_store_problem(model, training) or positions_problem(model, training)
+            or moe_factor_problem(model, training) or fsdp_unit_problem(model, training))
 
 
 def positions_problem(model: ModelSpec, training: Training) -> str:
@@ -262,6 +264,9 @@ def validate(model: ModelSpec, training: Training, layout: Layout) -> None:
         raise InputError(expert_tp_problem(model, layout))
     if recompute_problem(model, layout.recompute):
         raise InputError(recompute_problem(model, layout.recompute))
+    if problem := moe_load_problem(model, training, ep=layout.ep, cp=layout.cp,
+                                   micro_batch_size=layout.micro_batch_size):
+        raise InputError(problem)
     if offload_problem(training, layout.zero):
         raise InputError(offload_problem(training, layout.zero))
     msg = layout_violations(model, training, tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=layout.cp,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..schedules import family
+from ..spec.model_fit import moe_load_fits, moe_load_problem
 from ..spec.validate import offload_problem, zero_stages
 from .enumerate import (_cp_values, _ep_values, _mb_values, _NoHardware, _numeric_candidates, _pick,
                         _pp_values, _schedule_choices, _tp_values, _uneven, _valid_masks, divisors,
@@ -81,6 +82,10 @@ def _rule_reason(model, training, N: int, space: SweepSpace, hardware) -> str:
     if not (B % (dp * mb) == 0).any():
         return (f"global_batch_size {B} is not divisible by dp × micro_batch_size for any dp that divides {N} "
                 f"GPUs (dp {_vals(dp)}, micro_batch_size {_vals(mb)})")
+    load = moe_load_fits(model, training, ep=base["ep"], cp=base["cp"], micro_batch_size=mb)
+    if not load.any():  # the MoE load factor is out of its range on every candidate: the first one's reason
+        return moe_load_problem(model, training, ep=int(base["ep"][0]), cp=int(base["cp"][0]),
+                                micro_batch_size=int(mb[0])) + f" (ep {_vals(base['ep'])}, cp {_vals(base['cp'])})"
     if not ((h % tp == 0) & (model.num_kv_heads % tp == 0)).any():
         return (f"num_attention_heads {h} / num_key_value_heads {model.num_kv_heads} is not divisible by any tp "
                 f"in {_vals(tp)}")

@@ -27,6 +27,7 @@ import pandas as pd
 from ..schedules import family
 from ..frames import text_column
 from ..spec.layout import expert_grid_fits, expert_tp_needs_sp
+from ..spec.model_fit import fsdp_unit_problem, moe_factor_problem, moe_load_fits
 from ..spec.placement import default_split, megatron_split
 from ..errors import InputError
 from ..spec.validate import layout_valid_mask, recompute_modes, training_problem, zero_stages
@@ -168,7 +169,8 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     cap (NVLink domain) and `max_tp_within_node`; without it tp is capped only by the space.
     """
     space = space or SweepSpace()
-    problem = training_problem(model, training)
+    problem = (training_problem(model, training) or moe_factor_problem(model, training)
+               or fsdp_unit_problem(model, training))
     if problem:
         raise InputError(problem)
     if space.etp != AUTO and not model.is_moe:
@@ -229,8 +231,10 @@ def layer_split(model, space: SweepSpace, rule: str = "first-last"):
 
 def _valid_masks(model, training, base: dict, choices, sps, space: SweepSpace) -> tuple[dict, dict]:
     """The divisibility rules (`layout_valid_mask`) once per (schedule, sp) for all of its vpp values
-    (a column each: the rules broadcast): ({(schedule, sp): (rows, vpps) mask}, {(schedule, vpp): column})."""
+    (a column each: the rules broadcast), and the MoE load factor's range on each row's ep, cp and micro-batch
+    (`spec.model_fit.moe_load_fits`): ({(schedule, sp): (rows, vpps) mask}, {(schedule, vpp): column})."""
     tp, cp, pp, dp, ep, mb = (base[k] for k in ("tp", "cp", "pp", "dp", "ep", "micro_batch_size"))
+    load = moe_load_fits(model, training, ep=ep, cp=cp, micro_batch_size=mb)[:, None]
     vpps = {}
     for sched, vpp in choices:
         vpps.setdefault(sched, []).append(vpp)
@@ -239,7 +243,7 @@ def _valid_masks(model, training, base: dict, choices, sps, space: SweepSpace) -
                                             cp=cp[:, None], ep=ep[:, None], vpp=np.array(vs)[None, :],
                                             micro_batch_size=mb[:, None], sequence_parallel=sp, schedule=sched,
                                             uneven_layers=_uneven(space, sched,
-                                                                  training.stack.runs.pipeline_split))
+                                                                  training.stack.runs.pipeline_split)) & load
              for sched, vs in vpps.items() for sp in sps}
     return valid, col
 

@@ -206,7 +206,7 @@ def run_sweep(scenario, space: SweepSpace | None = None, *, executor: str = "loc
     parts = None
     if out is not None:
         fp = _fingerprint(model, training, hardware, N, cands, (chunk_size, bool(time_infeasible),
-                                                               space.recompute_layers))
+                                                               space.recompute_layers or 0))
         parts, results = open_parts(out, fp, nchunks, {"rows": n, "chunk_size": chunk_size, "chunks": nchunks},
                                      resume)
     todo = [k for k in range(nchunks) if k not in results]

@@ -75,7 +75,7 @@ class SweepSpace:
     uneven_layers: bool = True
     account_for_embedding_in_pipeline_split: bool = False  # Megatron's split (spec.placement.megatron_split)
     account_for_loss_in_pipeline_split: bool = False
-    recompute_layers: int = 0  # Layout.recompute_layers of the rows with full recompute (0: every layer)
+    recompute_layers: int | None = None  # Layout.recompute_layers of the rows with full recompute (None: every layer)
     # sets of selective-recompute modules to sweep, each a comma text ("mla_up_proj,mlp"; a TOML list or a text of
     # sets separated by ";"); () : the stack's one set (sweep/module_sets.py)
     recompute_module_sets: tuple[str, ...] = ()
@@ -97,9 +97,11 @@ class SweepSpace:
             raise InputError(f"sweep recompute_module_sets must be sets of module names like "
                              f"\"core_attn;mla_up_proj,mlp\", got {self.recompute_module_sets!r}")
         object.__setattr__(self, "recompute_module_sets", tuple(x.strip() for x in sets))
-        v = self.recompute_layers
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise InputError(f"sweep recompute_layers must be an integer >= 0, got {v!r}")
+        v = self.recompute_layers  # a count of layers when given (0 is no count: leave it out for every layer)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise InputError(f"sweep recompute_layers must be an integer >= 1, got {v!r}")
+        if v is not None:
+            check_count("recompute_layers", v, label="sweep recompute_layers")
         if self.min_micro_batch_size > self.max_micro_batch_size:
             raise InputError(f"sweep min_micro_batch_size({self.min_micro_batch_size}) > "
                              f"max_micro_batch_size({self.max_micro_batch_size})")

@@ -40,12 +40,16 @@ REQUIRED_COLUMNS = ("run_id", "model", "layers", "hidden", "heads", "ffn_hidden"
 
 
 MEASURED_COLUMNS = ("step_time_s", "tokens_per_s", "derived_step_time_s", "mem_gb_per_gpu")
+# The largest value of each measured column: far beyond any run (a step of 11.6 days, the cli's MAX_STAGE_TIME_S;
+# 1e12 tokens/s, ten thousand times the largest published runs; 1e5 GB, the largest HBM a hardware profile takes),
+# yet small enough that a prediction over it stays a number (a step of 1e308 s overflowed the error to inf).
+MEASURED_MAX = {"step_time_s": 1e6, "derived_step_time_s": 1e6, "tokens_per_s": 1e12, "mem_gb_per_gpu": 1e5}
 
 
 def read_runs(path):
     """Read a runs CSV. InputError (one line, naming the file and the line) for a file that is missing,
     not UTF-8 text, empty or without rows, a row with more or fewer fields than the header, a missing
-    required column, or a measured value (MEASURED_COLUMNS) that is not a finite number > 0."""
+    required column, or a measured value (MEASURED_COLUMNS) that is not a number > 0 and at most MEASURED_MAX."""
     import io
 
     import pandas as pd
@@ -107,8 +111,8 @@ def _record_lines(path, text: str) -> list[int]:
 
 
 def _measured_column(path, df, col: str, lines: list[int]):
-    """The column as floats (blank: NaN); InputError naming the line, run and cell that is not a finite
-    number > 0 (a measured time, rate or memory of 0 or less is no measurement)."""
+    """The column as floats (blank: NaN); InputError naming the line, run and cell that is not a number > 0 and at
+    most MEASURED_MAX[col] (a measured time, rate or memory of 0 or less is no measurement, and none is 1e308)."""
     out = []
     for i, raw in enumerate(df[col].tolist()):
         if _blank(raw):
@@ -118,10 +122,11 @@ def _measured_column(path, df, col: str, lines: list[int]):
             v = float(str(raw).strip())
         except ValueError:
             v = None
-        if v is None or not math.isfinite(v) or v <= 0:
+        if v is None or not math.isfinite(v) or not 0 < v <= MEASURED_MAX[col]:
             rid = _text(df["run_id"].iloc[i])
             where = f"line {lines[i]}" if lines[i] else f"data row {i + 1}"
-            raise InputError(f"{path} {where} (run {rid or '?'}): {col} must be a number > 0, got {raw!r}")
+            raise InputError(f"{path} {where} (run {rid or '?'}): {col} must be a number > 0 and at most "
+                             f"{MEASURED_MAX[col]:g}, got {raw!r}")
         out.append(v)
     return out
 
