@@ -13,19 +13,10 @@ import pytest
 
 from simulator.cli import main
 from test_fuzz_found import LLAMA, MIXTRAL, SCENARIO, one_line_error, scenario
+from test_fuzz_found_5 import SMALL_SWEEP, _runs
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "tests" / "data" / "configs"
-SMALL_SWEEP = ["--pp", "1", "--micro-batch", "1", "--recompute", "none", "--sequence-parallel", "false",
-               "--no-progress"]
-
-
-def _runs(argv, capsys) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out = capsys.readouterr()
-    assert exc.value.code in (0, None), out.err[-2000:]
-    return out.out
 
 
 # ---- 6: MoE load factors within what the routing can produce --------------------------------------------------
