@@ -23,6 +23,7 @@ import pandas as pd
 from .errors import InputError
 from .run_plan import DAY, checkpoint_bytes, plan_run
 from .spec.hardware import load_hardware
+from .spec.validate import precision_problem
 from .spec.run import RunSpec
 from .sweep import run_sweep
 
@@ -132,9 +133,12 @@ def _candidates(scenario, spec, space, gpu_counts, hardware_names, sweep_kw, har
     rows = []
     for name in hardware_names:
         hw = hardware_fn(load_hardware(name))
+        cannot = precision_problem(scenario.training, hw)  # (a GPU that cannot run the precision: no layout runs)
         for n in gpu_counts:
             sc = replace(scenario, hardware=hw, num_gpus=int(n), layout=None)
             try:
+                if cannot:
+                    raise InputError(cannot)
                 best, count, seconds = _best_layout(sc, space, sweep_kw)
             except InputError as exc:  # e.g. a GPU count no layout divides
                 rows.append({"hardware": hw.name, "gpus": int(n), "feasible": False,

@@ -111,3 +111,16 @@ def test_an_attention_table_no_kernel_reads_is_refused(table, tmp_path, capsys):
 def test_every_shipped_profile_still_loads():
     for p in sorted((ROOT / "hardware_profiles").glob("*.toml")):
         load_hardware(str(p))
+
+
+def test_plan_marks_a_gpu_that_cannot_run_the_precision_with_its_reason(tmp_path, capsys):
+    # plan --hardware-presets ranked dgx-h100 with the mxfp8 recipe as feasible (the base hardware, b300, can run it)
+    path = _fp8_scenario(tmp_path, 'fp8_recipe = "mxfp8"')
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", path, "--hardware", "b300", "--tokens", "1e10", "--gpu-counts", "8",
+              "--hardware-presets", "dgx-h100,b300"])
+    out = capsys.readouterr().out
+    assert exc.value.code in (0, None)
+    h100 = next(line for line in out.splitlines() if "dgx-h100" in line)
+    b300 = next(line for line in out.splitlines() if " b300 " in line)
+    assert "no: fp8_recipe 'mxfp8' needs block-scaled FP8" in h100 and b300.rstrip().endswith("yes")
