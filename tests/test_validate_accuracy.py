@@ -91,6 +91,7 @@ def test_h100_validation_doc_regenerates_identically():
     rep = _load("h100_report")
     text, groups = rep.build()
     assert (ROOT / "docs" / "validation-h100.md").read_text() == text
+    assert (ROOT / "README.md").read_text() == rep.readme_text(text)  # its copy of the shipped preset's rows
     _check_validated_error("validation/h100_report.py", groups)
     # the shipped presets, the primary and held-out grids pooled (24 + 16 runs), the harness's stack
     assert [(g["hardware"], g["stack"], g["step"]["runs"], g["memory"]["runs"]) for g in groups] == \

@@ -23,7 +23,7 @@ DATA = ROOT / "validation" / "h100"
 DOC = ROOT / "docs" / "validation-h100.md"
 SCRIPT = "validation/h100_report.py"
 
-from make_accuracy import _abs_pct, _pct, write_or_check  # noqa: E402  (same formatting, same command line)
+from make_accuracy import README, _abs_pct, _pct, readme_block, write_or_check  # noqa: E402  (one format, one CLI)
 from h100_measured import (_calibration_drift, _first_shapes, _fit_table, _grad_mode_cost,  # noqa: E402
                            _head_dim_gap, loss_memory, repeat_table)
 from h100_kernels import (KERNELS, CATEGORY_INTRO, OP_LIST_INTRO, category_finding, category_table,  # noqa: E402
@@ -439,8 +439,17 @@ def generate(res=None) -> str:
     return "\n".join(lines)
 
 
+def readme_text(doc_text: str) -> str:
+    """The README with the doc's rows of the shipped preset (and the table's header) in its `h100` block."""
+    lines = doc_text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("| measurements | profile |"))
+    table = lines[head + 2:lines.index("", head)]
+    rows = [line for line in table if "shipped preset" in line]
+    return readme_block("h100", lines[head:head + 2] + rows)
+
+
 def main(argv=None) -> int:
-    return write_or_check(argv, doc=DOC, build=build, script=SCRIPT)
+    return write_or_check(argv, doc=DOC, build=build, script=SCRIPT, extra=((README, readme_text),))
 
 
 if __name__ == "__main__":

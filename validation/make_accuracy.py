@@ -35,8 +35,7 @@ RUNS = (ROOT / "validation" / "published_runs.csv", ROOT / "validation" / "korth
         ROOT / "validation" / "mbridge_h100.csv",  # Megatron-Bridge's H100 tables (validation/mbridge_h100.py)
         ROOT / "validation" / "mbridge_blackwell.csv")  # their Blackwell tables (validation/mbridge_blackwell.py)
 DOC = ROOT / "docs" / "accuracy.md"
-README = ROOT / "README.md"  # its step-time summary table, between these markers
-README_BEGIN, README_END = "<!-- accuracy: begin", "<!-- accuracy: end -->"
+README = ROOT / "README.md"  # its step-time summary table, between markers (readme_block)
 SCRIPT = "validation/make_accuracy.py"
 
 
@@ -486,15 +485,20 @@ def generate(runs=RUNS) -> str:
     return build(runs)[0]
 
 
-def readme_text(doc_text: str, readme: Path = README) -> str:
-    """The README with the doc's step-time table between its accuracy markers (one copy of the numbers)."""
+def readme_block(name: str, lines: list[str], readme: Path = README) -> str:
+    """The README with `lines` between its `<!-- name: begin ... -->` and `<!-- name: end -->` markers: the one copy
+    of a generated doc's summary numbers there (this script's `accuracy`, h100_report.py's `h100`)."""
+    text = readme.read_text()
+    begin, end = text.index(f"<!-- {name}: begin"), text.index(f"<!-- {name}: end -->")
+    start = text.index("\n", begin) + 1
+    return text[:start] + "\n".join(lines) + "\n" + text[end:]
+
+
+def readme_text(doc_text: str) -> str:
+    """The README with the doc's step-time table in its `accuracy` block."""
     lines = doc_text.splitlines()
     first = lines.index("### Step time") + 2
-    table = lines[first:lines.index("", first)]
-    text = readme.read_text()
-    begin, end = text.index(README_BEGIN), text.index(README_END)
-    start = text.index("\n", begin) + 1
-    return text[:start] + "\n".join(table) + "\n" + text[end:]
+    return readme_block("accuracy", lines[first:lines.index("", first)])
 
 
 def write_or_check(argv, *, doc: Path, build, script: str, extra=()) -> int:
