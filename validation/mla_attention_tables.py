@@ -11,7 +11,7 @@ head-dim-128 table on Blackwell and a log2 interpolation between 128 and 256 on 
 DeepSeek-V3's own attention shape (validation/data/cudnn_sdpa.csv, `head_dim` 192, `head_dim_v` 128: 128 heads,
 causal, forward and backward timed alone) beside Llama 3.1's head-dim-128 shape in the same releases, on the same
 GPUs: cuDNN 9.18 and 9.19 on the GB200 and GB300, 9.19 on the H200, 9.22 on the GB200 and GB300. At equal work the
-latent shape's forward runs at about the rate of head dim 128 and its backward 4-18 % slower (`ratio_lines`), where
+latent shape's forward runs at about the rate of head dim 128 and its backward 2-18 % slower (`ratio_lines`), where
 the interpolation towards 256 had made both faster.
 
 Each table is its preset's head-dim-128 table of the same release times the measured ratio of the two shapes,
