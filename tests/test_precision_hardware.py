@@ -124,3 +124,17 @@ def test_plan_marks_a_gpu_that_cannot_run_the_precision_with_its_reason(tmp_path
     h100 = next(line for line in out.splitlines() if "dgx-h100" in line)
     b300 = next(line for line in out.splitlines() if " b300 " in line)
     assert "no: fp8_recipe 'mxfp8' needs block-scaled FP8" in h100 and b300.rstrip().endswith("yes")
+
+
+def test_the_sweep_table_shows_a_frame_no_row_of_which_was_timed():
+    # round 5: a sweep whose every row failed before it was timed crashed the table with KeyError 'step_s'
+    import pandas as pd
+
+    from simulator.cli.sweep import _fmt_table
+
+    df = pd.DataFrame([{"rank": 1, "label": "TP1-CP1-PP1-DP8", "pp": 1, "tp": 1, "cp": 1, "dp": 8, "vpp": 1,
+                        "layers_per_stage": "", "peak_bytes": 2**30, "feasible": False, "reason": "why",
+                        "recompute": "none", "sequence_parallel": False, "zero": 0, "schedule": "1f1b",
+                        "micro_batch_size": 1}])
+    row = _fmt_table(df, 5, 32).splitlines()[1]
+    assert row.rstrip().endswith("no: why") and " - " in row

@@ -99,6 +99,10 @@ def layers_text(row, num_layers: int) -> str:
 def _fmt_table(df, top: int, num_layers: int) -> str:
     from ..report.winner import short_variant
 
+    # a frame in which no row was timed has no time columns: "-" cells (round 5 met one as a KeyError traceback)
+    df = df.reindex(columns=list(df.columns) + [c for c in ("tokens_per_s", "mfu", "step_s", "bubble_s")
+                                                  if c not in df.columns])
+
     d = df.head(top)
     layers = [layers_text(r, num_layers) for _, r in d.iterrows()]
     w = max([len("layers/stage"), *map(len, layers)])

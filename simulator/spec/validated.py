@@ -38,7 +38,8 @@ GPU_FAMILIES = (  # (regex on the profile's [gpu] model, family), first match wi
     (r"a100|a800", "Ampere"),
     (r"mi300|mi325", "CDNA 3"),
 )
-DIGITS = 4  # fractions kept to 0.01 %: enough to print, and stable against last-bit rounding
+DIGITS = 6  # fractions kept to 1e-4 %: the docs print them to 0.1 % from the unrounded values, and a value kept
+# to 4 digits could print otherwise (0.66552 kept as 0.6655 printed 66.5 % beside the doc's 66.6 %)
 MATCHES = ("exact", "same hardware", "same GPU family", "none")
 
 
