@@ -104,29 +104,40 @@ def comparison_lines() -> list[str]:
     return out
 
 
+RECIPES = {"FP8Current": "current", "MXFP8": "mxfp8"}  # the tutorial's recipe names -> the stack's fp8_recipe
+
+
 def quantize_lines(preset: str = "b300", gpu: str = MEASURED_ON) -> list[str]:
     """Markdown: the quantization the tutorial's autocast mode adds (autocast less pre-quantized time, per pass)
     against the memory-bound time parasim gives its bytes on `preset` (cost/memory_ops.py `_memory_time`, one kernel
     per tensor). Read of the benchmark (te.Linear forward under te.autocast, bf16 input without grad, weight with
-    grad, no is_first_microbatch): every call quantizes its input row- and column-wise (the wgrad copy is saved:
-    e + 2 bytes per element, 2/32 more for MXFP8 scales) and its weight row-wise (e + 1, 1/32 more); current
-    scaling reads each tensor once more for its amax (+ e) -- memory_ops.fp8_cast_op's counts for the input."""
+    grad, no is_first_microbatch): every call quantizes its input row- and column-wise (the wgrad copy is saved),
+    the bytes of memory_ops.fp8_cast_op for the stack's recipe, and its weight row-wise only: the same cast less one
+    layout's FP8 bytes and scales (1 + fp8_scale_bytes_per_element)."""
     sys.path.insert(0, str(ROOT.parent))
-    import numpy as np
-    from simulator.cost.memory_ops import _memory_time
-    from simulator.spec.hardware import load_hardware
+    from dataclasses import replace
 
-    hw, e = load_hardware(preset), 2.0
+    import numpy as np
+    from simulator.cost.flops import _gemm
+    from simulator.cost.memory_ops import _memory_time, fp8_cast_op
+    from simulator.spec.hardware import load_hardware
+    from simulator.spec.stack_choices import fp8_scale_bytes_per_element
+    from simulator.spec.training import Training
+
+    hw = load_hardware(preset)
     out = ["| recipe | pass | measured ms (autocast - pre-quantized) | predicted ms | predicted / measured |",
            "|---|---|---|---|---|"]
-    for recipe in ("FP8Current", "MXFP8"):
-        scale, amax = (1 / 32, 0.0) if recipe == "MXFP8" else (0.0, e)
-        auto, pre = pass_ms(gpu, "autocast", recipe), pass_ms(gpu, "prequantized", recipe)
+    for name, recipe in RECIPES.items():
+        t0 = Training(seq_length=TOKENS, global_batch_size=1, precision="fp8")
+        training = replace(t0, stack=replace(t0.stack, fp8_recipe=recipe))
+        per = float(fp8_cast_op(_gemm("x", 1.0, 1.0, 1.0), training).forward_bytes)  # bytes per input element
+        per_weight = per - 1.0 - fp8_scale_bytes_per_element(recipe)
+        auto, pre = pass_ms(gpu, "autocast", name), pass_ms(gpu, "prequantized", name)
         for p, shapes in layer_gemms().items():
-            t = sum(float(_memory_time(np.array([m * k * (e + 2 + 2 * scale + amax)]), 1.0, hw)[0])
-                    + float(_memory_time(np.array([k * n * (e + 1 + scale + amax)]), 1.0, hw)[0]) for m, k, n in shapes)
+            t = sum(float(_memory_time(np.array([m * k * per]), 1.0, hw)[0])
+                    + float(_memory_time(np.array([k * n * per_weight]), 1.0, hw)[0]) for m, k, n in shapes)
             ms = auto[p] - pre[p]
-            out.append(f"| {recipe} | {p} | {ms:.3f} | {1e3 * t:.3f} | {1e3 * t / ms:.2f} |")
+            out.append(f"| {name} | {p} | {ms:.3f} | {1e3 * t:.3f} | {1e3 * t / ms:.2f} |")
     return out
 
 

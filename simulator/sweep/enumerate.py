@@ -27,7 +27,7 @@ import pandas as pd
 from ..schedules import family
 from ..frames import text_column
 from ..spec.layout import expert_grid_fits, expert_tp_needs_sp
-from ..spec.model_fit import fsdp_unit_problem, moe_factor_problem, moe_load_fits
+from ..spec.model_fit import moe_load_fits
 from ..spec.placement import default_split, megatron_split
 from ..errors import InputError
 from ..spec.validate import layout_valid_mask, recompute_modes, training_problem, zero_stages
@@ -169,8 +169,7 @@ def enumerate_layouts(model, training, num_gpus: int, space: SweepSpace | None =
     cap (NVLink domain) and `max_tp_within_node`; without it tp is capped only by the space.
     """
     space = space or SweepSpace()
-    problem = (training_problem(model, training) or moe_factor_problem(model, training)
-               or fsdp_unit_problem(model, training))
+    problem = training_problem(model, training)  # (the MoE load factors' and the FSDP unit's range among them)
     if problem:
         raise InputError(problem)
     if space.etp != AUTO and not model.is_moe:
